@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Checks of scripts/softroce itself: exit statuses carried out of the guest, timeouts that
+# kill and say so, usage errors, the environment and directory a command sees, and that a run
+# from the cache needs no network. Runs on the host; each `run` boots the guest once (or runs
+# on the host's own RDMA device, where the guest-only checks say they were skipped).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+rig=scripts/softroce
+passed=0
+failed=0
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+check() {
+    local name=$1 want_rc=$2 want_text=$3
+    shift 3
+    local rc=0 t0=$SECONDS
+    "$@" >"$out" 2>&1 || rc=$?
+    if [ "$rc" -eq "$want_rc" ] && { [ -z "$want_text" ] || grep -qE -- "$want_text" "$out"; }; then
+        passed=$((passed + 1))
+        echo "ok: $name ($((SECONDS - t0)) s)"
+    else
+        failed=$((failed + 1))
+        echo "FAILED: $name: exit status $rc (wanted $want_rc), output (wanted /$want_text/):"
+        sed 's/^/    /' "$out"
+    fi
+}
+
+on_host=$($rig status | grep -q 'commands run on the host' && echo yes || echo no)
+
+check "no arguments: usage, exit 2" 2 '^Usage: scripts/softroce' $rig
+check "unknown command: usage, exit 2" 2 "unknown command 'frobnicate'" $rig frobnicate
+check "unknown option: usage, exit 2" 2 "unknown option '--bogus'" $rig run --bogus -- true
+check "run without a command: exit 2" 2 'run needs a command' $rig run --
+check "bad timeout: exit 2" 2 "'soon' is not a positive whole number" $rig run -t soon -- true
+check "run -- false: exit 1" 1 '' $rig run -- false
+check "run -- sh -c 'exit 7': exit 7" 7 '' $rig run -- sh -c 'exit 7'
+check "output, environment and device reach the caller" 0 \
+    '^marker 42 .+ [0-9]+ [0-9.]+$' \
+    $rig run -e MARKER=42 -- sh -c \
+    'echo marker "$MARKER" "$RDMA_TEST_DEVICE" "$RDMA_TEST_GID_INDEX" "${RDMA_TEST_IP:-0}"'
+check "runs in the caller's directory inside the repository" 0 "^$(pwd -P)/stride\$" \
+    sh -c "cd stride && ../$rig run -- pwd"
+check "a command past --timeout is killed and reported: exit 124" 124 \
+    "'sleep 120' ran past its timeout of 3 s and was killed" $rig run -t 3 -- sleep 120
+if [ "$on_host" = yes ]; then
+    echo "skipped: the guest's outer timeout and offline boot (commands run on the host's device)"
+else
+    check "a guest past --vm-timeout is killed and reported: exit 124" 124 \
+        'the guest did not finish within 8 s and was killed' \
+        $rig run -t 100 --vm-timeout 8 -- sleep 100
+    if unshare -n true 2>/dev/null; then
+        check "a run from the cache needs no network (in an empty network namespace)" 0 \
+            '^offline ok$' unshare -n $rig run -- echo offline ok
+    else
+        echo "skipped: no network namespace here (unshare -n not permitted) for the offline check"
+    fi
+fi
+echo "softroce rig: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
