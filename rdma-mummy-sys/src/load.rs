@@ -1,0 +1,199 @@
+//! Whether the shim could load libibverbs and librdmacm, and why not.
+//!
+//! The C shim owns the loading: each library is `dlopen`ed once per process, on the first call
+//! of one of its functions or of [`Library::load`]. This module turns the shim's record of that
+//! attempt (the file name tried and the `dlerror()` text) into a [`LoadError`] that says what
+//! to install. Higher layers call [`ensure_loaded`] (or [`Library::load`]) before their first
+//! verb, so a missing library is one readable error instead of `EOPNOTSUPP` from every call.
+
+use std::borrow::Cow;
+use std::ffi::{c_char, CStr};
+use std::fmt;
+
+use crate::ffi;
+
+/// One of the rdma-core libraries the shim loads at run time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[doc(alias = "rdma_mummy_library")]
+pub enum Library {
+    /// `libibverbs.so.1`: every `ibv_*` function.
+    Ibverbs,
+    /// `librdmacm.so.1`: every `rdma_*` function.
+    Rdmacm,
+}
+
+impl Library {
+    /// Both libraries, in the order [`ensure_loaded`] loads them.
+    pub const ALL: [Library; 2] = [Library::Ibverbs, Library::Rdmacm];
+
+    /// The file name the shim passes to `dlopen` unless [`Library::env_var`] overrides it.
+    pub fn soname(self) -> &'static str {
+        match self {
+            Library::Ibverbs => "libibverbs.so.1",
+            Library::Rdmacm => "librdmacm.so.1",
+        }
+    }
+
+    /// The environment variable that replaces [`Library::soname`] (read once, at load time).
+    pub fn env_var(self) -> &'static str {
+        match self {
+            Library::Ibverbs => "RDMA_MUMMY_LIBIBVERBS",
+            Library::Rdmacm => "RDMA_MUMMY_LIBRDMACM",
+        }
+    }
+
+    fn raw(self) -> ffi::rdma_mummy_library::Type {
+        match self {
+            Library::Ibverbs => ffi::rdma_mummy_library::RDMA_MUMMY_LIB_IBVERBS,
+            Library::Rdmacm => ffi::rdma_mummy_library::RDMA_MUMMY_LIB_RDMACM,
+        }
+    }
+
+    /// Loads the library if no call has yet, and reports the outcome (`rdma_mummy_load`).
+    ///
+    /// The outcome is fixed for the life of the process: a failed load is not retried.
+    #[doc(alias = "rdma_mummy_load")]
+    #[doc(alias = "rdma_mummy_load_error")]
+    pub fn load(self) -> Result<(), LoadError> {
+        // SAFETY: rdma_mummy_load takes a library number, which raw() makes valid, and
+        // synchronises with concurrent first uses through pthread_once.
+        if unsafe { ffi::rdma_mummy_load(self.raw()) } == 0 {
+            return Ok(());
+        }
+        // SAFETY: both return NULL or a NUL-terminated string the shim never frees or
+        // changes after loading, which the call above completed.
+        let (path, message) = unsafe {
+            (
+                ffi::rdma_mummy_load_path(self.raw()),
+                ffi::rdma_mummy_load_error(self.raw()),
+            )
+        };
+        Err(LoadError {
+            library: self,
+            // SAFETY: as above, each pointer is NULL or a string that lives forever.
+            path: unsafe { owned(path) }.unwrap_or_else(|| self.soname().to_owned()),
+            // SAFETY: as above.
+            message: unsafe { owned(message) }
+                .unwrap_or_else(|| "no reason recorded by the loader".to_owned()),
+        })
+    }
+
+    /// Whether the loaded library exports `name` (`rdma_mummy_has_symbol`); `false` when the
+    /// library did not load. Tells an older rdma-core that lacks a verb from a verb that fails.
+    #[doc(alias = "rdma_mummy_has_symbol")]
+    pub fn has_symbol(self, name: &CStr) -> bool {
+        // SAFETY: name is a valid NUL-terminated string for the duration of the call, and the
+        // shim only passes it to dlsym.
+        unsafe { ffi::rdma_mummy_has_symbol(self.raw(), name.as_ptr()) != 0 }
+    }
+}
+
+impl fmt::Display for Library {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Library::Ibverbs => "libibverbs",
+            Library::Rdmacm => "librdmacm",
+        })
+    }
+}
+
+/// Copies a C string the shim keeps for the life of the process.
+///
+/// # Safety
+///
+/// `p` is NULL or points to a NUL-terminated string that stays valid during the call.
+unsafe fn owned(p: *const c_char) -> Option<String> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: non-NULL, and the caller guarantees a NUL-terminated string.
+    let text: Cow<'_, str> = unsafe { CStr::from_ptr(p) }.to_string_lossy();
+    Some(text.into_owned())
+}
+
+/// A library of rdma-core could not be loaded.
+///
+/// Every verb of that library fails with `EOPNOTSUPP` in this process; this error says why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadError {
+    library: Library,
+    path: String,
+    message: String,
+}
+
+impl LoadError {
+    /// The library that failed to load.
+    pub fn library(&self) -> Library {
+        self.library
+    }
+
+    /// The file name given to `dlopen` (the soname, or the environment override).
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The dynamic loader's reason, as `dlerror()` reported it.
+    pub fn dlerror(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "cannot load {} from `{}`: {}; install rdma-core's libraries \
+             (Debian/Ubuntu: `apt install libibverbs1 librdmacm1`, RHEL/Fedora: \
+             `dnf install libibverbs librdmacm`) or set {} to the library's path",
+            self.library,
+            self.path,
+            self.message,
+            self.library.env_var()
+        )
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// Loads libibverbs and librdmacm (once per process) and reports the first that failed.
+///
+/// Call it before the first verb: afterwards every bound function forwards to the loaded
+/// library. Loading is thread-safe and happens at most once per library.
+#[doc(alias = "rdma_mummy_load")]
+pub fn ensure_loaded() -> Result<(), LoadError> {
+    Library::ALL.into_iter().try_for_each(Library::load)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_names_library_path_reason_and_remedy() {
+        let err = LoadError {
+            library: Library::Rdmacm,
+            path: "/opt/x/librdmacm.so.1".to_owned(),
+            message: "file not found".to_owned(),
+        };
+        let text = err.to_string();
+        for needle in [
+            "librdmacm",
+            "/opt/x/librdmacm.so.1",
+            "file not found",
+            "apt install libibverbs1 librdmacm1",
+            "RDMA_MUMMY_LIBRDMACM",
+        ] {
+            assert!(text.contains(needle), "{needle:?} missing from {text:?}");
+        }
+    }
+
+    #[test]
+    fn library_names_match_the_shim() {
+        assert_eq!(Library::Ibverbs.soname(), "libibverbs.so.1");
+        assert_eq!(Library::Rdmacm.env_var(), "RDMA_MUMMY_LIBRDMACM");
+        assert_eq!(
+            Library::Rdmacm.raw(),
+            ffi::rdma_mummy_library::RDMA_MUMMY_LIB_RDMACM
+        );
+    }
+}
