@@ -56,5 +56,30 @@ else
         echo "skipped: no network namespace here (unshare -n not permitted) for the offline check"
     fi
 fi
+# Failures of the first-run steps must name the step and say what to do.
+if [ "$(id -u)" -eq 0 ]; then
+    fake=$(mktemp -d)
+    printf '#!/bin/sh\nexit 1\n' >"$fake/dpkg-query"
+    printf '#!/bin/sh\necho "E: Unable to locate package (simulated)" >&2\nexit 100\n' >"$fake/apt-get"
+    chmod +x "$fake/dpkg-query" "$fake/apt-get"
+    check "packages that cannot be installed: the step is named, exit 125" 125 \
+        "installing packages for the SoftRoCE rig failed: .*install .*by hand" \
+        env PATH="$fake:$PATH" $rig prepare
+    rm -rf "$fake"
+else
+    echo "skipped: the failing-install check (needs root, so that no sudo resets PATH)"
+fi
+rootfs=$($rig status | sed -n 's/^  root filesystem: \(\/.*\)$/\1/p')
+if [ -n "$rootfs" ] && [ "$on_host" = no ]; then
+    # A cache with the root filesystem but no kernel, and a mirror on a closed local port.
+    cache=$(mktemp -d)
+    ln -s "$rootfs" "$cache/${rootfs##*/}"
+    check "a kernel that cannot be downloaded: the step is named, exit 125" 125 \
+        "downloading the guest kernel failed: .*check the network, or set SOFTROCE_MIRROR" \
+        env SOFTROCE_CACHE="$cache" SOFTROCE_MIRROR=http://127.0.0.1:9/debian $rig prepare
+    rm -rf "$cache"
+else
+    echo "skipped: the failed-kernel-download check (no guest root filesystem in the cache)"
+fi
 echo "softroce rig: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
