@@ -1,16 +1,55 @@
 //! Fast, safe RDMA in Rust.
 //!
-//! `sideway` wraps rdma-core's libibverbs and librdmacm (loaded at run time through
-//! `rdma-mummy-sys`, so nothing links rdma-core at build time). Every verbs object is owned
-//! through an `Arc`, objects with many knobs are made by builders, errors are typed and carry
-//! the context a person needs, and the data path costs no more than the C inline functions.
+//! `sideway` wraps rdma-core's libibverbs and librdmacm, loaded at run time through
+//! [`rdma-mummy-sys`](rdma_mummy_sys) so nothing links rdma-core at build time and one binary
+//! runs on any rdma-core version.
 //!
-//! The crate grows one verbs object at a time; today it holds the GID type that the device,
-//! address-handle and connection layers share.
+//! - Every verbs object is owned through an `Arc`, and each holds the `Arc`s of what it needs
+//!   (a memory region its protection domain, a queue pair its completion queues), so drop
+//!   order is always right and no user code names a lifetime.
+//! - `Drop` calls the destroy verb and never panics; a failed destroy is reported on stderr.
+//! - Errors are typed per operation and say what failed, with which inputs, and why.
+//! - C enums that a newer rdma-core may grow are `#[non_exhaustive]` with an `Unknown` arm;
+//!   flags keep bits this crate does not know.
+//!
+//! ```no_run
+//! let ctx = sideway::open_device(None)?; // the first device
+//! let port = ctx.query_port(1)?;
+//! println!("{}: port 1 is {:?}, MTU {:?}", ctx.name(), port.state(), port.active_mtu());
+//! let pd = ctx.alloc_pd()?;
+//! let buf = pd.reg_buffer(4096, sideway::AccessFlags::LOCAL_WRITE)?;
+//! println!("lkey {:#x}", buf.lkey());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+#[allow(unsafe_code)]
+pub mod device;
 pub mod gid;
+#[allow(unsafe_code)]
+pub mod memory_region;
+#[allow(unsafe_code)]
+pub mod protection_domain;
 
+#[allow(unsafe_code)]
+mod errno;
+mod macros;
+
+pub use device::{open_device, Device, DeviceContext, DeviceError, DeviceList};
 pub use gid::{Gid, ParseGidError};
+pub use memory_region::{AccessFlags, MemoryRegion, MemoryRegionError, RegisteredBuffer};
+pub use protection_domain::ProtectionDomain;
+/// The raw bindings, for calls this crate does not wrap.
+pub use rdma_mummy_sys as sys;
+
+/// Reports a destroy verb that failed in a `Drop`: the resource may leak, but the program goes
+/// on. Writing to stderr can itself fail; that is ignored rather than allowed to panic.
+pub(crate) fn report_drop_failure(call: &str, object: &str, error: &std::io::Error) {
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "sideway: {call} failed while dropping {object}: {error} (the resource may leak)"
+    );
+}

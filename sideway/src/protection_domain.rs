@@ -1,0 +1,91 @@
+//! Protection domains (`struct ibv_pd`): the scope that memory regions, queue pairs and
+//! address handles share.
+
+use std::fmt;
+use std::io;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use rdma_mummy_sys as ffi;
+
+use crate::device::DeviceContext;
+use crate::errno::{from_ret, non_null};
+
+/// `ibv_alloc_pd` failed.
+#[derive(Debug, thiserror::Error)]
+#[error("failed to allocate a protection domain on {device}: {source}")]
+pub struct AllocPdError {
+    /// The device's name.
+    pub device: String,
+    /// The errno.
+    #[source]
+    pub source: io::Error,
+}
+
+/// A protection domain. Holds its device context; memory regions and queue pairs hold it.
+#[doc(alias = "ibv_pd")]
+pub struct ProtectionDomain {
+    raw: NonNull<ffi::ibv_pd>,
+    ctx: Arc<DeviceContext>,
+}
+
+// SAFETY: verbs objects may be used from any thread; the PD is only read after creation.
+unsafe impl Send for ProtectionDomain {}
+// SAFETY: as above.
+unsafe impl Sync for ProtectionDomain {}
+
+impl DeviceContext {
+    /// Allocates a protection domain (`ibv_alloc_pd`).
+    #[doc(alias = "ibv_alloc_pd")]
+    pub fn alloc_pd(self: &Arc<Self>) -> Result<Arc<ProtectionDomain>, AllocPdError> {
+        // SAFETY: the context is open for as long as self lives.
+        let pd = unsafe { ffi::ibv_alloc_pd(self.as_raw()) };
+        let raw = non_null(pd).map_err(|source| AllocPdError {
+            device: self.name().to_owned(),
+            source,
+        })?;
+        Ok(Arc::new(ProtectionDomain {
+            raw,
+            ctx: Arc::clone(self),
+        }))
+    }
+}
+
+impl ProtectionDomain {
+    /// The device context this PD belongs to.
+    pub fn context(&self) -> &Arc<DeviceContext> {
+        &self.ctx
+    }
+
+    /// The raw `ibv_pd`, valid while this PD is alive.
+    pub fn as_raw(&self) -> *mut ffi::ibv_pd {
+        self.raw.as_ptr()
+    }
+}
+
+impl Drop for ProtectionDomain {
+    fn drop(&mut self) {
+        // SAFETY: raw came from ibv_alloc_pd; every object holding an Arc of this PD is gone.
+        let ret = unsafe { ffi::ibv_dealloc_pd(self.raw.as_ptr()) };
+        if let Err(e) = from_ret(ret) {
+            crate::report_drop_failure("ibv_dealloc_pd", "a protection domain", &e);
+        }
+    }
+}
+
+impl fmt::Debug for ProtectionDomain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProtectionDomain")
+            .field("device", &self.ctx.name())
+            .field("handle", &self.handle())
+            .finish()
+    }
+}
+
+impl ProtectionDomain {
+    /// The kernel's handle of this PD.
+    pub fn handle(&self) -> u32 {
+        // SAFETY: raw is a live PD; reading a plain field.
+        unsafe { (*self.raw.as_ptr()).handle }
+    }
+}

@@ -1,0 +1,137 @@
+//! Device tests: listing, opening, and querying a real device and its ports and GIDs.
+
+mod common;
+
+use sideway::device::{GidType, LinkLayer, PortState};
+use sideway::{DeviceError, DeviceList};
+
+#[test]
+fn lists_and_queries_the_device() {
+    let Some(ctx) = common::device_or_skip("lists_and_queries_the_device") else {
+        return;
+    };
+    let list = DeviceList::new().unwrap();
+    let dev = list.find(ctx.name()).unwrap();
+    assert_eq!(dev.name(), ctx.name());
+
+    let attr = ctx.query_device().unwrap();
+    assert!(attr.phys_port_cnt() >= 1);
+    assert!(attr.max_qp() > 0 && attr.max_cqe() > 0 && attr.max_qp_wr() > 0);
+    assert!(attr.max_sge() >= 1);
+    assert_eq!(attr.node_guid(), dev.guid());
+
+    let port = ctx.query_port(1).unwrap();
+    assert_eq!(port.state(), PortState::Active, "{port:?}");
+    assert!(port.active_mtu().bytes().is_some(), "{port:?}");
+    assert!(port.gid_table_len() > 0);
+}
+
+#[test]
+fn gid_table_has_the_test_gid() {
+    let Some(ctx) = common::device_or_skip("gid_table_has_the_test_gid") else {
+        return;
+    };
+    let index = common::gid_index(&ctx);
+    let entry = ctx.query_gid(1, index).unwrap();
+    assert_eq!(entry.index, index);
+    assert_eq!(entry.port, 1);
+    assert!(!entry.gid.is_zero());
+    let table = ctx.query_gid_table().unwrap();
+    assert!(table.contains(&entry), "{entry:?} not in {table:?}");
+    if ctx.query_port(1).unwrap().link_layer() == LinkLayer::Ethernet {
+        assert!(
+            entry.netdev.is_some(),
+            "a RoCE GID names its netdev: {entry:?}"
+        );
+        if let Ok(ip) = std::env::var("RDMA_TEST_IP") {
+            // The rig's test GID is the IPv4-mapped RoCE v2 GID of RDMA_TEST_IP.
+            assert_eq!(entry.gid_type, GidType::RoceV2);
+            assert_eq!(entry.gid.to_ipv4_mapped().map(|a| a.to_string()), Some(ip));
+        }
+    }
+}
+
+#[test]
+fn bad_ports_gids_and_names_are_clear_errors() {
+    let Some(ctx) = common::device_or_skip("bad_ports_gids_and_names_are_clear_errors") else {
+        return;
+    };
+    for port in [0, 9] {
+        match ctx.query_port(port) {
+            Err(e @ DeviceError::NoSuchPort { .. }) => {
+                assert!(
+                    e.to_string().contains(&format!("has no port {port}")),
+                    "{e}"
+                )
+            }
+            other => panic!("port {port}: {other:?}"),
+        }
+    }
+    let len = ctx.query_port(1).unwrap().gid_table_len();
+    match ctx.query_gid(1, len + 5) {
+        Err(e @ DeviceError::NoSuchGid { .. }) => {
+            assert!(e.to_string().contains("has no GID index"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+    match sideway::open_device(Some("no_such_device9")) {
+        Err(e @ DeviceError::NotFound { .. }) => {
+            assert!(
+                e.to_string().contains(ctx.name()),
+                "lists the devices there are: {e}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    // P_Key index 0 holds the default partition key on every port.
+    assert_eq!(ctx.query_pkey(1, 0).unwrap() & 0x7fff, 0x7fff);
+}
+
+#[test]
+fn memory_registration() {
+    let Some(ctx) = common::device_or_skip("memory_registration") else {
+        return;
+    };
+    let pd = ctx.alloc_pd().unwrap();
+    let mut buf = pd
+        .reg_buffer(
+            8192,
+            sideway::AccessFlags::LOCAL_WRITE | sideway::AccessFlags::REMOTE_WRITE,
+        )
+        .unwrap();
+    assert_eq!(buf.len(), 8192);
+    assert_eq!(buf.addr() % 4096, 0);
+    assert_eq!(buf.mr().len(), 8192);
+    buf.as_mut_slice()[..4].copy_from_slice(b"ping");
+    assert_eq!(&buf.as_slice()[..4], b"ping");
+    let sge = buf.sge(4096..8192).unwrap();
+    assert_eq!(sge.addr(), buf.addr() + 4096);
+    assert_eq!(sge.length(), 4096);
+    assert_eq!(sge.lkey(), buf.lkey());
+    assert!(buf.sge(4096..8193).is_none());
+    // Raw registration of memory we own, dropped before the memory.
+    let mut raw = vec![0u8; 4096];
+    // SAFETY: `raw` outlives the region, which is dropped at the end of this block first.
+    let mr = unsafe {
+        pd.reg_mr(
+            raw.as_mut_ptr(),
+            raw.len(),
+            sideway::AccessFlags::LOCAL_WRITE,
+        )
+        .unwrap()
+    };
+    assert_eq!(mr.addr(), raw.as_ptr() as u64);
+    drop(mr);
+    // An access combination the verbs reject, with the hint.
+    // SAFETY: as above.
+    let err = unsafe {
+        pd.reg_mr(
+            raw.as_mut_ptr(),
+            raw.len(),
+            sideway::AccessFlags::REMOTE_WRITE,
+        )
+    };
+    if let Err(e) = err {
+        assert!(e.to_string().contains("ibv_reg_mr"), "{e}");
+    }
+}
