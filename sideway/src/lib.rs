@@ -26,6 +26,8 @@
 #![deny(unsafe_code)]
 
 #[allow(unsafe_code)]
+pub mod completion_queue;
+#[allow(unsafe_code)]
 pub mod device;
 pub mod gid;
 #[allow(unsafe_code)]
@@ -37,6 +39,10 @@ pub mod protection_domain;
 mod errno;
 mod macros;
 
+pub use completion_queue::{
+    CompletionChannel, CompletionQueue, CompletionQueueBuilder, CompletionQueueError, Poller,
+    WcFlags, WcFlagsEx, WcOpcode, WcStatus, WorkCompletion, WorkCompletionError,
+};
 pub use device::{open_device, Device, DeviceContext, DeviceError, DeviceList};
 pub use gid::{Gid, ParseGidError};
 pub use memory_region::{AccessFlags, MemoryRegion, MemoryRegionError, RegisteredBuffer};
