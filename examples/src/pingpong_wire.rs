@@ -3,10 +3,17 @@
 //!
 //! Each side sends one fixed-size message: `LID:QPN:PSN:GID` formatted as
 //! `%04x:%06x:%06x:%s`, where the GID is 32 hex digits in network byte order, followed by a
-//! NUL, 52 bytes in all. The client sends first, the server answers with its own line, and at
-//! the end the client sends `done`.
+//! NUL, 52 bytes in all. The client sends first; the server moves its QP to RTS with the
+//! client's endpoint before it answers with its own line; the client then sends `done` (with
+//! its NUL, 5 bytes) and connects its own QP. [`client_exchange`] and [`server_exchange`]
+//! speak exactly that, with every read bounded by a timeout so a peer that vanishes mid-way is
+//! an error, not a hang.
 
+use std::error::Error;
 use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::time::Duration;
 
 use sideway::Gid;
 
@@ -112,6 +119,171 @@ impl Endpoint {
     }
 }
 
+/// The closing word the client sends, NUL included, as rdma-core's programs send it.
+pub const DONE: &[u8; 5] = b"done\0";
+
+/// Why the endpoint exchange over TCP failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ExchangeError {
+    /// The client could not reach the server.
+    Connect {
+        /// `host:port`.
+        addr: String,
+        /// What the connect said.
+        source: io::Error,
+    },
+    /// The server could not listen.
+    Listen {
+        /// The TCP port.
+        port: u16,
+        /// What bind or listen said.
+        source: io::Error,
+    },
+    /// Reading or writing the socket failed, or the peer went silent past the timeout.
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The error.
+        source: io::Error,
+    },
+    /// The peer's message is not an endpoint line.
+    Wire(WireError),
+    /// The client's closing word was not `done`.
+    BadDone,
+    /// Moving the QP to RTS with the peer's endpoint failed.
+    QpConnect(Box<dyn Error + Send + Sync>),
+}
+
+impl fmt::Display for ExchangeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExchangeError::Connect { addr, source } => write!(
+                f,
+                "could not connect to the server at {addr}: {source} (is the server running, \
+                 and on this port?)"
+            ),
+            ExchangeError::Listen { port, source } => {
+                write!(f, "could not listen on TCP port {port}: {source}")
+            }
+            ExchangeError::Io { what, source } => match source.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                    write!(f, "{what}: the peer did not answer in time")
+                }
+                io::ErrorKind::UnexpectedEof => {
+                    write!(f, "{what}: the peer closed the connection")
+                }
+                _ => write!(f, "{what}: {source}"),
+            },
+            ExchangeError::Wire(e) => e.fmt(f),
+            ExchangeError::BadDone => {
+                f.write_str("the client's closing message was not \"done\": not a pingpong client?")
+            }
+            ExchangeError::QpConnect(e) => {
+                write!(f, "could not connect the QP to the peer's endpoint: {e}")
+            }
+        }
+    }
+}
+
+impl Error for ExchangeError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        match self {
+            ExchangeError::Connect { source, .. }
+            | ExchangeError::Listen { source, .. }
+            | ExchangeError::Io { source, .. } => Some(source),
+            ExchangeError::Wire(e) => Some(e),
+            ExchangeError::QpConnect(e) => Some(e.as_ref()),
+            ExchangeError::BadDone => None,
+        }
+    }
+}
+
+fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> ExchangeError {
+    move |source| ExchangeError::Io { what, source }
+}
+
+fn read_endpoint(stream: &mut TcpStream, what: &'static str) -> Result<Endpoint, ExchangeError> {
+    let mut msg = [0u8; MESSAGE_LEN];
+    stream.read_exact(&mut msg).map_err(io_err(what))?;
+    Endpoint::from_wire(&msg).map_err(ExchangeError::Wire)
+}
+
+/// The client's side: connects to `host:port`, sends `local`, reads the server's endpoint,
+/// sends `done`. Each step waits at most `timeout`.
+pub fn client_exchange(
+    host: &str,
+    port: u16,
+    local: &Endpoint,
+    timeout: Duration,
+) -> Result<Endpoint, ExchangeError> {
+    let addr = format!("{host}:{port}");
+    let connect_err = |source| ExchangeError::Connect {
+        addr: addr.clone(),
+        source,
+    };
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "the name resolved to no address");
+    let mut stream = None;
+    for sockaddr in (host, port).to_socket_addrs().map_err(connect_err)? {
+        match TcpStream::connect_timeout(&sockaddr, timeout) {
+            Ok(s) => {
+                stream = Some(s);
+                break;
+            }
+            Err(e) => last = e,
+        }
+    }
+    let mut stream = stream.ok_or_else(|| connect_err(last))?;
+    stream
+        .set_read_timeout(Some(timeout))
+        .and_then(|()| stream.set_write_timeout(Some(timeout)))
+        .map_err(io_err("setting socket timeouts"))?;
+    let wire = local.to_wire().map_err(ExchangeError::Wire)?;
+    stream
+        .write_all(&wire)
+        .map_err(io_err("sending our endpoint to the server"))?;
+    let remote = read_endpoint(&mut stream, "reading the server's endpoint")?;
+    stream
+        .write_all(DONE)
+        .map_err(io_err("sending \"done\" to the server"))?;
+    Ok(remote)
+}
+
+/// The server's side: listens on `port` (all addresses), waits for one client (as long as it
+/// takes), reads its endpoint, calls `connect` with it (move the QP to RTS there), sends
+/// `local`, and reads the client's `done`. Once a client is connected, each step waits at
+/// most `timeout`.
+pub fn server_exchange(
+    port: u16,
+    local: &Endpoint,
+    timeout: Duration,
+    connect: impl FnOnce(&Endpoint) -> Result<(), Box<dyn Error + Send + Sync>>,
+) -> Result<Endpoint, ExchangeError> {
+    let listener = TcpListener::bind(("::", port))
+        .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
+        .map_err(|source| ExchangeError::Listen { port, source })?;
+    let (mut stream, _) = listener.accept().map_err(io_err("waiting for a client"))?;
+    drop(listener);
+    stream
+        .set_read_timeout(Some(timeout))
+        .and_then(|()| stream.set_write_timeout(Some(timeout)))
+        .map_err(io_err("setting socket timeouts"))?;
+    let remote = read_endpoint(&mut stream, "reading the client's endpoint")?;
+    connect(&remote).map_err(ExchangeError::QpConnect)?;
+    let wire = local.to_wire().map_err(ExchangeError::Wire)?;
+    stream
+        .write_all(&wire)
+        .map_err(io_err("sending our endpoint to the client"))?;
+    let mut done = [0u8; DONE.len()];
+    stream
+        .read_exact(&mut done)
+        .map_err(io_err("reading the client's \"done\""))?;
+    if &done != DONE {
+        return Err(ExchangeError::BadDone);
+    }
+    Ok(remote)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,5 +341,96 @@ mod tests {
             Endpoint::from_wire(&done).is_err(),
             "the closing word is not an endpoint"
         );
+    }
+
+    fn free_port() -> u16 {
+        TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    fn other() -> Endpoint {
+        Endpoint {
+            lid: 2,
+            qpn: 0x22,
+            psn: 0x123,
+            gid: Gid::ZERO,
+        }
+    }
+
+    #[test]
+    fn client_and_server_exchange_over_loopback() {
+        let port = free_port();
+        let server = std::thread::spawn(move || {
+            let mut seen = None;
+            let remote = server_exchange(port, &other(), Duration::from_secs(5), |ep| {
+                seen = Some(*ep);
+                Ok(())
+            })
+            .unwrap();
+            (remote, seen)
+        });
+        let mut tries = 0;
+        let got = loop {
+            match client_exchange("127.0.0.1", port, &sample(), Duration::from_secs(5)) {
+                Ok(ep) => break ep,
+                Err(ExchangeError::Connect { .. }) if tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        assert_eq!(got, other());
+        let (remote, seen) = server.join().unwrap();
+        assert_eq!(remote, sample());
+        assert_eq!(
+            seen,
+            Some(sample()),
+            "the server connects before it answers"
+        );
+    }
+
+    #[test]
+    fn no_server_is_a_clear_error() {
+        let port = free_port();
+        let err = client_exchange("127.0.0.1", port, &sample(), Duration::from_secs(2))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is the server running"), "{err}");
+    }
+
+    #[test]
+    fn silent_or_garbage_peers_end_in_errors() {
+        // A "server" that accepts, sends junk and closes.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let junk = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; MESSAGE_LEN];
+            s.read_exact(&mut buf).unwrap();
+            s.write_all(&[b'x'; MESSAGE_LEN]).unwrap();
+        });
+        let err = client_exchange("127.0.0.1", port, &sample(), Duration::from_secs(2))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("malformed"), "{err}");
+        junk.join().unwrap();
+
+        // A "server" that accepts and says nothing: the client gives up after the timeout.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let silent = std::thread::spawn(move || {
+            let (s, _) = listener.accept().unwrap();
+            std::thread::sleep(Duration::from_millis(1500));
+            drop(s);
+        });
+        let err = client_exchange("127.0.0.1", port, &sample(), Duration::from_millis(300))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("did not answer in time"), "{err}");
+        silent.join().unwrap();
     }
 }
