@@ -22,11 +22,13 @@
 
 use std::fmt;
 
+use serde::{Deserialize, Serialize};
+
 /// How many of the largest samples perftest drops from the count before the statistics.
 pub const MEASURE_TAIL: usize = 2;
 
 /// The latency columns perftest prints, in microseconds.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LatencySummary {
     /// Smallest sample.
     pub t_min: f64,

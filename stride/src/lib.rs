@@ -1,9 +1,16 @@
 //! `stride-perf`: a perftest-style RDMA benchmark built on sideway.
 //!
 //! The crate measures what perftest measures, the same way, so that its numbers can stand
-//! beside perftest's. It grows piece by piece; today it holds the latency statistics.
+//! beside perftest's. The measurement, statistics, parameter checks and reporting live here; the
+//! `stride-perf` binary drives them.
 
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+pub mod bandwidth;
+pub mod cli;
 pub mod latency;
+pub mod oob;
+pub mod params;
+pub mod plot;
+pub mod report;

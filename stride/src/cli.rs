@@ -1,0 +1,294 @@
+//! The command line: perftest's flag letters and defaults, English long names, and the
+//! rules that say which combinations make sense, checked before anything touches a device.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde::{Deserialize, Serialize};
+
+/// A perftest-style RDMA benchmark built on sideway.
+///
+/// Run the server first (no address), then the client with the server's address; both print
+/// the results. `stride-perf write bw` measures RDMA WRITE bandwidth, `stride-perf send lat`
+/// SEND/RECV latency, and so on.
+#[derive(Debug, Parser)]
+#[command(name = "stride-perf", version, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The verbs to measure, and the plot tool.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// SEND/RECV.
+    Send(RunArgs),
+    /// RDMA WRITE.
+    Write(RunArgs),
+    /// RDMA READ.
+    Read(RunArgs),
+    /// Atomic fetch-and-add or compare-and-swap.
+    Atomic(RunArgs),
+    /// Plot results: bandwidth or latency against message size, one line per JSON file.
+    Plot(PlotArgs),
+}
+
+impl Command {
+    /// The verb and its arguments, or `None` for `plot`.
+    pub fn run_args(&self) -> Option<(Verb, &RunArgs)> {
+        match self {
+            Command::Send(a) => Some((Verb::Send, a)),
+            Command::Write(a) => Some((Verb::Write, a)),
+            Command::Read(a) => Some((Verb::Read, a)),
+            Command::Atomic(a) => Some((Verb::Atomic, a)),
+            Command::Plot(_) => None,
+        }
+    }
+}
+
+/// The verb under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Verb {
+    /// SEND/RECV.
+    Send,
+    /// RDMA WRITE.
+    Write,
+    /// RDMA READ.
+    Read,
+    /// Atomics.
+    Atomic,
+}
+
+impl Verb {
+    /// The verb as typed on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Send => "send",
+            Verb::Write => "write",
+            Verb::Read => "read",
+            Verb::Atomic => "atomic",
+        }
+    }
+}
+
+/// Bandwidth or latency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Test {
+    /// Bandwidth and message rate.
+    Bw,
+    /// Latency.
+    Lat,
+}
+
+impl Test {
+    /// The test as typed on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Test::Bw => "bw",
+            Test::Lat => "lat",
+        }
+    }
+}
+
+/// The transport of the queue pairs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[value(rename_all = "UPPER")]
+pub enum Connection {
+    /// Reliable connection.
+    Rc,
+    /// Unreliable connection.
+    Uc,
+    /// Unreliable datagram.
+    Ud,
+}
+
+/// The atomic operation of `atomic` tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[value(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum AtomicType {
+    /// Fetch-and-add.
+    FetchAndAdd,
+    /// Compare-and-swap.
+    CmpAndSwap,
+}
+
+/// Options of a measurement, with perftest's letters.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Measure bandwidth (bw) or latency (lat).
+    pub test: Test,
+
+    /// The server to connect to; without it, this side is the server.
+    pub server: Option<String>,
+
+    /// RDMA device (default: the first one).
+    #[arg(short = 'd', long = "ib-dev")]
+    pub device: Option<String>,
+
+    /// Port of the device.
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    pub ib_port: u32,
+
+    /// GID index (default: the best one, preferring an IPv4-mapped RoCE v2 GID).
+    #[arg(short = 'x', long = "gid-index")]
+    pub gid_index: Option<u32>,
+
+    /// Message size in bytes (default: bw 65536, lat 2, atomic 8).
+    #[arg(short = 's', long)]
+    pub size: Option<u64>,
+
+    /// Run every size from 2 B to 8 MiB in powers of two.
+    #[arg(short = 'a', long = "all", conflicts_with = "size")]
+    pub all_sizes: bool,
+
+    /// Iterations (default 1000; 5000 for write bw).
+    #[arg(short = 'n', long = "iters", conflicts_with = "duration")]
+    pub iterations: Option<u64>,
+
+    /// Run for this many seconds instead of a number of iterations.
+    #[arg(short = 'D', long = "duration")]
+    pub duration: Option<u64>,
+
+    /// Most outstanding work requests per QP (default: bw 128, lat 1).
+    #[arg(short = 't', long = "tx-depth")]
+    pub tx_depth: Option<u32>,
+
+    /// Receive queue depth for send tests.
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 512)]
+    pub rx_depth: u32,
+
+    /// Signal one completion every this many work requests (default 100; 1 above 8 KiB).
+    #[arg(short = 'Q', long = "cq-mod")]
+    pub cq_mod: Option<u32>,
+
+    /// Post this many work requests with one doorbell.
+    #[arg(short = 'l', long = "post-list", default_value_t = 1)]
+    pub post_list: u32,
+
+    /// Number of queue pairs (bandwidth tests).
+    #[arg(short = 'q', long = "qp", default_value_t = 1)]
+    pub qps: u32,
+
+    /// Transport: RC, UC or UD, where the verb allows it.
+    #[arg(short = 'c', long = "connection", value_enum, default_value_t = Connection::Rc)]
+    pub connection: Connection,
+
+    /// Path MTU in bytes (default: the smaller active MTU of the two ports).
+    #[arg(short = 'm', long = "mtu")]
+    pub mtu: Option<u32>,
+
+    /// QP timeout exponent (4.096 µs × 2^N).
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14)]
+    pub qp_timeout: u8,
+
+    /// Send messages up to this size inline.
+    #[arg(short = 'I', long = "inline-size")]
+    pub inline_size: Option<u32>,
+
+    /// Measure both directions at once (bandwidth tests).
+    #[arg(short = 'b', long = "bidirectional")]
+    pub bidirectional: bool,
+
+    /// Atomic operation.
+    #[arg(short = 'A', long = "atomic-type", value_enum, default_value_t = AtomicType::FetchAndAdd)]
+    pub atomic_type: AtomicType,
+
+    /// Most outstanding RDMA READ and atomic operations.
+    #[arg(short = 'o', long = "outs", default_value_t = 16)]
+    pub outstanding: u32,
+
+    /// Sleep on completion events instead of polling.
+    #[arg(short = 'e', long = "events")]
+    pub events: bool,
+
+    /// Set up connections with rdmacm instead of the TCP exchange.
+    #[arg(short = 'R', long = "rdma-cm")]
+    pub rdma_cm: bool,
+
+    /// TCP port of the out-of-band exchange (or of rdmacm with -R).
+    #[arg(short = 'p', long = "port", default_value_t = 18515)]
+    pub port: u16,
+
+    /// Report bandwidth in Gb/s (10^9 bit) instead of MiB/s.
+    #[arg(long = "report-gbits")]
+    pub report_gbits: bool,
+
+    /// Allocate the buffers in huge pages.
+    #[arg(long = "use-hugepages")]
+    pub use_hugepages: bool,
+
+    /// Also write the results, both sides', as JSON to this file.
+    #[arg(long = "json")]
+    pub json: Option<PathBuf>,
+}
+
+/// Options of `plot`.
+#[derive(Debug, Clone, Args)]
+pub struct PlotArgs {
+    /// JSON result files written with --json.
+    #[arg(required = true)]
+    pub inputs: Vec<PathBuf>,
+
+    /// The SVG file to write.
+    #[arg(short = 'o', long = "output")]
+    pub output: PathBuf,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn perftest_letters_parse() {
+        let cli = Cli::try_parse_from([
+            "stride-perf",
+            "write",
+            "bw",
+            "-d",
+            "rxe0",
+            "-x",
+            "1",
+            "-s",
+            "4096",
+            "-n",
+            "100",
+            "-q",
+            "4",
+            "-l",
+            "16",
+            "-Q",
+            "8",
+            "-c",
+            "UC",
+            "--report-gbits",
+            "198.18.0.1",
+        ])
+        .unwrap();
+        let (verb, a) = cli.command.run_args().unwrap();
+        assert_eq!(verb, Verb::Write);
+        assert_eq!(a.test, Test::Bw);
+        assert_eq!(a.server.as_deref(), Some("198.18.0.1"));
+        assert_eq!(
+            (a.size, a.iterations, a.qps, a.post_list),
+            (Some(4096), Some(100), 4, 16)
+        );
+        assert_eq!(a.connection, Connection::Uc);
+        assert!(a.report_gbits);
+    }
+
+    #[test]
+    fn size_and_all_conflict() {
+        assert!(Cli::try_parse_from(["stride-perf", "write", "bw", "-a", "-s", "8"]).is_err());
+        assert!(Cli::try_parse_from(["stride-perf", "write", "bw", "-n", "5", "-D", "2"]).is_err());
+        assert!(Cli::try_parse_from(["stride-perf", "write", "fast"]).is_err());
+    }
+}

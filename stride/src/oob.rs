@@ -1,0 +1,501 @@
+//! The out-of-band channel: a TCP connection over which the two sides agree on the test,
+//! trade queue-pair endpoints, synchronise, and hand over results.
+//!
+//! Every message is framed as `STRD`, a protocol version (u16, big-endian), a payload length
+//! (u32, big-endian, at most [`MAX_PAYLOAD`]) and a JSON payload. A peer that is not
+//! stride-perf, speaks another protocol version, or sends garbage is refused with a message
+//! that says so; every read after the connection is up waits at most the channel's timeout,
+//! so a peer that dies mid-run is an error, not a hang.
+
+use std::io::{self, Read, Write};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::params::TestParams;
+use crate::report::SideReport;
+
+/// Frame magic.
+pub const MAGIC: &[u8; 4] = b"STRD";
+/// Protocol version; bumped whenever a message changes.
+pub const VERSION: u16 = 1;
+/// Largest payload accepted, to refuse garbage early.
+pub const MAX_PAYLOAD: u32 = 1 << 20;
+
+/// One queue pair's address, for the peer to connect to and to target with RDMA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QpEndpoint {
+    /// Port LID (0 on RoCE).
+    pub lid: u16,
+    /// QP number.
+    pub qpn: u32,
+    /// Initial PSN.
+    pub psn: u32,
+    /// GID, 16 bytes in network order.
+    pub gid: [u8; 16],
+    /// Remote key of the buffer RDMA operations target.
+    pub rkey: u32,
+    /// Address of that buffer.
+    pub addr: u64,
+    /// The sender's active MTU in bytes (the two sides use the smaller).
+    pub mtu: u32,
+}
+
+/// A message of the protocol.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Message {
+    /// The client's opening: its parameters.
+    Hello {
+        /// The client's test parameters.
+        params: TestParams,
+    },
+    /// The server agrees.
+    Agree,
+    /// The server refuses: the parameters differ.
+    Refuse {
+        /// One line per setting that differs, from the server's point of view.
+        mismatches: Vec<String>,
+    },
+    /// The sender's queue pairs, one per QP in order.
+    Endpoints {
+        /// The endpoints.
+        qps: Vec<QpEndpoint>,
+    },
+    /// The sender is ready for the next step (a barrier).
+    Ready {
+        /// What step the sender reached, so that both sides check they are in step.
+        step: String,
+    },
+    /// The sender's results.
+    Results {
+        /// What the sender measured.
+        report: SideReport,
+    },
+    /// The sender hit an error and stops; the receiver should stop too.
+    Abort {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Message {
+    fn name(&self) -> &'static str {
+        match self {
+            Message::Hello { .. } => "hello",
+            Message::Agree => "agree",
+            Message::Refuse { .. } => "refuse",
+            Message::Endpoints { .. } => "endpoints",
+            Message::Ready { .. } => "ready",
+            Message::Results { .. } => "results",
+            Message::Abort { .. } => "abort",
+        }
+    }
+}
+
+/// What went wrong on the out-of-band channel.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OobError {
+    /// The client could not reach the server.
+    #[error("could not connect to the stride-perf server at {addr}: {source} (is the server running, on port {port}? start it first with the same options and no address)")]
+    Connect {
+        /// `host:port`.
+        addr: String,
+        /// The TCP port.
+        port: u16,
+        /// The error.
+        source: io::Error,
+    },
+    /// The server could not listen.
+    #[error("could not listen on TCP port {port}: {source} (another server running? use -p)")]
+    Listen {
+        /// The port.
+        port: u16,
+        /// The error.
+        source: io::Error,
+    },
+    /// The peer went silent past the timeout.
+    #[error("{what}: the peer did not answer within {secs} s (did it die or hang?)")]
+    Timeout {
+        /// What was being done.
+        what: String,
+        /// The timeout.
+        secs: u64,
+    },
+    /// The peer closed the connection.
+    #[error("{what}: the peer closed the connection (did it exit with an error? see its output)")]
+    Closed {
+        /// What was being done.
+        what: String,
+    },
+    /// Another socket error.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: io::Error,
+    },
+    /// The peer does not speak this protocol.
+    #[error("the peer is not stride-perf, or sent garbage: {0}")]
+    Garbage(String),
+    /// The peer speaks another version of the protocol.
+    #[error("the peer speaks stride-perf protocol version {peer}, this program version {VERSION}: run the same stride-perf version on both sides")]
+    Version {
+        /// The peer's version.
+        peer: u16,
+    },
+    /// A message arrived that does not fit this point of the protocol.
+    #[error("expected a {expected} message from the peer, got {got}")]
+    Unexpected {
+        /// What this side waited for.
+        expected: &'static str,
+        /// What came.
+        got: &'static str,
+    },
+    /// The two sides' parameters differ.
+    #[error("the two sides' test parameters differ; run both with the same options:\n  {}", .0.join("\n  "))]
+    Mismatch(Vec<String>),
+    /// The peer stopped with an error.
+    #[error("the peer stopped: {0}")]
+    PeerAborted(String),
+}
+
+/// A connected out-of-band channel.
+#[derive(Debug)]
+pub struct OobChannel {
+    stream: TcpStream,
+    timeout: Duration,
+}
+
+impl OobChannel {
+    /// Connects to a server (client side), waiting at most `timeout` for the connection.
+    pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<Self, OobError> {
+        let addr = format!("{host}:{port}");
+        let fail = |source| OobError::Connect {
+            addr: addr.clone(),
+            port,
+            source,
+        };
+        let mut last = io::Error::new(io::ErrorKind::NotFound, "the name resolved to no address");
+        for sockaddr in (host, port).to_socket_addrs().map_err(fail)? {
+            match TcpStream::connect_timeout(&sockaddr, timeout) {
+                Ok(stream) => return Self::wrap(stream, timeout),
+                Err(e) => last = e,
+            }
+        }
+        Err(fail(last))
+    }
+
+    /// Listens on `port` and waits for one client (server side); the wait itself has no
+    /// limit, like perftest's server, but every exchange after it does.
+    pub fn accept(port: u16, timeout: Duration) -> Result<Self, OobError> {
+        let listener = TcpListener::bind(("::", port))
+            .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
+            .map_err(|source| OobError::Listen { port, source })?;
+        let (stream, _) = listener.accept().map_err(|source| OobError::Io {
+            what: "waiting for a client".into(),
+            source,
+        })?;
+        Self::wrap(stream, timeout)
+    }
+
+    fn wrap(stream: TcpStream, timeout: Duration) -> Result<Self, OobError> {
+        let set = |r: io::Result<()>| {
+            r.map_err(|source| OobError::Io {
+                what: "setting up the connection".into(),
+                source,
+            })
+        };
+        set(stream.set_nodelay(true))?;
+        set(stream.set_read_timeout(Some(timeout)))?;
+        set(stream.set_write_timeout(Some(timeout)))?;
+        Ok(OobChannel { stream, timeout })
+    }
+
+    /// Changes how long a read may wait (a long measurement on the peer needs longer).
+    pub fn set_timeout(&mut self, timeout: Duration) -> Result<(), OobError> {
+        self.timeout = timeout;
+        self.stream
+            .set_read_timeout(Some(timeout))
+            .map_err(|source| OobError::Io {
+                what: "setting the timeout".into(),
+                source,
+            })
+    }
+
+    fn io_error(&self, what: &str, e: io::Error) -> OobError {
+        match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => OobError::Timeout {
+                what: what.into(),
+                secs: self.timeout.as_secs(),
+            },
+            io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::BrokenPipe => OobError::Closed { what: what.into() },
+            _ => OobError::Io {
+                what: what.into(),
+                source: e,
+            },
+        }
+    }
+
+    /// Sends one message.
+    pub fn send(&mut self, msg: &Message) -> Result<(), OobError> {
+        let payload = serde_json::to_vec(msg).map_err(|e| OobError::Io {
+            what: "encoding a message".into(),
+            source: io::Error::other(e),
+        })?;
+        let len = u32::try_from(payload.len())
+            .ok()
+            .filter(|&l| l <= MAX_PAYLOAD)
+            .ok_or_else(|| OobError::Garbage("a message of ours is too large".into()))?;
+        let mut frame = Vec::with_capacity(10 + payload.len());
+        frame.extend_from_slice(MAGIC);
+        frame.extend_from_slice(&VERSION.to_be_bytes());
+        frame.extend_from_slice(&len.to_be_bytes());
+        frame.extend_from_slice(&payload);
+        let what = format!("sending the {} message", msg.name());
+        self.stream
+            .write_all(&frame)
+            .map_err(|e| self.io_error(&what, e))
+    }
+
+    /// Receives one message; `expecting` names it for error messages.
+    pub fn recv(&mut self, expecting: &str) -> Result<Message, OobError> {
+        let what = format!("waiting for the peer's {expecting}");
+        let mut head = [0u8; 10];
+        self.stream
+            .read_exact(&mut head)
+            .map_err(|e| self.io_error(&what, e))?;
+        if &head[..4] != MAGIC {
+            return Err(OobError::Garbage(format!(
+                "the first bytes were {:?}, not the stride-perf frame magic",
+                String::from_utf8_lossy(&head[..4])
+            )));
+        }
+        let version = u16::from_be_bytes([head[4], head[5]]);
+        if version != VERSION {
+            return Err(OobError::Version { peer: version });
+        }
+        let len = u32::from_be_bytes([head[6], head[7], head[8], head[9]]);
+        if len > MAX_PAYLOAD {
+            return Err(OobError::Garbage(format!(
+                "a {len}-byte message is too large"
+            )));
+        }
+        let mut payload = vec![0u8; len as usize];
+        self.stream
+            .read_exact(&mut payload)
+            .map_err(|e| self.io_error(&what, e))?;
+        let msg: Message = serde_json::from_slice(&payload)
+            .map_err(|e| OobError::Garbage(format!("undecodable message: {e}")))?;
+        if let Message::Abort { reason } = msg {
+            return Err(OobError::PeerAborted(reason));
+        }
+        Ok(msg)
+    }
+
+    /// Client side of the opening: sends the parameters, returns when the server agrees.
+    pub fn client_handshake(&mut self, params: &TestParams) -> Result<(), OobError> {
+        self.send(&Message::Hello {
+            params: params.clone(),
+        })?;
+        match self.recv("agreement to the test parameters")? {
+            Message::Agree => Ok(()),
+            Message::Refuse { mismatches } => Err(OobError::Mismatch(
+                // The server wrote "here" for itself: turn it round for the client's reader.
+                mismatches
+                    .iter()
+                    .map(|m| m.replace("here ", "server ").replace("peer ", "client "))
+                    .collect(),
+            )),
+            other => Err(OobError::Unexpected {
+                expected: "agree",
+                got: other.name(),
+            }),
+        }
+    }
+
+    /// Server side of the opening: checks the client's parameters against ours; refuses
+    /// (telling the client why) when they differ.
+    pub fn server_handshake(&mut self, params: &TestParams) -> Result<(), OobError> {
+        let theirs = match self.recv("test parameters")? {
+            Message::Hello { params } => params,
+            other => {
+                return Err(OobError::Unexpected {
+                    expected: "hello",
+                    got: other.name(),
+                })
+            }
+        };
+        let mismatches = params.mismatches(&theirs);
+        if mismatches.is_empty() {
+            return self.send(&Message::Agree);
+        }
+        // Best effort: the refusal is for the client's benefit; our error says it all.
+        let _ = self.send(&Message::Refuse {
+            mismatches: mismatches.clone(),
+        });
+        Err(OobError::Mismatch(
+            mismatches
+                .iter()
+                .map(|m| m.replace("here ", "server ").replace("peer ", "client "))
+                .collect(),
+        ))
+    }
+
+    /// Trades endpoints: sends ours, returns the peer's.
+    pub fn exchange_endpoints(&mut self, ours: &[QpEndpoint]) -> Result<Vec<QpEndpoint>, OobError> {
+        self.send(&Message::Endpoints { qps: ours.to_vec() })?;
+        match self.recv("queue pair endpoints")? {
+            Message::Endpoints { qps } => Ok(qps),
+            other => Err(OobError::Unexpected {
+                expected: "endpoints",
+                got: other.name(),
+            }),
+        }
+    }
+
+    /// A barrier: both sides send `step` and wait for the other's, which must match.
+    pub fn barrier(&mut self, step: &str) -> Result<(), OobError> {
+        self.send(&Message::Ready { step: step.into() })?;
+        match self.recv(step)? {
+            Message::Ready { step: theirs } if theirs == step => Ok(()),
+            Message::Ready { step: theirs } => Err(OobError::Garbage(format!(
+                "out of step: we reached {step:?}, the peer {theirs:?}"
+            ))),
+            other => Err(OobError::Unexpected {
+                expected: "ready",
+                got: other.name(),
+            }),
+        }
+    }
+
+    /// Tells the peer this side stops with an error (best effort).
+    pub fn abort(&mut self, reason: &str) {
+        let _ = self.send(&Message::Abort {
+            reason: reason.into(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::Cli;
+    use clap::Parser;
+    use std::thread;
+
+    fn params(args: &[&str]) -> TestParams {
+        let mut argv = vec!["stride-perf"];
+        argv.extend_from_slice(args);
+        let cli = Cli::try_parse_from(argv).unwrap();
+        let (verb, a) = cli.command.run_args().unwrap();
+        TestParams::resolve(verb, a).unwrap()
+    }
+
+    /// A connected pair over loopback.
+    fn pair() -> (OobChannel, OobChannel) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let t = Duration::from_secs(5);
+        let client = thread::spawn(move || OobChannel::connect("127.0.0.1", port, t).unwrap());
+        let (s, _) = listener.accept().unwrap();
+        (client.join().unwrap(), OobChannel::wrap(s, t).unwrap())
+    }
+
+    #[test]
+    fn agreeing_sides_trade_endpoints_and_meet_at_barriers() {
+        let (mut c, mut s) = pair();
+        let p = params(&["write", "bw"]);
+        let pc = p.clone();
+        let ep = QpEndpoint {
+            lid: 0,
+            qpn: 17,
+            psn: 5,
+            gid: [1; 16],
+            rkey: 9,
+            addr: 0x1000,
+            mtu: 1024,
+        };
+        let client = thread::spawn(move || {
+            c.client_handshake(&pc).unwrap();
+            let theirs = c.exchange_endpoints(&[ep]).unwrap();
+            c.barrier("start").unwrap();
+            theirs
+        });
+        s.server_handshake(&p).unwrap();
+        let theirs = s
+            .exchange_endpoints(&[QpEndpoint { qpn: 18, ..ep }])
+            .unwrap();
+        s.barrier("start").unwrap();
+        assert_eq!(theirs, [ep]);
+        assert_eq!(client.join().unwrap()[0].qpn, 18);
+    }
+
+    #[test]
+    fn different_sizes_are_refused_on_both_sides() {
+        let (mut c, mut s) = pair();
+        let client = thread::spawn(move || {
+            c.client_handshake(&params(&["write", "bw", "-s", "4096"]))
+                .unwrap_err()
+                .to_string()
+        });
+        let server_err = s
+            .server_handshake(&params(&["write", "bw", "-s", "65536"]))
+            .unwrap_err()
+            .to_string();
+        let client_err = client.join().unwrap();
+        for e in [&server_err, &client_err] {
+            assert!(
+                e.contains("message size (-s/-a): server [65536], client [4096]"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn garbage_version_and_silence_are_errors() {
+        let (mut c, mut s) = pair();
+        c.stream.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        let e = s.recv("hello").unwrap_err().to_string();
+        assert!(e.contains("not stride-perf"), "{e}");
+
+        let (mut c, mut s) = pair();
+        let mut frame = MAGIC.to_vec();
+        frame.extend_from_slice(&99u16.to_be_bytes());
+        frame.extend_from_slice(&2u32.to_be_bytes());
+        frame.extend_from_slice(b"{}");
+        c.stream.write_all(&frame).unwrap();
+        let e = s.recv("hello").unwrap_err().to_string();
+        assert!(e.contains("version 99"), "{e}");
+
+        let (c, mut s) = pair();
+        s.set_timeout(Duration::from_millis(200)).unwrap();
+        let e = s.recv("results").unwrap_err().to_string();
+        assert!(e.contains("did not answer within"), "{e}");
+        drop(c);
+        let e = s.recv("results").unwrap_err().to_string();
+        assert!(e.contains("closed the connection"), "{e}");
+    }
+
+    #[test]
+    fn aborts_and_missing_servers_are_reported() {
+        let (mut c, mut s) = pair();
+        c.abort("device lost");
+        let e = s.recv("endpoints").unwrap_err().to_string();
+        assert_eq!(e, "the peer stopped: device lost");
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let e = OobChannel::connect("127.0.0.1", port, Duration::from_secs(2))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is the server running"), "{e}");
+    }
+}

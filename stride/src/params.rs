@@ -1,0 +1,316 @@
+//! Test parameters: the command line with perftest's defaults filled in, checked for
+//! combinations that cannot work, and compared between the two sides before a run.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cli::{AtomicType, Connection, RunArgs, Test, Verb};
+
+/// The largest size of an `-a` sweep: 8 MiB.
+pub const MAX_SWEEP_SIZE: u64 = 8 << 20;
+
+/// Everything that defines a run, resolved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TestParams {
+    /// The verb.
+    pub verb: Verb,
+    /// Bandwidth or latency.
+    pub test: Test,
+    /// Transport.
+    pub connection: Connection,
+    /// Message sizes, in run order (one unless `-a`).
+    pub sizes: Vec<u64>,
+    /// Iterations per size (ignored in duration mode).
+    pub iterations: u64,
+    /// Seconds per size, in duration mode.
+    pub duration: Option<u64>,
+    /// Outstanding work requests per QP.
+    pub tx_depth: u32,
+    /// Receive queue depth (send tests).
+    pub rx_depth: u32,
+    /// One signaled completion every `cq_mod` work requests.
+    pub cq_mod: u32,
+    /// Work requests per doorbell.
+    pub post_list: u32,
+    /// Queue pairs.
+    pub qps: u32,
+    /// Requested path MTU in bytes, if any.
+    pub mtu: Option<u32>,
+    /// Inline threshold in bytes.
+    pub inline_size: u32,
+    /// Both directions at once.
+    pub bidirectional: bool,
+    /// Atomic operation (atomic tests).
+    pub atomic_type: AtomicType,
+    /// Outstanding READs/atomics.
+    pub outstanding: u32,
+    /// Sleep on completion events.
+    pub events: bool,
+    /// Connection setup through rdmacm.
+    pub rdma_cm: bool,
+    /// QP timeout exponent.
+    pub qp_timeout: u8,
+}
+
+/// A combination of options that cannot work, with what to do instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParamError(pub String);
+
+impl fmt::Display for ParamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ParamError {}
+
+fn bail<T>(msg: impl Into<String>) -> Result<T, ParamError> {
+    Err(ParamError(msg.into()))
+}
+
+impl TestParams {
+    /// Resolves the command line for `verb`, or says which options do not fit together.
+    pub fn resolve(verb: Verb, a: &RunArgs) -> Result<Self, ParamError> {
+        use Connection::*;
+        match (verb, a.connection) {
+            (Verb::Read, Uc | Ud) => {
+                bail("RDMA READ needs a reliable connection: use -c RC (the default)")?
+            }
+            (Verb::Atomic, Uc | Ud) => {
+                bail("atomic operations need a reliable connection: use -c RC (the default)")?
+            }
+            (Verb::Write, Ud) => bail("RDMA WRITE is not possible on UD: use -c RC or -c UC")?,
+            _ => {}
+        }
+        let bw = a.test == Test::Bw;
+        if !bw {
+            if a.qps != 1 {
+                bail("latency tests use one QP: drop -q")?;
+            }
+            if a.bidirectional {
+                bail("-b (bidirectional) is for bandwidth tests only")?;
+            }
+            if a.post_list != 1 {
+                bail("-l (post list) is for bandwidth tests only")?;
+            }
+        }
+        if a.qps == 0 || a.post_list == 0 || a.rx_depth == 0 || a.outstanding == 0 {
+            bail("-q, -l, -r and -o must be at least 1")?;
+        }
+        let sizes = if a.all_sizes {
+            if verb == Verb::Atomic {
+                vec![8]
+            } else {
+                (1..=23).map(|p| 1u64 << p).collect()
+            }
+        } else {
+            vec![a.size.unwrap_or(match (verb, bw) {
+                (Verb::Atomic, _) => 8,
+                (_, true) => 65536,
+                (_, false) => 2,
+            })]
+        };
+        if verb == Verb::Atomic && sizes != [8] {
+            bail("atomic operations move 8 bytes: use -s 8 (the default)")?;
+        }
+        if sizes.contains(&0) {
+            bail("-s must be at least 1 byte")?;
+        }
+        if sizes.iter().any(|&s| s > u64::from(u32::MAX)) {
+            bail("-s must fit in 32 bits (at most 4294967295 bytes)")?;
+        }
+        let iterations = a.iterations.unwrap_or(match (verb, bw) {
+            (Verb::Write, true) => 5000,
+            _ => 1000,
+        });
+        if iterations == 0 {
+            bail("-n must be at least 1")?;
+        }
+        if !bw && a.duration.is_none() && iterations < 3 {
+            bail("latency statistics need at least 3 iterations (-n 3)")?;
+        }
+        if a.duration == Some(0) {
+            bail("-D must be at least 1 second")?;
+        }
+        let tx_depth = a.tx_depth.unwrap_or(if bw { 128 } else { 1 });
+        if tx_depth == 0 {
+            bail("-t must be at least 1")?;
+        }
+        if a.post_list > tx_depth {
+            bail(format!(
+                "-l {} needs -t of at least {}",
+                a.post_list, a.post_list
+            ))?;
+        }
+        let largest = sizes.iter().copied().max().unwrap_or(0);
+        let cq_mod = a
+            .cq_mod
+            .unwrap_or(if largest > 8192 { 1 } else { 100 })
+            .min(tx_depth);
+        if cq_mod == 0 {
+            bail("-Q must be at least 1")?;
+        }
+        if let Some(mtu) = a.mtu {
+            if ![256, 512, 1024, 2048, 4096].contains(&mtu) {
+                bail(format!(
+                    "-m {mtu} is not a path MTU: use 256, 512, 1024, 2048 or 4096"
+                ))?;
+            }
+        }
+        Ok(TestParams {
+            verb,
+            test: a.test,
+            connection: a.connection,
+            sizes,
+            iterations,
+            duration: a.duration,
+            tx_depth,
+            rx_depth: a.rx_depth,
+            cq_mod,
+            post_list: a.post_list,
+            qps: a.qps,
+            mtu: a.mtu,
+            inline_size: a.inline_size.unwrap_or(0),
+            bidirectional: a.bidirectional,
+            atomic_type: a.atomic_type,
+            outstanding: a.outstanding,
+            events: a.events,
+            rdma_cm: a.rdma_cm,
+            qp_timeout: a.qp_timeout,
+        })
+    }
+
+    /// The settings on which the two sides must agree, each with its name, as text, for
+    /// [`TestParams::mismatches`].
+    fn agreed(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("verb", self.verb.as_str().to_owned()),
+            ("test", self.test.as_str().to_owned()),
+            (
+                "connection type (-c)",
+                format!("{:?}", self.connection).to_uppercase(),
+            ),
+            ("message size (-s/-a)", format!("{:?}", self.sizes)),
+            ("iterations (-n)", self.iterations.to_string()),
+            ("duration (-D)", format!("{:?}", self.duration)),
+            ("number of QPs (-q)", self.qps.to_string()),
+            ("post list (-l)", self.post_list.to_string()),
+            ("bidirectional (-b)", self.bidirectional.to_string()),
+            ("atomic type (-A)", format!("{:?}", self.atomic_type)),
+            ("rdmacm setup (-R)", self.rdma_cm.to_string()),
+            ("completion events (-e)", self.events.to_string()),
+        ]
+    }
+
+    /// Where this side's parameters and the peer's differ, as lines such as
+    /// `message size (-s/-a): here [65536], peer [4096]`. Empty when they agree.
+    pub fn mismatches(&self, peer: &TestParams) -> Vec<String> {
+        self.agreed()
+            .into_iter()
+            .zip(peer.agreed())
+            .filter(|((_, a), (_, b))| a != b)
+            .map(|((name, a), (_, b))| format!("{name}: here {a}, peer {b}"))
+            .collect()
+    }
+
+    /// True when peak bandwidth is reported: perftest leaves it out above 20,000
+    /// iterations and in duration mode.
+    pub fn reports_peak(&self) -> bool {
+        self.duration.is_none() && self.iterations <= 20_000
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::Cli;
+    use clap::Parser;
+
+    fn params(args: &[&str]) -> Result<TestParams, ParamError> {
+        let mut argv = vec!["stride-perf"];
+        argv.extend_from_slice(args);
+        let cli = Cli::try_parse_from(argv).unwrap();
+        let (verb, a) = cli.command.run_args().unwrap();
+        TestParams::resolve(verb, a)
+    }
+
+    #[test]
+    fn perftest_defaults() {
+        let p = params(&["write", "bw"]).unwrap();
+        assert_eq!(
+            (p.sizes.as_slice(), p.iterations, p.tx_depth),
+            (&[65536][..], 5000, 128)
+        );
+        assert_eq!(p.cq_mod, 1, "CQ moderation is 1 above 8 KiB");
+        let p = params(&["send", "bw", "-s", "64"]).unwrap();
+        assert_eq!((p.iterations, p.cq_mod, p.rx_depth), (1000, 100, 512));
+        let p = params(&["write", "lat"]).unwrap();
+        assert_eq!((p.sizes.as_slice(), p.tx_depth, p.cq_mod), (&[2][..], 1, 1));
+        let p = params(&["atomic", "bw"]).unwrap();
+        assert_eq!(p.sizes, [8]);
+        let p = params(&["read", "bw", "-a"]).unwrap();
+        assert_eq!(p.sizes.first(), Some(&2));
+        assert_eq!(p.sizes.last(), Some(&MAX_SWEEP_SIZE));
+        assert_eq!(p.sizes.len(), 23);
+    }
+
+    #[test]
+    fn impossible_combinations_are_refused() {
+        for (args, want) in [
+            (
+                &["read", "bw", "-c", "UD"][..],
+                "READ needs a reliable connection",
+            ),
+            (&["write", "bw", "-c", "UD"][..], "not possible on UD"),
+            (
+                &["atomic", "bw", "-c", "UC"][..],
+                "need a reliable connection",
+            ),
+            (&["atomic", "bw", "-s", "16"][..], "use -s 8"),
+            (&["write", "lat", "-q", "2"][..], "one QP"),
+            (&["send", "lat", "-b"][..], "bandwidth tests only"),
+            (
+                &["write", "bw", "-l", "200"][..],
+                "needs -t of at least 200",
+            ),
+            (&["write", "bw", "-m", "1500"][..], "not a path MTU"),
+            (&["write", "bw", "-s", "0"][..], "at least 1 byte"),
+            (&["write", "lat", "-n", "2"][..], "at least 3 iterations"),
+        ] {
+            let err = params(args).unwrap_err().to_string();
+            assert!(err.contains(want), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn mismatches_name_the_setting() {
+        let a = params(&["write", "bw", "-s", "65536"]).unwrap();
+        let b = params(&["write", "bw", "-s", "4096"]).unwrap();
+        assert_eq!(
+            a.mismatches(&b),
+            ["message size (-s/-a): here [65536], peer [4096]"]
+        );
+        assert!(a.mismatches(&a).is_empty());
+        let c = params(&["send", "bw", "-s", "65536", "-q", "2"]).unwrap();
+        let m = a.mismatches(&c);
+        assert!(
+            m.iter()
+                .any(|l| l.starts_with("verb: here write, peer send")),
+            "{m:?}"
+        );
+        assert!(
+            m.iter().any(|l| l.starts_with("number of QPs (-q)")),
+            "{m:?}"
+        );
+    }
+
+    #[test]
+    fn peak_rule() {
+        assert!(params(&["write", "bw"]).unwrap().reports_peak());
+        assert!(!params(&["write", "bw", "-n", "20001"])
+            .unwrap()
+            .reports_peak());
+        assert!(!params(&["write", "bw", "-D", "2"]).unwrap().reports_peak());
+    }
+}

@@ -1,0 +1,243 @@
+//! Printing results the way perftest prints them, and the JSON file that holds both sides.
+//!
+//! The column layout follows perftest's, so the two tools' outputs line up when put side by
+//! side. The JSON file is written once, at the end, and holds this side's results and, when
+//! the peer measured too (`-b`, or the server of a bandwidth test), the peer's.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::bandwidth::BandwidthResult;
+use crate::latency::LatencySummary;
+use crate::params::TestParams;
+
+/// One size's latency result.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LatencyResult {
+    /// Message size in bytes.
+    pub bytes: u64,
+    /// Iterations measured.
+    pub iterations: u64,
+    /// The statistics, in microseconds.
+    pub summary: LatencySummary,
+}
+
+/// One size's result.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum SizeResult {
+    /// A bandwidth test's.
+    Bandwidth(BandwidthResult),
+    /// A latency test's.
+    Latency(LatencyResult),
+}
+
+impl SizeResult {
+    /// The message size.
+    pub fn bytes(&self) -> u64 {
+        match self {
+            SizeResult::Bandwidth(r) => r.bytes,
+            SizeResult::Latency(r) => r.bytes,
+        }
+    }
+}
+
+/// What one side measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SideReport {
+    /// "client" or "server".
+    pub role: String,
+    /// The RDMA device used.
+    pub device: String,
+    /// The GID index used.
+    pub gid_index: u32,
+    /// One entry per size, in run order.
+    pub results: Vec<SizeResult>,
+}
+
+/// The JSON file: parameters, this side's results and the peer's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// Always "stride-perf".
+    pub tool: String,
+    /// The tool's version.
+    pub version: String,
+    /// The run's parameters.
+    pub params: TestParams,
+    /// Whether bandwidth is in Gb/s (else MiB/s) in printed tables.
+    pub report_gbits: bool,
+    /// This side.
+    pub this_side: SideReport,
+    /// The peer, when it measured and sent its results.
+    pub peer: Option<SideReport>,
+}
+
+impl Report {
+    /// Writes the report as pretty JSON, replacing `path` atomically (a temp file, then a
+    /// rename), so a crash never leaves half a file.
+    pub fn write_json(&self, path: &Path) -> std::io::Result<()> {
+        let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, text + "\n")?;
+        std::fs::rename(&tmp, path)
+    }
+
+    /// Reads a report written by [`Report::write_json`].
+    pub fn read_json(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        serde_json::from_str(&text)
+            .map_err(|e| format!("{} is not a stride-perf result file: {e}", path.display()))
+    }
+}
+
+const RULE: &str =
+    "---------------------------------------------------------------------------------------";
+
+/// The bandwidth table's header, as perftest prints it.
+pub fn bandwidth_header(gbits: bool) -> String {
+    let unit = if gbits { "Gb/sec" } else { "MiB/sec" };
+    format!(
+        "{RULE}\n #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]"
+    )
+}
+
+/// One bandwidth row, in perftest's column layout.
+pub fn bandwidth_row(r: &BandwidthResult, gbits: bool) -> String {
+    format!(
+        " {:<7}    {:<10}       {:<7.2}            {:<7.2}\t\t   {:<7.6}",
+        r.bytes,
+        r.iterations,
+        r.peak(gbits),
+        r.avg(gbits),
+        r.msg_rate_mpps
+    )
+}
+
+/// The latency table's header, as perftest prints it.
+pub fn latency_header() -> String {
+    format!(
+        "{RULE}\n #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    \
+         t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
+    )
+}
+
+/// One latency row, in perftest's column layout.
+pub fn latency_row(r: &LatencyResult) -> String {
+    let s = &r.summary;
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        " {:<7} {:<10}      {:<7.2}        {:<7.2}      {:<7.2}  \t       {:<7.2}     \t{:<7.2}\t\t{:<7.2}  \t\t{:<7.2}",
+        r.bytes, r.iterations, s.t_min, s.t_max, s.t_typical, s.t_avg, s.t_stdev, s.p99, s.p99_9
+    );
+    out
+}
+
+/// The header for this kind of result.
+pub fn header_for(result: &SizeResult, gbits: bool) -> String {
+    match result {
+        SizeResult::Bandwidth(_) => bandwidth_header(gbits),
+        SizeResult::Latency(_) => latency_header(),
+    }
+}
+
+/// The row for a result.
+pub fn row_for(result: &SizeResult, gbits: bool) -> String {
+    match result {
+        SizeResult::Bandwidth(r) => bandwidth_row(r, gbits),
+        SizeResult::Latency(r) => latency_row(r),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Verb};
+    use clap::Parser;
+
+    fn bw() -> BandwidthResult {
+        BandwidthResult {
+            bytes: 65536,
+            iterations: 5000,
+            peak_bytes_per_sec: Some(2.0 * 1048576.0 * 1000.0),
+            avg_bytes_per_sec: 1048576.0 * 1000.0,
+            msg_rate_mpps: 0.016,
+        }
+    }
+
+    #[test]
+    fn bandwidth_columns_line_up_with_the_header() {
+        let head = bandwidth_header(false);
+        assert!(head.ends_with(
+            " #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]"
+        ));
+        let row = bandwidth_row(&bw(), false);
+        assert_eq!(
+            row.split_whitespace().collect::<Vec<_>>(),
+            ["65536", "5000", "2000.00", "1000.00", "0.016000"]
+        );
+        assert!(bandwidth_header(true).contains("BW average[Gb/sec]"));
+        // 1000 MiB/s = 8.388608 Gb/s.
+        assert!(bandwidth_row(&bw(), true).contains("8.39"));
+    }
+
+    #[test]
+    fn latency_row_has_every_column() {
+        let r = LatencyResult {
+            bytes: 2,
+            iterations: 1000,
+            summary: LatencySummary {
+                t_min: 1.0,
+                t_max: 9.0,
+                t_typical: 2.5,
+                t_avg: 2.75,
+                t_stdev: 0.5,
+                p99: 8.0,
+                p99_9: 9.0,
+            },
+        };
+        let cols: Vec<String> = latency_row(&r)
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        assert_eq!(
+            cols,
+            ["2", "1000", "1.00", "9.00", "2.50", "2.75", "0.50", "8.00", "9.00"]
+        );
+        assert_eq!(latency_header().split("[usec]").count(), 8);
+    }
+
+    #[test]
+    fn json_round_trip_keeps_both_sides() {
+        let cli = Cli::try_parse_from(["stride-perf", "write", "bw"]).unwrap();
+        let (verb, a) = cli.command.run_args().unwrap();
+        assert_eq!(verb, Verb::Write);
+        let side = |role: &str| SideReport {
+            role: role.into(),
+            device: "rxe0".into(),
+            gid_index: 1,
+            results: vec![SizeResult::Bandwidth(bw())],
+        };
+        let report = Report {
+            tool: "stride-perf".into(),
+            version: "0.1.0".into(),
+            params: TestParams::resolve(verb, a).unwrap(),
+            report_gbits: false,
+            this_side: side("client"),
+            peer: Some(side("server")),
+        };
+        let dir = std::env::temp_dir().join(format!("stride-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("r.json");
+        report.write_json(&path).unwrap();
+        assert_eq!(Report::read_json(&path).unwrap(), report);
+        std::fs::write(&path, "{ not json").unwrap();
+        assert!(Report::read_json(&path)
+            .unwrap_err()
+            .contains("not a stride-perf result file"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
