@@ -2,8 +2,12 @@
 //!
 //! The binaries in this crate are wire-compatible with rdma-core's programs of the same name;
 //! what they exchange on the wire lives here, once, so every program speaks it the same way.
+//! So do the edges every program shares ([`cli`]: picking devices, exit statuses) and the way
+//! the device tools spell what a device reports ([`device_text`]).
 
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+pub mod cli;
+pub mod device_text;
 pub mod pingpong_wire;

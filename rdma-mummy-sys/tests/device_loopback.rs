@@ -77,7 +77,7 @@ fn open_test_device() -> Option<Device> {
         let name = unsafe { CStr::from_ptr(ibv_get_device_name(dev)) }
             .to_string_lossy()
             .into_owned();
-        if chosen.is_none() && wanted.as_deref().map_or(true, |w| w == name) {
+        if chosen.is_none() && wanted.as_deref().is_none_or(|w| w == name) {
             chosen = Some((dev, name.clone()));
         }
         names.push(name);

@@ -28,7 +28,10 @@ use crate::macros::c_enum;
 #[non_exhaustive]
 pub enum CompletionQueueError {
     /// The create verb failed.
-    #[error("{call} with {cqe} entries failed on {device}: {source}{}", create_hint(source, call))]
+    #[error(
+        "{call} with {cqe} entries failed on {device}: {source}{}",
+        create_hint(source, call)
+    )]
     Create {
         /// `ibv_create_cq` or `ibv_create_cq_ex`.
         call: &'static str,

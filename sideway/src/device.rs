@@ -126,7 +126,8 @@ unsafe impl Sync for RawList {}
 #[doc(alias = "ibv_get_device_list")]
 #[derive(Clone)]
 pub struct DeviceList {
-    raw: Arc<RawList>,
+    /// `None` on a machine whose kernel has no RDMA support at all.
+    raw: Option<Arc<RawList>>,
 }
 
 impl DeviceList {
@@ -138,34 +139,46 @@ impl DeviceList {
         let mut n: c_int = 0;
         // SAFETY: n is a valid out-pointer; the returned array is owned by RawList.
         let list = unsafe { ffi::ibv_get_device_list(&mut n) };
-        let list = non_null(list).map_err(|source| DeviceError::List { source })?;
+        let list = match non_null(list) {
+            Ok(list) => list,
+            // A kernel without RDMA support (no /sys/class/infiniband) answers ENOSYS: that
+            // is a machine with no device, not a failure to list.
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => return Ok(DeviceList::empty()),
+            Err(source) => return Err(DeviceError::List { source }),
+        };
         Ok(DeviceList {
-            raw: Arc::new(RawList {
+            raw: Some(Arc::new(RawList {
                 list,
                 len: usize::try_from(n).unwrap_or(0),
-            }),
+            })),
         })
+    }
+
+    fn empty() -> Self {
+        DeviceList { raw: None }
     }
 
     /// How many devices there are.
     pub fn len(&self) -> usize {
-        self.raw.len
+        self.raw.as_ref().map_or(0, |r| r.len)
     }
 
     /// True when there is no device.
     pub fn is_empty(&self) -> bool {
-        self.raw.len == 0
+        self.len() == 0
     }
 
     /// The devices, in the order libibverbs lists them.
     pub fn iter(&self) -> impl Iterator<Item = Device> + '_ {
-        (0..self.raw.len).map(move |i| {
-            // SAFETY: i < len, and the array holds len valid device pointers.
-            let raw = unsafe { *self.raw.list.as_ptr().add(i) };
-            Device {
-                list: Arc::clone(&self.raw),
-                raw,
-            }
+        self.raw.iter().flat_map(|list| {
+            (0..list.len).map(move |i| {
+                // SAFETY: i < len, and the array holds len valid device pointers.
+                let raw = unsafe { *list.list.as_ptr().add(i) };
+                Device {
+                    list: Arc::clone(list),
+                    raw,
+                }
+            })
         })
     }
 
@@ -316,6 +329,12 @@ impl DeviceContext {
     /// The device's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// How many completion vectors (interrupts) CQs can be spread over (`num_comp_vectors`).
+    pub fn num_comp_vectors(&self) -> u32 {
+        // SAFETY: the context is open; reading a plain field it was created with.
+        u32::try_from(unsafe { (*self.raw.as_ptr()).num_comp_vectors }).unwrap_or(0)
     }
 
     /// The raw `ibv_context`, for calls this crate does not wrap. It stays valid while this

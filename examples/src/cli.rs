@@ -1,0 +1,104 @@
+//! What every example program does the same way at its edges: picking the devices that `-d`
+//! names, and turning a failure into one line on stderr and exit status 1.
+//!
+//! Exit statuses: 0 on success, 1 for anything that went wrong at run time (no device, an
+//! unknown device or port, a failed query), 2 for usage errors (clap's own). The programs
+//! never panic on what the system reports; a closed stdout (`| head`) ends them quietly.
+
+use std::fmt;
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+use sideway::{Device, DeviceError, DeviceList};
+
+/// Why a program stopped.
+#[derive(Debug)]
+pub enum CliError {
+    /// Listing, opening or querying a device failed, or the device or port asked for is not
+    /// there.
+    Device(DeviceError),
+    /// Writing the output failed.
+    Output(io::Error),
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CliError::Device(e) => e.fmt(f),
+            CliError::Output(e) => write!(f, "failed to write the output: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for CliError {}
+
+impl From<DeviceError> for CliError {
+    fn from(e: DeviceError) -> Self {
+        CliError::Device(e)
+    }
+}
+
+impl From<io::Error> for CliError {
+    fn from(e: io::Error) -> Self {
+        CliError::Output(e)
+    }
+}
+
+/// The device named `name`, or every device when `name` is `None`. Fails with
+/// [`DeviceError::NoDevice`] (whose message says how to get a device) when there is none,
+/// and with [`DeviceError::NotFound`] (which lists the devices there are) for an unknown
+/// name.
+pub fn select_devices(name: Option<&str>) -> Result<Vec<Device>, DeviceError> {
+    let list = DeviceList::new()?;
+    if list.is_empty() {
+        return Err(DeviceError::NoDevice);
+    }
+    match name {
+        Some(name) => Ok(vec![list.find(name)?]),
+        None => Ok(list.iter().collect()),
+    }
+}
+
+/// The exit status for a program's result; on failure, first prints `program: error` on
+/// stderr. A broken pipe on stdout is a reader that has seen enough, not a failure.
+pub fn exit_status(program: &str, result: Result<(), CliError>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(CliError::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            // Nothing is left to tell the user if stderr itself is gone.
+            let _ = writeln!(io::stderr(), "{program}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_errors_keep_their_message() {
+        let e = CliError::from(DeviceError::NoDevice);
+        assert!(e.to_string().starts_with("no RDMA device found"), "{e}");
+        let e = CliError::from(io::Error::from(io::ErrorKind::PermissionDenied));
+        assert!(
+            e.to_string().starts_with("failed to write the output"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn exit_statuses() {
+        assert_eq!(exit_status("t", Ok(())), ExitCode::SUCCESS);
+        let pipe = io::Error::from(io::ErrorKind::BrokenPipe);
+        assert_eq!(
+            exit_status("t", Err(CliError::Output(pipe))),
+            ExitCode::SUCCESS
+        );
+        assert_eq!(
+            exit_status("t", Err(CliError::Device(DeviceError::NoDevice))),
+            ExitCode::FAILURE
+        );
+    }
+}

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Our ibv_devinfo and show_gids (examples/src/bin/) on a host without an RDMA device: every way
+# of running them ends in exit status 1 with "no RDMA device found" and the hint that says how
+# to get one, never a panic; --help exits 0 and documents every flag; usage errors exit 2.
+# (With a device, scripts/e2e/examples-devinfo.sh checks them against rdma-core's tools.)
+#
+# EXAMPLES_BIN: where the binaries are; unset, they are built first with cargo.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+if compgen -G '/sys/class/infiniband/*' >/dev/null; then
+    echo "skipped: this host has RDMA devices ($(ls /sys/class/infiniband | tr '\n' ' ')); " \
+        "scripts/e2e/examples-devinfo.sh checks the programs there"
+    exit 0
+fi
+
+if [ -n "${EXAMPLES_BIN:-}" ]; then
+    bin=$EXAMPLES_BIN
+else
+    cargo build --quiet -p sideway-examples --bins
+    bin=${CARGO_TARGET_DIR:-target}/debug
+fi
+
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+passed=0
+failed=0
+
+# check NAME WANT_RC PATTERN... -- CMD...: CMD must exit WANT_RC, print every PATTERN (extended
+# regular expressions, stdout and stderr together) and never panic.
+check() {
+    local name=$1 want_rc=$2 patterns=() rc=0 why=""
+    shift 2
+    while [ "$1" != -- ]; do patterns+=("$1"); shift; done
+    shift
+    timeout 30 "$@" >"$out" 2>&1 || rc=$?
+    [ "$rc" -eq "$want_rc" ] || why="exit status $rc, wanted $want_rc"
+    grep -q panicked "$out" && why="it panicked"
+    local p
+    for p in "${patterns[@]}"; do
+        grep -qE -- "$p" "$out" || why="${why:+$why; }no /$p/ in the output"
+    done
+    if [ -z "$why" ]; then
+        passed=$((passed + 1))
+        echo "ok: $name"
+    else
+        failed=$((failed + 1))
+        echo "FAILED: $name: $why; the output:"
+        sed 's/^/    /' "$out"
+    fi
+}
+
+no_device='no RDMA device found'
+hint='rdma link add .* type rxe'
+rig='scripts/softroce run'
+for prog in ibv_devinfo show_gids; do
+    [ -x "$bin/$prog" ] || { echo "FAILED: no $bin/$prog"; exit 1; }
+    check "$prog: no device" 1 "^$prog: $no_device" "$hint" "$rig" -- "$bin/$prog"
+    check "$prog -d rxe0: no device" 1 "$no_device" "$hint" -- "$bin/$prog" -d rxe0
+    check "$prog -i 0: no device" 1 "$no_device" -- "$bin/$prog" -i 0
+    check "$prog -i 9: no device" 1 "$no_device" -- "$bin/$prog" -i 9
+    check "$prog --help" 0 '^Usage: ' '-d, --ib-dev <DEVICE>' '-i, --ib-port <PORT>' \
+        '-h, --help' -- "$bin/$prog" --help
+    check "$prog --bogus: usage error" 2 "unexpected argument '--bogus'" -- "$bin/$prog" --bogus
+    check "$prog -i x: usage error" 2 "invalid value 'x'" -- "$bin/$prog" -i x
+done
+check "ibv_devinfo -l: no device" 1 "$no_device" "$hint" -- "$bin/ibv_devinfo" -l
+check "ibv_devinfo -v: no device" 1 "$no_device" "$hint" -- "$bin/ibv_devinfo" -v
+check "ibv_devinfo --help lists -l and -v" 0 '-l, --list' '-v, --verbose' -- \
+    "$bin/ibv_devinfo" --help
+
+echo "examples-host: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
