@@ -34,6 +34,8 @@ pub mod gid;
 pub mod memory_region;
 #[allow(unsafe_code)]
 pub mod protection_domain;
+#[allow(unsafe_code)]
+pub mod queue_pair;
 
 #[allow(unsafe_code)]
 mod errno;
@@ -47,6 +49,11 @@ pub use device::{open_device, Device, DeviceContext, DeviceError, DeviceList};
 pub use gid::{Gid, ParseGidError};
 pub use memory_region::{AccessFlags, MemoryRegion, MemoryRegionError, RegisteredBuffer};
 pub use protection_domain::ProtectionDomain;
+pub use queue_pair::{
+    ConnectError, ConnectOptions, Endpoint, ModifyQpError, PostError, PostRecvGuard, PostSendGuard,
+    QpAttrMask, QpState, QpType, QueuePair, QueuePairAttribute, QueuePairBuilder, QueuePairError,
+    SendData, SendFlags,
+};
 /// The raw bindings, for calls this crate does not wrap.
 pub use rdma_mummy_sys as sys;
 

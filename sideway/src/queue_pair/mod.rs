@@ -1,0 +1,1055 @@
+//! Queue pairs (`struct ibv_qp`, `struct ibv_qp_ex`): creating them, moving them through
+//! their states, connecting two of them, and posting work requests.
+//!
+//! One type, [`QueuePair`], covers the classic QP ([`QueuePairBuilder::build`], posted with
+//! one chained `ibv_post_send`) and the extended one ([`QueuePairBuilder::build_ex`], posted
+//! with `ibv_wr_start` .. `ibv_wr_complete`): switching is one line. A QP holds the `Arc`s of
+//! its protection domain and completion queues, and is itself an owned value: posting takes
+//! `&mut self`, so the compiler guarantees one batch at a time per QP.
+//!
+//! - [`QueuePairAttribute`] sets and reads every `ibv_qp_attr` field; [`QueuePair::modify`]
+//!   explains a rejected attribute mask by the IB spec's state table
+//!   ([`transition_rule`]).
+//! - [`QueuePair::connect`] takes a QP from Reset to RTS in one call, given the peer's
+//!   [`Endpoint`] and [`ConnectOptions`] with sound defaults.
+//! - [`QueuePair::start_post_send`] and [`QueuePair::start_post_recv`] hand out guards that
+//!   batch work requests and ring one doorbell; see [`PostSendGuard`].
+//!
+//! ```no_run
+//! use sideway::queue_pair::{ConnectOptions, SendFlags};
+//! let ctx = sideway::open_device(None)?;
+//! let pd = ctx.alloc_pd()?;
+//! let cq = ctx.create_cq_builder().build()?;
+//! let mut qp = pd.create_qp_builder().send_cq(&cq).recv_cq(&cq).build()?;
+//! let opts = ConnectOptions::new();
+//! let me = qp.local_endpoint(&opts)?; // send this to the peer, receive theirs
+//! # let peer = me;
+//! qp.connect(&opts, &peer)?;
+//! let buf = pd.reg_buffer(4096, sideway::AccessFlags::LOCAL_WRITE)?;
+//! let mut batch = qp.start_post_send();
+//! batch
+//!     .wr(1, SendFlags::SIGNALED)
+//!     .rdma_write(0x1234 /* peer's rkey */, 0x1000 /* peer's address */, buf.sge(0..64).unwrap());
+//! batch.post()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod attr;
+mod post;
+mod state_table;
+
+use std::fmt;
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::raw::c_int;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use bitflags::bitflags;
+use rdma_mummy_sys as ffi;
+
+use crate::completion_queue::CompletionQueue;
+use crate::device::{DeviceError, Mtu};
+use crate::errno::{from_ret, non_null};
+use crate::gid::Gid;
+use crate::memory_region::AccessFlags;
+use crate::protection_domain::ProtectionDomain;
+
+pub use attr::{
+    AddressVector, MigState, QpAttrMask, QpCapabilities, QpState, QpType, QueuePairAttribute,
+};
+pub use post::{
+    InvalidWorkRequest, PostError, PostRecvGuard, PostSendGuard, SendData, SendFlags,
+    WorkRequestBuilder,
+};
+pub use state_table::{diagnose, transition_rule, MaskDiagnosis, TransitionRule};
+
+bitflags! {
+    /// The operations an extended QP may post (`ibv_qp_create_send_ops_flags`).
+    #[doc(alias = "ibv_qp_create_send_ops_flags")]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub struct SendOpsFlags: u64 {
+        /// `IBV_QP_EX_WITH_RDMA_WRITE`
+        const RDMA_WRITE = ffi::ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_RDMA_WRITE as u64;
+        /// `IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM`
+        const RDMA_WRITE_WITH_IMM = ffi::ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM as u64;
+        /// `IBV_QP_EX_WITH_SEND`
+        const SEND = ffi::ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_SEND as u64;
+        /// `IBV_QP_EX_WITH_SEND_WITH_IMM`
+        const SEND_WITH_IMM = ffi::ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_SEND_WITH_IMM as u64;
+        /// `IBV_QP_EX_WITH_RDMA_READ`
+        const RDMA_READ = ffi::ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_RDMA_READ as u64;
+        /// `IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP`
+        const ATOMIC_CMP_AND_SWP = ffi::ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP as u64;
+        /// `IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD`
+        const ATOMIC_FETCH_AND_ADD = ffi::ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD as u64;
+        /// `IBV_QP_EX_WITH_LOCAL_INV`
+        const LOCAL_INV = ffi::ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_LOCAL_INV as u64;
+        /// `IBV_QP_EX_WITH_BIND_MW`
+        const BIND_MW = ffi::ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_BIND_MW as u64;
+        /// `IBV_QP_EX_WITH_SEND_WITH_INV`
+        const SEND_WITH_INV = ffi::ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_SEND_WITH_INV as u64;
+        /// `IBV_QP_EX_WITH_TSO`
+        const TSO = ffi::ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_TSO as u64;
+        /// `IBV_QP_EX_WITH_ATOMIC_WRITE`
+        const ATOMIC_WRITE = ffi::ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_ATOMIC_WRITE as u64;
+        // Bits from newer rdma-core survive.
+        const _ = !0;
+    }
+}
+
+impl Default for SendOpsFlags {
+    /// Every operation [`PostSendGuard`] can post: sends and writes with and without
+    /// immediate data, RDMA READ, and both atomics.
+    fn default() -> Self {
+        SendOpsFlags::RDMA_WRITE
+            | SendOpsFlags::RDMA_WRITE_WITH_IMM
+            | SendOpsFlags::SEND
+            | SendOpsFlags::SEND_WITH_IMM
+            | SendOpsFlags::RDMA_READ
+            | SendOpsFlags::ATOMIC_CMP_AND_SWP
+            | SendOpsFlags::ATOMIC_FETCH_AND_ADD
+    }
+}
+
+/// Why a queue pair could not be created.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum QueuePairError {
+    /// The builder was not given a completion queue.
+    #[error("a queue pair needs a {which} completion queue: call {which}_cq() on the builder")]
+    MissingCq {
+        /// `send` or `recv`.
+        which: &'static str,
+    },
+    /// The create verb failed.
+    #[error(
+        "{call} of an {qp_type} QP with {cap:?} failed on {device}: {source}{}",
+        create_hint(source, call)
+    )]
+    Create {
+        /// `ibv_create_qp`, `ibv_create_qp_ex` or `ibv_qp_to_qp_ex`.
+        call: &'static str,
+        /// The device's name.
+        device: String,
+        /// The QP type asked for.
+        qp_type: QpType,
+        /// The sizes asked for.
+        cap: QpCapabilities,
+        /// The errno.
+        source: io::Error,
+    },
+}
+
+fn create_hint(source: &io::Error, call: &str) -> &'static str {
+    match source.raw_os_error() {
+        Some(libc::EOPNOTSUPP) if call != "ibv_create_qp" => {
+            " (this device has no extended QPs, or not with these send_ops_flags: use build())"
+        }
+        Some(libc::EINVAL) => {
+            " (more work requests, SGEs or inline bytes than the device allows? see query_device())"
+        }
+        Some(libc::ENOMEM) => " (out of memory, or the locked-memory limit `ulimit -l` is too low)",
+        _ => "",
+    }
+}
+
+/// Why `ibv_modify_qp` failed, with the transition and (for `EINVAL`) what the IB spec's
+/// state table says is wrong with the attribute mask.
+#[derive(Debug)]
+pub struct ModifyQpError {
+    /// The QP number.
+    pub qp_num: u32,
+    /// The QP type.
+    pub qp_type: QpType,
+    /// The state the QP was in.
+    pub from: QpState,
+    /// The state asked for (`from` when the mask had no `STATE` bit).
+    pub to: QpState,
+    /// The attribute mask passed.
+    pub mask: QpAttrMask,
+    /// The state table's verdict on the mask; computed only for `EINVAL`.
+    pub diagnosis: Option<MaskDiagnosis>,
+    /// The errno.
+    pub source: io::Error,
+}
+
+/// The symbolic name of common error numbers, for messages.
+fn errno_name(errno: Option<i32>) -> &'static str {
+    match errno {
+        Some(libc::EINVAL) => "EINVAL",
+        Some(libc::ENOMEM) => "ENOMEM",
+        Some(libc::EPERM) => "EPERM",
+        Some(libc::EACCES) => "EACCES",
+        Some(libc::EOPNOTSUPP) => "EOPNOTSUPP",
+        Some(libc::EBUSY) => "EBUSY",
+        Some(libc::EAGAIN) => "EAGAIN",
+        Some(libc::EFAULT) => "EFAULT",
+        Some(libc::ENOSYS) => "ENOSYS",
+        Some(libc::EIO) => "EIO",
+        Some(libc::ENODEV) => "ENODEV",
+        Some(libc::ETIMEDOUT) => "ETIMEDOUT",
+        Some(libc::ENOENT) => "ENOENT",
+        _ => "",
+    }
+}
+
+impl fmt::Display for ModifyQpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "failed to modify QP {:#x} ", self.qp_num)?;
+        if self.mask.contains(QpAttrMask::STATE) {
+            write!(f, "from {} to {}", self.from, self.to)?;
+        } else {
+            write!(f, "in {} (no state change)", self.from)?;
+        }
+        f.write_str(": ")?;
+        match self.diagnosis {
+            Some(MaskDiagnosis::NoSuchTransition) => write!(
+                f,
+                "an {} QP has no transition from {} to {}",
+                self.qp_type, self.from, self.to
+            )?,
+            Some(MaskDiagnosis::Attributes {
+                missing,
+                not_allowed,
+            }) => {
+                if !missing.is_empty() {
+                    write!(f, "missing attributes {}", missing.names())?;
+                }
+                if !not_allowed.is_empty() {
+                    if !missing.is_empty() {
+                        f.write_str("; ")?;
+                    }
+                    let verb = if not_allowed.bits().count_ones() == 1 {
+                        "is"
+                    } else {
+                        "are"
+                    };
+                    write!(f, "{} {verb} not allowed here", not_allowed.names())?;
+                }
+                if missing.is_empty() && not_allowed.is_empty() {
+                    write!(
+                        f,
+                        "the mask ({}) fits the state table, so a value is out of range or \
+                         unsupported (port, GID index, MTU, PSN, rd_atomic limits?)",
+                        self.mask.names()
+                    )?;
+                }
+            }
+            Some(MaskDiagnosis::Unknown) | None => write!(f, "{}", self.source)?,
+        }
+        if self.diagnosis.is_some() {
+            let name = errno_name(self.source.raw_os_error());
+            if name.is_empty() {
+                write!(f, " ({})", self.source)?;
+            } else {
+                write!(f, " ({name})")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ModifyQpError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// `ibv_query_qp` failed.
+#[derive(Debug, thiserror::Error)]
+#[error("ibv_query_qp of QP {qp_num:#x} for {} failed: {source}", mask.names())]
+pub struct QueryQpError {
+    /// The QP number.
+    pub qp_num: u32,
+    /// The attributes asked for.
+    pub mask: QpAttrMask,
+    /// The errno.
+    #[source]
+    pub source: io::Error,
+}
+
+/// Why [`QueuePair::connect`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// One of the modify steps failed.
+    #[error("connecting QP {qp_num:#x} to QP {remote_qp_num:#x}: step {step} failed: {source}")]
+    Step {
+        /// The local QP number.
+        qp_num: u32,
+        /// The peer's QP number.
+        remote_qp_num: u32,
+        /// Which step: `1/3 (Reset to Init)`, `2/3 (Init to RTR)` or `3/3 (RTR to RTS)`.
+        step: &'static str,
+        /// The modify error, which names the attributes at fault.
+        #[source]
+        source: ModifyQpError,
+    },
+    /// The QP type has no connect sequence here.
+    #[error("QP {qp_num:#x} is an {qp_type} QP; connect() handles RC, UC and UD")]
+    UnsupportedType {
+        /// The local QP number.
+        qp_num: u32,
+        /// Its type.
+        qp_type: QpType,
+    },
+}
+
+impl ProtectionDomain {
+    /// A builder for a queue pair on this protection domain.
+    pub fn create_qp_builder(self: &Arc<Self>) -> QueuePairBuilder {
+        QueuePairBuilder {
+            pd: Arc::clone(self),
+            send_cq: None,
+            recv_cq: None,
+            cap: QpCapabilities {
+                max_send_wr: 128,
+                max_recv_wr: 128,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+            qp_type: QpType::Rc,
+            send_ops_flags: SendOpsFlags::default(),
+        }
+    }
+}
+
+/// Builds a [`QueuePair`]; from [`ProtectionDomain::create_qp_builder`]. Setters are named
+/// after the fields of `struct ibv_qp_init_attr(_ex)`.
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until build() or build_ex()"]
+pub struct QueuePairBuilder {
+    pd: Arc<ProtectionDomain>,
+    send_cq: Option<Arc<CompletionQueue>>,
+    recv_cq: Option<Arc<CompletionQueue>>,
+    cap: QpCapabilities,
+    sq_sig_all: bool,
+    qp_type: QpType,
+    send_ops_flags: SendOpsFlags,
+}
+
+impl QueuePairBuilder {
+    /// The CQ that send completions go to (`send_cq`; required).
+    pub fn send_cq(&mut self, cq: &Arc<CompletionQueue>) -> &mut Self {
+        self.send_cq = Some(Arc::clone(cq));
+        self
+    }
+
+    /// The CQ that receive completions go to (`recv_cq`; required, may be the send CQ).
+    pub fn recv_cq(&mut self, cq: &Arc<CompletionQueue>) -> &mut Self {
+        self.recv_cq = Some(Arc::clone(cq));
+        self
+    }
+
+    /// Most outstanding send work requests (`cap.max_send_wr`; default 128). Also the most
+    /// work requests one classic [`PostSendGuard`] batch holds.
+    pub fn max_send_wr(&mut self, n: u32) -> &mut Self {
+        self.cap.max_send_wr = n;
+        self
+    }
+
+    /// Most outstanding receive work requests (`cap.max_recv_wr`; default 128).
+    pub fn max_recv_wr(&mut self, n: u32) -> &mut Self {
+        self.cap.max_recv_wr = n;
+        self
+    }
+
+    /// Most scatter/gather entries per send request (`cap.max_send_sge`; default 1).
+    pub fn max_send_sge(&mut self, n: u32) -> &mut Self {
+        self.cap.max_send_sge = n;
+        self
+    }
+
+    /// Most scatter/gather entries per receive request (`cap.max_recv_sge`; default 1).
+    pub fn max_recv_sge(&mut self, n: u32) -> &mut Self {
+        self.cap.max_recv_sge = n;
+        self
+    }
+
+    /// Most inline bytes per send request (`cap.max_inline_data`; default 0).
+    pub fn max_inline_data(&mut self, n: u32) -> &mut Self {
+        self.cap.max_inline_data = n;
+        self
+    }
+
+    /// Signal every send request, whatever its flags (`sq_sig_all`; default false).
+    pub fn sq_sig_all(&mut self, all: bool) -> &mut Self {
+        self.sq_sig_all = all;
+        self
+    }
+
+    /// The transport (`qp_type`; default RC).
+    pub fn qp_type(&mut self, qp_type: QpType) -> &mut Self {
+        self.qp_type = qp_type;
+        self
+    }
+
+    /// The operations an extended QP may post (`send_ops_flags`; default: all that
+    /// [`PostSendGuard`] offers). Used by [`build_ex`](Self::build_ex) only.
+    pub fn send_ops_flags(&mut self, flags: SendOpsFlags) -> &mut Self {
+        self.send_ops_flags = flags;
+        self
+    }
+
+    fn cqs(&self) -> Result<(Arc<CompletionQueue>, Arc<CompletionQueue>), QueuePairError> {
+        let send = self
+            .send_cq
+            .clone()
+            .ok_or(QueuePairError::MissingCq { which: "send" })?;
+        let recv = self
+            .recv_cq
+            .clone()
+            .ok_or(QueuePairError::MissingCq { which: "recv" })?;
+        Ok((send, recv))
+    }
+
+    fn create_err(&self, call: &'static str, source: io::Error) -> QueuePairError {
+        QueuePairError::Create {
+            call,
+            device: self.pd.context().name().to_owned(),
+            qp_type: self.qp_type,
+            cap: self.cap,
+            source,
+        }
+    }
+
+    /// Creates a classic QP (`ibv_create_qp`), posted with chained `ibv_post_send`.
+    #[doc(alias = "ibv_create_qp")]
+    pub fn build(&self) -> Result<QueuePair, QueuePairError> {
+        let (send_cq, recv_cq) = self.cqs()?;
+        let mut init = ffi::ibv_qp_init_attr {
+            qp_context: std::ptr::null_mut(),
+            send_cq: send_cq.as_raw(),
+            recv_cq: recv_cq.as_raw(),
+            srq: std::ptr::null_mut(),
+            cap: self.cap.into(),
+            qp_type: self.qp_type.into(),
+            sq_sig_all: c_int::from(self.sq_sig_all),
+        };
+        // SAFETY: the PD and CQs are alive (the QP will hold their Arcs); init is fully
+        // initialised and the verb writes the granted sizes back into init.cap.
+        let qp = unsafe { ffi::ibv_create_qp(self.pd.as_raw(), &mut init) };
+        let raw = non_null(qp).map_err(|e| self.create_err("ibv_create_qp", e))?;
+        Ok(self.wrap(raw, None, init.cap.into(), send_cq, recv_cq))
+    }
+
+    /// Creates an extended QP (`ibv_create_qp_ex` with `IBV_QP_INIT_ATTR_PD |
+    /// IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`, then `ibv_qp_to_qp_ex`), posted with
+    /// `ibv_wr_start` .. `ibv_wr_complete`. Devices without it fail with `EOPNOTSUPP`;
+    /// [`build`](Self::build) then works everywhere.
+    #[doc(alias = "ibv_create_qp_ex")]
+    #[doc(alias = "ibv_qp_to_qp_ex")]
+    pub fn build_ex(&self) -> Result<QueuePair, QueuePairError> {
+        let (send_cq, recv_cq) = self.cqs()?;
+        let mut init = ffi::ibv_qp_init_attr_ex {
+            qp_context: std::ptr::null_mut(),
+            send_cq: send_cq.as_raw(),
+            recv_cq: recv_cq.as_raw(),
+            srq: std::ptr::null_mut(),
+            cap: self.cap.into(),
+            qp_type: self.qp_type.into(),
+            sq_sig_all: c_int::from(self.sq_sig_all),
+            comp_mask: ffi::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD
+                | ffi::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+            pd: self.pd.as_raw(),
+            xrcd: std::ptr::null_mut(),
+            create_flags: 0,
+            max_tso_header: 0,
+            rwq_ind_tbl: std::ptr::null_mut(),
+            rx_hash_conf: ffi::ibv_rx_hash_conf {
+                rx_hash_function: 0,
+                rx_hash_key_len: 0,
+                rx_hash_key: std::ptr::null_mut(),
+                rx_hash_fields_mask: 0,
+            },
+            source_qpn: 0,
+            send_ops_flags: self.send_ops_flags.bits(),
+        };
+        let ctx = self.pd.context();
+        // SAFETY: the context, PD and CQs are alive; init is fully initialised, and comp_mask
+        // names exactly the extended fields that are meaningful.
+        let qp = unsafe { ffi::ibv_create_qp_ex(ctx.as_raw(), &mut init) };
+        let raw = non_null(qp).map_err(|e| self.create_err("ibv_create_qp_ex", e))?;
+        // SAFETY: raw is a live QP created with send_ops_flags, so it has an ibv_qp_ex.
+        let ex = unsafe { ffi::ibv_qp_to_qp_ex(raw.as_ptr()) };
+        let ex = match non_null(ex) {
+            Ok(ex) => ex,
+            Err(e) => {
+                // SAFETY: raw is a live QP nothing else refers to; destroyed once.
+                let _ = unsafe { ffi::ibv_destroy_qp(raw.as_ptr()) };
+                return Err(self.create_err("ibv_qp_to_qp_ex", e));
+            }
+        };
+        Ok(self.wrap(raw, Some(ex), init.cap.into(), send_cq, recv_cq))
+    }
+
+    fn wrap(
+        &self,
+        raw: NonNull<ffi::ibv_qp>,
+        ex: Option<NonNull<ffi::ibv_qp_ex>>,
+        granted: QpCapabilities,
+        send_cq: Arc<CompletionQueue>,
+        recv_cq: Arc<CompletionQueue>,
+    ) -> QueuePair {
+        // Providers report what they granted; some leave a field at 0, which means "as
+        // asked".
+        let pick = |granted: u32, asked: u32| if granted == 0 { asked } else { granted };
+        let cap = QpCapabilities {
+            max_send_wr: pick(granted.max_send_wr, self.cap.max_send_wr),
+            max_recv_wr: pick(granted.max_recv_wr, self.cap.max_recv_wr),
+            max_send_sge: pick(granted.max_send_sge, self.cap.max_send_sge),
+            max_recv_sge: pick(granted.max_recv_sge, self.cap.max_recv_sge),
+            max_inline_data: pick(granted.max_inline_data, self.cap.max_inline_data),
+        };
+        QueuePair {
+            raw,
+            ex,
+            qp_type: self.qp_type,
+            send_ops_flags: if ex.is_some() {
+                self.send_ops_flags
+            } else {
+                SendOpsFlags::all()
+            },
+            // Batches are sized by what was asked: a larger batch could not be outstanding.
+            send: post::SendStorage::new(
+                self.cap.max_send_wr.min(cap.max_send_wr),
+                cap.max_send_sge,
+                cap.max_inline_data,
+                ex.is_some(),
+            ),
+            recv: post::RecvStorage::new(
+                self.cap.max_recv_wr.min(cap.max_recv_wr),
+                cap.max_recv_sge,
+            ),
+            cap,
+            send_cq,
+            recv_cq,
+            pd: Arc::clone(&self.pd),
+        }
+    }
+}
+
+/// A queue pair, classic or extended. Holds its protection domain and completion queues;
+/// destroyed (`ibv_destroy_qp`) on drop.
+#[doc(alias = "ibv_qp")]
+#[doc(alias = "ibv_destroy_qp")]
+#[doc(alias = "ibv_qp_ex")]
+pub struct QueuePair {
+    raw: NonNull<ffi::ibv_qp>,
+    ex: Option<NonNull<ffi::ibv_qp_ex>>,
+    qp_type: QpType,
+    cap: QpCapabilities,
+    send_ops_flags: SendOpsFlags,
+    send: post::SendStorage,
+    recv: post::RecvStorage,
+    send_cq: Arc<CompletionQueue>,
+    recv_cq: Arc<CompletionQueue>,
+    pd: Arc<ProtectionDomain>,
+}
+
+// SAFETY: libibverbs QPs may be used from any thread. The storage the guards build batches
+// in is reached only through `&mut self`, so moving the QP to another thread moves it whole.
+unsafe impl Send for QueuePair {}
+// SAFETY: `&self` methods only call ibv_modify_qp/ibv_query_qp (thread-safe in libibverbs)
+// and read immutable fields; posting needs `&mut self`.
+unsafe impl Sync for QueuePair {}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        // SAFETY: raw came from a create verb and is destroyed exactly once; no guard can be
+        // alive (they borrow the QP mutably). The CQs and PD outlive this call (fields).
+        let ret = unsafe { ffi::ibv_destroy_qp(self.raw.as_ptr()) };
+        if let Err(e) = from_ret(ret) {
+            crate::report_drop_failure("ibv_destroy_qp", "a queue pair", &e);
+        }
+    }
+}
+
+impl fmt::Debug for QueuePair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueuePair")
+            .field("qp_num", &format_args!("{:#x}", self.qp_num()))
+            .field("qp_type", &self.qp_type)
+            .field("extended", &self.ex.is_some())
+            .field("cap", &self.cap)
+            .finish_non_exhaustive()
+    }
+}
+
+impl QueuePair {
+    /// The QP number (`qp_num`), which the peer needs to reach this QP.
+    pub fn qp_num(&self) -> u32 {
+        // SAFETY: raw is a live QP; qp_num is set at creation and never changes.
+        unsafe { (*self.raw.as_ptr()).qp_num }
+    }
+
+    /// The transport type.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
+    /// True for a QP made by [`QueuePairBuilder::build_ex`].
+    pub fn is_extended(&self) -> bool {
+        self.ex.is_some()
+    }
+
+    /// The work queue sizes the device granted.
+    pub fn cap(&self) -> QpCapabilities {
+        self.cap
+    }
+
+    /// The raw `ibv_qp`, valid while this QP is alive.
+    pub fn as_raw(&self) -> *mut ffi::ibv_qp {
+        self.raw.as_ptr()
+    }
+
+    /// The raw `ibv_qp_ex` of an extended QP, `None` for a classic one.
+    pub fn as_raw_ex(&self) -> Option<*mut ffi::ibv_qp_ex> {
+        self.ex.map(NonNull::as_ptr)
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &Arc<ProtectionDomain> {
+        &self.pd
+    }
+
+    /// The send completion queue.
+    pub fn send_cq(&self) -> &Arc<CompletionQueue> {
+        &self.send_cq
+    }
+
+    /// The receive completion queue.
+    pub fn recv_cq(&self) -> &Arc<CompletionQueue> {
+        &self.recv_cq
+    }
+
+    /// Modifies the QP's attributes and state (`ibv_modify_qp`) with the fields `attr` set.
+    ///
+    /// When the device rejects the mask (`EINVAL`), the error says which attributes the
+    /// transition requires but lack, and which are not allowed, per the IB spec's table.
+    #[doc(alias = "ibv_modify_qp")]
+    pub fn modify(&self, attr: &QueuePairAttribute) -> Result<(), ModifyQpError> {
+        let mut raw = *attr.as_raw();
+        let mask = attr.mask();
+        let mask_c = c_int::from_ne_bytes(mask.bits().to_ne_bytes());
+        // SAFETY: raw is a live QP; attr is a fully initialised ibv_qp_attr the verb reads.
+        let ret = unsafe { ffi::ibv_modify_qp(self.raw.as_ptr(), &mut raw, mask_c) };
+        from_ret(ret).map_err(|source| self.modify_error(attr, source))
+    }
+
+    /// Builds the error of a failed modify; the slow path only.
+    #[cold]
+    fn modify_error(&self, attr: &QueuePairAttribute, source: io::Error) -> ModifyQpError {
+        let mask = attr.mask();
+        let from = if mask.contains(QpAttrMask::CUR_STATE) {
+            attr.cur_qp_state()
+        } else {
+            self.state().unwrap_or_else(|_| {
+                // SAFETY: raw is a live QP; libibverbs keeps `state` as of the last modify.
+                QpState::from(unsafe { (*self.raw.as_ptr()).state })
+            })
+        };
+        let to = if mask.contains(QpAttrMask::STATE) {
+            attr.qp_state()
+        } else {
+            from
+        };
+        let diagnosis = (source.raw_os_error() == Some(libc::EINVAL))
+            .then(|| diagnose(self.qp_type, from, to, mask));
+        ModifyQpError {
+            qp_num: self.qp_num(),
+            qp_type: self.qp_type,
+            from,
+            to,
+            mask,
+            diagnosis,
+            source,
+        }
+    }
+
+    /// Queries the attributes in `mask` (`ibv_query_qp`). The result's mask is `mask`.
+    #[doc(alias = "ibv_query_qp")]
+    pub fn query(&self, mask: QpAttrMask) -> Result<QueuePairAttribute, QueryQpError> {
+        let mut attr = *QueuePairAttribute::new().as_raw();
+        let mut init = MaybeUninit::<ffi::ibv_qp_init_attr>::zeroed();
+        let mask_c = c_int::from_ne_bytes(mask.bits().to_ne_bytes());
+        // SAFETY: raw is a live QP; attr and init are valid out-parameters (init zeroed, a
+        // valid bit pattern for this plain C struct).
+        let ret =
+            unsafe { ffi::ibv_query_qp(self.raw.as_ptr(), &mut attr, mask_c, init.as_mut_ptr()) };
+        from_ret(ret).map_err(|source| QueryQpError {
+            qp_num: self.qp_num(),
+            mask,
+            source,
+        })?;
+        Ok(QueuePairAttribute::from_raw(attr, mask))
+    }
+
+    /// The current state, from the device (`ibv_query_qp` with `IBV_QP_STATE`).
+    #[doc(alias = "ibv_query_qp")]
+    pub fn state(&self) -> Result<QpState, QueryQpError> {
+        Ok(self.query(QpAttrMask::STATE)?.qp_state())
+    }
+
+    /// Queries (`ibv_query_port`, `ibv_query_gid_ex`) what the peer needs to connect to this
+    /// QP: the port's LID, this QP's number, the first PSN it will send (`opts.sq_psn`), and
+    /// the GID at `opts.gid_index`.
+    #[doc(alias = "ibv_query_port")]
+    #[doc(alias = "ibv_query_gid_ex")]
+    pub fn local_endpoint(&self, opts: &ConnectOptions) -> Result<Endpoint, DeviceError> {
+        let ctx = self.pd.context();
+        let port = u32::from(opts.port_num);
+        let lid = ctx.query_port(port)?.lid();
+        let gid = ctx.query_gid(port, u32::from(opts.gid_index))?.gid;
+        Ok(Endpoint {
+            lid,
+            qp_num: self.qp_num(),
+            psn: opts.sq_psn,
+            gid,
+        })
+    }
+
+    /// Connects the QP to `remote` with three `ibv_modify_qp` calls: Reset to Init to RTR to
+    /// RTS (RC and UC). A UD QP needs no peer: `remote` is ignored and the QP is made ready
+    /// with `opts.qkey`.
+    ///
+    /// The path is global (a GRH, needed on RoCE) when `remote.gid` is not zero.
+    #[doc(alias = "ibv_modify_qp")]
+    pub fn connect(&self, opts: &ConnectOptions, remote: &Endpoint) -> Result<(), ConnectError> {
+        let step_err = |step, source| ConnectError::Step {
+            qp_num: self.qp_num(),
+            remote_qp_num: remote.qp_num,
+            step,
+            source,
+        };
+        let ud = match self.qp_type {
+            QpType::Rc | QpType::Uc => false,
+            QpType::Ud => true,
+            qp_type => {
+                return Err(ConnectError::UnsupportedType {
+                    qp_num: self.qp_num(),
+                    qp_type,
+                })
+            }
+        };
+        let rc = self.qp_type == QpType::Rc;
+
+        let mut init = QueuePairAttribute::new();
+        init.set_qp_state(QpState::Init)
+            .set_pkey_index(opts.pkey_index)
+            .set_port_num(opts.port_num);
+        if ud {
+            init.set_qkey(opts.qkey);
+        } else {
+            init.set_qp_access_flags(opts.access);
+        }
+        self.modify(&init)
+            .map_err(|e| step_err("1/3 (Reset to Init)", e))?;
+
+        let mut rtr = QueuePairAttribute::new();
+        rtr.set_qp_state(QpState::Rtr);
+        if !ud {
+            let mut av = AddressVector::new();
+            av.set_dlid(remote.lid)
+                .set_sl(opts.sl)
+                .set_port_num(opts.port_num);
+            if !remote.gid.is_zero() {
+                av.set_is_global(true)
+                    .set_dgid(remote.gid)
+                    .set_sgid_index(opts.gid_index)
+                    .set_hop_limit(opts.hop_limit)
+                    .set_traffic_class(opts.traffic_class);
+            }
+            rtr.set_ah_attr(av)
+                .set_path_mtu(opts.path_mtu)
+                .set_dest_qp_num(remote.qp_num)
+                .set_rq_psn(remote.psn);
+            if rc {
+                rtr.set_max_dest_rd_atomic(opts.max_dest_rd_atomic)
+                    .set_min_rnr_timer(opts.min_rnr_timer);
+            }
+        }
+        self.modify(&rtr)
+            .map_err(|e| step_err("2/3 (Init to RTR)", e))?;
+
+        let mut rts = QueuePairAttribute::new();
+        rts.set_qp_state(QpState::Rts).set_sq_psn(opts.sq_psn);
+        if rc {
+            rts.set_timeout(opts.timeout)
+                .set_retry_cnt(opts.retry_cnt)
+                .set_rnr_retry(opts.rnr_retry)
+                .set_max_rd_atomic(opts.max_rd_atomic);
+        }
+        self.modify(&rts)
+            .map_err(|e| step_err("3/3 (RTR to RTS)", e))
+    }
+
+    /// Starts a batch of send work requests (`ibv_wr_start` .. `ibv_wr_complete` on extended
+    /// QPs, one chained `ibv_post_send` on classic ones).
+    ///
+    /// Nothing reaches the device until [`PostSendGuard::post`], which rings one doorbell
+    /// for the whole batch. Dropping the guard unposted discards the batch (`ibv_wr_abort`
+    /// on extended QPs). Leaking it (`mem::forget`) leaves an extended batch open, which
+    /// blocks this QP's next batch on some providers.
+    #[doc(alias = "ibv_wr_start")]
+    #[doc(alias = "ibv_post_send")]
+    pub fn start_post_send(&mut self) -> PostSendGuard<'_> {
+        PostSendGuard::new(self)
+    }
+
+    /// Starts a batch of receive work requests, posted by one chained `ibv_post_recv` on
+    /// [`PostRecvGuard::post`].
+    #[doc(alias = "ibv_post_recv")]
+    pub fn start_post_recv(&mut self) -> PostRecvGuard<'_> {
+        PostRecvGuard::new(self)
+    }
+}
+
+/// What one side of a connection tells the other: the fields of rdma-core's pingpong
+/// exchange (`LID:QPN:PSN:GID`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Endpoint {
+    /// The port's LID (0 on RoCE; send the real one, InfiniBand needs it).
+    pub lid: u16,
+    /// The QP number.
+    pub qp_num: u32,
+    /// The first packet sequence number this side sends (24 bits).
+    pub psn: u32,
+    /// The port's GID; zero for a LID-routed InfiniBand path.
+    pub gid: Gid,
+}
+
+/// Local settings for [`QueuePair::connect`], with sound defaults; setters are named after
+/// the `ibv_qp_attr` fields they fill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "options do nothing until passed to connect()"]
+pub struct ConnectOptions {
+    port_num: u8,
+    gid_index: u8,
+    path_mtu: Mtu,
+    sq_psn: u32,
+    pkey_index: u16,
+    qkey: u32,
+    access: AccessFlags,
+    timeout: u8,
+    retry_cnt: u8,
+    rnr_retry: u8,
+    min_rnr_timer: u8,
+    max_rd_atomic: u8,
+    max_dest_rd_atomic: u8,
+    sl: u8,
+    hop_limit: u8,
+    traffic_class: u8,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            port_num: 1,
+            gid_index: 0,
+            path_mtu: Mtu::Mtu1024,
+            sq_psn: 0,
+            pkey_index: 0,
+            qkey: 0x1111_1111,
+            access: AccessFlags::LOCAL_WRITE
+                | AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 6,
+            min_rnr_timer: 12,
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
+            sl: 0,
+            hop_limit: 1,
+            traffic_class: 0,
+        }
+    }
+}
+
+impl ConnectOptions {
+    /// The defaults: port 1, GID index 0, MTU 1024, PSN 0, timeout 14 (about 67 ms),
+    /// retry_cnt 7, rnr_retry 6 (not 7, which retries forever), min_rnr_timer 12 (0.64 ms),
+    /// one outstanding RDMA READ/atomic each way, access LOCAL_WRITE | REMOTE_WRITE |
+    /// REMOTE_READ | REMOTE_ATOMIC, hop limit 1, Q_Key 0x11111111 (UD).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The local port (`port_num`; default 1).
+    pub fn port_num(&mut self, port: u8) -> &mut Self {
+        self.port_num = port;
+        self
+    }
+
+    /// The local GID index the path is sent from (`ah_attr.grh.sgid_index`; default 0).
+    pub fn gid_index(&mut self, index: u8) -> &mut Self {
+        self.gid_index = index;
+        self
+    }
+
+    /// The path MTU (`path_mtu`; default 1024). Use the smaller of both ports' active MTU.
+    pub fn path_mtu(&mut self, mtu: Mtu) -> &mut Self {
+        self.path_mtu = mtu;
+        self
+    }
+
+    /// This side's first PSN (`sq_psn`; default 0); tell the peer the same value.
+    pub fn sq_psn(&mut self, psn: u32) -> &mut Self {
+        self.sq_psn = psn & 0xff_ffff;
+        self
+    }
+
+    /// The P_Key index (`pkey_index`; default 0).
+    pub fn pkey_index(&mut self, index: u16) -> &mut Self {
+        self.pkey_index = index;
+        self
+    }
+
+    /// The Q_Key of a UD QP (`qkey`; default 0x11111111).
+    pub fn qkey(&mut self, qkey: u32) -> &mut Self {
+        self.qkey = qkey;
+        self
+    }
+
+    /// What the peer may do to this side (`qp_access_flags`; default all remote access).
+    pub fn qp_access_flags(&mut self, access: AccessFlags) -> &mut Self {
+        self.access = access;
+        self
+    }
+
+    /// The ack timeout code (`timeout`; default 14).
+    pub fn timeout(&mut self, timeout: u8) -> &mut Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Transport retries (`retry_cnt`; default 7).
+    pub fn retry_cnt(&mut self, n: u8) -> &mut Self {
+        self.retry_cnt = n;
+        self
+    }
+
+    /// RNR retries (`rnr_retry`; default 6). 7 means forever: a peer that never posts a
+    /// receive then hangs the QP instead of failing it (and can soft-lock SoftRoCE).
+    pub fn rnr_retry(&mut self, n: u8) -> &mut Self {
+        self.rnr_retry = n;
+        self
+    }
+
+    /// The RNR NAK timer code this side asks senders to wait (`min_rnr_timer`; default 12).
+    pub fn min_rnr_timer(&mut self, code: u8) -> &mut Self {
+        self.min_rnr_timer = code;
+        self
+    }
+
+    /// Outstanding RDMA READs/atomics as initiator (`max_rd_atomic`; default 1).
+    pub fn max_rd_atomic(&mut self, n: u8) -> &mut Self {
+        self.max_rd_atomic = n;
+        self
+    }
+
+    /// Incoming RDMA READs/atomics handled at once (`max_dest_rd_atomic`; default 1).
+    pub fn max_dest_rd_atomic(&mut self, n: u8) -> &mut Self {
+        self.max_dest_rd_atomic = n;
+        self
+    }
+
+    /// The service level (`ah_attr.sl`; default 0).
+    pub fn sl(&mut self, sl: u8) -> &mut Self {
+        self.sl = sl;
+        self
+    }
+
+    /// The hop limit of a global path (`ah_attr.grh.hop_limit`; default 1).
+    pub fn hop_limit(&mut self, hop_limit: u8) -> &mut Self {
+        self.hop_limit = hop_limit;
+        self
+    }
+
+    /// The traffic class of a global path (`ah_attr.grh.traffic_class`; default 0).
+    pub fn traffic_class(&mut self, traffic_class: u8) -> &mut Self {
+        self.traffic_class = traffic_class;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn einval() -> io::Error {
+        io::Error::from_raw_os_error(libc::EINVAL)
+    }
+
+    #[test]
+    fn modify_error_names_missing_and_forbidden_attributes() {
+        let mask = QpAttrMask::STATE
+            | QpAttrMask::AV
+            | QpAttrMask::PATH_MTU
+            | QpAttrMask::DEST_QPN
+            | QpAttrMask::RQ_PSN
+            | QpAttrMask::PORT;
+        let e = ModifyQpError {
+            qp_num: 0x1a,
+            qp_type: QpType::Rc,
+            from: QpState::Init,
+            to: QpState::Rtr,
+            mask,
+            diagnosis: Some(diagnose(QpType::Rc, QpState::Init, QpState::Rtr, mask)),
+            source: einval(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "failed to modify QP 0x1a from Init to RTR: missing attributes MinRnrTimer, \
+             MaxDestRdAtomic; Port is not allowed here (EINVAL)"
+        );
+    }
+
+    #[test]
+    fn modify_error_for_impossible_transitions_and_other_errnos() {
+        let e = ModifyQpError {
+            qp_num: 0x2,
+            qp_type: QpType::Rc,
+            from: QpState::Reset,
+            to: QpState::Rts,
+            mask: QpAttrMask::STATE,
+            diagnosis: Some(MaskDiagnosis::NoSuchTransition),
+            source: einval(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "failed to modify QP 0x2 from Reset to RTS: an RC QP has no transition from \
+             Reset to RTS (EINVAL)"
+        );
+        let e = ModifyQpError {
+            diagnosis: None,
+            source: io::Error::from_raw_os_error(libc::ENOMEM),
+            ..e
+        };
+        let text = e.to_string();
+        assert!(
+            text.starts_with("failed to modify QP 0x2 from Reset to RTS: "),
+            "{text}"
+        );
+        assert!(text.contains("os error 12"), "{text}");
+    }
+
+    #[test]
+    fn connect_defaults_are_safe() {
+        let o = ConnectOptions::new();
+        assert!(o.rnr_retry < 7, "rnr_retry 7 retries forever");
+        assert_eq!((o.timeout, o.retry_cnt, o.min_rnr_timer), (14, 7, 12));
+        assert_eq!((o.max_rd_atomic, o.max_dest_rd_atomic), (1, 1));
+        assert!(o
+            .access
+            .contains(AccessFlags::REMOTE_ATOMIC | AccessFlags::LOCAL_WRITE));
+        let mut o = o;
+        o.sq_psn(0x1ff_ffff);
+        assert_eq!(o.sq_psn, 0xff_ffff, "PSNs are 24 bits");
+    }
+}

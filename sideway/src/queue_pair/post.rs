@@ -1,0 +1,1074 @@
+//! Posting work requests: the send and receive guards, and the storage they build batches in.
+//!
+//! A classic QP's batch is a chain of `ibv_send_wr` (or `ibv_recv_wr`) with their
+//! scatter/gather arrays, written into arrays the QP allocated when it was created (sized by
+//! `max_send_wr` × `max_send_sge`), so posting allocates nothing. An extended QP's batch is
+//! built by the provider itself between `ibv_wr_start` and `ibv_wr_complete`.
+//!
+//! Memory safety: an [`Sge`] is built bounds-checked from a registered region (or through an
+//! `unsafe` constructor), and only the device dereferences it, after checking its lkey and
+//! bounds; a stale or foreign SGE completes with a protection error rather than touching
+//! memory. Inline data is different: the CPU copies it while posting, so it is borrowed for
+//! the guard's lifetime, and the `INLINE` flag is set from the kind of data, never trusted
+//! from the caller's flags (inline from an SGE would let the CPU read memory no one keeps
+//! alive).
+
+use std::fmt;
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::raw::{c_int, c_void};
+use std::ptr::NonNull;
+
+use bitflags::bitflags;
+use rdma_mummy_sys as ffi;
+
+use super::{QueuePair, SendOpsFlags};
+use crate::errno::from_ret;
+use crate::memory_region::Sge;
+
+bitflags! {
+    /// Properties of one send work request (`ibv_send_flags`).
+    #[doc(alias = "ibv_send_flags")]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct SendFlags: u32 {
+        /// `IBV_SEND_FENCE`: wait for earlier RDMA READs and atomics to finish first.
+        const FENCE = ffi::ibv_send_flags::IBV_SEND_FENCE;
+        /// `IBV_SEND_SIGNALED`: generate a completion (unless the QP signals all anyway).
+        const SIGNALED = ffi::ibv_send_flags::IBV_SEND_SIGNALED;
+        /// `IBV_SEND_SOLICITED`: raise a solicited event at the receiver.
+        const SOLICITED = ffi::ibv_send_flags::IBV_SEND_SOLICITED;
+        /// `IBV_SEND_INLINE`: the data is copied into the request. Set automatically for
+        /// [`SendData::Inline`] and [`SendData::InlineList`] (also as the legacy bit in
+        /// `qp_ex->wr_flags`, which rdma-core's generic `ibv_wr_*` code reads) and cleared
+        /// for every other kind of data.
+        const INLINE = ffi::ibv_send_flags::IBV_SEND_INLINE;
+        /// `IBV_SEND_IP_CSUM`: offload the IP checksum (raw packet and UD QPs).
+        const IP_CSUM = ffi::ibv_send_flags::IBV_SEND_IP_CSUM;
+        // Bits from newer rdma-core survive.
+        const _ = !0;
+    }
+}
+
+/// The local data of a send work request.
+#[derive(Debug, Clone, Copy, Default)]
+pub enum SendData<'a> {
+    /// No data (a zero-length message).
+    #[default]
+    Empty,
+    /// One scatter/gather entry.
+    Sge(Sge),
+    /// A gather list: the entries' bytes are sent back to back.
+    ///
+    /// On extended QPs of rxe (SoftRoCE) with rdma-core 56 or older, the provider's
+    /// `ibv_wr_set_sge_list` takes the message length to be the number of entries times the
+    /// first entry's length (fixed upstream by rdma-core pull request 1744): there, use
+    /// entries of equal length, or a classic QP.
+    SgeList(&'a [Sge]),
+    /// Bytes copied into the request while posting (at most `max_inline_data`).
+    Inline(&'a [u8]),
+    /// Several buffers copied back to back into the request.
+    InlineList(&'a [&'a [u8]]),
+}
+
+impl From<Sge> for SendData<'_> {
+    fn from(sge: Sge) -> Self {
+        SendData::Sge(sge)
+    }
+}
+
+impl<'a> From<&'a [Sge]> for SendData<'a> {
+    fn from(list: &'a [Sge]) -> Self {
+        SendData::SgeList(list)
+    }
+}
+
+impl<'a, const N: usize> From<&'a [Sge; N]> for SendData<'a> {
+    fn from(list: &'a [Sge; N]) -> Self {
+        SendData::SgeList(list)
+    }
+}
+
+impl<'a> From<&'a [u8]> for SendData<'a> {
+    fn from(bytes: &'a [u8]) -> Self {
+        SendData::Inline(bytes)
+    }
+}
+
+impl<'a, const N: usize> From<&'a [u8; N]> for SendData<'a> {
+    fn from(bytes: &'a [u8; N]) -> Self {
+        SendData::Inline(bytes)
+    }
+}
+
+impl<'a> From<&'a [&'a [u8]]> for SendData<'a> {
+    fn from(list: &'a [&'a [u8]]) -> Self {
+        SendData::InlineList(list)
+    }
+}
+
+impl SendData<'_> {
+    fn is_inline(&self) -> bool {
+        matches!(self, SendData::Inline(_) | SendData::InlineList(_))
+    }
+
+    /// Scatter/gather entries (or inline buffers) it takes.
+    fn entries(&self) -> usize {
+        match self {
+            SendData::Empty => 0,
+            SendData::Sge(_) | SendData::Inline(_) => 1,
+            SendData::SgeList(l) => l.len(),
+            SendData::InlineList(l) => l.len(),
+        }
+    }
+
+    fn inline_len(&self) -> usize {
+        match self {
+            SendData::Inline(b) => b.len(),
+            SendData::InlineList(l) => l.iter().map(|b| b.len()).sum(),
+            _ => 0,
+        }
+    }
+}
+
+/// Why a work request was refused before reaching the device.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidWorkRequest {
+    /// A classic QP's batch holds at most its `max_send_wr` (or `max_recv_wr`) requests.
+    #[error("the batch is full: it holds {capacity} work requests (the QP's max_{queue}_wr)")]
+    BatchFull {
+        /// The batch capacity.
+        capacity: usize,
+        /// `send` or `recv`.
+        queue: &'static str,
+    },
+    /// More scatter/gather entries (or inline buffers) than the QP allows per request.
+    #[error("{given} scatter/gather entries, more than the QP's max_{queue}_sge of {max}")]
+    TooManySge {
+        /// Entries given.
+        given: usize,
+        /// The QP's limit.
+        max: usize,
+        /// `send` or `recv`.
+        queue: &'static str,
+    },
+    /// More inline bytes than the QP's `max_inline_data`.
+    #[error("{len} bytes of inline data, more than the QP's max_inline_data of {max} (set it on the builder)")]
+    InlineTooLong {
+        /// Bytes given.
+        len: usize,
+        /// The QP's limit.
+        max: u32,
+    },
+    /// The operation carries no inline data (RDMA READ, atomics).
+    #[error("{op} cannot take inline data")]
+    InlineNotAllowed {
+        /// The operation.
+        op: &'static str,
+    },
+    /// An extended QP was not created for this operation (see `send_ops_flags`), or its
+    /// provider does not implement it.
+    #[error("{op} is not enabled on this extended QP (send_ops_flags) or not implemented by its provider")]
+    NotEnabled {
+        /// The operation.
+        op: &'static str,
+    },
+}
+
+/// Why a batch of work requests was not posted.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PostError {
+    /// The posting verb failed.
+    #[error("{call} failed on QP {qp_num:#x} {}: {source}", which_failed(*index, *wr_id, *count))]
+    Post {
+        /// `ibv_post_send`, `ibv_wr_complete` or `ibv_post_recv`.
+        call: &'static str,
+        /// The QP number.
+        qp_num: u32,
+        /// Requests in the batch.
+        count: usize,
+        /// The index in the batch of the first request not posted (`bad_wr`), when the verb
+        /// says; those before it were posted. `None` for `ibv_wr_complete`, which posts all
+        /// or nothing.
+        index: Option<usize>,
+        /// That request's `wr_id`.
+        wr_id: Option<u64>,
+        /// The errno.
+        source: io::Error,
+    },
+    /// A request was refused while the batch was built; nothing was posted.
+    #[error("work request {index} (wr_id {wr_id}) of a batch on QP {qp_num:#x} is invalid, nothing was posted: {reason}")]
+    Invalid {
+        /// The QP number.
+        qp_num: u32,
+        /// The request's index in the batch.
+        index: usize,
+        /// Its `wr_id`.
+        wr_id: u64,
+        /// What is wrong with it.
+        reason: InvalidWorkRequest,
+    },
+}
+
+fn which_failed(index: Option<usize>, wr_id: Option<u64>, count: usize) -> String {
+    match (index, wr_id) {
+        (Some(i), Some(id)) => {
+            format!("at work request {i} (wr_id {id}) of {count}; the {i} before it were posted")
+        }
+        (Some(i), None) => format!("at work request {i} of {count}"),
+        _ => format!("for a batch of {count} work requests (none was posted)"),
+    }
+}
+
+/// A batch's operation and its remote operands.
+#[derive(Clone, Copy)]
+enum Op {
+    Send,
+    SendImm(u32),
+    Write {
+        rkey: u32,
+        addr: u64,
+    },
+    WriteImm {
+        rkey: u32,
+        addr: u64,
+        imm: u32,
+    },
+    Read {
+        rkey: u32,
+        addr: u64,
+    },
+    CmpSwp {
+        rkey: u32,
+        addr: u64,
+        compare: u64,
+        swap: u64,
+    },
+    FetchAdd {
+        rkey: u32,
+        addr: u64,
+        add: u64,
+    },
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Send => "SEND",
+            Op::SendImm(_) => "SEND with immediate",
+            Op::Write { .. } => "RDMA WRITE",
+            Op::WriteImm { .. } => "RDMA WRITE with immediate",
+            Op::Read { .. } => "RDMA READ",
+            Op::CmpSwp { .. } => "atomic compare-and-swap",
+            Op::FetchAdd { .. } => "atomic fetch-and-add",
+        }
+    }
+
+    fn allows_inline(self) -> bool {
+        matches!(
+            self,
+            Op::Send | Op::SendImm(_) | Op::Write { .. } | Op::WriteImm { .. }
+        )
+    }
+
+    fn send_ops_flag(self) -> SendOpsFlags {
+        match self {
+            Op::Send => SendOpsFlags::SEND,
+            Op::SendImm(_) => SendOpsFlags::SEND_WITH_IMM,
+            Op::Write { .. } => SendOpsFlags::RDMA_WRITE,
+            Op::WriteImm { .. } => SendOpsFlags::RDMA_WRITE_WITH_IMM,
+            Op::Read { .. } => SendOpsFlags::RDMA_READ,
+            Op::CmpSwp { .. } => SendOpsFlags::ATOMIC_CMP_AND_SWP,
+            Op::FetchAdd { .. } => SendOpsFlags::ATOMIC_FETCH_AND_ADD,
+        }
+    }
+
+    fn opcode(self) -> ffi::ibv_wr_opcode::Type {
+        use ffi::ibv_wr_opcode as o;
+        match self {
+            Op::Send => o::IBV_WR_SEND,
+            Op::SendImm(_) => o::IBV_WR_SEND_WITH_IMM,
+            Op::Write { .. } => o::IBV_WR_RDMA_WRITE,
+            Op::WriteImm { .. } => o::IBV_WR_RDMA_WRITE_WITH_IMM,
+            Op::Read { .. } => o::IBV_WR_RDMA_READ,
+            Op::CmpSwp { .. } => o::IBV_WR_ATOMIC_CMP_AND_SWP,
+            Op::FetchAdd { .. } => o::IBV_WR_ATOMIC_FETCH_AND_ADD,
+        }
+    }
+}
+
+/// Where a classic QP's send batches are built; allocated once, with the QP.
+pub(super) struct SendStorage {
+    wrs: Box<[ffi::ibv_send_wr]>,
+    /// `max_sge` entries per request, request `i` at `i * max_sge`.
+    sges: Box<[ffi::ibv_sge]>,
+    /// An extended QP's inline-list scratch (`max_inline_data` bytes): a list is gathered
+    /// here and set with one `ibv_wr_set_inline_data`, because rxe's
+    /// `ibv_wr_set_inline_data_list` (rdma-core 56 and older) reports a length of 0.
+    /// Providers copy inline data when it is set, so one scratch serves the whole batch.
+    inline: Box<[u8]>,
+    max_sge: usize,
+}
+
+fn zeroed_send_wr() -> ffi::ibv_send_wr {
+    // SAFETY: ibv_send_wr is a C struct of integers, raw pointers and unions of those, for
+    // all of which the all-zero bit pattern is valid (NULL pointers, zero values).
+    unsafe { MaybeUninit::<ffi::ibv_send_wr>::zeroed().assume_init() }
+}
+
+impl SendStorage {
+    pub(super) fn new(max_wr: u32, max_sge: u32, max_inline: u32, extended: bool) -> Self {
+        let max_wr = max_wr as usize;
+        let max_sge = max_sge as usize;
+        if extended {
+            return SendStorage {
+                wrs: Box::new([]),
+                sges: Box::new([]),
+                inline: vec![0; max_inline as usize].into_boxed_slice(),
+                max_sge,
+            };
+        }
+        SendStorage {
+            wrs: vec![zeroed_send_wr(); max_wr].into_boxed_slice(),
+            sges: vec![ffi::ibv_sge::default(); max_wr.saturating_mul(max_sge)].into_boxed_slice(),
+            inline: Box::new([]),
+            max_sge,
+        }
+    }
+}
+
+/// Where receive batches are built; allocated once, with the QP.
+pub(super) struct RecvStorage {
+    wrs: Box<[ffi::ibv_recv_wr]>,
+    sges: Box<[ffi::ibv_sge]>,
+    max_sge: usize,
+}
+
+impl RecvStorage {
+    pub(super) fn new(max_wr: u32, max_sge: u32) -> Self {
+        let max_wr = max_wr as usize;
+        let max_sge = max_sge as usize;
+        let wr = ffi::ibv_recv_wr {
+            wr_id: 0,
+            next: std::ptr::null_mut(),
+            sg_list: std::ptr::null_mut(),
+            num_sge: 0,
+        };
+        RecvStorage {
+            wrs: vec![wr; max_wr].into_boxed_slice(),
+            sges: vec![ffi::ibv_sge::default(); max_wr.saturating_mul(max_sge)].into_boxed_slice(),
+            max_sge,
+        }
+    }
+}
+
+/// A batch of send work requests being built; from [`QueuePair::start_post_send`].
+///
+/// Add requests with [`wr`](Self::wr), then [`post`](Self::post) them with one doorbell.
+/// A request the batch cannot take (too many SGEs, inline data too long, ...) is remembered
+/// and reported by `post`, which then posts nothing. Dropping the guard without posting
+/// discards the batch (`ibv_wr_abort` on extended QPs). Inline data is borrowed for `'a`.
+///
+/// ```no_run
+/// # fn demo(qp: &mut sideway::queue_pair::QueuePair, buf: &sideway::RegisteredBuffer,
+/// #         rkey: u32, raddr: u64) -> Result<(), Box<dyn std::error::Error>> {
+/// use sideway::queue_pair::SendFlags;
+/// let mut batch = qp.start_post_send();
+/// batch
+///     .wr(1, SendFlags::empty())
+///     .rdma_write(rkey, raddr, buf.sge(0..4096).unwrap())
+///     .wr(2, SendFlags::SIGNALED)
+///     .send(b"done")
+///     .wr(3, SendFlags::SIGNALED)
+///     .atomic_fetch_add(rkey, raddr, 1, buf.sge(0..8).unwrap());
+/// batch.post()?;
+/// # Ok(()) }
+/// ```
+#[must_use = "work requests reach the device only through post(); dropping the guard discards them"]
+pub struct PostSendGuard<'a> {
+    qp: &'a mut QueuePair,
+    count: usize,
+    /// An extended QP's `ibv_wr_start` has been called and not yet completed or aborted.
+    started: bool,
+    invalid: Option<(usize, u64, InvalidWorkRequest)>,
+}
+
+impl fmt::Debug for PostSendGuard<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostSendGuard")
+            .field("qp_num", &format_args!("{:#x}", self.qp.qp_num()))
+            .field("count", &self.count)
+            .field("invalid", &self.invalid)
+            .finish()
+    }
+}
+
+/// One send work request being described: pick its operation. From [`PostSendGuard::wr`].
+#[must_use = "a work request is added only by one of its operation methods"]
+pub struct WorkRequestBuilder<'g, 'a> {
+    guard: &'g mut PostSendGuard<'a>,
+    wr_id: u64,
+    flags: SendFlags,
+}
+
+impl fmt::Debug for WorkRequestBuilder<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkRequestBuilder")
+            .field("wr_id", &self.wr_id)
+            .field("flags", &self.flags)
+            .finish()
+    }
+}
+
+impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
+    fn add(self, op: Op, data: SendData<'a>) -> &'g mut PostSendGuard<'a> {
+        self.guard.push(self.wr_id, self.flags, op, data);
+        self.guard
+    }
+
+    /// A SEND (`IBV_WR_SEND`, `ibv_wr_send`) of `data`, consuming a receive at the peer.
+    #[doc(alias = "ibv_wr_send")]
+    pub fn send(self, data: impl Into<SendData<'a>>) -> &'g mut PostSendGuard<'a> {
+        self.add(Op::Send, data.into())
+    }
+
+    /// A SEND with immediate data (`IBV_WR_SEND_WITH_IMM`, `ibv_wr_send_imm`); `imm` is
+    /// in host order and arrives as [`WorkCompletion::imm_data`](crate::WorkCompletion::imm_data).
+    #[doc(alias = "ibv_wr_send_imm")]
+    pub fn send_with_imm(
+        self,
+        imm: u32,
+        data: impl Into<SendData<'a>>,
+    ) -> &'g mut PostSendGuard<'a> {
+        self.add(Op::SendImm(imm), data.into())
+    }
+
+    /// An RDMA WRITE (`IBV_WR_RDMA_WRITE`, `ibv_wr_rdma_write`) of `data` to the peer's
+    /// `remote_addr` in the region of `rkey`.
+    #[doc(alias = "ibv_wr_rdma_write")]
+    pub fn rdma_write(
+        self,
+        rkey: u32,
+        remote_addr: u64,
+        data: impl Into<SendData<'a>>,
+    ) -> &'g mut PostSendGuard<'a> {
+        self.add(
+            Op::Write {
+                rkey,
+                addr: remote_addr,
+            },
+            data.into(),
+        )
+    }
+
+    /// An RDMA WRITE with immediate data (`IBV_WR_RDMA_WRITE_WITH_IMM`,
+    /// `ibv_wr_rdma_write_imm`): consumes a receive at the peer, which sees `imm`.
+    #[doc(alias = "ibv_wr_rdma_write_imm")]
+    pub fn rdma_write_with_imm(
+        self,
+        rkey: u32,
+        remote_addr: u64,
+        imm: u32,
+        data: impl Into<SendData<'a>>,
+    ) -> &'g mut PostSendGuard<'a> {
+        self.add(
+            Op::WriteImm {
+                rkey,
+                addr: remote_addr,
+                imm,
+            },
+            data.into(),
+        )
+    }
+
+    /// An RDMA READ (`IBV_WR_RDMA_READ`, `ibv_wr_rdma_read`) of the peer's `remote_addr`
+    /// into the local entries `data` (no inline data).
+    #[doc(alias = "ibv_wr_rdma_read")]
+    pub fn rdma_read(
+        self,
+        rkey: u32,
+        remote_addr: u64,
+        data: impl Into<SendData<'a>>,
+    ) -> &'g mut PostSendGuard<'a> {
+        self.add(
+            Op::Read {
+                rkey,
+                addr: remote_addr,
+            },
+            data.into(),
+        )
+    }
+
+    /// An atomic compare-and-swap (`IBV_WR_ATOMIC_CMP_AND_SWP`, `ibv_wr_atomic_cmp_swp`) of
+    /// the 8 bytes at the peer's `remote_addr` (8-byte aligned): if they equal `compare`
+    /// they become `swap`. The old value lands in `local` (8 bytes).
+    #[doc(alias = "ibv_wr_atomic_cmp_swp")]
+    pub fn atomic_cmp_swp(
+        self,
+        rkey: u32,
+        remote_addr: u64,
+        compare: u64,
+        swap: u64,
+        local: Sge,
+    ) -> &'g mut PostSendGuard<'a> {
+        self.add(
+            Op::CmpSwp {
+                rkey,
+                addr: remote_addr,
+                compare,
+                swap,
+            },
+            SendData::Sge(local),
+        )
+    }
+
+    /// An atomic fetch-and-add (`IBV_WR_ATOMIC_FETCH_AND_ADD`, `ibv_wr_atomic_fetch_add`)
+    /// of `add` to the 8 bytes at the peer's `remote_addr` (8-byte aligned). The old value
+    /// lands in `local` (8 bytes).
+    #[doc(alias = "ibv_wr_atomic_fetch_add")]
+    pub fn atomic_fetch_add(
+        self,
+        rkey: u32,
+        remote_addr: u64,
+        add: u64,
+        local: Sge,
+    ) -> &'g mut PostSendGuard<'a> {
+        self.add(
+            Op::FetchAdd {
+                rkey,
+                addr: remote_addr,
+                add,
+            },
+            SendData::Sge(local),
+        )
+    }
+}
+
+impl<'a> PostSendGuard<'a> {
+    pub(super) fn new(qp: &'a mut QueuePair) -> Self {
+        PostSendGuard {
+            qp,
+            count: 0,
+            started: false,
+            invalid: None,
+        }
+    }
+
+    /// Starts the next work request: its `wr_id` (reported by its completion) and flags.
+    /// Pick the operation on the returned builder.
+    pub fn wr(&mut self, wr_id: u64, flags: SendFlags) -> WorkRequestBuilder<'_, 'a> {
+        WorkRequestBuilder {
+            guard: self,
+            wr_id,
+            flags,
+        }
+    }
+
+    /// How many requests the batch holds.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// True when the batch holds none.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    fn check(&self, op: Op, data: &SendData<'a>) -> Result<(), InvalidWorkRequest> {
+        let qp = &*self.qp;
+        if qp.ex.is_none() && self.count >= qp.send.wrs.len() {
+            return Err(InvalidWorkRequest::BatchFull {
+                capacity: qp.send.wrs.len(),
+                queue: "send",
+            });
+        }
+        let entries = data.entries();
+        let max_sge = qp.send.max_sge;
+        if entries > max_sge {
+            return Err(InvalidWorkRequest::TooManySge {
+                given: entries,
+                max: max_sge,
+                queue: "send",
+            });
+        }
+        if data.is_inline() {
+            if !op.allows_inline() {
+                return Err(InvalidWorkRequest::InlineNotAllowed { op: op.name() });
+            }
+            let len = data.inline_len();
+            if len > qp.cap.max_inline_data as usize {
+                return Err(InvalidWorkRequest::InlineTooLong {
+                    len,
+                    max: qp.cap.max_inline_data,
+                });
+            }
+        }
+        if let Some(ex) = qp.ex {
+            if !qp.send_ops_flags.contains(op.send_ops_flag()) || !ex_implements(ex, op, data) {
+                return Err(InvalidWorkRequest::NotEnabled { op: op.name() });
+            }
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, wr_id: u64, flags: SendFlags, op: Op, data: SendData<'a>) {
+        if self.invalid.is_some() {
+            return;
+        }
+        if let Err(reason) = self.check(op, &data) {
+            self.invalid = Some((self.count, wr_id, reason));
+            return;
+        }
+        let mut flags = flags - SendFlags::INLINE;
+        if data.is_inline() {
+            flags |= SendFlags::INLINE;
+        }
+        match self.qp.ex {
+            Some(ex) => self.push_ex(ex, wr_id, flags, op, data),
+            None => self.push_classic(wr_id, flags, op, data),
+        }
+        self.count += 1;
+    }
+
+    fn push_classic(&mut self, wr_id: u64, flags: SendFlags, op: Op, data: SendData<'a>) {
+        let i = self.count;
+        let st = &mut self.qp.send;
+        let m = st.max_sge;
+        // check() made sure i < wrs.len() and the data fits in max_sge entries.
+        let slot = &mut st.sges[i * m..(i + 1) * m];
+        let inline = |b: &[u8]| ffi::ibv_sge {
+            addr: b.as_ptr() as u64,
+            // check() bounded inline lengths by max_inline_data, a u32.
+            length: b.len() as u32,
+            lkey: 0,
+        };
+        let n = match data {
+            SendData::Empty => 0,
+            SendData::Sge(s) => {
+                slot[0] = *s.as_raw();
+                1
+            }
+            SendData::SgeList(list) => {
+                for (dst, src) in slot.iter_mut().zip(list) {
+                    *dst = *src.as_raw();
+                }
+                list.len()
+            }
+            SendData::Inline(b) => {
+                slot[0] = inline(b);
+                1
+            }
+            SendData::InlineList(list) => {
+                for (dst, src) in slot.iter_mut().zip(list) {
+                    *dst = inline(src);
+                }
+                list.len()
+            }
+        };
+        let mut wr = zeroed_send_wr();
+        wr.wr_id = wr_id;
+        wr.sg_list = if n == 0 {
+            std::ptr::null_mut()
+        } else {
+            slot.as_mut_ptr()
+        };
+        // n <= max_sge, which came from a u32.
+        wr.num_sge = n as c_int;
+        wr.opcode = op.opcode();
+        wr.send_flags = flags.bits();
+        match op {
+            Op::Send | Op::Read { .. } | Op::Write { .. } => {}
+            Op::SendImm(imm) | Op::WriteImm { imm, .. } => {
+                wr.__bindgen_anon_1.imm_data = imm.to_be();
+            }
+            _ => {}
+        }
+        match op {
+            Op::Write { rkey, addr }
+            | Op::WriteImm { rkey, addr, .. }
+            | Op::Read { rkey, addr } => {
+                wr.wr.rdma = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
+                    remote_addr: addr,
+                    rkey,
+                };
+            }
+            Op::CmpSwp {
+                rkey,
+                addr,
+                compare,
+                swap,
+            } => {
+                wr.wr.atomic = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
+                    remote_addr: addr,
+                    compare_add: compare,
+                    swap,
+                    rkey,
+                };
+            }
+            Op::FetchAdd { rkey, addr, add } => {
+                wr.wr.atomic = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
+                    remote_addr: addr,
+                    compare_add: add,
+                    swap: 0,
+                    rkey,
+                };
+            }
+            Op::Send | Op::SendImm(_) => {}
+        }
+        st.wrs[i] = wr;
+        if i > 0 {
+            let this: *mut ffi::ibv_send_wr = &mut st.wrs[i];
+            st.wrs[i - 1].next = this;
+        }
+    }
+
+    fn push_ex(
+        &mut self,
+        ex: NonNull<ffi::ibv_qp_ex>,
+        wr_id: u64,
+        flags: SendFlags,
+        op: Op,
+        data: SendData<'a>,
+    ) {
+        let ex = ex.as_ptr();
+        // The safety argument of every block below: ex is the live extended QP of this
+        // guard's QP, which the guard borrows mutably, so no other batch is open on it; the
+        // calls follow the batch order (start, then per request: wr_id/wr_flags, one opcode
+        // call, its data setter); check() verified the operation is in send_ops_flags and
+        // implemented. Inline data is borrowed for 'a, beyond this call.
+        if !self.started {
+            // SAFETY: as above; opens the batch once.
+            unsafe { ffi::ibv_wr_start(ex) };
+            self.started = true;
+        }
+        // SAFETY: as above; plain field writes the next opcode call reads.
+        unsafe {
+            (*ex).wr_id = wr_id;
+            (*ex).wr_flags = flags.bits();
+        }
+        // SAFETY: as above.
+        unsafe {
+            match op {
+                Op::Send => ffi::ibv_wr_send(ex),
+                Op::SendImm(imm) => ffi::ibv_wr_send_imm(ex, imm.to_be()),
+                Op::Write { rkey, addr } => ffi::ibv_wr_rdma_write(ex, rkey, addr),
+                Op::WriteImm { rkey, addr, imm } => {
+                    ffi::ibv_wr_rdma_write_imm(ex, rkey, addr, imm.to_be())
+                }
+                Op::Read { rkey, addr } => ffi::ibv_wr_rdma_read(ex, rkey, addr),
+                Op::CmpSwp {
+                    rkey,
+                    addr,
+                    compare,
+                    swap,
+                } => ffi::ibv_wr_atomic_cmp_swp(ex, rkey, addr, compare, swap),
+                Op::FetchAdd { rkey, addr, add } => {
+                    ffi::ibv_wr_atomic_fetch_add(ex, rkey, addr, add)
+                }
+            }
+        }
+        match data {
+            SendData::Empty => {}
+            // SAFETY: as above; the SGE is passed by value.
+            SendData::Sge(s) => unsafe { ffi::ibv_wr_set_sge(ex, s.lkey(), s.addr(), s.length()) },
+            // SAFETY: as above; Sge is repr(transparent) over ibv_sge, and the list is
+            // borrowed for 'a.
+            SendData::SgeList(list) => unsafe {
+                ffi::ibv_wr_set_sge_list(ex, list.len(), list.as_ptr().cast())
+            },
+            // SAFETY: as above; the provider only reads the bytes (the C prototype lacks
+            // const).
+            SendData::Inline(b) => unsafe {
+                ffi::ibv_wr_set_inline_data(ex, b.as_ptr() as *mut c_void, b.len())
+            },
+            SendData::InlineList(list) => {
+                let scratch = &mut self.qp.send.inline;
+                let mut len = 0;
+                for part in list {
+                    // check() bounded the total by max_inline_data, the scratch's length.
+                    scratch[len..len + part.len()].copy_from_slice(part);
+                    len += part.len();
+                }
+                // SAFETY: as above; scratch[..len] is initialised and lives with the QP.
+                unsafe { ffi::ibv_wr_set_inline_data(ex, scratch.as_mut_ptr().cast(), len) }
+            }
+        }
+    }
+
+    /// Posts the batch with one doorbell: `ibv_wr_complete` on an extended QP, one chained
+    /// `ibv_post_send` on a classic one. An empty batch posts nothing and succeeds.
+    #[doc(alias = "ibv_post_send")]
+    #[doc(alias = "ibv_wr_complete")]
+    pub fn post(mut self) -> Result<(), PostError> {
+        let qp_num = self.qp.qp_num();
+        if let Some((index, wr_id, reason)) = self.invalid.take() {
+            // Drop aborts what an extended QP already holds.
+            return Err(PostError::Invalid {
+                qp_num,
+                index,
+                wr_id,
+                reason,
+            });
+        }
+        let count = self.count;
+        if count == 0 {
+            return Ok(());
+        }
+        let post_err = |call, index: Option<usize>, wr_id, source| PostError::Post {
+            call,
+            qp_num,
+            count,
+            index,
+            wr_id,
+            source,
+        };
+        if let Some(ex) = self.qp.ex {
+            self.started = false;
+            // SAFETY: ex is live and inside the batch this guard started; complete ends it.
+            let ret = unsafe { ffi::ibv_wr_complete(ex.as_ptr()) };
+            return from_ret(ret).map_err(|e| post_err("ibv_wr_complete", None, None, e));
+        }
+        let qp = self.qp.raw.as_ptr();
+        let st = &mut self.qp.send;
+        // The last request's `next` is NULL: push_classic writes each request whole.
+        let mut bad: *mut ffi::ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: qp is live; wrs[..count] is a NULL-terminated chain whose sg_lists point
+        // into `sges` (alive with the QP) at entries naming registered memory or inline bytes
+        // borrowed for 'a; bad is a valid out-pointer.
+        let ret = unsafe { ffi::ibv_post_send(qp, st.wrs.as_mut_ptr(), &mut bad) };
+        from_ret(ret).map_err(|e| {
+            let index = chain_index(st.wrs.as_ptr(), bad, count);
+            post_err("ibv_post_send", index, index.map(|i| st.wrs[i].wr_id), e)
+        })
+    }
+}
+
+/// Which request of a chain starting at `base` `bad` points at, if any.
+fn chain_index<T>(base: *const T, bad: *const T, count: usize) -> Option<usize> {
+    let size = std::mem::size_of::<T>();
+    let off = (bad as usize).checked_sub(base as usize)?;
+    (off % size == 0 && off / size < count).then_some(off / size)
+}
+
+/// Whether the provider filled the `qp_ex` entries `op` and `data` need: the data-path
+/// functions of rdma-mummy-sys do nothing for a missing entry, which would silently drop the
+/// request.
+fn ex_implements(ex: NonNull<ffi::ibv_qp_ex>, op: Op, data: &SendData<'_>) -> bool {
+    // SAFETY: ex is a live extended QP; only its function-pointer fields are read.
+    let q = unsafe { &*ex.as_ptr() };
+    let op_ok = match op {
+        Op::Send => q.wr_send.is_some(),
+        Op::SendImm(_) => q.wr_send_imm.is_some(),
+        Op::Write { .. } => q.wr_rdma_write.is_some(),
+        Op::WriteImm { .. } => q.wr_rdma_write_imm.is_some(),
+        Op::Read { .. } => q.wr_rdma_read.is_some(),
+        Op::CmpSwp { .. } => q.wr_atomic_cmp_swp.is_some(),
+        Op::FetchAdd { .. } => q.wr_atomic_fetch_add.is_some(),
+    };
+    let data_ok = match data {
+        SendData::Empty => true,
+        SendData::Sge(_) => q.wr_set_sge.is_some(),
+        SendData::SgeList(_) => q.wr_set_sge_list.is_some(),
+        SendData::Inline(_) => q.wr_set_inline_data.is_some(),
+        // Lists are gathered and set as one buffer.
+        SendData::InlineList(_) => q.wr_set_inline_data.is_some(),
+    };
+    op_ok && data_ok && q.wr_start.is_some() && q.wr_complete.is_some() && q.wr_abort.is_some()
+}
+
+impl Drop for PostSendGuard<'_> {
+    fn drop(&mut self) {
+        if let (true, Some(ex)) = (self.started, self.qp.ex) {
+            // SAFETY: ex is live and inside the batch this guard started and never completed.
+            unsafe { ffi::ibv_wr_abort(ex.as_ptr()) };
+        }
+        // A classic batch lives only in the QP's storage: nothing to undo.
+    }
+}
+
+/// A batch of receive work requests being built; from [`QueuePair::start_post_recv`].
+/// [`post`](Self::post) posts them with one `ibv_post_recv`; dropping the guard discards
+/// them.
+#[must_use = "receives reach the device only through post(); dropping the guard discards them"]
+pub struct PostRecvGuard<'a> {
+    qp: &'a mut QueuePair,
+    count: usize,
+    invalid: Option<(usize, u64, InvalidWorkRequest)>,
+}
+
+impl fmt::Debug for PostRecvGuard<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostRecvGuard")
+            .field("qp_num", &format_args!("{:#x}", self.qp.qp_num()))
+            .field("count", &self.count)
+            .field("invalid", &self.invalid)
+            .finish()
+    }
+}
+
+impl<'a> PostRecvGuard<'a> {
+    pub(super) fn new(qp: &'a mut QueuePair) -> Self {
+        PostRecvGuard {
+            qp,
+            count: 0,
+            invalid: None,
+        }
+    }
+
+    /// Adds a receive work request (`struct ibv_recv_wr`) for up to the entries' total
+    /// length, scattered over `sges` in order (empty for a receive that only takes immediate
+    /// data). The entries are copied: the slice need not outlive the call.
+    pub fn recv(&mut self, wr_id: u64, sges: &[Sge]) -> &mut Self {
+        if self.invalid.is_some() {
+            return self;
+        }
+        let i = self.count;
+        let st = &mut self.qp.recv;
+        let reason = if i >= st.wrs.len() {
+            Some(InvalidWorkRequest::BatchFull {
+                capacity: st.wrs.len(),
+                queue: "recv",
+            })
+        } else if sges.len() > st.max_sge {
+            Some(InvalidWorkRequest::TooManySge {
+                given: sges.len(),
+                max: st.max_sge,
+                queue: "recv",
+            })
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            self.invalid = Some((i, wr_id, reason));
+            return self;
+        }
+        let m = st.max_sge;
+        let slot = &mut st.sges[i * m..(i + 1) * m];
+        for (dst, src) in slot.iter_mut().zip(sges) {
+            *dst = *src.as_raw();
+        }
+        st.wrs[i] = ffi::ibv_recv_wr {
+            wr_id,
+            next: std::ptr::null_mut(),
+            sg_list: if sges.is_empty() {
+                std::ptr::null_mut()
+            } else {
+                slot.as_mut_ptr()
+            },
+            // sges.len() <= max_sge, which came from a u32.
+            num_sge: sges.len() as c_int,
+        };
+        if i > 0 {
+            let this: *mut ffi::ibv_recv_wr = &mut st.wrs[i];
+            st.wrs[i - 1].next = this;
+        }
+        self.count += 1;
+        self
+    }
+
+    /// How many requests the batch holds.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// True when the batch holds none.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Posts the batch with one `ibv_post_recv`. An empty batch posts nothing and succeeds.
+    #[doc(alias = "ibv_post_recv")]
+    pub fn post(mut self) -> Result<(), PostError> {
+        let qp_num = self.qp.qp_num();
+        if let Some((index, wr_id, reason)) = self.invalid.take() {
+            return Err(PostError::Invalid {
+                qp_num,
+                index,
+                wr_id,
+                reason,
+            });
+        }
+        let count = self.count;
+        if count == 0 {
+            return Ok(());
+        }
+        let qp = self.qp.raw.as_ptr();
+        let st = &mut self.qp.recv;
+        let mut bad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
+        // SAFETY: qp is live; wrs[..count] is a NULL-terminated chain whose sg_lists point
+        // into `sges` (alive with the QP); the device checks every SGE's lkey and bounds.
+        let ret = unsafe { ffi::ibv_post_recv(qp, st.wrs.as_mut_ptr(), &mut bad) };
+        from_ret(ret).map_err(|source| {
+            let index = chain_index(st.wrs.as_ptr(), bad, count);
+            PostError::Post {
+                call: "ibv_post_recv",
+                qp_num,
+                count,
+                index,
+                wr_id: index.map(|i| st.wrs[i].wr_id),
+                source,
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chain_index_finds_the_bad_request() {
+        let arr = [0u64; 4];
+        let base = arr.as_ptr();
+        assert_eq!(chain_index(base, &arr[2], 4), Some(2));
+        assert_eq!(chain_index(base, &arr[3], 3), None);
+        assert_eq!(chain_index(base, std::ptr::null(), 4), None);
+    }
+
+    #[test]
+    fn data_kinds_and_inline_limits() {
+        let bytes = [1u8; 10];
+        let two: [&[u8]; 2] = [&bytes[..4], &bytes[4..]];
+        let d: SendData<'_> = (&two[..]).into();
+        assert!(d.is_inline());
+        assert_eq!((d.entries(), d.inline_len()), (2, 10));
+        let d: SendData<'_> = (&bytes).into();
+        assert_eq!((d.entries(), d.inline_len()), (1, 10));
+        assert!(!SendData::Empty.is_inline());
+        assert!(!Op::Read { rkey: 0, addr: 0 }.allows_inline());
+        assert!(Op::WriteImm {
+            rkey: 0,
+            addr: 0,
+            imm: 1
+        }
+        .allows_inline());
+    }
+
+    #[test]
+    fn post_errors_name_the_failed_request() {
+        let e = PostError::Post {
+            call: "ibv_post_send",
+            qp_num: 0x11,
+            count: 8,
+            index: Some(3),
+            wr_id: Some(42),
+            source: io::Error::from_raw_os_error(libc::ENOMEM),
+        };
+        let text = e.to_string();
+        assert!(
+            text.starts_with(
+                "ibv_post_send failed on QP 0x11 at work request 3 (wr_id 42) of 8; the 3 \
+                 before it were posted: "
+            ),
+            "{text}"
+        );
+        let e = PostError::Invalid {
+            qp_num: 0x11,
+            index: 1,
+            wr_id: 7,
+            reason: InvalidWorkRequest::InlineTooLong { len: 100, max: 64 },
+        };
+        assert!(e.to_string().contains("100 bytes of inline data"), "{e}");
+    }
+}
