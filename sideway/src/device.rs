@@ -264,6 +264,7 @@ impl Device {
         Ok(Arc::new(DeviceContext {
             raw: ctx,
             name: self.name(),
+            lender: None,
         }))
     }
 }
@@ -298,6 +299,9 @@ pub fn open_device(name: Option<&str>) -> DeviceResult<Arc<DeviceContext>> {
 pub struct DeviceContext {
     raw: NonNull<ffi::ibv_context>,
     name: String,
+    /// `Some` when the context is not ours to close: librdmacm opened it, and this value
+    /// (its device list reference) keeps it open until dropped.
+    lender: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 // SAFETY: libibverbs contexts are thread-safe: every verb on a context may be called from any
@@ -308,6 +312,10 @@ unsafe impl Sync for DeviceContext {}
 
 impl Drop for DeviceContext {
     fn drop(&mut self) {
+        if self.lender.is_some() {
+            // librdmacm owns the context; dropping `lender` gives back our reference to it.
+            return;
+        }
         // SAFETY: raw came from ibv_open_device and every child object holding an Arc of
         // this context is gone, so this is the last use.
         let ret = unsafe { ffi::ibv_close_device(self.raw.as_ptr()) };
@@ -326,6 +334,39 @@ impl fmt::Debug for DeviceContext {
 }
 
 impl DeviceContext {
+    /// Wraps a context that someone else opened and will close (librdmacm's, from an
+    /// `rdma_cm_id`): dropping the wrapper never calls `ibv_close_device`, only drops `lender`.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is an open context that stays open for as long as `lender` is alive.
+    pub(crate) unsafe fn from_lent(
+        raw: NonNull<ffi::ibv_context>,
+        lender: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Arc<DeviceContext> {
+        // SAFETY: the caller guarantees raw is open; its device pointer is set by libibverbs.
+        let device = unsafe { (*raw.as_ptr()).device };
+        let name = if device.is_null() {
+            String::new()
+        } else {
+            // SAFETY: a live device; the name is a NUL-terminated string inside it.
+            let name = unsafe { ffi::ibv_get_device_name(device) };
+            if name.is_null() {
+                String::new()
+            } else {
+                // SAFETY: non-NULL, NUL-terminated, alive as long as the device.
+                unsafe { CStr::from_ptr(name) }
+                    .to_string_lossy()
+                    .into_owned()
+            }
+        };
+        Arc::new(DeviceContext {
+            raw,
+            name,
+            lender: Some(lender),
+        })
+    }
+
     /// The device's name.
     pub fn name(&self) -> &str {
         &self.name

@@ -36,6 +36,8 @@ pub mod memory_region;
 pub mod protection_domain;
 #[allow(unsafe_code)]
 pub mod queue_pair;
+#[allow(unsafe_code)]
+pub mod rdmacm;
 
 #[allow(unsafe_code)]
 mod errno;

@@ -1,0 +1,730 @@
+//! Device tests for `sideway::rdmacm`: connections with private data on connect, accept and
+//! reject, typed connection errors, event-channel timeouts and polling, UD datagrams and
+//! multicast, over a real RDMA device's IPv4 address (`RDMA_TEST_IP`).
+//!
+//! Each test uses its own rdma_cm ports (tests run in parallel), and every wait is bounded.
+
+mod common;
+
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use sideway::rdmacm::{
+    CmError, CmId, CmQpInitAttr, ConnParam, EventChannel, EventType, IbRejectReason, PortSpace,
+    QpTargetState,
+};
+use sideway::sys as ffi;
+use sideway::{AccessFlags, CompletionQueue, ProtectionDomain, RegisteredBuffer, WorkCompletion};
+
+const WAIT: Option<Duration> = Some(Duration::from_secs(10));
+const RESOLVE: Duration = Duration::from_secs(2);
+/// Room for the GRH in front of every UD receive.
+const GRH: usize = 40;
+
+/// The device's IPv4 address, or `None` (after printing why) when the test must be skipped.
+fn test_ip(test: &str) -> Option<IpAddr> {
+    common::device_or_skip(test)?;
+    match std::env::var("RDMA_TEST_IP") {
+        Ok(ip) if !ip.is_empty() => Some(
+            ip.parse()
+                .unwrap_or_else(|e| panic!("RDMA_TEST_IP={ip} is not an IP address: {e}")),
+        ),
+        _ if std::env::var_os("RDMA_TEST_DEVICE").is_some() => {
+            panic!("{test}: RDMA_TEST_DEVICE is set but RDMA_TEST_IP is not")
+        }
+        _ => {
+            println!(
+                "skipped: {test}: RDMA_TEST_IP is not set (the IPv4 address of the RDMA \
+                 device's network interface)"
+            );
+            None
+        }
+    }
+}
+
+/// Bytes with no zero among them, so the zero padding after them is telling.
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| seed.wrapping_add((i as u8).wrapping_mul(7)) | 1)
+        .collect()
+}
+
+/// Private data as received: the sent bytes, then only zeros up to the transport's length.
+fn assert_private(got: &[u8], sent: &[u8]) {
+    assert!(
+        got.len() >= sent.len(),
+        "got {} bytes of private data, sent {}",
+        got.len(),
+        sent.len()
+    );
+    assert_eq!(&got[..sent.len()], sent);
+    assert!(
+        got[sent.len()..].iter().all(|&b| b == 0),
+        "padding after the private data is not zero: {got:?}"
+    );
+}
+
+fn listen_on(addr: SocketAddr, ps: PortSpace) -> (Arc<EventChannel>, Arc<CmId>) {
+    let ch = EventChannel::new().unwrap();
+    let id = ch.create_id(ps).unwrap();
+    id.bind_addr(addr).unwrap();
+    id.listen(8).unwrap();
+    assert_eq!(id.local_addr(), Some(addr));
+    (ch, id)
+}
+
+fn client_to(addr: SocketAddr, ps: PortSpace) -> (Arc<EventChannel>, Arc<CmId>) {
+    let ch = EventChannel::new().unwrap();
+    let id = ch.create_id(ps).unwrap();
+    id.resolve_addr(None, addr, RESOLVE).unwrap();
+    let ev = ch.wait_for(EventType::AddrResolved, WAIT).unwrap();
+    assert!(Arc::ptr_eq(ev.id(), &id));
+    id.resolve_route(RESOLVE).unwrap();
+    ch.wait_for(EventType::RouteResolved, WAIT).unwrap();
+    assert_eq!(id.peer_addr(), Some(addr));
+    (ch, id)
+}
+
+struct Qp {
+    pd: Arc<ProtectionDomain>,
+    cq: Arc<CompletionQueue>,
+}
+
+/// A QP on the id (`rdma_create_qp`), with a PD and CQ from the id's device context.
+fn give_qp(id: &Arc<CmId>) -> Qp {
+    let ctx = id.device_context().unwrap();
+    assert!(
+        Arc::ptr_eq(&ctx, &id.device_context().unwrap()),
+        "one wrapper per device"
+    );
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq_builder().build().unwrap();
+    let cap = id
+        .create_qp(
+            CmQpInitAttr::new(&pd, &cq, &cq)
+                .max_send_wr(8)
+                .max_recv_wr(8),
+        )
+        .unwrap();
+    assert!(cap.max_send_wr >= 8 && cap.max_recv_wr >= 8, "{cap:?}");
+    assert!(id.qp_num().is_some());
+    Qp { pd, cq }
+}
+
+fn connect_param(data: &[u8]) -> ConnParam {
+    let mut p = ConnParam::new();
+    p.private_data(data)
+        .responder_resources(2)
+        .initiator_depth(3)
+        .flow_control(1)
+        .retry_count(5)
+        .rnr_retry_count(6);
+    p
+}
+
+/// Client and server up to the server's CONNECT_REQUEST, which is checked against `data`.
+struct Pair {
+    sch: Arc<EventChannel>,
+    listener: Arc<CmId>,
+    cch: Arc<EventChannel>,
+    cid: Arc<CmId>,
+    _cqp: Qp,
+    sid: Arc<CmId>,
+}
+
+fn request(addr: SocketAddr, data: &[u8]) -> Pair {
+    let (sch, listener) = listen_on(addr, PortSpace::Tcp);
+    let (cch, cid) = client_to(addr, PortSpace::Tcp);
+    let cqp = give_qp(&cid);
+    cid.connect(&connect_param(data)).unwrap();
+
+    let req = sch.wait_for(EventType::ConnectRequest, WAIT).unwrap();
+    assert!(Arc::ptr_eq(req.listener().unwrap(), &listener));
+    assert!(
+        !Arc::ptr_eq(req.id(), &listener),
+        "a connect request brings a new id"
+    );
+    assert_private(req.private_data(), data);
+    let peer = req.conn_param().unwrap();
+    // The server's view of the client's parameters: depth and resources trade places.
+    assert_eq!(peer.responder_resources(), 3);
+    assert_eq!(peer.initiator_depth(), 2);
+    assert_eq!(peer.flow_control(), 1);
+    assert_eq!(peer.retry_count(), 5);
+    assert_eq!(peer.rnr_retry_count(), 6);
+    assert!(!peer.srq());
+    assert_eq!(Some(peer.qp_num()), cid.qp_num());
+    let sid = Arc::clone(req.id());
+    drop(req);
+    assert_eq!(sid.local_addr(), Some(addr));
+    assert_eq!(sid.peer_addr(), cid.local_addr());
+    Pair {
+        sch,
+        listener,
+        cch,
+        cid,
+        _cqp: cqp,
+        sid,
+    }
+}
+
+fn connect_accept(addr: SocketAddr, connect_data: &[u8], accept_data: &[u8]) {
+    let p = request(addr, connect_data);
+
+    // What a QP of the server's own would need, per state, for this connection.
+    let init = p.sid.init_qp_attr(QpTargetState::Init).unwrap();
+    let need = |mask: u32, bits: u32| assert_eq!(mask & bits, bits, "mask {mask:#x}");
+    need(
+        init.mask(),
+        ffi::ibv_qp_attr_mask::IBV_QP_STATE
+            | ffi::ibv_qp_attr_mask::IBV_QP_PORT
+            | ffi::ibv_qp_attr_mask::IBV_QP_PKEY_INDEX
+            | ffi::ibv_qp_attr_mask::IBV_QP_ACCESS_FLAGS,
+    );
+    assert_eq!(init.qp_state(), ffi::ibv_qp_state::IBV_QPS_INIT);
+    assert_eq!(init.port_num(), p.sid.port_num());
+    let rtr = p.sid.init_qp_attr(QpTargetState::Rtr).unwrap();
+    need(
+        rtr.mask(),
+        ffi::ibv_qp_attr_mask::IBV_QP_AV
+            | ffi::ibv_qp_attr_mask::IBV_QP_PATH_MTU
+            | ffi::ibv_qp_attr_mask::IBV_QP_DEST_QPN
+            | ffi::ibv_qp_attr_mask::IBV_QP_RQ_PSN,
+    );
+    assert_eq!(Some(rtr.dest_qp_num()), p.cid.qp_num());
+    assert!(rtr.path_mtu().bytes().is_some(), "{rtr:?}");
+    assert_eq!(rtr.max_dest_rd_atomic(), 3, "the client's initiator depth");
+
+    let _sqp = give_qp(&p.sid);
+    let mut ap = ConnParam::new();
+    ap.private_data(accept_data)
+        .responder_resources(1)
+        .initiator_depth(1)
+        .rnr_retry_count(4);
+    p.sid.accept(&ap).unwrap();
+
+    let est = p.cch.wait_for(EventType::Established, WAIT).unwrap();
+    assert!(Arc::ptr_eq(est.id(), &p.cid));
+    assert_private(est.private_data(), accept_data);
+    let peer = est.conn_param().unwrap();
+    assert_eq!(Some(peer.qp_num()), p.sid.qp_num());
+    assert_eq!(peer.rnr_retry_count(), 4);
+    let est = p.sch.wait_for(EventType::Established, WAIT).unwrap();
+    assert!(Arc::ptr_eq(est.id(), &p.sid));
+    // Established already: rdma_notify's EISCONN is not an error.
+    p.sid
+        .notify(ffi::ibv_event_type::IBV_EVENT_COMM_EST)
+        .unwrap();
+
+    // The active side's DREQ reaches the server, whose own disconnect answers it (DREP).
+    p.cid.disconnect().unwrap();
+    let ev = p.sch.wait_for(EventType::Disconnected, WAIT).unwrap();
+    assert!(Arc::ptr_eq(ev.id(), &p.sid));
+    p.sid.disconnect().unwrap();
+    let ev = p.cch.wait_for(EventType::Disconnected, WAIT).unwrap();
+    assert!(Arc::ptr_eq(ev.id(), &p.cid));
+    drop(p.listener);
+}
+
+#[test]
+fn private_data_of_one_byte_arrives_on_connect_and_accept() {
+    let Some(ip) = test_ip("private_data_of_one_byte_arrives_on_connect_and_accept") else {
+        return;
+    };
+    connect_accept(SocketAddr::new(ip, 7471), &[0xa5], &[0x5a]);
+}
+
+#[test]
+fn private_data_of_the_maximum_length_arrives_on_connect_and_accept() {
+    let Some(ip) = test_ip("private_data_of_the_maximum_length_arrives_on_connect_and_accept")
+    else {
+        return;
+    };
+    connect_accept(
+        SocketAddr::new(ip, 7472),
+        &pattern(sideway::rdmacm::MAX_PRIVATE_DATA_TCP_CONNECT, 3),
+        &pattern(sideway::rdmacm::MAX_PRIVATE_DATA_TCP_ACCEPT, 11),
+    );
+}
+
+fn reject_with(addr: SocketAddr, data: &[u8]) {
+    let p = request(addr, b"please");
+    p.sid.reject(data).unwrap();
+    let ev = p.cch.get_event(WAIT).unwrap();
+    assert_eq!(ev.event_type(), EventType::Rejected);
+    assert!(Arc::ptr_eq(ev.id(), &p.cid));
+    assert_private(ev.private_data(), data);
+    match ev.into_result() {
+        Err(CmError::Rejected {
+            remote,
+            reason,
+            private_data,
+        }) => {
+            assert_eq!(remote, Some(addr));
+            assert!(reason.is_consumer_reject(), "{reason:?}");
+            assert_private(&private_data, data);
+        }
+        other => panic!("expected a typed reject, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_id_without_a_qp_connects_with_establish() {
+    let Some(ip) = test_ip("an_id_without_a_qp_connects_with_establish") else {
+        return;
+    };
+    let addr = SocketAddr::new(ip, 7482);
+    let (sch, _listener) = listen_on(addr, PortSpace::Tcp);
+    let (cch, cid) = client_to(addr, PortSpace::Tcp);
+    // No QP on the client id: the connection names a QP number of the user's own.
+    let mut cp = connect_param(b"no qp here");
+    cp.qp_num(0x1234).srq(true);
+    cid.connect(&cp).unwrap();
+    let req = sch.wait_for(EventType::ConnectRequest, WAIT).unwrap();
+    let peer = req.conn_param().unwrap();
+    assert_eq!(peer.qp_num(), 0x1234);
+    assert!(peer.srq());
+    let sid = Arc::clone(req.id());
+    drop(req);
+    let _sqp = give_qp(&sid);
+    sid.accept(ConnParam::new().private_data(b"ok")).unwrap();
+    let resp = cch.wait_for(EventType::ConnectResponse, WAIT).unwrap();
+    assert_private(resp.private_data(), b"ok");
+    assert_eq!(resp.conn_param().unwrap().qp_num(), sid.qp_num().unwrap());
+    // The client would move its own QP with these before finishing the connection.
+    let rtr = cid.init_qp_attr(QpTargetState::Rtr).unwrap();
+    assert_eq!(Some(rtr.dest_qp_num()), sid.qp_num());
+    cid.establish().unwrap();
+    sch.wait_for(EventType::Established, WAIT).unwrap();
+}
+
+#[test]
+fn reject_carries_its_reason_and_one_byte_of_private_data() {
+    let Some(ip) = test_ip("reject_carries_its_reason_and_one_byte_of_private_data") else {
+        return;
+    };
+    reject_with(SocketAddr::new(ip, 7473), &[0x42]);
+}
+
+#[test]
+fn reject_carries_the_maximum_private_data() {
+    let Some(ip) = test_ip("reject_carries_the_maximum_private_data") else {
+        return;
+    };
+    reject_with(
+        SocketAddr::new(ip, 7474),
+        &pattern(sideway::rdmacm::MAX_PRIVATE_DATA_TCP_REJECT, 29),
+    );
+}
+
+#[test]
+fn too_long_private_data_is_an_error_before_sending() {
+    let Some(ip) = test_ip("too_long_private_data_is_an_error_before_sending") else {
+        return;
+    };
+    let addr = SocketAddr::new(ip, 7475);
+    let (sch, _listener) = listen_on(addr, PortSpace::Tcp);
+    let (cch, cid) = client_to(addr, PortSpace::Tcp);
+    let _cqp = give_qp(&cid);
+    match cid.connect(&connect_param(&[1; 57])) {
+        Err(
+            e @ CmError::PrivateDataTooLong {
+                len: 57, max: 56, ..
+            },
+        ) => {
+            assert!(e.to_string().contains("nothing was sent"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // Nothing reached the server.
+    match sch.get_event(Some(Duration::from_millis(500))) {
+        Err(CmError::Timeout { .. }) => {}
+        other => panic!("the server saw {other:?}"),
+    }
+
+    cid.connect(&connect_param(&[2; 56])).unwrap();
+    let req = sch.wait_for(EventType::ConnectRequest, WAIT).unwrap();
+    let sid = Arc::clone(req.id());
+    let _sqp = give_qp(&sid);
+    let mut too_long = ConnParam::new();
+    too_long.private_data(&[3; 197]);
+    assert!(matches!(
+        sid.accept(&too_long),
+        Err(CmError::PrivateDataTooLong {
+            len: 197,
+            max: 196,
+            ..
+        })
+    ));
+    assert!(matches!(
+        sid.reject(&[4; 149]),
+        Err(CmError::PrivateDataTooLong {
+            len: 149,
+            max: 148,
+            ..
+        })
+    ));
+    // The request is still pending: the client has heard nothing.
+    assert!(cch.try_get_event().unwrap().is_none());
+    sid.reject(&[]).unwrap();
+    let ev = cch.get_event(WAIT).unwrap();
+    assert_eq!(ev.event_type(), EventType::Rejected);
+    assert!(ev.private_data().iter().all(|&b| b == 0));
+}
+
+#[test]
+fn connecting_where_nobody_listens_is_a_typed_error_in_time() {
+    let Some(ip) = test_ip("connecting_where_nobody_listens_is_a_typed_error_in_time") else {
+        return;
+    };
+    let addr = SocketAddr::new(ip, 7476);
+    let (cch, cid) = client_to(addr, PortSpace::Tcp);
+    let _cqp = give_qp(&cid);
+    let start = Instant::now();
+    cid.connect(&connect_param(b"anyone?")).unwrap();
+    match cch.wait_for(EventType::Established, WAIT) {
+        Err(e @ CmError::Rejected { .. }) => {
+            if let CmError::Rejected { reason, remote, .. } = &e {
+                assert_eq!(*remote, Some(addr));
+                assert!(!reason.is_consumer_reject(), "{e}");
+                if let Some(r) = reason.ib_reason() {
+                    assert_eq!(r, IbRejectReason::InvalidServiceId, "{e}");
+                }
+            }
+            println!("no listener: {e}");
+        }
+        Err(e @ CmError::Unreachable { .. }) => println!("no listener: {e}"),
+        other => panic!("expected a reject or unreachable, got {other:?}"),
+    }
+    assert!(start.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn an_unroutable_address_says_so() {
+    let Some(_ip) = test_ip("an_unroutable_address_says_so") else {
+        return;
+    };
+    // 192.0.2.0/24 (TEST-NET-1) is routed nowhere in the rig, and normally nowhere else.
+    let dst: SocketAddr = "192.0.2.7:7477".parse().unwrap();
+    let ch = EventChannel::new().unwrap();
+    let id = ch.create_id(PortSpace::Tcp).unwrap();
+    let err = match id.resolve_addr(None, dst, RESOLVE) {
+        Err(e) => e,
+        Ok(()) => match ch.wait_for(EventType::AddrResolved, WAIT) {
+            Err(e) => e,
+            Ok(ev) => {
+                println!("skipped: {dst} resolves on this host ({ev:?})");
+                return;
+            }
+        },
+    };
+    let text = err.to_string();
+    println!("{text}");
+    assert!(
+        matches!(err, CmError::AddrUnresolvable { dst: d, .. } if d == dst),
+        "{err:?}"
+    );
+    assert!(
+        text.contains("192.0.2.7") && text.contains("cannot resolve"),
+        "{text}"
+    );
+}
+
+#[test]
+fn get_event_with_a_timeout_and_no_events_times_out() {
+    if common::device_or_skip("get_event_with_a_timeout_and_no_events_times_out").is_none() {
+        return;
+    }
+    let ch = EventChannel::new().unwrap();
+    let _id = ch.create_id(PortSpace::Tcp).unwrap();
+    assert!(ch.try_get_event().unwrap().is_none());
+    let start = Instant::now();
+    match ch.get_event(Some(Duration::from_millis(200))) {
+        Err(CmError::Timeout { timeout }) => assert_eq!(timeout, Duration::from_millis(200)),
+        other => panic!("{other:?}"),
+    }
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(200) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+}
+
+#[test]
+fn polling_the_channel_fd_from_another_thread_wakes_on_an_event() {
+    let Some(ip) = test_ip("polling_the_channel_fd_from_another_thread_wakes_on_an_event") else {
+        return;
+    };
+    let ch = EventChannel::new().unwrap();
+    let id = ch.create_id(PortSpace::Tcp).unwrap();
+    let fd = ch.as_raw_fd();
+    let (tx, rx) = mpsc::channel();
+    let poller = std::thread::spawn(move || {
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: pfd is one valid pollfd; the channel (and its fd) outlives this thread,
+        // which is joined below.
+        let n = unsafe { libc::poll(&mut pfd, 1, 10_000) };
+        let _ = tx.send(());
+        (n, pfd.revents)
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(rx.try_recv().is_err(), "poll returned before any event");
+    id.resolve_addr(None, SocketAddr::new(ip, 7478), RESOLVE)
+        .unwrap();
+    let (n, revents) = poller.join().unwrap();
+    assert_eq!(n, 1, "poll timed out: no wake-up");
+    assert_ne!(revents & libc::POLLIN, 0);
+    let ev = ch
+        .try_get_event()
+        .unwrap()
+        .expect("a readable fd has an event");
+    assert_eq!(ev.event_type(), EventType::AddrResolved);
+    assert!(Arc::ptr_eq(ev.id(), &id));
+    assert!(id.device_context().is_ok());
+}
+
+/// Posts one receive of `len` bytes at the start of `buf` (`ibv_post_recv`).
+fn post_recv(qp: *mut ffi::ibv_qp, buf: &RegisteredBuffer, len: usize, wr_id: u64) {
+    let mut sge = *buf.sge(0..len).unwrap().as_raw();
+    let mut wr = ffi::ibv_recv_wr {
+        wr_id,
+        next: std::ptr::null_mut(),
+        sg_list: &mut sge,
+        num_sge: 1,
+    };
+    let mut bad = std::ptr::null_mut();
+    // SAFETY: qp is a live QP; the SGE lies in buf's registered memory, which the caller
+    // keeps alive until the receive completes.
+    let ret = unsafe { ffi::ibv_post_recv(qp, &mut wr, &mut bad) };
+    assert_eq!(ret, 0, "ibv_post_recv");
+}
+
+/// Posts one signalled UD send of `buf[..len]` (`ibv_post_send`).
+fn post_ud_send(
+    qp: *mut ffi::ibv_qp,
+    buf: &RegisteredBuffer,
+    len: usize,
+    ah: *mut ffi::ibv_ah,
+    remote_qpn: u32,
+    remote_qkey: u32,
+) {
+    let mut sge = *buf.sge(0..len).unwrap().as_raw();
+    // SAFETY: ibv_send_wr is plain data (pointers and integers); all zeros is valid.
+    let mut wr: ffi::ibv_send_wr = unsafe { std::mem::zeroed() };
+    wr.wr_id = 7;
+    wr.sg_list = &mut sge;
+    wr.num_sge = 1;
+    wr.opcode = ffi::ibv_wr_opcode::IBV_WR_SEND;
+    wr.send_flags = ffi::ibv_send_flags::IBV_SEND_SIGNALED;
+    wr.wr.ud = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
+        ah,
+        remote_qpn,
+        remote_qkey,
+    };
+    let mut bad = std::ptr::null_mut();
+    // SAFETY: qp is a live UD QP, ah a live address handle; the SGE lies in buf's registered
+    // memory, which the caller keeps alive until the send completes.
+    let ret = unsafe { ffi::ibv_post_send(qp, &mut wr, &mut bad) };
+    assert_eq!(ret, 0, "ibv_post_send");
+}
+
+/// The next completion on `cq`, checked successful, within 10 s.
+fn completion(cq: &CompletionQueue, what: &str) -> WorkCompletion {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(wc) = cq.poll().unwrap().next() {
+            assert!(wc.is_success(), "{what}: {wc:?}");
+            return wc;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: no completion within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn ud_ids_exchange_datagrams() {
+    let Some(ip) = test_ip("ud_ids_exchange_datagrams") else {
+        return;
+    };
+    let addr = SocketAddr::new(ip, 7479);
+    let (sch, listener) = listen_on(addr, PortSpace::Udp);
+    let (cch, cid) = client_to(addr, PortSpace::Udp);
+    let cqp = give_qp(&cid);
+    cid.connect(ConnParam::new().private_data(b"ud-hello"))
+        .unwrap();
+
+    let req = sch.wait_for(EventType::ConnectRequest, WAIT).unwrap();
+    assert!(Arc::ptr_eq(req.listener().unwrap(), &listener));
+    assert_private(req.private_data(), b"ud-hello");
+    let sid = Arc::clone(req.id());
+    drop(req);
+    assert_eq!(sid.port_space(), PortSpace::Udp);
+    let sqp = give_qp(&sid);
+    let mut srecv = sqp
+        .pd
+        .reg_buffer(GRH + 64, AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    post_recv(sid.qp_as_raw(), &srecv, GRH + 64, 1);
+    sid.accept(ConnParam::new().private_data(b"ud-welcome"))
+        .unwrap();
+
+    let est = cch.wait_for(EventType::Established, WAIT).unwrap();
+    assert_private(est.private_data(), b"ud-welcome");
+    let ud = *est.ud_param().unwrap();
+    assert_eq!(Some(ud.qp_num()), sid.qp_num());
+    assert_eq!(ud.qkey(), ffi::RDMA_UDP_QKEY);
+    let ah = ud.create_ah(&cqp.pd).unwrap();
+
+    // Client -> server, through the address handle the ESTABLISHED event described.
+    let mut crecv = cqp
+        .pd
+        .reg_buffer(GRH + 64, AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    post_recv(cid.qp_as_raw(), &crecv, GRH + 64, 2);
+    let msg = b"a datagram from the client";
+    let mut csend = cqp.pd.reg_buffer(64, AccessFlags::LOCAL_WRITE).unwrap();
+    csend.as_mut_slice()[..msg.len()].copy_from_slice(msg);
+    post_ud_send(
+        cid.qp_as_raw(),
+        &csend,
+        msg.len(),
+        ah.as_raw(),
+        ud.qp_num(),
+        ud.qkey(),
+    );
+    let wc = completion(&cqp.cq, "client send");
+    assert_eq!(wc.wr_id(), 7);
+    let wc = completion(&sqp.cq, "server receive");
+    assert_eq!(wc.byte_len() as usize, GRH + msg.len());
+    assert_eq!(Some(wc.src_qp()), cid.qp_num());
+    assert_eq!(&srecv.as_slice()[GRH..GRH + msg.len()], msg);
+
+    // Server -> client: the server learns the client's address from the datagram itself.
+    let mut wc_raw = *wc.as_raw();
+    // SAFETY: the PD and the completion are live; the GRH is the first 40 bytes of the
+    // receive buffer, as the completion says (IBV_WC_GRH on RoCE).
+    let reply_ah = unsafe {
+        ffi::ibv_create_ah_from_wc(
+            sqp.pd.as_raw(),
+            &mut wc_raw,
+            srecv.as_mut_slice().as_mut_ptr().cast(),
+            sid.port_num(),
+        )
+    };
+    assert!(!reply_ah.is_null(), "ibv_create_ah_from_wc");
+    let reply = b"and one back from the server";
+    let mut ssend = sqp.pd.reg_buffer(64, AccessFlags::LOCAL_WRITE).unwrap();
+    ssend.as_mut_slice()[..reply.len()].copy_from_slice(reply);
+    post_ud_send(
+        sid.qp_as_raw(),
+        &ssend,
+        reply.len(),
+        reply_ah,
+        wc.src_qp(),
+        ffi::RDMA_UDP_QKEY,
+    );
+    completion(&sqp.cq, "server send");
+    let wc = completion(&cqp.cq, "client receive");
+    assert_eq!(wc.byte_len() as usize, GRH + reply.len());
+    assert_eq!(&crecv.as_slice()[GRH..GRH + reply.len()], reply);
+    // SAFETY: the reply's send completed; nothing uses the handle any more.
+    assert_eq!(unsafe { ffi::ibv_destroy_ah(reply_ah) }, 0);
+    let _ = &mut crecv;
+}
+
+#[test]
+fn multicast_join_sends_and_receives() {
+    let Some(ip) = test_ip("multicast_join_sends_and_receives") else {
+        return;
+    };
+    let group: SocketAddr = "239.255.74.80:0".parse().unwrap();
+    let member = |port: u16| {
+        let ch = EventChannel::new().unwrap();
+        let id = ch.create_id(PortSpace::Udp).unwrap();
+        id.bind_addr(SocketAddr::new(ip, port)).unwrap();
+        let qp = give_qp(&id);
+        id.join_multicast(group).unwrap();
+        let ev = ch.wait_for(EventType::MulticastJoin, WAIT).unwrap();
+        assert!(Arc::ptr_eq(ev.id(), &id));
+        let ud = *ev.ud_param().unwrap();
+        assert_eq!(ud.qp_num(), 0xff_ffff, "{ud:?}");
+        (ch, id, qp, ud)
+    };
+    let (_rch, rid, rqp, _) = member(7480);
+    let (_sch, sid, sqp, ud) = member(7481);
+
+    let mut recv = rqp
+        .pd
+        .reg_buffer(GRH + 64, AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    post_recv(rid.qp_as_raw(), &recv, GRH + 64, 3);
+    let msg = b"to everyone in the group";
+    let mut send = sqp.pd.reg_buffer(64, AccessFlags::LOCAL_WRITE).unwrap();
+    send.as_mut_slice()[..msg.len()].copy_from_slice(msg);
+    let ah = ud.create_ah(&sqp.pd).unwrap();
+    post_ud_send(
+        sid.qp_as_raw(),
+        &send,
+        msg.len(),
+        ah.as_raw(),
+        ud.qp_num(),
+        ud.qkey(),
+    );
+    completion(&sqp.cq, "multicast send");
+    let wc = completion(&rqp.cq, "multicast receive");
+    assert_eq!(wc.byte_len() as usize, GRH + msg.len());
+    assert_eq!(&recv.as_slice()[GRH..GRH + msg.len()], msg);
+    rid.leave_multicast(group).unwrap();
+    let _ = &mut recv;
+}
+
+#[test]
+fn dropping_an_unanswered_request_or_its_listener_refuses_the_peer() {
+    let Some(ip) = test_ip("dropping_an_unanswered_request_or_its_listener_refuses_the_peer")
+    else {
+        return;
+    };
+    let refused = |cch: &EventChannel, what: &str| match cch.wait_for(EventType::Established, WAIT)
+    {
+        Err(e @ (CmError::Rejected { .. } | CmError::Unreachable { .. })) => {
+            println!("{what}: {e}")
+        }
+        other => panic!("{what}: expected a reject, got {other:?}"),
+    };
+
+    // The request's event (holding the only Arc of the new id) is dropped unanswered.
+    let addr = SocketAddr::new(ip, 7483);
+    let (sch, _listener) = listen_on(addr, PortSpace::Tcp);
+    let (cch, cid) = client_to(addr, PortSpace::Tcp);
+    let _cqp = give_qp(&cid);
+    cid.connect(&connect_param(b"hello?")).unwrap();
+    drop(sch.wait_for(EventType::ConnectRequest, WAIT).unwrap());
+    refused(&cch, "request dropped");
+
+    // The listener (and its channel) go away with a request still queued, never retrieved.
+    let addr = SocketAddr::new(ip, 7484);
+    let (sch, listener) = listen_on(addr, PortSpace::Tcp);
+    let (cch, cid) = client_to(addr, PortSpace::Tcp);
+    let _cqp = give_qp(&cid);
+    cid.connect(&connect_param(b"hello?")).unwrap();
+    // Let the request arrive (the server's descriptor turns readable) before dropping.
+    let mut pfd = libc::pollfd {
+        fd: sch.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: pfd is one valid pollfd on the channel's open descriptor.
+    assert_eq!(unsafe { libc::poll(&mut pfd, 1, 10_000) }, 1);
+    drop(listener);
+    drop(sch);
+    refused(&cch, "listener dropped");
+}
