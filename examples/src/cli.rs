@@ -19,6 +19,15 @@ pub enum CliError {
     Device(DeviceError),
     /// Writing the output failed.
     Output(io::Error),
+    /// Anything else that stopped the run (a verb, the peer, the network), with its message.
+    Run(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl CliError {
+    /// Wraps any error as [`CliError::Run`], for `map_err`.
+    pub fn run(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        CliError::Run(e.into())
+    }
 }
 
 impl fmt::Display for CliError {
@@ -26,6 +35,7 @@ impl fmt::Display for CliError {
         match self {
             CliError::Device(e) => e.fmt(f),
             CliError::Output(e) => write!(f, "failed to write the output: {e}"),
+            CliError::Run(e) => e.fmt(f),
         }
     }
 }

@@ -10,4 +10,5 @@
 
 pub mod cli;
 pub mod device_text;
+pub mod pingpong;
 pub mod pingpong_wire;

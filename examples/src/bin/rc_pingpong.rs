@@ -1,0 +1,29 @@
+//! `rc_pingpong`: rdma-core's `ibv_rc_pingpong` on sideway. Same flags, same defaults, same
+//! TCP exchange (`LID:QPN:PSN:GID` lines on port 18515) and the same SEND/RECV ping-pong over
+//! a reliable connection, so it talks to rdma-core's program in either role.
+//!
+//! ```text
+//! rc_pingpong -g 1              # server: waits for a client
+//! rc_pingpong -g 1 SERVER       # client
+//! ```
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use sideway::QpType;
+use sideway_examples::cli::exit_status;
+use sideway_examples::pingpong::{run_connected, PingpongArgs};
+
+/// Ping-pong SEND/RECV over an RC queue pair, wire-compatible with ibv_rc_pingpong. Without
+/// SERVER, waits for a client; with it, connects to that server.
+#[derive(Debug, Parser)]
+#[command(name = "rc_pingpong", version)]
+struct Args {
+    #[command(flatten)]
+    common: PingpongArgs,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    exit_status("rc_pingpong", run_connected(&args.common, QpType::Rc))
+}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# rc_pingpong against rdma-core's ibv_rc_pingpong, both directions, and against itself (also
+# with the extended work-request API): 1000 iterations on the test GID.
+# Runs where scripts/softroce runs commands; binaries from ${EXAMPLES_BIN:-target/debug}.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+. scripts/lib/peers.sh
+
+dev=${RDMA_TEST_DEVICE:?RDMA_TEST_DEVICE is not set; run this through scripts/softroce run}
+gid=${RDMA_TEST_GID_INDEX:-1}
+ours=${EXAMPLES_BIN:-target/debug}/rc_pingpong
+[ -x "$ours" ] || { echo "FAILED: $ours is missing (cargo build -p sideway-examples)" >&2; exit 1; }
+port=18600
+
+pair() {
+    local name=$1
+    shift
+    port=$((port + 1))
+    echo "$name (port $port)"
+    local server=() client=()
+    while [ "$1" != -- ]; do server+=("$1"); shift; done
+    shift
+    client=("$@")
+    run_pair "wait_tcp_listen $port 30" "${server[@]}" -p "$port" -- "${client[@]}" -p "$port" 127.0.0.1
+    for side in server client; do
+        expect_in "$PAIR_DIR/$side.log" '^1000 iters in [0-9.]+ seconds = [0-9.]+ usec/iter$' \
+            "1000 iterations on the $side"
+        expect_in "$PAIR_DIR/$side.log" '^8192000 bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec$' \
+            "the byte count on the $side"
+        expect_in "$PAIR_DIR/$side.log" 'remote address: LID 0x[0-9a-f]{4}, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:' \
+            "the peer's endpoint on the $side"
+    done
+}
+
+common=(-d "$dev" -g "$gid" -n 1000)
+pair "ours (client) with ibv_rc_pingpong (server)" \
+    ibv_rc_pingpong "${common[@]}" -- "$ours" "${common[@]}"
+pair "ibv_rc_pingpong (client) with ours (server)" \
+    "$ours" "${common[@]}" -- ibv_rc_pingpong "${common[@]}"
+pair "ours with ours, extended API (-N)" \
+    "$ours" "${common[@]}" -N -- "$ours" "${common[@]}" -N
+pair "ibv_rc_pingpong -N (client) with ours -N (server)" \
+    "$ours" "${common[@]}" -N -- ibv_rc_pingpong "${common[@]}" -N
+
+echo "bad input"
+out=$("$ours" -d "$dev" -g "$gid" -p 18699 127.0.0.1 2>&1) && { echo "FAILED: no server, yet exit 0" >&2; exit 1; }
+grep -q "is the server running" <<<"$out" || { echo "FAILED: no-server message: $out" >&2; exit 1; }
+echo "  ok: no server: $out"
+out=$("$ours" -d no_such_dev 2>&1) && { echo "FAILED: unknown device, yet exit 0" >&2; exit 1; }
+grep -q "available: $dev" <<<"$out" || { echo "FAILED: unknown-device message: $out" >&2; exit 1; }
+echo "  ok: unknown device: $out"
+out=$("$ours" -d "$dev" -g 200 2>&1) && { echo "FAILED: bad GID index, yet exit 0" >&2; exit 1; }
+grep -q "has no GID index 200" <<<"$out" || { echo "FAILED: GID message: $out" >&2; exit 1; }
+echo "  ok: GID index out of range: $out"
+for p in 0 9; do
+    out=$("$ours" -d "$dev" -g "$gid" -i "$p" 2>&1) && { echo "FAILED: port $p, yet exit 0" >&2; exit 1; }
+    grep -q "has no port $p" <<<"$out" || { echo "FAILED: port $p message: $out" >&2; exit 1; }
+    echo "  ok: port $p: $out"
+done
+if grep -l panicked "$PAIR_DIR"/*.log 2>/dev/null; then echo "FAILED: a panic" >&2; exit 1; fi
+echo "rc-pingpong-interop: all passed"
