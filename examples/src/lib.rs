@@ -9,6 +9,8 @@
 #![deny(unsafe_code)]
 
 pub mod cli;
+pub mod cm_connection;
 pub mod device_text;
 pub mod pingpong;
 pub mod pingpong_wire;
+pub mod rping_wire;

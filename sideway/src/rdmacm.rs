@@ -61,6 +61,7 @@ use crate::device::{DeviceContext, Mtu, TransportType};
 use crate::errno::{from_ret, non_null};
 use crate::macros::c_enum;
 use crate::protection_domain::ProtectionDomain;
+use crate::queue_pair::{QpAttrMask, QueuePairAttribute};
 
 /// Most private data `rdma_connect` carries on an `RDMA_PS_TCP` id over InfiniBand or RoCE
 /// (the IB CM REQ's 92 bytes less rdma_cm's 36-byte header).
@@ -1490,6 +1491,24 @@ impl CmQpAttr {
     }
 }
 
+impl From<CmQpAttr> for QueuePairAttribute {
+    /// The same attributes and mask, for [`QueuePair::modify`](crate::QueuePair::modify):
+    /// how a QP of the user's own (any type) follows the id's connection.
+    ///
+    /// ```no_run
+    /// # fn demo(id: &sideway::rdmacm::CmId, qp: &sideway::QueuePair)
+    /// #     -> Result<(), Box<dyn std::error::Error>> {
+    /// use sideway::rdmacm::QpTargetState;
+    /// for state in [QpTargetState::Init, QpTargetState::Rtr, QpTargetState::Rts] {
+    ///     qp.modify(&id.init_qp_attr(state)?.into())?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    fn from(attr: CmQpAttr) -> Self {
+        QueuePairAttribute::from_raw(attr.raw, QpAttrMask::from_bits_retain(attr.mask))
+    }
+}
+
 /// What [`CmId::create_qp`] creates: the QP's CQs, PD and capacities (`struct
 /// ibv_qp_init_attr`). The QP type follows the id: RC for `Tcp`, UD for `Udp`.
 #[doc(alias = "ibv_qp_init_attr")]
@@ -1964,8 +1983,15 @@ impl CmId {
     }
 
     /// The attributes that move a QP to `state` for this id's connection
-    /// (`rdma_init_qp_attr`), for QPs the user created and modifies (`ibv_modify_qp` with
-    /// [`CmQpAttr::into_raw`]).
+    /// (`rdma_init_qp_attr`), for QPs the user created and modifies: pass them to
+    /// [`QueuePair::modify`](crate::QueuePair::modify) (they convert into a
+    /// [`QueuePairAttribute`]), or to `ibv_modify_qp` with [`CmQpAttr::into_raw`].
+    ///
+    /// On the active side, the `Init` attributes asked before [`connect`](Self::connect)
+    /// grant no remote read or atomic access: those come with the responder resources,
+    /// agreed only by the peer's answer. Ask for `Init` again after
+    /// [`EventType::ConnectResponse`] and apply it (Init to Init) before `Rtr` and `Rts`,
+    /// as librdmacm does for the QPs it owns; otherwise the peer's RDMA READs fail.
     #[doc(alias = "rdma_init_qp_attr")]
     pub fn init_qp_attr(&self, state: QpTargetState) -> Result<CmQpAttr, CmError> {
         let _guard = self.channel.guard();

@@ -16,7 +16,10 @@ use sideway::rdmacm::{
     QpTargetState,
 };
 use sideway::sys as ffi;
-use sideway::{AccessFlags, CompletionQueue, ProtectionDomain, RegisteredBuffer, WorkCompletion};
+use sideway::{
+    AccessFlags, CompletionQueue, ProtectionDomain, QpState, QueuePair, QueuePairAttribute,
+    RegisteredBuffer, SendFlags, WorkCompletion,
+};
 
 const WAIT: Option<Duration> = Some(Duration::from_secs(10));
 const RESOLVE: Duration = Duration::from_secs(2);
@@ -727,4 +730,112 @@ fn dropping_an_unanswered_request_or_its_listener_refuses_the_peer() {
     drop(listener);
     drop(sch);
     refused(&cch, "listener dropped");
+}
+
+/// A QP of the program's own on `id`'s device, moved to `states` with the id's
+/// `init_qp_attr` (through `From<CmQpAttr> for QueuePairAttribute`).
+fn own_qp(id: &Arc<CmId>, states: &[QpTargetState]) -> (Arc<ProtectionDomain>, QueuePair) {
+    let ctx = id.device_context().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq_builder().build().unwrap();
+    let qp = pd
+        .create_qp_builder()
+        .send_cq(&cq)
+        .recv_cq(&cq)
+        .max_send_wr(4)
+        .max_recv_wr(4)
+        .build()
+        .unwrap();
+    for &state in states {
+        let attr = id.init_qp_attr(state).unwrap();
+        let (raw, mask) = attr.into_raw();
+        let converted = QueuePairAttribute::from(attr);
+        assert_eq!(converted.mask().bits(), mask, "the mask survives");
+        assert_eq!(converted.as_raw().qp_state, raw.qp_state);
+        qp.modify(&converted)
+            .unwrap_or_else(|e| panic!("moving to {state:?}: {e}"));
+    }
+    (pd, qp)
+}
+
+#[test]
+fn own_qps_follow_the_connection_through_init_qp_attr() {
+    let Some(ip) = test_ip("own_qps_follow_the_connection_through_init_qp_attr") else {
+        return;
+    };
+    use QpTargetState::{Init, Rtr, Rts};
+    let addr = SocketAddr::new(ip, 7485);
+    let (sch, _listener) = listen_on(addr, PortSpace::Tcp);
+    let (cch, cid) = client_to(addr, PortSpace::Tcp);
+    let (cpd, mut cqp) = own_qp(&cid, &[Init]);
+    assert_eq!(cqp.state().unwrap(), QpState::Init);
+    cid.connect(ConnParam::new().qp_num(cqp.qp_num()).rnr_retry_count(6))
+        .unwrap();
+
+    let req = sch.wait_for(EventType::ConnectRequest, WAIT).unwrap();
+    assert_eq!(req.conn_param().unwrap().qp_num(), cqp.qp_num());
+    let sid = Arc::clone(req.id());
+    drop(req);
+    let (spd, mut sqp) = own_qp(&sid, &[Init, Rtr, Rts]);
+    assert_eq!(sqp.state().unwrap(), QpState::Rts);
+    let mut srecv = spd.reg_buffer(64, AccessFlags::LOCAL_WRITE).unwrap();
+    let mut guard = sqp.start_post_recv();
+    guard.recv(1, &[srecv.sge(0..64).unwrap()]);
+    guard.post().unwrap();
+    let mut sdata = spd
+        .reg_buffer(64, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
+        .unwrap();
+    sdata.as_mut_slice()[..5].copy_from_slice(b"fetch");
+    sid.accept(ConnParam::new().qp_num(sqp.qp_num())).unwrap();
+
+    let resp = cch.wait_for(EventType::ConnectResponse, WAIT).unwrap();
+    assert_eq!(resp.conn_param().unwrap().qp_num(), sqp.qp_num());
+    // Init again first: the remote access for the server's RDMA READ comes with the
+    // responder resources, agreed only now.
+    let init = cid.init_qp_attr(Init).unwrap();
+    assert_ne!(
+        init.qp_access_flags() & AccessFlags::REMOTE_READ.bits(),
+        0,
+        "{init:?}"
+    );
+    for state in [Init, Rtr, Rts] {
+        cqp.modify(&cid.init_qp_attr(state).unwrap().into())
+            .unwrap();
+    }
+    assert_eq!(cqp.state().unwrap(), QpState::Rts);
+    cid.establish().unwrap();
+    sch.wait_for(EventType::Established, WAIT).unwrap();
+
+    // A SEND, and an RDMA READ, over the QPs the ids never owned.
+    let mut cbuf = cpd.reg_buffer(64, AccessFlags::LOCAL_WRITE).unwrap();
+    cbuf.as_mut_slice()[..5].copy_from_slice(b"hello");
+    let mut batch = cqp.start_post_send();
+    batch
+        .wr(2, SendFlags::SIGNALED)
+        .send(cbuf.sge(0..5).unwrap())
+        .wr(3, SendFlags::SIGNALED)
+        .rdma_read(sdata.rkey(), sdata.addr(), cbuf.sge(8..13).unwrap());
+    batch.post().unwrap();
+    assert_eq!(completion(cqp.send_cq(), "client send").wr_id(), 2);
+    assert_eq!(completion(cqp.send_cq(), "client read").wr_id(), 3);
+    let wc = completion(sqp.recv_cq(), "server receive");
+    assert_eq!(wc.byte_len(), 5);
+    assert_eq!(&srecv.as_slice()[..5], b"hello");
+    assert_eq!(&cbuf.as_slice()[8..13], b"fetch");
+
+    // And the other way: the server READs the client's memory.
+    let mut cdata = cpd
+        .reg_buffer(64, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
+        .unwrap();
+    cdata.as_mut_slice()[..4].copy_from_slice(b"back");
+    let mut batch = sqp.start_post_send();
+    batch.wr(4, SendFlags::SIGNALED).rdma_read(
+        cdata.rkey(),
+        cdata.addr(),
+        srecv.sge(16..20).unwrap(),
+    );
+    batch.post().unwrap();
+    assert_eq!(completion(sqp.send_cq(), "server read").wr_id(), 4);
+    assert_eq!(&srecv.as_slice()[16..20], b"back");
+    let _ = (&mut srecv, &mut sdata, &mut cbuf);
 }

@@ -1,0 +1,901 @@
+//! `cmtime`: times every step of setting up and tearing down many rdma_cm connections,
+//! with the flags of rdma-core's `cmtime` and its way of keeping client and server in step,
+//! so either side may be theirs.
+//!
+//! The run has three rounds: a warm-up and a timed round with a QP per connection (created
+//! by the program and moved through its states with `rdma_init_qp_attr`), then a timed
+//! round without QPs (the connections name QP numbers from `-q` on). A TCP connection to
+//! the server's port keeps the sides in step: at the start of a round, once all its
+//! connections are established and once all are disconnected, the client sends the number
+//! of that step (0, 12 or 14; one byte), and the server sends it back when its own side of
+//! the step is done. After each timed round both sides print a table: per step, the time
+//! from the first connection's start to the last one's end (total) and its share per
+//! connection (avg/iter), the sum of the connections' own times and its mean (us/conn), and
+//! the longest and shortest, all in microseconds.
+
+use std::collections::HashMap;
+use std::io::{self, ErrorKind, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use sideway::rdmacm::{
+    CmError, CmId, ConnParam, Event, EventChannel, EventType, PortSpace, QpTargetState,
+};
+use sideway::{CompletionQueue, ProtectionDomain, QueuePair};
+use sideway_examples::cli::{exit_status, select_devices, CliError};
+use sideway_examples::cm_connection::{move_qp, socket_addr};
+
+/// Times the steps of rdma_cm connection setup and teardown over many connections.
+#[derive(Debug, Parser)]
+#[command(name = "cmtime")]
+struct Args {
+    /// Run as the client, connecting to this server (a name or an address); without it,
+    /// run as the server
+    #[arg(short = 's', long = "server", value_name = "ADDRESS")]
+    server: Option<String>,
+
+    /// The local address to bind to (the server listens on it; default: every address)
+    #[arg(short = 'b', long = "bind", value_name = "ADDRESS")]
+    bind: Option<String>,
+
+    /// Connections per round
+    #[arg(short = 'c', long = "connections", default_value_t = 100,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    connections: u32,
+
+    /// The server's port (rdma_cm, and TCP for keeping the sides in step)
+    #[arg(short = 'p', long = "port", default_value_t = 7471)]
+    port: u16,
+
+    /// The first QP number the round without QPs names (it uses this and the next
+    /// connections - 1); give client and server on one host different ones
+    #[arg(short = 'q', long = "base-qpn", value_name = "QPN", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..0xff_ffff))]
+    base_qpn: u32,
+
+    /// Retries of an address or route resolution that failed
+    #[arg(short = 'r', long = "retries", default_value_t = 2)]
+    retries: u32,
+
+    /// Milliseconds an address or route resolution may take
+    #[arg(short = 't', long = "timeout", value_name = "MS", default_value_t = 2000,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    timeout_ms: u32,
+}
+
+/// The steps timed, in the order of the table. The numbers of `FullConnect` (a round
+/// starts), `CmConnect` (all connected) and `Disconnect` (all disconnected) are the bytes the
+/// client sends to keep the sides in step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    FullConnect = 0,
+    CreateId,
+    BindAddr,
+    ResolveAddr,
+    ResolveRoute,
+    CreateQp,
+    InitQpAttr,
+    InitQp,
+    RtrQpAttr,
+    RtrQp,
+    RtsQpAttr,
+    RtsQp,
+    CmConnect,
+    Establish,
+    Disconnect,
+    DestroyId,
+    DestroyQp,
+}
+
+const STEPS: [(Step, &str); 17] = [
+    (Step::FullConnect, "full connect"),
+    (Step::CreateId, "create id"),
+    (Step::BindAddr, "bind addr"),
+    (Step::ResolveAddr, "resolve addr"),
+    (Step::ResolveRoute, "resolve route"),
+    (Step::CreateQp, "create qp"),
+    (Step::InitQpAttr, "init qp attr"),
+    (Step::InitQp, "init qp"),
+    (Step::RtrQpAttr, "rtr qp attr"),
+    (Step::RtrQp, "rtr qp"),
+    (Step::RtsQpAttr, "rts qp attr"),
+    (Step::RtsQp, "rts qp"),
+    (Step::CmConnect, "cm connect"),
+    (Step::Establish, "establish"),
+    (Step::Disconnect, "disconnect"),
+    (Step::DestroyId, "destroy id"),
+    (Step::DestroyQp, "destroy qp"),
+];
+
+/// How long the connections of a round may take for one asynchronous step (connecting,
+/// disconnecting), and the server to answer in the TCP exchange.
+const STEP_LIMIT: Duration = Duration::from_secs(60);
+
+/// The three rounds of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Round {
+    Warmup,
+    WithQps,
+    WithoutQps,
+}
+
+const ROUNDS: [Round; 3] = [Round::Warmup, Round::WithQps, Round::WithoutQps];
+
+impl Round {
+    fn has_qps(self) -> bool {
+        self != Round::WithoutQps
+    }
+
+    fn title(self, client: bool, n: u32) -> String {
+        let (side, verb) = if client {
+            ("Client", "Connect")
+        } else {
+            ("Server", "Accept")
+        };
+        match self {
+            Round::Warmup => format!("{side} warmup"),
+            Round::WithQps => format!("{verb} ({n}) QPs test"),
+            Round::WithoutQps => format!("{verb} ({n}) test - no QPs"),
+        }
+    }
+}
+
+/// When one connection started and ended each step.
+#[derive(Debug, Clone, Default)]
+struct Times([Option<(Instant, Instant)>; STEPS.len()]);
+
+impl Times {
+    fn set(&mut self, step: Step, start: Instant, end: Instant) {
+        self.0[step as usize] = Some((start, end));
+    }
+
+    /// Runs `f`, recording how long it took as `step`.
+    fn time<T>(&mut self, step: Step, f: impl FnOnce() -> T) -> T {
+        let start = Instant::now();
+        let out = f();
+        self.set(step, start, Instant::now());
+        out
+    }
+}
+
+/// One row of the table, in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Row {
+    total: u128,
+    sum: u128,
+    max: u128,
+    min: u128,
+}
+
+fn rows(conns: &[Times]) -> Vec<Row> {
+    (0..STEPS.len())
+        .map(|s| {
+            let spans: Vec<(Instant, Instant)> = conns.iter().filter_map(|t| t.0[s]).collect();
+            let (Some(first), Some(last)) = (
+                spans.iter().map(|s| s.0).min(),
+                spans.iter().map(|s| s.1).max(),
+            ) else {
+                return Row::default();
+            };
+            let each: Vec<u128> = spans.iter().map(|(a, b)| (*b - *a).as_micros()).collect();
+            Row {
+                total: (last - first).as_micros(),
+                sum: each.iter().sum(),
+                max: each.iter().copied().max().unwrap_or(0),
+                min: each.iter().copied().min().unwrap_or(0),
+            }
+        })
+        .collect()
+}
+
+/// The table, as rdma-core's cmtime lays it out.
+fn table(round: Round, conns: &[Times]) -> String {
+    let n = conns.len().max(1) as u128;
+    let label = if round.has_qps() {
+        "qp_conn"
+    } else {
+        "cm_conn"
+    };
+    let mut out = format!("{label:<16}{:>9}\n{:<16}{:>9}\n", conns.len(), "threads", 1);
+    out += &format!(
+        "{:<16}{:>9}{:>11}{:>11}{:>11}{:>11}{:>11}\n",
+        "step", "avg/iter", "total(us)", "us/conn", "sum(us)", "max(us)", "min(us)"
+    );
+    for ((_, name), row) in STEPS.iter().zip(rows(conns)) {
+        out += &format!(
+            "{name:<16}{:>9}{:>11}{:>11}{:>11}{:>11}{:>11}\n",
+            row.total / n,
+            row.total,
+            row.sum / n,
+            row.sum,
+            row.max,
+            row.min
+        );
+    }
+    out
+}
+
+fn say(line: &str) -> Result<(), CliError> {
+    let mut out = io::stdout().lock();
+    writeln!(out, "{line}")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// The PD and CQ every QP of the run uses, made once on the device of the first id.
+struct Verbs {
+    pd: Arc<ProtectionDomain>,
+    cq: Arc<CompletionQueue>,
+}
+
+impl Verbs {
+    fn get<'a>(slot: &'a mut Option<Verbs>, id: &CmId, n: u32) -> Result<&'a Verbs, CliError> {
+        let ctx = id.device_context().map_err(CliError::run)?;
+        if let Some(v) = slot {
+            if !Arc::ptr_eq(v.pd.context(), &ctx) {
+                return Err(CliError::run(format!(
+                    "the connections use two RDMA devices, {} and {}; bind with -b",
+                    v.pd.context().name(),
+                    ctx.name()
+                )));
+            }
+        } else {
+            say("\tAllocating verbs resources")?;
+            let pd = ctx.alloc_pd().map_err(CliError::run)?;
+            let cq = ctx
+                .create_cq_builder()
+                .cqe(n.saturating_mul(2).max(16))
+                .build()
+                .map_err(CliError::run)?;
+            *slot = Some(Verbs { pd, cq });
+        }
+        // Filled above when it was empty.
+        slot.as_ref()
+            .ok_or_else(|| CliError::run("internal error: no verbs resources"))
+    }
+
+    /// A QP that never posts anything: the smallest the device makes.
+    fn create_qp(&self) -> Result<QueuePair, CliError> {
+        self.pd
+            .create_qp_builder()
+            .send_cq(&self.cq)
+            .recv_cq(&self.cq)
+            .max_send_wr(1)
+            .max_recv_wr(1)
+            .build()
+            .map_err(CliError::run)
+    }
+}
+
+/// One connection of a round.
+struct Conn {
+    id: Arc<CmId>,
+    qp: Option<QueuePair>,
+    times: Times,
+    /// When the asynchronous step in progress started.
+    started: Instant,
+    /// Resolution retries left.
+    retries: u32,
+    /// The step in progress has finished.
+    done: bool,
+}
+
+impl Conn {
+    /// Moves the QP (if any) to `state`, timing the attribute query and the modify.
+    fn advance(
+        &mut self,
+        state: QpTargetState,
+        attr_step: Step,
+        modify_step: Step,
+    ) -> Result<(), CliError> {
+        let id = &self.id;
+        let attr = self
+            .times
+            .time(attr_step, || id.init_qp_attr(state))
+            .map_err(CliError::run)?;
+        if let Some(qp) = &self.qp {
+            self.times
+                .time(modify_step, || qp.modify(&attr.into()))
+                .map_err(CliError::run)?;
+        }
+        Ok(())
+    }
+}
+
+/// The connections of a round, found from their events.
+struct Connections {
+    channel: Arc<EventChannel>,
+    conns: Vec<Conn>,
+    index: HashMap<usize, usize>,
+}
+
+impl Connections {
+    fn of(&self, event: &Event) -> Option<usize> {
+        self.index.get(&(event.id().as_raw() as usize)).copied()
+    }
+
+    /// Handles events with `handle` until it has marked every connection done, or
+    /// `limit` passes.
+    fn until_done(
+        &mut self,
+        what: &str,
+        limit: Duration,
+        mut handle: impl FnMut(&mut Conn, Event) -> Result<(), CliError>,
+    ) -> Result<(), CliError> {
+        for c in &mut self.conns {
+            c.done = false;
+        }
+        let deadline = Instant::now() + limit;
+        while self.conns.iter().any(|c| !c.done) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let event = match self.channel.get_event(Some(left)) {
+                Ok(e) => e,
+                Err(CmError::Timeout { .. }) => {
+                    let missing = self.conns.iter().filter(|c| !c.done).count();
+                    return Err(CliError::run(format!(
+                        "{what}: {missing} of {} connections did not finish within {limit:?}",
+                        self.conns.len()
+                    )));
+                }
+                Err(e) => return Err(CliError::run(e)),
+            };
+            if let Some(i) = self.of(&event) {
+                handle(&mut self.conns[i], event)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The TCP connection that keeps client and server in step.
+struct ClientSync {
+    stream: TcpStream,
+}
+
+impl ClientSync {
+    /// Client: tells the server this side is done with `step` and waits for it to agree.
+    fn step(&mut self, step: Step) -> Result<(), CliError> {
+        let byte = step as u8;
+        self.stream
+            .write_all(&[byte])
+            .map_err(|e| CliError::run(format!("telling the server of step {byte}: {e}")))?;
+        let mut echo = [0u8];
+        self.stream.read_exact(&mut echo).map_err(|e| {
+            CliError::run(format!(
+                "waiting for the server to agree to step {byte}: {e}"
+            ))
+        })?;
+        if echo[0] != byte {
+            return Err(CliError::run(format!(
+                "the server answered step {byte} with {}: is it a cmtime server?",
+                echo[0]
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn client(args: &Args, host: &str) -> Result<(), CliError> {
+    let dst = socket_addr(host, args.port)?;
+    let src = args
+        .bind
+        .as_deref()
+        .map(|h| socket_addr(h, 0))
+        .transpose()?;
+    let stream = TcpStream::connect_timeout(&dst, STEP_LIMIT).map_err(|e| {
+        CliError::run(format!(
+            "cannot reach the cmtime server at {dst} over TCP (is it running?): {e}"
+        ))
+    })?;
+    stream
+        .set_read_timeout(Some(STEP_LIMIT))
+        .map_err(CliError::run)?;
+    let mut sync = ClientSync { stream };
+    let mut verbs = None;
+    for round in ROUNDS {
+        say(&round.title(true, args.connections))?;
+        let times = client_round(args, round, src, dst, &mut sync, &mut verbs)?;
+        if round != Round::Warmup {
+            say(table(round, &times).trim_end())?;
+        }
+    }
+    Ok(())
+}
+
+fn client_round(
+    args: &Args,
+    round: Round,
+    src: Option<SocketAddr>,
+    dst: SocketAddr,
+    sync: &mut ClientSync,
+    verbs: &mut Option<Verbs>,
+) -> Result<Vec<Times>, CliError> {
+    sync.step(Step::FullConnect)?;
+    let resolve = Duration::from_millis(u64::from(args.timeout_ms));
+    let resolve_limit = resolve
+        .saturating_mul(args.retries.saturating_add(1))
+        .saturating_add(Duration::from_secs(5));
+    let channel = EventChannel::new().map_err(CliError::run)?;
+    let mut r = Connections {
+        channel: Arc::clone(&channel),
+        conns: Vec::new(),
+        index: HashMap::new(),
+    };
+
+    say("\tCreating IDs")?;
+    for i in 0..args.connections as usize {
+        let mut times = Times::default();
+        let start = Instant::now();
+        let id = times
+            .time(Step::CreateId, || channel.create_id(PortSpace::Tcp))
+            .map_err(CliError::run)?;
+        times.set(Step::FullConnect, start, start);
+        r.index.insert(id.as_raw() as usize, i);
+        r.conns.push(Conn {
+            id,
+            qp: None,
+            times,
+            started: start,
+            retries: args.retries,
+            done: false,
+        });
+    }
+    if let Some(src) = src {
+        say("\tBinding addresses")?;
+        for c in &mut r.conns {
+            let id = &c.id;
+            c.times
+                .time(Step::BindAddr, || id.bind_addr(src))
+                .map_err(CliError::run)?;
+        }
+    }
+
+    say("\tResolving addresses")?;
+    for c in &mut r.conns {
+        c.started = Instant::now();
+        c.id.resolve_addr(src, dst, resolve)
+            .map_err(CliError::run)?;
+    }
+    r.until_done("resolving addresses", resolve_limit, |c, e| {
+        match e.event_type() {
+            EventType::AddrResolved => {
+                c.times.set(Step::ResolveAddr, c.started, Instant::now());
+                c.done = true;
+            }
+            EventType::AddrError if c.retries > 0 => {
+                c.retries -= 1;
+                c.id.resolve_addr(src, dst, resolve)
+                    .map_err(CliError::run)?;
+            }
+            _ => return Err(unexpected(e, "ADDR_RESOLVED")),
+        }
+        Ok(())
+    })?;
+
+    say("\tResolving routes")?;
+    for c in &mut r.conns {
+        c.started = Instant::now();
+        c.retries = args.retries;
+        c.id.resolve_route(resolve).map_err(CliError::run)?;
+    }
+    r.until_done("resolving routes", resolve_limit, |c, e| {
+        match e.event_type() {
+            EventType::RouteResolved => {
+                c.times.set(Step::ResolveRoute, c.started, Instant::now());
+                c.done = true;
+            }
+            EventType::RouteError if c.retries > 0 => {
+                c.retries -= 1;
+                c.id.resolve_route(resolve).map_err(CliError::run)?;
+            }
+            _ => return Err(unexpected(e, "ROUTE_RESOLVED")),
+        }
+        Ok(())
+    })?;
+
+    say("\tCreating QPs")?;
+    if round.has_qps() {
+        for c in &mut r.conns {
+            let v = Verbs::get(verbs, &c.id, args.connections)?;
+            c.qp = Some(c.times.time(Step::CreateQp, || v.create_qp())?);
+        }
+    }
+    say("\tModify QPs to INIT")?;
+    for c in &mut r.conns {
+        c.advance(QpTargetState::Init, Step::InitQpAttr, Step::InitQp)?;
+    }
+
+    say("\tConnecting")?;
+    for (i, c) in r.conns.iter_mut().enumerate() {
+        let qp_num = match &c.qp {
+            Some(qp) => qp.qp_num(),
+            None => args.base_qpn + i as u32,
+        };
+        c.started = Instant::now();
+        c.id.connect(ConnParam::new().qp_num(qp_num))
+            .map_err(CliError::run)?;
+    }
+    r.until_done("connecting", STEP_LIMIT, |c, e| {
+        if e.event_type() != EventType::ConnectResponse {
+            return Err(unexpected(e, "CONNECT_RESPONSE"));
+        }
+        c.times.set(Step::CmConnect, c.started, Instant::now());
+        // Init again: the access flags follow the responder resources agreed only now.
+        if let Some(qp) = &c.qp {
+            move_qp(&c.id, qp, &[QpTargetState::Init])?;
+        }
+        c.advance(QpTargetState::Rtr, Step::RtrQpAttr, Step::RtrQp)?;
+        c.advance(QpTargetState::Rts, Step::RtsQpAttr, Step::RtsQp)?;
+        let id = &c.id;
+        c.times
+            .time(Step::Establish, || id.establish())
+            .map_err(CliError::run)?;
+        let start = c.times.0[Step::FullConnect as usize].map_or(c.started, |s| s.0);
+        c.times.set(Step::FullConnect, start, Instant::now());
+        c.done = true;
+        Ok(())
+    })?;
+
+    sync.step(Step::CmConnect)?;
+    say("\tDisconnecting")?;
+    disconnect_all(&mut r)?;
+    sync.step(Step::Disconnect)?;
+    say("\tDestroying QPs and IDs")?;
+    Ok(destroy_all(r))
+}
+
+/// Disconnects every connection and waits for each one's `DISCONNECTED` (which comes
+/// whether this side's request or the peer's got there first).
+fn disconnect_all(r: &mut Connections) -> Result<(), CliError> {
+    for c in &mut r.conns {
+        c.started = Instant::now();
+        c.done = false;
+        // The peer may have disconnected first; then this only answers it.
+        let _ = c.id.disconnect();
+    }
+    r.until_done("disconnecting", STEP_LIMIT, |c, e| {
+        match e.event_type() {
+            EventType::Disconnected => {
+                c.times.set(Step::Disconnect, c.started, Instant::now());
+                c.done = true;
+            }
+            // Late news; nothing to do.
+            EventType::Established | EventType::TimewaitExit => {}
+            _ => return Err(unexpected(e, "DISCONNECTED")),
+        }
+        Ok(())
+    })
+}
+
+/// Destroys the QPs, then the ids, timing each; what is left is the connections' times.
+fn destroy_all(r: Connections) -> Vec<Times> {
+    let mut conns = r.conns;
+    for c in &mut conns {
+        if let Some(qp) = c.qp.take() {
+            c.times.time(Step::DestroyQp, || drop(qp));
+        }
+    }
+    conns
+        .into_iter()
+        .map(|c| {
+            let Conn { id, mut times, .. } = c;
+            // The last Arc of the id: dropping it is rdma_destroy_id.
+            times.time(Step::DestroyId, || drop(id));
+            times
+        })
+        .collect()
+}
+
+fn unexpected(e: Event, wanted: &str) -> CliError {
+    match e.into_result() {
+        Err(err) => CliError::run(err),
+        Ok(e) => CliError::run(format!(
+            "expected {wanted}, got {:?} (status {})",
+            e.event_type(),
+            e.status()
+        )),
+    }
+}
+
+/// The server's end of the TCP connection that keeps the sides in step; non-blocking, so
+/// rdma_cm events are handled while waiting for the client's next step.
+struct ServerSync {
+    stream: TcpStream,
+}
+
+impl ServerSync {
+    /// The client's next step, if it has sent one.
+    fn poll(&mut self) -> Result<Option<u8>, CliError> {
+        let mut byte = [0u8];
+        match self.stream.read(&mut byte) {
+            Ok(0) => Err(CliError::run(
+                "the client closed the TCP connection before the run was over",
+            )),
+            Ok(_) => Ok(Some(byte[0])),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
+                Ok(None)
+            }
+            Err(e) => Err(CliError::run(format!(
+                "reading the client's next step: {e}"
+            ))),
+        }
+    }
+
+    /// Waits, at most [`STEP_LIMIT`], for the client to announce `step`.
+    fn expect(&mut self, step: Step) -> Result<(), CliError> {
+        let deadline = Instant::now() + STEP_LIMIT;
+        loop {
+            if let Some(byte) = self.poll()? {
+                return check_step(byte, step);
+            }
+            if Instant::now() >= deadline {
+                return Err(CliError::run(format!(
+                    "the client did not announce step {} within {STEP_LIMIT:?}",
+                    step as u8
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Agrees to `step`: sends it back.
+    fn agree(&mut self, step: Step) -> Result<(), CliError> {
+        let byte = step as u8;
+        // One byte into an idle socket's buffer: a non-blocking write takes it whole.
+        self.stream
+            .write_all(&[byte])
+            .map_err(|e| CliError::run(format!("agreeing to step {byte}: {e}")))
+    }
+}
+
+fn check_step(byte: u8, step: Step) -> Result<(), CliError> {
+    if byte == step as u8 {
+        Ok(())
+    } else {
+        Err(CliError::run(format!(
+            "the client announced step {byte} where step {} belongs: is it a cmtime client \
+             with the same -c?",
+            step as u8
+        )))
+    }
+}
+
+fn server(args: &Args) -> Result<(), CliError> {
+    let bind = match args.bind.as_deref() {
+        Some(host) => socket_addr(host, args.port)?,
+        None => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), args.port),
+    };
+    let tcp = TcpListener::bind(bind)
+        .map_err(|e| CliError::run(format!("cannot listen on TCP {bind}: {e}")))?;
+    let channel = EventChannel::new().map_err(CliError::run)?;
+    let listener = channel.create_id(PortSpace::Tcp).map_err(CliError::run)?;
+    listener.bind_addr(bind).map_err(CliError::run)?;
+    let backlog = i32::try_from(args.connections).unwrap_or(i32::MAX);
+    listener.listen(backlog).map_err(CliError::run)?;
+    // Waiting for a client has no limit: that is what a server does.
+    let (stream, _) = tcp
+        .accept()
+        .map_err(|e| CliError::run(format!("accepting the client's TCP connection: {e}")))?;
+    stream.set_nonblocking(true).map_err(CliError::run)?;
+    let mut sync = ServerSync { stream };
+    let mut verbs = None;
+    for round in ROUNDS {
+        say(&round.title(false, args.connections))?;
+        let times = server_round(args, round, &channel, &mut sync, &mut verbs)?;
+        if round != Round::Warmup {
+            say(table(round, &times).trim_end())?;
+        }
+    }
+    Ok(())
+}
+
+fn server_round(
+    args: &Args,
+    round: Round,
+    channel: &Arc<EventChannel>,
+    sync: &mut ServerSync,
+    verbs: &mut Option<Verbs>,
+) -> Result<Vec<Times>, CliError> {
+    let n = args.connections as usize;
+    sync.expect(Step::FullConnect)?;
+    sync.agree(Step::FullConnect)?;
+    say("\tAccepting")?;
+    let mut r = Connections {
+        channel: Arc::clone(channel),
+        conns: Vec::new(),
+        index: HashMap::new(),
+    };
+    // The client says when it has connected all it meant to (its warm-up may make fewer
+    // than -c connections); every accepted connection must be established by then.
+    let mut established = 0;
+    let mut client_done = false;
+    let mut deadline = Instant::now() + STEP_LIMIT;
+    while !(client_done && established == r.conns.len()) {
+        if !client_done {
+            if let Some(byte) = sync.poll()? {
+                check_step(byte, Step::CmConnect)?;
+                client_done = true;
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(CliError::run(format!(
+                "{established} of {} accepted connections were established, no progress \
+                 within {STEP_LIMIT:?}",
+                r.conns.len()
+            )));
+        }
+        let event = match channel.get_event(Some(Duration::from_millis(1))) {
+            Ok(e) => e,
+            Err(CmError::Timeout { .. }) => continue,
+            Err(e) => return Err(CliError::run(e)),
+        };
+        deadline = Instant::now() + STEP_LIMIT;
+        match event.event_type() {
+            EventType::ConnectRequest if r.conns.len() < n => {
+                let id = Arc::clone(event.id());
+                drop(event);
+                let i = r.conns.len();
+                r.index.insert(id.as_raw() as usize, i);
+                r.conns.push(accept(args, round, id, i, verbs)?);
+            }
+            // More requests than -c: refused by dropping the request's id.
+            EventType::ConnectRequest => {}
+            EventType::Established => {
+                if let Some(i) = r.of(&event) {
+                    let c = &mut r.conns[i];
+                    let now = Instant::now();
+                    c.times.set(Step::CmConnect, c.started, now);
+                    let start = c.times.0[Step::FullConnect as usize].map_or(now, |s| s.0);
+                    c.times.set(Step::FullConnect, start, now);
+                    established += 1;
+                }
+            }
+            // A late event of the last round's connections, which are gone.
+            EventType::TimewaitExit => {}
+            _ => return Err(unexpected(event, "CONNECT_REQUEST or ESTABLISHED")),
+        }
+    }
+    sync.agree(Step::CmConnect)?;
+
+    // The client disconnects; each DISCONNECTED is answered with rdma_disconnect.
+    say("\tDisconnecting")?;
+    r.until_done(
+        "waiting for the client to disconnect",
+        STEP_LIMIT,
+        |c, e| {
+            match e.event_type() {
+                EventType::Disconnected => {
+                    let id = &c.id;
+                    c.times
+                        .time(Step::Disconnect, || id.disconnect())
+                        .map_err(CliError::run)?;
+                    c.done = true;
+                }
+                EventType::TimewaitExit => {}
+                _ => return Err(unexpected(e, "DISCONNECTED")),
+            }
+            Ok(())
+        },
+    )?;
+    sync.expect(Step::Disconnect)?;
+    sync.agree(Step::Disconnect)?;
+    Ok(destroy_all(r))
+}
+
+/// Takes connection request number `i` of a round: a QP through Init, RTR and RTS (or, in
+/// the round without QPs, only the attributes), then `rdma_accept`.
+fn accept(
+    args: &Args,
+    round: Round,
+    id: Arc<CmId>,
+    i: usize,
+    verbs: &mut Option<Verbs>,
+) -> Result<Conn, CliError> {
+    let start = Instant::now();
+    let mut conn = Conn {
+        id,
+        qp: None,
+        times: Times::default(),
+        started: start,
+        retries: 0,
+        done: false,
+    };
+    conn.times.set(Step::FullConnect, start, start);
+    if round.has_qps() {
+        let v = Verbs::get(verbs, &conn.id, args.connections)?;
+        conn.qp = Some(conn.times.time(Step::CreateQp, || v.create_qp())?);
+    }
+    conn.advance(QpTargetState::Init, Step::InitQpAttr, Step::InitQp)?;
+    conn.advance(QpTargetState::Rtr, Step::RtrQpAttr, Step::RtrQp)?;
+    conn.advance(QpTargetState::Rts, Step::RtsQpAttr, Step::RtsQp)?;
+    let qp_num = match &conn.qp {
+        Some(qp) => qp.qp_num(),
+        // In range: -q is below 2^24 and -c at most 100000.
+        None => args.base_qpn + i as u32,
+    };
+    conn.started = Instant::now();
+    conn.id
+        .accept(ConnParam::new().qp_num(qp_num))
+        .map_err(CliError::run)?;
+    Ok(conn)
+}
+
+fn run(args: &Args) -> Result<(), CliError> {
+    // Without a device, say so (and how to get one) before rdma_cm says something vaguer.
+    select_devices(None)?;
+    match args.server.as_deref() {
+        Some(host) => client(args, host),
+        None => server(args),
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    exit_status("cmtime", run(&args))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sync_bytes_are_rdma_core_step_numbers() {
+        assert_eq!(Step::FullConnect as u8, 0);
+        assert_eq!(Step::CmConnect as u8, 12);
+        assert_eq!(Step::Disconnect as u8, 14);
+        for (i, (step, _)) in STEPS.iter().enumerate() {
+            assert_eq!(*step as usize, i, "{step:?} is out of order");
+        }
+    }
+
+    #[test]
+    fn rows_sum_spans_and_measure_the_whole_step() {
+        let t0 = Instant::now();
+        let us = |n| t0 + Duration::from_micros(n);
+        let mut a = Times::default();
+        a.set(Step::CreateId, us(0), us(10));
+        a.set(Step::CmConnect, us(100), us(400));
+        let mut b = Times::default();
+        b.set(Step::CreateId, us(10), us(40));
+        b.set(Step::CmConnect, us(110), us(210));
+        let rows = rows(&[a, b]);
+        let create = rows[Step::CreateId as usize];
+        assert_eq!(
+            create,
+            Row {
+                total: 40,
+                sum: 40,
+                max: 30,
+                min: 10
+            }
+        );
+        let connect = rows[Step::CmConnect as usize];
+        assert_eq!((connect.total, connect.sum), (300, 400));
+        assert_eq!((connect.max, connect.min), (300, 100));
+        assert_eq!(rows[Step::RtrQp as usize], Row::default(), "never timed");
+    }
+
+    #[test]
+    fn the_table_is_laid_out_like_rdma_cores() {
+        let t0 = Instant::now();
+        let mut a = Times::default();
+        a.set(Step::ResolveAddr, t0, t0 + Duration::from_micros(1742));
+        let text = table(Round::WithQps, &[a]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3 + STEPS.len());
+        assert_eq!(lines[0], "qp_conn                 1");
+        assert_eq!(lines[1], "threads                 1");
+        assert_eq!(
+            lines[2],
+            "step             avg/iter  total(us)    us/conn    sum(us)    max(us)    min(us)"
+        );
+        assert_eq!(
+            lines[3 + Step::ResolveAddr as usize],
+            "resolve addr         1742       1742       1742       1742       1742       1742"
+        );
+        assert!(table(Round::WithoutQps, &[]).starts_with("cm_conn                 0\n"));
+    }
+}

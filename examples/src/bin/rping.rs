@@ -1,0 +1,406 @@
+//! `rping`: RDMA ping over a connection made with rdma_cm, with the flags and the wire
+//! protocol of rdma-core's `rping` (see [`sideway_examples::rping_wire`]), so either side
+//! may be theirs. The client advertises a buffer of ping data, the server RDMA READs it and
+//! RDMA WRITEs it back into a second buffer of the client's; `-v` prints the data, `-V`
+//! checks it.
+
+use std::io::{self, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use sideway::rdmacm::{ConnParam, EventChannel, EventType, PortSpace, QpTargetState};
+use sideway::{AccessFlags, RegisteredBuffer, SendFlags};
+use sideway_examples::cli::{exit_status, select_devices, CliError};
+use sideway_examples::cm_connection::{move_qp, socket_addr, CmConnection, Waited};
+use sideway_examples::rping_wire::{
+    fill_ping, ping_text, BufferAdvert, ShortAdvert, ADVERT_LEN, MAX_SIZE, MIN_SIZE,
+};
+
+/// RDMA ping over rdma_cm: the client's ping data travels to the server by RDMA READ and
+/// back by RDMA WRITE, as rdma-core's rping does it.
+#[derive(Debug, Parser)]
+#[command(name = "rping")]
+#[command(group = clap::ArgGroup::new("role").required(true).args(["server", "client"]))]
+struct Args {
+    /// Run as the server
+    #[arg(short = 's', long = "server")]
+    server: bool,
+
+    /// Run as the client
+    #[arg(short = 'c', long = "client")]
+    client: bool,
+
+    /// Server: the address to listen on (default: every address). Client: the server's
+    /// address (required)
+    #[arg(short = 'a', long = "addr", value_name = "ADDRESS")]
+    addr: Option<String>,
+
+    /// Client: the local address to connect from
+    #[arg(short = 'I', long = "src-addr", value_name = "ADDRESS")]
+    src_addr: Option<String>,
+
+    /// The server's port
+    #[arg(short = 'p', long = "port", default_value_t = 7174)]
+    port: u16,
+
+    /// Pings to exchange (default: until interrupted)
+    #[arg(short = 'C', long = "count", value_name = "COUNT")]
+    count: Option<u64>,
+
+    /// Bytes of ping data, the terminating NUL included
+    #[arg(short = 'S', long = "size", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(MIN_SIZE as i64..=MAX_SIZE as i64))]
+    size: u32,
+
+    /// Print the ping data
+    #[arg(short = 'v', long = "verbose")]
+    verbose: bool,
+
+    /// Check that the data that came back is the data sent (the server checks what it read)
+    #[arg(short = 'V', long = "validate")]
+    validate: bool,
+
+    /// Print each protocol step on stderr
+    #[arg(short = 'd', long = "debug")]
+    debug: bool,
+
+    /// Server: serve one client after another until killed
+    #[arg(short = 'P', long = "persistent")]
+    persistent: bool,
+
+    /// Seconds any step may take once connected (address resolution, each completion, the
+    /// peer's next message) before the run fails
+    #[arg(long = "timeout", value_name = "SECONDS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    timeout: u64,
+}
+
+/// Work request ids: which of the protocol's operations a completion belongs to.
+const WR_SEND: u64 = 1;
+const WR_RECV: u64 = 2;
+const WR_RDMA: u64 = 3;
+
+/// How long `rdma_resolve_addr` and `rdma_resolve_route` may take (rping's 2 s).
+const RESOLVE: Duration = Duration::from_secs(2);
+
+struct Run<'a> {
+    args: &'a Args,
+    out: io::StdoutLock<'static>,
+}
+
+impl Run<'_> {
+    fn debug(&self, msg: impl FnOnce() -> String) {
+        if self.args.debug {
+            // Debug output is best effort; a closed stderr must not stop the ping.
+            let _ = writeln!(io::stderr(), "{}", msg());
+        }
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(self.args.timeout)
+    }
+}
+
+/// The buffers the SENDs and RECVs use: one advertisement each way.
+struct MessageBuffers {
+    send: RegisteredBuffer,
+    recv: RegisteredBuffer,
+}
+
+impl MessageBuffers {
+    fn new(conn: &CmConnection) -> Result<Self, CliError> {
+        let reg = |len| {
+            conn.pd
+                .reg_buffer(len, AccessFlags::LOCAL_WRITE)
+                .map_err(CliError::run)
+        };
+        Ok(MessageBuffers {
+            send: reg(ADVERT_LEN)?,
+            recv: reg(ADVERT_LEN)?,
+        })
+    }
+
+    /// Posts the receive for the peer's next message.
+    fn post_recv(&self, conn: &mut CmConnection) -> Result<(), CliError> {
+        let sge = self.recv.sge(0..ADVERT_LEN).ok_or_else(short_buffer)?;
+        let mut guard = conn.qp.start_post_recv();
+        guard.recv(WR_RECV, &[sge]);
+        guard.post().map_err(CliError::run)
+    }
+
+    /// Posts a SEND of `advert`; wait for [`WR_SEND`] to know it went.
+    fn post_send(&mut self, conn: &mut CmConnection, advert: BufferAdvert) -> Result<(), CliError> {
+        self.send.as_mut_slice()[..ADVERT_LEN].copy_from_slice(&advert.to_bytes());
+        let sge = self.send.sge(0..ADVERT_LEN).ok_or_else(short_buffer)?;
+        let mut guard = conn.qp.start_post_send();
+        guard.wr(WR_SEND, SendFlags::SIGNALED).send(sge);
+        guard.post().map_err(CliError::run)
+    }
+
+    /// The advertisement the last receive brought, `len` bytes long.
+    fn received(&self, len: u32) -> Result<BufferAdvert, CliError> {
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        if len != ADVERT_LEN {
+            return Err(CliError::run(ShortAdvert(len)));
+        }
+        let bytes = self.recv.as_slice().get(..len).ok_or_else(short_buffer)?;
+        BufferAdvert::from_bytes(bytes).map_err(CliError::run)
+    }
+}
+
+fn short_buffer() -> CliError {
+    // Every buffer is registered with at least the length asked of it here.
+    CliError::run("internal error: a registered buffer is shorter than its use")
+}
+
+fn advert(buf: &RegisteredBuffer) -> BufferAdvert {
+    BufferAdvert {
+        addr: buf.addr(),
+        rkey: buf.rkey(),
+        len: u32::try_from(buf.len()).unwrap_or(u32::MAX),
+    }
+}
+
+fn client(run: &mut Run<'_>) -> Result<(), CliError> {
+    let args = run.args;
+    let host = args
+        .addr
+        .as_deref()
+        .ok_or_else(|| CliError::run("the client needs the server's address: -a ADDRESS"))?;
+    let dst = socket_addr(host, args.port)?;
+    let src = args
+        .src_addr
+        .as_deref()
+        .map(|h| socket_addr(h, 0))
+        .transpose()?;
+    let wait = Some(run.timeout());
+
+    let channel = EventChannel::new().map_err(CliError::run)?;
+    let id = channel.create_id(PortSpace::Tcp).map_err(CliError::run)?;
+    id.resolve_addr(src, dst, RESOLVE).map_err(CliError::run)?;
+    channel
+        .wait_for(EventType::AddrResolved, wait)
+        .map_err(CliError::run)?;
+    id.resolve_route(RESOLVE).map_err(CliError::run)?;
+    channel
+        .wait_for(EventType::RouteResolved, wait)
+        .map_err(CliError::run)?;
+    run.debug(|| format!("resolved {dst} on port {} of its device", id.port_num()));
+
+    let mut conn = CmConnection::new(&id, 4, run.timeout())?;
+    let size = args.size as usize;
+    let mut msgs = MessageBuffers::new(&conn)?;
+    // The server READs the ping data from `start` and WRITEs it back into `sink`.
+    let mut start = conn
+        .pd
+        .reg_buffer(size, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
+        .map_err(CliError::run)?;
+    let mut sink = conn
+        .pd
+        .reg_buffer(size, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+        .map_err(CliError::run)?;
+    msgs.post_recv(&mut conn)?;
+
+    id.connect(ConnParam::new().qp_num(conn.qp.qp_num()))
+        .map_err(CliError::run)?;
+    channel
+        .wait_for(EventType::ConnectResponse, wait)
+        .map_err(CliError::run)?;
+    // Init again first: the access flags for the server's RDMA READ come with the
+    // responder resources, which the id knows only now (librdmacm does the same for QPs
+    // it owns).
+    move_qp(
+        &id,
+        &conn.qp,
+        &[QpTargetState::Init, QpTargetState::Rtr, QpTargetState::Rts],
+    )?;
+    id.establish().map_err(CliError::run)?;
+    run.debug(|| format!("connected to {dst}, QP {:#x}", conn.qp.qp_num()));
+
+    let mut ping = 0u64;
+    while args.count.is_none_or(|c| ping < c) {
+        fill_ping(start.as_mut_slice(), ping);
+        sink.as_mut_slice().fill(0);
+        for (what, buf) in [("source", &start), ("sink", &sink)] {
+            let a = advert(buf);
+            run.debug(|| {
+                format!(
+                    "ping {ping}: {what} buffer at {:#x} rkey {:#x} len {}",
+                    a.addr, a.rkey, a.len
+                )
+            });
+            msgs.post_send(&mut conn, a)?;
+            conn.wait(
+                &[WR_SEND, WR_RECV],
+                "the advertisement and the server's go-ahead",
+            )?;
+            msgs.post_recv(&mut conn)?;
+        }
+        if args.verbose {
+            writeln!(run.out, "ping data: {}", ping_text(sink.as_slice()))?;
+        }
+        if args.validate && sink.as_slice() != start.as_slice() {
+            return Err(CliError::run(format!(
+                "ping {ping}: data mismatch: sent {:?}, got back {:?}",
+                ping_text(start.as_slice()),
+                ping_text(sink.as_slice())
+            )));
+        }
+        ping += 1;
+    }
+    run.out.flush()?;
+    conn.disconnect()?;
+    run.debug(|| format!("disconnected after {ping} pings"));
+    Ok(())
+}
+
+fn server(run: &mut Run<'_>) -> Result<(), CliError> {
+    let args = run.args;
+    let bind = match args.addr.as_deref() {
+        Some(host) => socket_addr(host, args.port)?,
+        None => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), args.port),
+    };
+    let channel = EventChannel::new().map_err(CliError::run)?;
+    let listener = channel.create_id(PortSpace::Tcp).map_err(CliError::run)?;
+    listener.bind_addr(bind).map_err(CliError::run)?;
+    listener.listen(8).map_err(CliError::run)?;
+    run.debug(|| format!("listening on {bind}"));
+    loop {
+        // Waiting for a client has no limit: that is what a server does.
+        let request = channel
+            .wait_for(EventType::ConnectRequest, None)
+            .map_err(CliError::run)?;
+        let id = Arc::clone(request.id());
+        drop(request);
+        if !args.persistent {
+            return serve(run, &id);
+        }
+        // A persistent server outlives a client that fails; it says so and goes on.
+        if let Err(e) = serve(run, &id) {
+            let _ = writeln!(io::stderr(), "rping: client {:?}: {e}", id.peer_addr());
+        }
+    }
+}
+
+/// Serves one client, from its connection request to its disconnect.
+fn serve(run: &mut Run<'_>, id: &Arc<sideway::rdmacm::CmId>) -> Result<(), CliError> {
+    let args = run.args;
+    let peer = id.peer_addr();
+    run.debug(|| format!("connection request from {peer:?}"));
+    // The id shares the listener's channel: requests from other clients that come while
+    // this one is served are refused (see CmConnection).
+    let mut conn = CmConnection::new(id, 4, run.timeout())?;
+    move_qp(id, &conn.qp, &[QpTargetState::Rtr, QpTargetState::Rts])?;
+    let size = args.size as usize;
+    let mut msgs = MessageBuffers::new(&conn)?;
+    let rdma_buf = conn
+        .pd
+        .reg_buffer(size, AccessFlags::LOCAL_WRITE)
+        .map_err(CliError::run)?;
+    msgs.post_recv(&mut conn)?;
+    id.accept(ConnParam::new().qp_num(conn.qp.qp_num()))
+        .map_err(CliError::run)?;
+    conn.channel
+        .wait_for(EventType::Established, Some(run.timeout()))
+        .map_err(CliError::run)?;
+    run.debug(|| format!("connection from {peer:?} established"));
+
+    let mut ping = 0u64;
+    // Each ping is two steps, each opened by the client's advertisement: its source buffer
+    // (READ from it), then its sink (WRITE what was read into it).
+    let mut read_len = None;
+    loop {
+        if read_len.is_none() && args.count.is_some_and(|c| ping >= c) {
+            // Every ping asked for is done; the client disconnects next.
+            conn.wait_peer_disconnect()?;
+            break;
+        }
+        let wc = match conn.wait_or_disconnect(&[WR_RECV], "the client's next advertisement")? {
+            Waited::Done(wcs) => wcs[0],
+            Waited::Disconnected => break,
+        };
+        let adv = msgs.received(wc.byte_len())?;
+        msgs.post_recv(&mut conn)?;
+        let len = usize::try_from(adv.len).unwrap_or(usize::MAX);
+        if len > size {
+            return Err(CliError::run(format!(
+                "the client advertised {len} bytes, more than this server's -S {size}"
+            )));
+        }
+        match read_len {
+            None => {
+                run.debug(|| format!("ping {ping}: RDMA READ of {len} bytes at {:#x}", adv.addr));
+                let local = rdma_buf.sge(0..len).ok_or_else(short_buffer)?;
+                let mut guard = conn.qp.start_post_send();
+                guard
+                    .wr(WR_RDMA, SendFlags::SIGNALED)
+                    .rdma_read(adv.rkey, adv.addr, local);
+                guard.post().map_err(CliError::run)?;
+                conn.wait(&[WR_RDMA], "the RDMA READ")?;
+                read_len = Some(len);
+                let data = &rdma_buf.as_slice()[..len];
+                if args.verbose {
+                    writeln!(run.out, "server ping data: {}", ping_text(data))?;
+                    run.out.flush()?;
+                }
+                if args.validate {
+                    let mut want = vec![0; len];
+                    fill_ping(&mut want, ping);
+                    if data != want.as_slice() {
+                        return Err(CliError::run(format!(
+                            "ping {ping}: data mismatch: expected {:?}, read {:?}",
+                            ping_text(&want),
+                            ping_text(data)
+                        )));
+                    }
+                }
+            }
+            Some(read) => {
+                let len = len.min(read);
+                run.debug(|| format!("ping {ping}: RDMA WRITE of {len} bytes to {:#x}", adv.addr));
+                let local = rdma_buf.sge(0..len).ok_or_else(short_buffer)?;
+                let mut guard = conn.qp.start_post_send();
+                guard
+                    .wr(WR_RDMA, SendFlags::SIGNALED)
+                    .rdma_write(adv.rkey, adv.addr, local);
+                guard.post().map_err(CliError::run)?;
+                conn.wait(&[WR_RDMA], "the RDMA WRITE")?;
+                read_len = None;
+                ping += 1;
+            }
+        }
+        // The go-ahead: the client waits for it before its next step.
+        msgs.post_send(&mut conn, advert(&rdma_buf))?;
+        // A client that has its last go-ahead may disconnect before the SEND's
+        // acknowledgement makes it here: that is the end of the run, not a failure.
+        if let Waited::Disconnected = conn.wait_or_disconnect(&[WR_SEND], "the go-ahead")? {
+            break;
+        }
+    }
+    // Answer the client's disconnect request; it has already left, so nothing to wait for.
+    let _ = id.disconnect();
+    run.debug(|| format!("client {peer:?} disconnected after {ping} pings"));
+    Ok(())
+}
+
+fn run(args: &Args) -> Result<(), CliError> {
+    // Without a device, say so (and how to get one) before rdma_cm says something vaguer.
+    select_devices(None)?;
+    let mut run = Run {
+        args,
+        out: io::stdout().lock(),
+    };
+    if args.server {
+        server(&mut run)
+    } else {
+        client(&mut run)
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    exit_status("rping", run(&args))
+}

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Our rping (examples/src/bin/rping.rs) against rdma-core's, both ways, and against itself:
+# 10 pings of verbose, validated data over rdmacm on the device's IPv4 address, with the ping
+# data on both sides checked against the pattern rdma-core's rping prints. Then a client with
+# no server must fail, quickly and saying why. Runs where scripts/softroce runs commands.
+#
+# EXAMPLES_BIN: where our binaries are (default target/debug).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+. scripts/lib/peers.sh
+
+ip=${RDMA_TEST_IP:?RDMA_TEST_IP is not set; run this through scripts/softroce run}
+bin=${EXAMPLES_BIN:-target/debug}
+ours=$bin/rping
+[ -x "$ours" ] || { echo "FAIL: no $ours (build with cargo build -p sideway-examples)" >&2; exit 1; }
+command -v rping >/dev/null || { echo "FAIL: rdma-core's rping is not installed" >&2; exit 1; }
+
+count=10
+# The data of ping N as rping -v prints it with the default size (64 bytes): "rdma-ping-N: "
+# and the pattern from A to z starting N places along, cut to 63 characters.
+alphabet=$(printf '%s' {A..Z} '[\]^_`' {a..z})
+expected() {
+    local n=$1 prefix="rdma-ping-$1: " run
+    run="${alphabet:n % 58}$alphabet$alphabet"
+    printf '%s%s' "$prefix" "${run:0:$((63 - ${#prefix}))}"
+}
+
+# check_pings LOG PREFIX: LOG has exactly $count data lines, "PREFIX" + ping N's data, in order.
+check_pings() {
+    local log=$1 prefix=$2 n
+    local got
+    got=$(grep -c "^${prefix}rdma-ping-" "$log" || true)
+    if [ "$got" -ne "$count" ]; then
+        echo "  FAIL: $(basename "$log") has $got ping data lines, wanted $count" >&2
+        return 1
+    fi
+    n=0
+    while IFS= read -r line; do
+        if [ "$line" != "$prefix$(expected "$n")" ]; then
+            echo "  FAIL: ping $n in $(basename "$log"): got '$line'," \
+                "wanted '$prefix$(expected "$n")'" >&2
+            return 1
+        fi
+        n=$((n + 1))
+    done < <(grep "^${prefix}rdma-ping-" "$log")
+}
+
+port=7180
+pair() {
+    local name=$1 server=$2 client=$3
+    port=$((port + 1))
+    echo "$name: server $server, client $client, port $port"
+    run_pair "wait_cm_listen $port 30" \
+        "$server" -s -a "$ip" -p "$port" -C "$count" -v -V -- \
+        "$client" -c -a "$ip" -p "$port" -C "$count" -v -V
+    check_pings "$PAIR_DIR/client.log" "ping data: "
+    check_pings "$PAIR_DIR/server.log" "server ping data: "
+    echo "  ok: $name"
+}
+
+pair "our client, rdma-core's server" rping "$ours"
+pair "rdma-core's client, our server" "$ours" rping
+pair "ours against ours" "$ours" "$ours"
+
+echo "our persistent server (-P), two clients in a row: ours, then rdma-core's"
+port=$((port + 1))
+log=$(mktemp)
+timeout -k 5 "$PEER_TIMEOUT" "$ours" -s -P -a "$ip" -p "$port" -v >"$log" 2>&1 &
+server_pid=$!
+wait_cm_listen "$port" 30
+timeout 60 "$ours" -c -a "$ip" -p "$port" -C 3 -V >/dev/null
+timeout 60 rping -c -a "$ip" -p "$port" -C 3 -V >/dev/null
+sleep 1
+kill -0 "$server_pid" || { echo "  FAIL: the persistent server stopped" >&2; exit 1; }
+kill "$server_pid"
+wait "$server_pid" || true
+show_log server "$log"
+got=$(grep -c "^server ping data: rdma-ping-[012]: " "$log" || true)
+[ "$got" -eq 6 ] || { echo "  FAIL: the server printed $got pings, wanted 6" >&2; exit 1; }
+echo "  ok: one server, two clients"
+
+echo "our client, while rdma-core's server is killed mid-run"
+port=$((port + 1))
+rping -s -a "$ip" -p "$port" >/dev/null 2>&1 &
+server_pid=$!
+wait_cm_listen "$port" 30
+out=$(mktemp)
+start=$SECONDS
+timeout 60 "$ours" -c -a "$ip" -p "$port" -V >"$out" 2>&1 &
+client_pid=$!
+sleep 2
+kill -9 "$server_pid"
+wait "$server_pid" 2>/dev/null || true
+rc=0
+wait "$client_pid" || rc=$?
+sed 's/^/  /' "$out"
+[ "$rc" -eq 1 ] || { echo "  FAIL: exit status $rc, wanted 1 (124: it hung)" >&2; exit 1; }
+expect_in "$out" "^rping: " "a one-line error"
+! grep -q panicked "$out" || { echo "  FAIL: it panicked" >&2; exit 1; }
+echo "  ok: stops in $((SECONDS - start)) s"
+
+echo "our client with no server listening"
+out=$(mktemp)
+start=$SECONDS
+rc=0
+timeout 30 "$ours" -c -a "$ip" -p 7199 -C 3 -v >"$out" 2>&1 || rc=$?
+sed 's/^/  /' "$out"
+[ "$rc" -eq 1 ] || { echo "  FAIL: exit status $rc, wanted 1" >&2; exit 1; }
+[ $((SECONDS - start)) -lt 15 ] || { echo "  FAIL: took $((SECONDS - start)) s" >&2; exit 1; }
+expect_in "$out" "^rping: .*7199.*(rejected|unreachable)" "a message naming the address"
+! grep -q panicked "$out" || { echo "  FAIL: it panicked" >&2; exit 1; }
+echo "  ok: fails in $((SECONDS - start)) s with a clear message"
+echo "rping interop: all passed"
