@@ -1,8 +1,16 @@
 //! Support code for the data-path benchmarks.
 //!
-//! The benchmarks claim zero heap allocations per work request and per completion; the
-//! [`alloc_counter`] module is how that claim is checked rather than asserted.
+//! - [`null_provider`]: verbs objects whose provider operations only count, so sideway's
+//!   own cost can be timed on any machine, without a device or rdma-core's libraries.
+//! - [`data_path`]: every benchmarked operation twice, over sideway and in C over verbs.h's
+//!   inlines (`csrc/`), and the list of pairs the bench targets run.
+//! - [`compare`]: interleaved timing of the two sides, for the comparison table.
+//! - [`alloc_counter`]: a counting allocator, how "zero allocations per operation" is
+//!   checked rather than asserted.
 
 #![warn(missing_docs)]
 
 pub mod alloc_counter;
+pub mod compare;
+pub mod data_path;
+pub mod null_provider;

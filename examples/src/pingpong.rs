@@ -1,10 +1,18 @@
-//! The ping-pong that rdma-core's `ibv_rc_pingpong` and `ibv_uc_pingpong` run, on sideway.
+//! The ping-pong that rdma-core's `ibv_rc_pingpong`, `ibv_uc_pingpong`, `ibv_ud_pingpong`
+//! and `ibv_srq_pingpong` run, on sideway.
 //!
 //! Both sides post `rx_depth` receives, trade endpoints over TCP ([`crate::pingpong_wire`]),
 //! and then bounce one `size`-byte SEND back and forth `iters` times: the client sends first;
 //! each side sends its next message once its previous send and the peer's message have both
 //! completed. Each side prints the two endpoints and the throughput and time per iteration,
 //! in the same words as rdma-core's programs, so runs of the two can be compared line by line.
+//!
+//! - [`run_connected`]: RC or UC, one QP.
+//! - [`run_ud`]: UD, one QP, sending through an address handle built from the peer's
+//!   endpoint; receive buffers keep 40 bytes of room for the GRH.
+//! - [`run_srq`]: RC with `num_qp` QPs sharing one receive queue, one endpoint line per QP.
+//!
+//! With `-e`, a side sleeps on its CQ's completion channel instead of spinning on the CQ.
 
 use std::io::{self, Write};
 use std::sync::Arc;
@@ -13,9 +21,11 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use sideway::completion_queue::WcOpcode;
 use sideway::device::Mtu;
+use sideway::queue_pair::AddressVector;
 use sideway::{
-    AccessFlags, CompletionQueue, ConnectOptions, DeviceContext, Endpoint, Gid, QpType, QueuePair,
-    RegisteredBuffer, SendFlags,
+    AccessFlags, AddressHandle, CompletionChannel, CompletionQueue, ConnectOptions, DeviceContext,
+    Endpoint, EventError, Gid, QpType, QueuePair, RegisteredBuffer, SendFlags, SharedReceiveQueue,
+    WorkCompletion, GRH_LEN,
 };
 
 use crate::cli::CliError;
@@ -67,9 +77,87 @@ pub struct PingpongArgs {
     #[arg(short = 'N', long = "new_send")]
     pub new_send: bool,
 
+    /// Sleep on CQ events instead of polling
+    #[arg(short = 'e', long = "events")]
+    pub events: bool,
+
     /// Give up when the peer sends nothing for this many seconds
     #[arg(long = "stall-timeout", default_value_t = 30)]
     pub stall_timeout: u64,
+}
+
+/// How a side waits for completions: spinning on its CQ, or (`-e`) sleeping on the CQ's
+/// completion channel.
+struct Waiter {
+    cq: Arc<CompletionQueue>,
+    channel: Option<Arc<CompletionChannel>>,
+    stall: Duration,
+}
+
+impl Waiter {
+    /// Creates the CQ (extended with `-N`) and, with `-e`, its channel, armed.
+    fn new(ctx: &Arc<DeviceContext>, cqe: u32, args: &PingpongArgs) -> Result<Self, CliError> {
+        let channel = if args.events {
+            Some(ctx.create_comp_channel().map_err(CliError::run)?)
+        } else {
+            None
+        };
+        let mut builder = ctx.create_cq_builder();
+        builder.cqe(cqe);
+        if let Some(ch) = &channel {
+            builder.channel(ch);
+        }
+        let cq = if args.new_send {
+            builder.build_ex()
+        } else {
+            builder.build()
+        }
+        .map_err(CliError::run)?;
+        if channel.is_some() {
+            cq.req_notify(false).map_err(CliError::run)?;
+        }
+        Ok(Waiter {
+            cq,
+            channel,
+            stall: Duration::from_secs(args.stall_timeout),
+        })
+    }
+
+    /// Waits until at least one completion is in `wcs` and returns how many. Polls before
+    /// every sleep and re-arms after every event, so none is missed. Fails when nothing
+    /// comes for the stall timeout; `progress` says how far the run got.
+    fn wait(
+        &self,
+        wcs: &mut [WorkCompletion],
+        progress: impl Fn() -> String,
+    ) -> Result<usize, CliError> {
+        let started = Instant::now();
+        let stalled = || {
+            CliError::run(format!(
+                "no completion for {} s after {}: the peer stopped or is unreachable",
+                self.stall.as_secs(),
+                progress()
+            ))
+        };
+        loop {
+            let n = self.cq.poll_into(wcs).map_err(CliError::run)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            let left = self.stall.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                return Err(stalled());
+            }
+            match &self.channel {
+                Some(ch) => match ch.get_cq_event(Some(left)) {
+                    Ok(cq) => cq.req_notify(false).map_err(CliError::run)?,
+                    Err(EventError::Timeout { .. }) => return Err(stalled()),
+                    Err(e) => return Err(CliError::run(e)),
+                },
+                None => std::hint::spin_loop(),
+            }
+        }
+    }
 }
 
 /// What the rest of the buffer holds, as in rdma-core's programs.
@@ -133,7 +221,7 @@ fn from_wire(ep: &WireEndpoint) -> Endpoint {
 /// The resources of one side.
 struct Side {
     qp: QueuePair,
-    cq: Arc<CompletionQueue>,
+    waiter: Waiter,
     buf: RegisteredBuffer,
     size: u32,
     inline: bool,
@@ -180,14 +268,8 @@ fn open_side(
         .reg_buffer(args.size as usize, AccessFlags::LOCAL_WRITE)
         .map_err(CliError::run)?;
     buf.as_mut_slice().fill(FILL);
-    let mut cq_builder = ctx.create_cq_builder();
-    cq_builder.cqe(args.rx_depth + 1);
-    let cq = if args.new_send {
-        cq_builder.build_ex()
-    } else {
-        cq_builder.build()
-    }
-    .map_err(CliError::run)?;
+    let waiter = Waiter::new(ctx, args.rx_depth + 1, args)?;
+    let cq = Arc::clone(&waiter.cq);
     let mut qp_builder = pd.create_qp_builder();
     qp_builder
         .qp_type(qp_type)
@@ -206,7 +288,7 @@ fn open_side(
     let inline = qp.cap().max_inline_data >= args.size;
     Ok(Side {
         qp,
-        cq,
+        waiter,
         buf,
         size: args.size,
         inline,
@@ -296,23 +378,11 @@ fn exchange(side: &mut Side, args: &PingpongArgs) -> Result<(), CliError> {
         side.post_send()?;
         pending |= SEND_WRID;
     }
-    let stall = Duration::from_secs(args.stall_timeout);
-    let mut last_progress = Instant::now();
-    let mut wcs = [sideway::WorkCompletion::default(); 2];
+    let mut wcs = [WorkCompletion::default(); 2];
     while rcnt < args.iters || scnt < args.iters {
-        let n = side.cq.poll_into(&mut wcs).map_err(CliError::run)?;
-        if n == 0 {
-            if last_progress.elapsed() > stall {
-                return Err(CliError::run(format!(
-                    "no completion for {} s after {scnt} sends and {rcnt} receives: the peer \
-                     stopped or is unreachable",
-                    args.stall_timeout
-                )));
-            }
-            std::hint::spin_loop();
-            continue;
-        }
-        last_progress = Instant::now();
+        let n = side
+            .waiter
+            .wait(&mut wcs, || format!("{scnt} sends and {rcnt} receives"))?;
         for wc in &wcs[..n] {
             wc.ok().map_err(CliError::run)?;
             match (wc.wr_id(), wc.opcode()) {
@@ -339,6 +409,456 @@ fn exchange(side: &mut Side, args: &PingpongArgs) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+/// The Q_Key both sides of a UD pingpong use, as `ibv_ud_pingpong` does.
+pub const UD_QKEY: u32 = 0x1111_1111;
+
+/// Opens the device and checks the port as every variant does: RoCE needs `-g`.
+fn open_checked(args: &PingpongArgs) -> Result<(Arc<DeviceContext>, Gid, u16), CliError> {
+    let ctx = sideway::open_device(args.ib_dev.as_deref())?;
+    let port = ctx.query_port(u32::from(args.ib_port))?;
+    if port.link_layer() == sideway::device::LinkLayer::Ethernet && args.gid_idx.is_none() {
+        return Err(CliError::run(
+            "this port is RoCE (Ethernet), which needs a GID: pass -g with a GID index \
+             (show_gids lists them)",
+        ));
+    }
+    let gid = match args.gid_idx {
+        Some(g) => ctx.query_gid(u32::from(args.ib_port), u32::from(g))?.gid,
+        None => Gid::ZERO,
+    };
+    Ok((ctx, gid, port.lid()))
+}
+
+/// The UD side: a QP, its address handle for the peer, and one buffer with GRH room in
+/// front (receives land at 0, sends go from [`GRH_LEN`]).
+struct UdSide {
+    qp: QueuePair,
+    waiter: Waiter,
+    buf: RegisteredBuffer,
+    ah: Option<Arc<AddressHandle>>,
+    remote_qpn: u32,
+    size: usize,
+    inline: bool,
+}
+
+impl UdSide {
+    fn post_recvs(&mut self, n: u32) -> Result<(), CliError> {
+        let sge = self
+            .buf
+            .sge(0..GRH_LEN + self.size)
+            .ok_or_else(|| CliError::run("the receive buffer is smaller than -s + 40"))?;
+        let mut guard = self.qp.start_post_recv();
+        for _ in 0..n {
+            guard.recv(RECV_WRID, &[sge]);
+        }
+        guard.post().map_err(CliError::run)
+    }
+
+    fn post_send(&mut self) -> Result<(), CliError> {
+        let ah = self
+            .ah
+            .as_ref()
+            .ok_or_else(|| CliError::run("no address handle for the peer yet"))?;
+        let data = GRH_LEN..GRH_LEN + self.size;
+        let mut guard = self.qp.start_post_send();
+        let wr = guard
+            .wr(SEND_WRID, SendFlags::SIGNALED)
+            .ud_addr(ah, self.remote_qpn, UD_QKEY);
+        if self.inline {
+            wr.send(&self.buf.as_slice()[data]);
+        } else {
+            let sge = self
+                .buf
+                .sge(data)
+                .ok_or_else(|| CliError::run("the send buffer is smaller than -s + 40"))?;
+            wr.send(sge);
+        }
+        guard.post().map_err(CliError::run)
+    }
+
+    /// Readies the QP (Init, RTR, RTS with the Q_Key) and builds the address handle that
+    /// reaches `remote`: global when the peer sent a GID.
+    fn connect(
+        &mut self,
+        args: &PingpongArgs,
+        psn: u32,
+        remote: &Endpoint,
+    ) -> Result<(), CliError> {
+        let mut opts = ConnectOptions::new();
+        opts.port_num(args.ib_port).sq_psn(psn).qkey(UD_QKEY);
+        self.qp.connect(&opts, remote).map_err(CliError::run)?;
+        let mut av = AddressVector::new();
+        av.set_dlid(remote.lid)
+            .set_sl(args.sl)
+            .set_port_num(args.ib_port);
+        if !remote.gid.is_zero() {
+            av.set_is_global(true)
+                .set_dgid(remote.gid)
+                .set_sgid_index(args.gid_idx.unwrap_or(0))
+                .set_hop_limit(1);
+        }
+        self.ah = Some(self.qp.pd().create_ah(&av).map_err(CliError::run)?);
+        self.remote_qpn = remote.qp_num;
+        Ok(())
+    }
+}
+
+/// Runs one side of a UD pingpong (server when `args.server` is `None`), as
+/// `ibv_ud_pingpong` does: Q_Key 0x11111111, messages of at most the port's active MTU.
+/// A size the user did not give (`size_given` false) shrinks to the MTU; one they gave
+/// that is larger is an error.
+pub fn run_ud(args: &PingpongArgs, size_given: bool) -> Result<(), CliError> {
+    args.check()?;
+    let (ctx, gid, lid) = open_checked(args)?;
+    let mtu = ctx
+        .query_port(u32::from(args.ib_port))?
+        .active_mtu()
+        .bytes()
+        .unwrap_or(256);
+    let mut args = args.clone();
+    if args.size > mtu {
+        if size_given {
+            return Err(CliError::run(format!(
+                "requested size {} is larger than the port's MTU ({mtu})",
+                args.size
+            )));
+        }
+        args.size = mtu;
+    }
+    let args = &args;
+    let size = args.size as usize;
+    let pd = ctx.alloc_pd().map_err(CliError::run)?;
+    let mut buf = pd
+        .reg_buffer(GRH_LEN + size, AccessFlags::LOCAL_WRITE)
+        .map_err(CliError::run)?;
+    buf.as_mut_slice().fill(FILL);
+    let waiter = Waiter::new(&ctx, args.rx_depth + 1, args)?;
+    let mut qp_builder = pd.create_qp_builder();
+    qp_builder
+        .qp_type(QpType::Ud)
+        .send_cq(&waiter.cq)
+        .recv_cq(&waiter.cq)
+        .max_send_wr(1)
+        .max_recv_wr(args.rx_depth)
+        .max_send_sge(1)
+        .max_recv_sge(1);
+    let qp = if args.new_send {
+        qp_builder.build_ex()
+    } else {
+        qp_builder.build()
+    }
+    .map_err(CliError::run)?;
+    let inline = qp.cap().max_inline_data >= args.size;
+    let mut side = UdSide {
+        qp,
+        waiter,
+        buf,
+        ah: None,
+        remote_qpn: 0,
+        size,
+        inline,
+    };
+    let psn = random_psn();
+    let local = Endpoint {
+        lid,
+        qp_num: side.qp.qp_num(),
+        psn,
+        gid,
+    };
+    print_ud_endpoint("local address:", &local);
+    let remote = match &args.server {
+        Some(host) => {
+            let remote =
+                pingpong_wire::client_exchange(host, args.port, &to_wire(&local), EXCHANGE_TIMEOUT)
+                    .map_err(CliError::run)?;
+            let remote = from_wire(&remote);
+            side.connect(args, psn, &remote)?;
+            side.post_recvs(args.rx_depth)?;
+            remote
+        }
+        None => {
+            let remote = pingpong_wire::server_exchange(
+                args.port,
+                &to_wire(&local),
+                EXCHANGE_TIMEOUT,
+                |peer| {
+                    side.connect(args, psn, &from_wire(peer))
+                        .and_then(|()| side.post_recvs(args.rx_depth))
+                        .map_err(|e| e.to_string().into())
+                },
+            )
+            .map_err(CliError::run)?;
+            from_wire(&remote)
+        }
+    };
+    print_ud_endpoint("remote address:", &remote);
+
+    let start = Instant::now();
+    let is_client = args.server.is_some();
+    let (mut scnt, mut rcnt) = (0u64, 0u64);
+    let mut routs = args.rx_depth;
+    let mut pending = RECV_WRID;
+    if is_client {
+        side.post_send()?;
+        pending |= SEND_WRID;
+    }
+    let mut wcs = [WorkCompletion::default(); 2];
+    while rcnt < args.iters || scnt < args.iters {
+        let n = side
+            .waiter
+            .wait(&mut wcs, || format!("{scnt} sends and {rcnt} receives"))?;
+        for wc in &wcs[..n] {
+            wc.ok().map_err(CliError::run)?;
+            match wc.wr_id() {
+                SEND_WRID => scnt += 1,
+                RECV_WRID => {
+                    rcnt += 1;
+                    routs -= 1;
+                    if routs <= 1 {
+                        side.post_recvs(args.rx_depth - routs)?;
+                        routs = args.rx_depth;
+                    }
+                }
+                id => {
+                    return Err(CliError::run(format!(
+                        "completion with unexpected wr_id {id}"
+                    )))
+                }
+            }
+            pending &= !wc.wr_id();
+            if scnt < args.iters && pending == 0 {
+                side.post_send()?;
+                pending = RECV_WRID | SEND_WRID;
+            }
+        }
+    }
+    report(args, start.elapsed())
+}
+
+/// `ibv_ud_pingpong` separates the PSN and the GID with a colon.
+fn print_ud_endpoint(which: &str, ep: &Endpoint) {
+    let gid = std::net::Ipv6Addr::from(*ep.gid.as_bytes());
+    println!(
+        "  {which:<16}LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}: GID {gid}",
+        ep.lid, ep.qp_num, ep.psn
+    );
+}
+
+/// The SRQ side: `num_qp` RC QPs on one CQ, all receiving from one SRQ.
+struct SrqSide {
+    qps: Vec<QueuePair>,
+    srq: Arc<SharedReceiveQueue>,
+    waiter: Waiter,
+    buf: RegisteredBuffer,
+    size: usize,
+    inline: bool,
+}
+
+impl SrqSide {
+    fn post_recvs(&self, n: u32) -> Result<(), CliError> {
+        let sge = self
+            .buf
+            .sge(0..self.size)
+            .ok_or_else(|| CliError::run("the receive buffer is smaller than -s"))?;
+        let mut guard = self.srq.start_post_recv();
+        for _ in 0..n {
+            guard.recv(RECV_WRID, &[sge]);
+        }
+        guard.post().map_err(CliError::run)
+    }
+
+    fn post_send(&mut self, i: usize) -> Result<(), CliError> {
+        let size = self.size;
+        let sge = self
+            .buf
+            .sge(0..size)
+            .ok_or_else(|| CliError::run("the send buffer is smaller than -s"))?;
+        let inline = self.inline;
+        let data = &self.buf.as_slice()[..size];
+        let mut guard = self.qps[i].start_post_send();
+        if inline {
+            guard.wr(SEND_WRID, SendFlags::SIGNALED).send(data);
+        } else {
+            guard.wr(SEND_WRID, SendFlags::SIGNALED).send(sge);
+        }
+        guard.post().map_err(CliError::run)
+    }
+}
+
+/// How many endpoint lines `ibv_srq_pingpong` sends and reads, whatever its `-q`: the
+/// first `-q` are the QPs', the rest all zero (observed on rdma-core 56).
+pub const SRQ_WIRE_LINES: usize = 256;
+
+/// Runs one side of an SRQ pingpong (server when `args.server` is `None`), as
+/// `ibv_srq_pingpong` does: `num_qp` RC QPs receiving from one SRQ of `rx_depth`
+/// receives, one endpoint line per QP each way, `iters` exchanges in all.
+pub fn run_srq(args: &PingpongArgs, num_qp: u32) -> Result<(), CliError> {
+    let mtu = args.check()?;
+    if num_qp == 0 {
+        return Err(CliError::run("-q must be at least 1"));
+    }
+    if num_qp > args.rx_depth {
+        return Err(CliError::run(format!(
+            "rx_depth {} is too small for {num_qp} QPs: each QP needs at least one receive",
+            args.rx_depth
+        )));
+    }
+    let (ctx, gid, lid) = open_checked(args)?;
+    let size = args.size as usize;
+    let pd = ctx.alloc_pd().map_err(CliError::run)?;
+    let mut buf = pd
+        .reg_buffer(size, AccessFlags::LOCAL_WRITE)
+        .map_err(CliError::run)?;
+    buf.as_mut_slice().fill(FILL);
+    let waiter = Waiter::new(&ctx, args.rx_depth + num_qp, args)?;
+    let srq = pd
+        .create_srq_builder()
+        .max_wr(args.rx_depth)
+        .max_sge(1)
+        .build()
+        .map_err(CliError::run)?;
+    let mut qps = Vec::with_capacity(num_qp as usize);
+    for _ in 0..num_qp {
+        let mut b = pd.create_qp_builder();
+        b.send_cq(&waiter.cq)
+            .recv_cq(&waiter.cq)
+            .srq(&srq)
+            .max_send_wr(1)
+            .max_recv_wr(1)
+            .max_send_sge(1)
+            .max_recv_sge(1);
+        let qp = if args.new_send {
+            b.build_ex()
+        } else {
+            b.build()
+        }
+        .map_err(CliError::run)?;
+        qps.push(qp);
+    }
+    let inline = qps[0].cap().max_inline_data >= args.size;
+    let mut side = SrqSide {
+        qps,
+        srq,
+        waiter,
+        buf,
+        size,
+        inline,
+    };
+    // Receives first: the peer may send as soon as it has our endpoints.
+    side.post_recvs(args.rx_depth)?;
+    let local: Vec<Endpoint> = side
+        .qps
+        .iter()
+        .map(|qp| Endpoint {
+            lid,
+            qp_num: qp.qp_num(),
+            psn: random_psn(),
+            gid,
+        })
+        .collect();
+    for ep in &local {
+        print_endpoint("local address:", ep);
+    }
+    let mut opts = ConnectOptions::new();
+    opts.port_num(args.ib_port)
+        .path_mtu(mtu)
+        .sl(args.sl)
+        .qp_access_flags(AccessFlags::empty());
+    if let Some(g) = args.gid_idx {
+        opts.gid_index(g);
+    }
+    let n_qp = side.qps.len();
+    let connect_all = |qps: &[QueuePair], remote: &[Endpoint]| -> Result<(), CliError> {
+        for ((qp, me), peer) in qps.iter().zip(&local).zip(remote) {
+            let mut o = opts;
+            o.sq_psn(me.psn);
+            qp.connect(&o, peer).map_err(CliError::run)?;
+        }
+        Ok(())
+    };
+    // ibv_srq_pingpong always trades SRQ_WIRE_LINES lines each way, the unused ones zero.
+    let mut wire_local: Vec<_> = local.iter().map(to_wire).collect();
+    wire_local.resize(
+        SRQ_WIRE_LINES.max(local.len()),
+        to_wire(&Endpoint::default()),
+    );
+    let remote: Vec<Endpoint> = match &args.server {
+        Some(host) => {
+            let remote =
+                pingpong_wire::client_exchange_many(host, args.port, &wire_local, EXCHANGE_TIMEOUT)
+                    .map_err(CliError::run)?;
+            let remote: Vec<Endpoint> = remote.iter().take(n_qp).map(from_wire).collect();
+            connect_all(&side.qps, &remote)?;
+            remote
+        }
+        None => {
+            let remote = pingpong_wire::server_exchange_many(
+                args.port,
+                &wire_local,
+                EXCHANGE_TIMEOUT,
+                |peer| {
+                    let peer: Vec<Endpoint> = peer.iter().take(n_qp).map(from_wire).collect();
+                    connect_all(&side.qps, &peer).map_err(|e| e.to_string().into())
+                },
+            )
+            .map_err(CliError::run)?;
+            remote.iter().take(n_qp).map(from_wire).collect()
+        }
+    };
+    for ep in &remote {
+        print_endpoint("remote address:", ep);
+    }
+
+    let start = Instant::now();
+    let (mut scnt, mut rcnt) = (0u64, 0u64);
+    let mut routs = args.rx_depth;
+    let mut pending = vec![RECV_WRID; n_qp];
+    if args.server.is_some() {
+        for (i, p) in pending.iter_mut().enumerate() {
+            side.post_send(i)?;
+            *p |= SEND_WRID;
+        }
+    }
+    let mut wcs = vec![WorkCompletion::default(); 2 * n_qp];
+    while rcnt < args.iters || scnt < args.iters {
+        let n = side
+            .waiter
+            .wait(&mut wcs, || format!("{scnt} sends and {rcnt} receives"))?;
+        for wc in &wcs[..n] {
+            wc.ok().map_err(CliError::run)?;
+            let i = side
+                .qps
+                .iter()
+                .position(|qp| qp.qp_num() == wc.qp_num())
+                .ok_or_else(|| {
+                    CliError::run(format!("completion for unknown QP {:#x}", wc.qp_num()))
+                })?;
+            match wc.wr_id() {
+                SEND_WRID => scnt += 1,
+                RECV_WRID => {
+                    rcnt += 1;
+                    routs -= 1;
+                    if routs <= num_qp {
+                        side.post_recvs(args.rx_depth - routs)?;
+                        routs = args.rx_depth;
+                    }
+                }
+                id => {
+                    return Err(CliError::run(format!(
+                        "completion with unexpected wr_id {id}"
+                    )))
+                }
+            }
+            pending[i] &= !wc.wr_id();
+            if scnt < args.iters && pending[i] == 0 {
+                side.post_send(i)?;
+                pending[i] = RECV_WRID | SEND_WRID;
+            }
+        }
+    }
+    report(args, start.elapsed())
 }
 
 fn report(args: &PingpongArgs, elapsed: Duration) -> Result<(), CliError> {

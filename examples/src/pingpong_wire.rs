@@ -217,6 +217,20 @@ pub fn client_exchange(
     local: &Endpoint,
     timeout: Duration,
 ) -> Result<Endpoint, ExchangeError> {
+    let mut remote = client_exchange_many(host, port, std::slice::from_ref(local), timeout)?;
+    // One line was sent, so exactly one was read.
+    Ok(remote.remove(0))
+}
+
+/// The client's side with one line per queue pair, as `ibv_srq_pingpong` speaks it:
+/// connects to `host:port`, sends every line of `local`, reads as many from the server,
+/// sends `done`. Each step waits at most `timeout`.
+pub fn client_exchange_many(
+    host: &str,
+    port: u16,
+    local: &[Endpoint],
+    timeout: Duration,
+) -> Result<Vec<Endpoint>, ExchangeError> {
     let addr = format!("{host}:{port}");
     let connect_err = |source| ExchangeError::Connect {
         addr: addr.clone(),
@@ -238,11 +252,16 @@ pub fn client_exchange(
         .set_read_timeout(Some(timeout))
         .and_then(|()| stream.set_write_timeout(Some(timeout)))
         .map_err(io_err("setting socket timeouts"))?;
-    let wire = local.to_wire().map_err(ExchangeError::Wire)?;
-    stream
-        .write_all(&wire)
-        .map_err(io_err("sending our endpoint to the server"))?;
-    let remote = read_endpoint(&mut stream, "reading the server's endpoint")?;
+    for ep in local {
+        let wire = ep.to_wire().map_err(ExchangeError::Wire)?;
+        stream
+            .write_all(&wire)
+            .map_err(io_err("sending our endpoint to the server"))?;
+    }
+    let remote = local
+        .iter()
+        .map(|_| read_endpoint(&mut stream, "reading the server's endpoint"))
+        .collect::<Result<Vec<_>, _>>()?;
     stream
         .write_all(DONE)
         .map_err(io_err("sending \"done\" to the server"))?;
@@ -259,6 +278,25 @@ pub fn server_exchange(
     timeout: Duration,
     connect: impl FnOnce(&Endpoint) -> Result<(), Box<dyn Error + Send + Sync>>,
 ) -> Result<Endpoint, ExchangeError> {
+    let mut remote = server_exchange_many(
+        port,
+        std::slice::from_ref(local),
+        timeout,
+        |remote: &[Endpoint]| connect(&remote[0]),
+    )?;
+    // One line was read, so exactly one is there.
+    Ok(remote.remove(0))
+}
+
+/// The server's side with one line per queue pair, as `ibv_srq_pingpong` speaks it: reads
+/// as many lines as `local` has, calls `connect` with them, sends `local`, and reads the
+/// client's `done`.
+pub fn server_exchange_many(
+    port: u16,
+    local: &[Endpoint],
+    timeout: Duration,
+    connect: impl FnOnce(&[Endpoint]) -> Result<(), Box<dyn Error + Send + Sync>>,
+) -> Result<Vec<Endpoint>, ExchangeError> {
     let listener = TcpListener::bind(("::", port))
         .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
         .map_err(|source| ExchangeError::Listen { port, source })?;
@@ -268,12 +306,17 @@ pub fn server_exchange(
         .set_read_timeout(Some(timeout))
         .and_then(|()| stream.set_write_timeout(Some(timeout)))
         .map_err(io_err("setting socket timeouts"))?;
-    let remote = read_endpoint(&mut stream, "reading the client's endpoint")?;
+    let remote = local
+        .iter()
+        .map(|_| read_endpoint(&mut stream, "reading the client's endpoint"))
+        .collect::<Result<Vec<_>, _>>()?;
     connect(&remote).map_err(ExchangeError::QpConnect)?;
-    let wire = local.to_wire().map_err(ExchangeError::Wire)?;
-    stream
-        .write_all(&wire)
-        .map_err(io_err("sending our endpoint to the client"))?;
+    for ep in local {
+        let wire = ep.to_wire().map_err(ExchangeError::Wire)?;
+        stream
+            .write_all(&wire)
+            .map_err(io_err("sending our endpoint to the client"))?;
+    }
     let mut done = [0u8; DONE.len()];
     stream
         .read_exact(&mut done)
@@ -391,6 +434,39 @@ mod tests {
             Some(sample()),
             "the server connects before it answers"
         );
+    }
+
+    #[test]
+    fn many_lines_each_way_in_order() {
+        let port = free_port();
+        let mine: Vec<Endpoint> = (0..256).map(|i| Endpoint { qpn: i, ..other() }).collect();
+        let theirs: Vec<Endpoint> = (0..256)
+            .map(|i| Endpoint {
+                qpn: 0x1000 + i,
+                ..sample()
+            })
+            .collect();
+        let served = mine.clone();
+        let server = std::thread::spawn(move || {
+            server_exchange_many(port, &served, Duration::from_secs(5), |got| {
+                assert_eq!(got.len(), 256);
+                Ok(())
+            })
+            .unwrap()
+        });
+        let mut tries = 0;
+        let got = loop {
+            match client_exchange_many("127.0.0.1", port, &theirs, Duration::from_secs(5)) {
+                Ok(ep) => break ep,
+                Err(ExchangeError::Connect { .. }) if tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        assert_eq!(got, mine);
+        assert_eq!(server.join().unwrap(), theirs);
     }
 
     #[test]

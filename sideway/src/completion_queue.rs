@@ -11,6 +11,7 @@
 
 use std::fmt;
 use std::io;
+use std::mem::MaybeUninit;
 use std::os::raw::c_int;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -58,7 +59,8 @@ pub enum CompletionQueueError {
         /// The errno.
         source: io::Error,
     },
-    /// Another [`Poller`] of this CQ is still alive.
+    /// Another [`Poller`] of this extended CQ is still alive (classic CQs may be polled
+    /// from several places at once).
     #[error("this CQ is already being polled (drop the other Poller first)")]
     Busy,
 }
@@ -79,6 +81,8 @@ fn create_hint(source: &io::Error, call: &str) -> &'static str {
 pub struct CompletionChannel {
     raw: NonNull<ffi::ibv_comp_channel>,
     ctx: Arc<DeviceContext>,
+    /// The CQs created with this channel, so an event hands back the sideway CQ.
+    pub(crate) cqs: crate::completion_event::ChannelCqs,
 }
 
 // SAFETY: a completion channel is a file descriptor wrapper; libibverbs allows its use from
@@ -102,6 +106,7 @@ impl DeviceContext {
         Ok(Arc::new(CompletionChannel {
             raw,
             ctx: Arc::clone(self),
+            cqs: Default::default(),
         }))
     }
 
@@ -289,20 +294,51 @@ impl CompletionQueueBuilder {
         Ok(self.wrap(raw, Some(ex), self.wc_flags))
     }
 
+    /// Wraps a CQ of a context made by [`DeviceContext::from_raw_parts`] (a test double's)
+    /// with this builder's settings: an extended CQ when `ex` is given (reporting the
+    /// builder's [`wc_flags`](Self::wc_flags)), a classic one otherwise. Dropping it calls
+    /// no destroy verb.
+    ///
+    /// # Safety
+    ///
+    /// The builder's context comes from [`DeviceContext::from_raw_parts`], whose contract
+    /// (data path only) applies to the returned CQ too; `raw` is a CQ of that context, and
+    /// `ex`, when given, the same object seen as `ibv_cq_ex` (`ibv_cq_ex_to_cq(ex) == raw`)
+    /// with `start_poll`, `next_poll`, `end_poll` and the `read_*` functions of its
+    /// `wc_flags` set. Both stay valid until the context's owner is dropped.
+    #[doc(hidden)]
+    pub unsafe fn wrap_raw(
+        &self,
+        raw: NonNull<ffi::ibv_cq>,
+        ex: Option<NonNull<ffi::ibv_cq_ex>>,
+    ) -> Arc<CompletionQueue> {
+        let wc_flags = if ex.is_some() {
+            self.wc_flags
+        } else {
+            WcFlagsEx::empty()
+        };
+        self.wrap(raw, ex, wc_flags)
+    }
+
     fn wrap(
         &self,
         raw: NonNull<ffi::ibv_cq>,
         ex: Option<NonNull<ffi::ibv_cq_ex>>,
         wc_flags: WcFlagsEx,
     ) -> Arc<CompletionQueue> {
-        Arc::new(CompletionQueue {
+        let cq = Arc::new(CompletionQueue {
             raw,
             ex,
             wc_flags,
             polling: AtomicBool::new(false),
+            unacked_events: Default::default(),
             _channel: self.channel.clone(),
             ctx: Arc::clone(&self.ctx),
-        })
+        });
+        if let Some(channel) = &self.channel {
+            channel.cqs.register(&cq);
+        }
+        cq
     }
 }
 
@@ -313,20 +349,33 @@ pub struct CompletionQueue {
     raw: NonNull<ffi::ibv_cq>,
     ex: Option<NonNull<ffi::ibv_cq_ex>>,
     wc_flags: WcFlagsEx,
-    /// Set while a [`Poller`] or a batch poll is running: the extended API's
-    /// start..end sequence must not interleave on one CQ.
+    /// Set while a [`Poller`] or a batch poll of an extended CQ is running: the extended
+    /// API's start..end sequence must not interleave on one CQ.
     polling: AtomicBool,
+    /// Completion events received and not yet acknowledged (`ibv_ack_cq_events`).
+    pub(crate) unacked_events: std::sync::atomic::AtomicU32,
     _channel: Option<Arc<CompletionChannel>>,
     ctx: Arc<DeviceContext>,
 }
 
-// SAFETY: verbs CQs may be used from any thread; polling is serialised by `polling`.
+// SAFETY: verbs CQs may be used from any thread; extended polling is serialised by
+// `polling`, and `ibv_poll_cq` on a classic CQ is thread-safe in libibverbs.
 unsafe impl Send for CompletionQueue {}
 // SAFETY: as above.
 unsafe impl Sync for CompletionQueue {}
 
 impl Drop for CompletionQueue {
     fn drop(&mut self) {
+        if !self.ctx.owns_objects() {
+            // A test double's CQ (wrap_raw): its owner frees it.
+            return;
+        }
+        // ibv_destroy_cq waits until every event it delivered is acknowledged.
+        crate::completion_event::before_destroy(
+            self.raw.as_ptr(),
+            &self.unacked_events,
+            self._channel.as_deref(),
+        );
         // SAFETY: every QP using this CQ holds an Arc of it, so none is left; raw is the CQ
         // (for an extended CQ, the same object seen as ibv_cq).
         let ret = unsafe { ffi::ibv_destroy_cq(self.raw.as_ptr()) };
@@ -347,11 +396,16 @@ impl fmt::Debug for CompletionQueue {
 }
 
 /// Releases the CQ's polling flag when a poll ends, however it ends.
-struct PollGuard<'a>(&'a AtomicBool);
+/// `None` for a classic CQ, which needs no flag: each `ibv_poll_cq` call is complete in
+/// itself, and libibverbs allows concurrent calls.
+struct PollGuard<'a>(Option<&'a AtomicBool>);
 
 impl Drop for PollGuard<'_> {
+    #[inline]
     fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
+        if let Some(polling) = self.0 {
+            polling.store(false, Ordering::Release);
+        }
     }
 }
 
@@ -382,11 +436,17 @@ impl CompletionQueue {
         &self.ctx
     }
 
+    #[inline(always)]
     fn begin_poll(&self) -> Result<PollGuard<'_>, CompletionQueueError> {
+        if self.ex.is_none() {
+            // Classic polling has no start..end sequence to protect, and the atomic swap
+            // would cost as much as the poll itself.
+            return Ok(PollGuard(None));
+        }
         if self.polling.swap(true, Ordering::Acquire) {
             return Err(CompletionQueueError::Busy);
         }
-        Ok(PollGuard(&self.polling))
+        Ok(PollGuard(Some(&self.polling)))
     }
 
     /// Starts polling: the [`Poller`] yields the completions that are ready, then `None`.
@@ -394,6 +454,7 @@ impl CompletionQueue {
     /// dropped); for a classic one, `ibv_poll_cq` one completion at a time.
     #[doc(alias = "ibv_start_poll")]
     #[doc(alias = "ibv_poll_cq")]
+    #[inline(always)]
     pub fn poll(&self) -> Result<Poller<'_>, CompletionQueueError> {
         let guard = self.begin_poll()?;
         let mut poller = Poller {
@@ -422,6 +483,7 @@ impl CompletionQueue {
     /// Polls up to `out.len()` ready completions into `out` and returns how many; never
     /// waits. Classic CQs use one `ibv_poll_cq` call per 32 entries; extended ones one
     /// `ibv_start_poll`..`ibv_end_poll` sequence.
+    #[inline(always)]
     pub fn poll_into(&self, out: &mut [WorkCompletion]) -> Result<usize, CompletionQueueError> {
         if out.is_empty() {
             return Ok(0);
@@ -440,15 +502,31 @@ impl CompletionQueue {
             }
             return Ok(n);
         }
-        let _guard = self.begin_poll()?;
+        if let [only] = out {
+            // One entry (a post-and-poll loop): polled straight into the caller's entry.
+            // Copying an ibv_wc the provider has just written field by field costs more
+            // than the poll: the copy's wide loads cannot be forwarded from those stores.
+            let raw: *mut ffi::ibv_wc = &mut only.raw;
+            // SAFETY: raw is a valid, exclusive ibv_wc; every bit pattern is a valid
+            // ibv_wc (integers and a union of integers), so the verb may write it.
+            let slot = unsafe { std::slice::from_raw_parts_mut(raw.cast(), 1) };
+            let got = self.poll_classic(slot)?;
+            if got == 1 {
+                only.timestamp = None;
+            }
+            return Ok(got);
+        }
         const CHUNK: usize = 32;
-        let mut raw = [ffi::ibv_wc::default(); CHUNK];
+        // Not zeroed: ibv_poll_cq writes the entries it returns, and zeroing 32 of them
+        // would cost more than the poll.
+        let mut raw = [MaybeUninit::<ffi::ibv_wc>::uninit(); CHUNK];
         let mut n = 0;
         while n < out.len() {
             let want = (out.len() - n).min(CHUNK);
             let got = self.poll_classic(&mut raw[..want])?;
             for (dst, src) in out[n..n + got].iter_mut().zip(&raw[..got]) {
-                *dst = WorkCompletion::from_wc(src);
+                // SAFETY: poll_classic returns how many leading entries the verb wrote.
+                *dst = WorkCompletion::from_wc(unsafe { src.assume_init_ref() });
             }
             n += got;
             if got < want {
@@ -458,11 +536,15 @@ impl CompletionQueue {
         Ok(n)
     }
 
-    fn poll_classic(&self, raw: &mut [ffi::ibv_wc]) -> Result<usize, CompletionQueueError> {
+    /// Polls into `raw` and returns how many of its leading entries the verb wrote.
+    #[inline(always)]
+    fn poll_classic(
+        &self,
+        raw: &mut [MaybeUninit<ffi::ibv_wc>],
+    ) -> Result<usize, CompletionQueueError> {
         let len = c_int::try_from(raw.len()).unwrap_or(c_int::MAX);
-        // SAFETY: the CQ is live, raw has room for len entries, and the caller holds the
-        // polling flag.
-        let got = unsafe { ffi::ibv_poll_cq(self.raw.as_ptr(), len, raw.as_mut_ptr()) };
+        // SAFETY: the CQ is live and raw has room for len entries (ibv_poll_cq only writes).
+        let got = unsafe { ffi::ibv_poll_cq(self.raw.as_ptr(), len, raw.as_mut_ptr().cast()) };
         if got < 0 {
             return Err(CompletionQueueError::Poll {
                 call: "ibv_poll_cq",
@@ -471,7 +553,8 @@ impl CompletionQueue {
                     .unwrap_or_else(|| io::Error::from_raw_os_error(libc::EIO)),
             });
         }
-        Ok(got as usize)
+        // Never more than asked, whatever the provider says.
+        Ok((got as usize).min(raw.len()))
     }
 }
 
@@ -499,14 +582,17 @@ pub struct Poller<'a> {
 
 impl Poller<'_> {
     /// The next ready completion, `Ok(None)` when there is none, or the poll verb's error.
+    #[inline(always)]
     pub fn next_completion(&mut self) -> Result<Option<WorkCompletion>, CompletionQueueError> {
         match self.state {
             PollState::Classic => {
-                let mut raw = [ffi::ibv_wc::default(); 1];
-                Ok(
-                    (self.cq.poll_classic(&mut raw)? == 1)
-                        .then(|| WorkCompletion::from_wc(&raw[0])),
-                )
+                let mut raw = [MaybeUninit::<ffi::ibv_wc>::uninit(); 1];
+                if self.cq.poll_classic(&mut raw)? == 0 {
+                    return Ok(None);
+                }
+                // SAFETY: the verb wrote the entry it returned.
+                let wc = unsafe { raw[0].assume_init_ref() };
+                Ok(Some(WorkCompletion::from_wc(wc)))
             }
             PollState::ExPositioned => {
                 self.state = PollState::ExRead;
@@ -534,11 +620,13 @@ impl Poller<'_> {
         }
     }
 
+    #[inline]
     fn ex_ptr(&self) -> *mut ffi::ibv_cq_ex {
         // The Ex* states exist only for extended CQs.
         self.cq.ex.map_or(std::ptr::null_mut(), NonNull::as_ptr)
     }
 
+    #[inline(always)]
     fn end(&mut self) {
         if matches!(self.state, PollState::ExPositioned | PollState::ExRead) {
             // SAFETY: a poll sequence started by ibv_start_poll is ended exactly once.
@@ -550,6 +638,7 @@ impl Poller<'_> {
     }
 
     /// Reads the current entry's fields, those the CQ was created with.
+    #[inline(always)]
     fn read_current(&self) -> WorkCompletion {
         let cq = self.ex_ptr();
         let flags = self.cq.wc_flags;
@@ -604,12 +693,24 @@ impl Poller<'_> {
 impl Iterator for Poller<'_> {
     type Item = WorkCompletion;
 
+    #[inline(always)]
     fn next(&mut self) -> Option<WorkCompletion> {
+        if let PollState::Classic = self.state {
+            // The common case without the Result<Option<_>> of next_completion, whose
+            // copies of the completion cost more than the poll.
+            let mut raw = [MaybeUninit::<ffi::ibv_wc>::uninit(); 1];
+            return match self.cq.poll_classic(&mut raw) {
+                // SAFETY: the verb wrote the entry it returned.
+                Ok(1) => Some(WorkCompletion::from_wc(unsafe { raw[0].assume_init_ref() })),
+                _ => None,
+            };
+        }
         self.next_completion().ok().flatten()
     }
 }
 
 impl Drop for Poller<'_> {
+    #[inline]
     fn drop(&mut self) {
         self.end();
     }
@@ -761,6 +862,7 @@ pub struct WorkCompletion {
 }
 
 impl WorkCompletion {
+    #[inline]
     fn from_wc(raw: &ffi::ibv_wc) -> Self {
         WorkCompletion {
             raw: *raw,
@@ -769,22 +871,27 @@ impl WorkCompletion {
     }
 
     /// The `wr_id` of the work request.
+    #[inline]
     pub fn wr_id(&self) -> u64 {
         self.raw.wr_id
     }
 
     /// How it ended.
+    #[inline]
     pub fn status(&self) -> WcStatus {
         WcStatus::from(self.raw.status)
     }
 
     /// True when the status is [`WcStatus::Success`].
+    #[inline]
     pub fn is_success(&self) -> bool {
         self.raw.status == ffi::ibv_wc_status::IBV_WC_SUCCESS
     }
 
     /// `Ok(self)` on success, else an error naming the status, the work request and the
-    /// likely cause.
+    /// likely cause. Inlined: an out-of-line call taking `&self` would force every polled
+    /// completion out of registers into memory, which costs more than the poll.
+    #[inline]
     pub fn ok(&self) -> Result<&Self, WorkCompletionError> {
         if self.is_success() {
             Ok(self)
@@ -799,26 +906,31 @@ impl WorkCompletion {
     }
 
     /// The operation (valid only on success, as in C).
+    #[inline]
     pub fn opcode(&self) -> WcOpcode {
         WcOpcode::from(self.raw.opcode)
     }
 
     /// Vendor error syndrome of a failed completion.
+    #[inline]
     pub fn vendor_err(&self) -> u32 {
         self.raw.vendor_err
     }
 
     /// Bytes transferred (receives, RDMA READ, atomics).
+    #[inline]
     pub fn byte_len(&self) -> u32 {
         self.raw.byte_len
     }
 
     /// The completion's flags.
+    #[inline]
     pub fn wc_flags(&self) -> WcFlags {
         WcFlags::from_bits_retain(self.raw.wc_flags)
     }
 
     /// Immediate data in host order, when the sender sent some.
+    #[inline]
     pub fn imm_data(&self) -> Option<u32> {
         // SAFETY: both union members are plain u32s; WITH_IMM says which one is meant.
         self.wc_flags()
@@ -835,6 +947,7 @@ impl WorkCompletion {
     }
 
     /// The local QP number.
+    #[inline]
     pub fn qp_num(&self) -> u32 {
         self.raw.qp_num
     }

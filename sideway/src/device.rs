@@ -300,8 +300,15 @@ pub struct DeviceContext {
     raw: NonNull<ffi::ibv_context>,
     name: String,
     /// `Some` when the context is not ours to close: librdmacm opened it, and this value
-    /// (its device list reference) keeps it open until dropped.
+    /// (its device list reference) keeps it open until dropped; or a test double's owner
+    /// ([`ForeignObjects`], from `from_raw_parts`).
     lender: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+/// The `lender` of a context from [`DeviceContext::from_raw_parts`]: keeps the owner of its
+/// objects alive, and marks them as not sideway's to destroy.
+struct ForeignObjects {
+    _owner: Box<dyn std::any::Any + Send + Sync>,
 }
 
 // SAFETY: libibverbs contexts are thread-safe: every verb on a context may be called from any
@@ -365,6 +372,45 @@ impl DeviceContext {
             name,
             lender: Some(lender),
         })
+    }
+
+    /// Wraps a context that sideway did not open, for test doubles such as the benchmarks'
+    /// null provider: nothing built on it is ever destroyed by sideway. Dropping the returned
+    /// context, and every [`ProtectionDomain`](crate::ProtectionDomain),
+    /// [`CompletionQueue`](crate::CompletionQueue) and [`QueuePair`](crate::queue_pair::QueuePair)
+    /// wrapped around objects of it (their `from_raw_parts`/`wrap_raw` constructors), calls
+    /// no destroy verb; `owner` is dropped when the context is, after all of them.
+    ///
+    /// # Safety
+    ///
+    /// - `raw` and every object later wrapped with this context must stay valid until
+    ///   `owner` is dropped (typically `owner` is what keeps their memory).
+    /// - Only the data path may be used on this context and the objects wrapped around it:
+    ///   posting, polling and reading their plain fields, which call the provider function
+    ///   pointers stored in the objects (`ops.post_send`, `qp_ex->wr_*`, `cq_ex->start_poll`,
+    ///   ...) exactly as verbs.h's inlines do. Those pointers must behave as verbs.h
+    ///   documents. Every other method calls libibverbs with these pointers, which requires
+    ///   a context libibverbs opened, and must not be called.
+    #[doc(hidden)]
+    pub unsafe fn from_raw_parts(
+        raw: NonNull<ffi::ibv_context>,
+        name: &str,
+        owner: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Arc<DeviceContext> {
+        Arc::new(DeviceContext {
+            raw,
+            name: name.to_owned(),
+            lender: Some(Box::new(ForeignObjects { _owner: owner })),
+        })
+    }
+
+    /// False for a context made by [`from_raw_parts`](Self::from_raw_parts): the objects
+    /// wrapped with it belong to its owner, and their wrappers destroy nothing on drop.
+    pub(crate) fn owns_objects(&self) -> bool {
+        !self
+            .lender
+            .as_ref()
+            .is_some_and(|lender| (**lender).is::<ForeignObjects>())
     }
 
     /// The device's name.

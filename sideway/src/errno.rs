@@ -16,7 +16,8 @@ pub(crate) fn non_null<T>(ptr: *mut T) -> Result<NonNull<T>, io::Error> {
 }
 
 /// A verb that returns 0 or an error number (positive, or negative from some providers),
-/// or -1 with `errno` set.
+/// or -1 with `errno` set. Inlined: the data path calls it once per post.
+#[inline]
 pub(crate) fn from_ret(ret: c_int) -> Result<(), io::Error> {
     match ret {
         0 => Ok(()),
@@ -27,6 +28,7 @@ pub(crate) fn from_ret(ret: c_int) -> Result<(), io::Error> {
 
 /// The current `errno`; a zero `errno` (a provider that failed without setting it) becomes
 /// EIO rather than the misleading "Success".
+#[cold]
 fn errno_or_unknown() -> io::Error {
     match io::Error::last_os_error().raw_os_error() {
         Some(0) | None => io::Error::from_raw_os_error(libc_eio()),

@@ -26,6 +26,12 @@
 #![deny(unsafe_code)]
 
 #[allow(unsafe_code)]
+pub mod address_handle;
+#[allow(unsafe_code)]
+pub mod async_event;
+#[allow(unsafe_code)]
+pub mod completion_event;
+#[allow(unsafe_code)]
 pub mod completion_queue;
 #[allow(unsafe_code)]
 pub mod device;
@@ -33,16 +39,22 @@ pub mod gid;
 #[allow(unsafe_code)]
 pub mod memory_region;
 #[allow(unsafe_code)]
+pub mod memory_window;
+#[allow(unsafe_code)]
 pub mod protection_domain;
 #[allow(unsafe_code)]
 pub mod queue_pair;
 #[allow(unsafe_code)]
 pub mod rdmacm;
+#[allow(unsafe_code)]
+pub mod shared_receive_queue;
 
 #[allow(unsafe_code)]
 mod errno;
 mod macros;
 
+pub use address_handle::{AddressHandle, AddressHandleError, Grh, GrhKind, GRH_LEN};
+pub use async_event::{AsyncEvent, AsyncEventKind, AsyncEventObject, EventError};
 pub use completion_queue::{
     CompletionChannel, CompletionQueue, CompletionQueueBuilder, CompletionQueueError, Poller,
     WcFlags, WcFlagsEx, WcOpcode, WcStatus, WorkCompletion, WorkCompletionError,
@@ -50,6 +62,7 @@ pub use completion_queue::{
 pub use device::{open_device, Device, DeviceContext, DeviceError, DeviceList};
 pub use gid::{Gid, ParseGidError};
 pub use memory_region::{AccessFlags, MemoryRegion, MemoryRegionError, RegisteredBuffer};
+pub use memory_window::{MemoryWindow, MemoryWindowError, MwType};
 pub use protection_domain::ProtectionDomain;
 pub use queue_pair::{
     ConnectError, ConnectOptions, Endpoint, ModifyQpError, PostError, PostRecvGuard, PostSendGuard,
@@ -58,6 +71,9 @@ pub use queue_pair::{
 };
 /// The raw bindings, for calls this crate does not wrap.
 pub use rdma_mummy_sys as sys;
+pub use shared_receive_queue::{
+    SharedReceiveQueue, SharedReceiveQueueBuilder, SharedReceiveQueueError, SrqPostRecvGuard,
+};
 
 /// Reports a destroy verb that failed in a `Drop`: the resource may leak, but the program goes
 /// on. Writing to stderr can itself fail; that is ignored rather than allowed to panic.

@@ -61,10 +61,33 @@ impl ProtectionDomain {
     pub fn as_raw(&self) -> *mut ffi::ibv_pd {
         self.raw.as_ptr()
     }
+
+    /// Wraps a PD of a context made by [`DeviceContext::from_raw_parts`] (a test double's):
+    /// dropping the wrapper calls no destroy verb.
+    ///
+    /// # Safety
+    ///
+    /// `ctx` comes from [`DeviceContext::from_raw_parts`], and `raw` is a PD of that context
+    /// that stays valid until the context's owner is dropped. That constructor's contract
+    /// (data path only) applies to the returned PD too.
+    #[doc(hidden)]
+    pub unsafe fn from_raw_parts(
+        raw: NonNull<ffi::ibv_pd>,
+        ctx: &Arc<DeviceContext>,
+    ) -> Arc<ProtectionDomain> {
+        Arc::new(ProtectionDomain {
+            raw,
+            ctx: Arc::clone(ctx),
+        })
+    }
 }
 
 impl Drop for ProtectionDomain {
     fn drop(&mut self) {
+        if !self.ctx.owns_objects() {
+            // A test double's PD (from_raw_parts): its owner frees it.
+            return;
+        }
         // SAFETY: raw came from ibv_alloc_pd; every object holding an Arc of this PD is gone.
         let ret = unsafe { ffi::ibv_dealloc_pd(self.raw.as_ptr()) };
         if let Err(e) = from_ret(ret) {

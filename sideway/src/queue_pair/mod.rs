@@ -313,6 +313,8 @@ impl ProtectionDomain {
             sq_sig_all: false,
             qp_type: QpType::Rc,
             send_ops_flags: SendOpsFlags::default(),
+            send_ops_set: false,
+            srq: None,
         }
     }
 }
@@ -329,9 +331,43 @@ pub struct QueuePairBuilder {
     sq_sig_all: bool,
     qp_type: QpType,
     send_ops_flags: SendOpsFlags,
+    /// Whether send_ops_flags() was called; otherwise the default depends on the QP type.
+    send_ops_set: bool,
+    srq: Option<Arc<crate::shared_receive_queue::SharedReceiveQueue>>,
 }
 
 impl QueuePairBuilder {
+    /// Takes receives from a shared receive queue instead of the QP's own (`srq`). The QP
+    /// then posts no receives of its own; post them to the SRQ.
+    pub fn srq(&mut self, srq: &Arc<crate::shared_receive_queue::SharedReceiveQueue>) -> &mut Self {
+        self.srq = Some(Arc::clone(srq));
+        self
+    }
+
+    fn srq_raw(&self) -> *mut ffi::ibv_srq {
+        self.srq
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |s| s.as_raw())
+    }
+
+    /// The send operations an extended QP is created with: those set, else what the
+    /// QP type can post (UD: sends; UC: sends and writes; others: the full default).
+    fn effective_send_ops(&self) -> SendOpsFlags {
+        if self.send_ops_set {
+            return self.send_ops_flags;
+        }
+        match self.qp_type {
+            QpType::Ud => SendOpsFlags::SEND | SendOpsFlags::SEND_WITH_IMM,
+            QpType::Uc => {
+                SendOpsFlags::SEND
+                    | SendOpsFlags::SEND_WITH_IMM
+                    | SendOpsFlags::RDMA_WRITE
+                    | SendOpsFlags::RDMA_WRITE_WITH_IMM
+            }
+            _ => self.send_ops_flags,
+        }
+    }
+
     /// The CQ that send completions go to (`send_cq`; required).
     pub fn send_cq(&mut self, cq: &Arc<CompletionQueue>) -> &mut Self {
         self.send_cq = Some(Arc::clone(cq));
@@ -391,6 +427,7 @@ impl QueuePairBuilder {
     /// [`PostSendGuard`] offers). Used by [`build_ex`](Self::build_ex) only.
     pub fn send_ops_flags(&mut self, flags: SendOpsFlags) -> &mut Self {
         self.send_ops_flags = flags;
+        self.send_ops_set = true;
         self
     }
 
@@ -424,7 +461,7 @@ impl QueuePairBuilder {
             qp_context: std::ptr::null_mut(),
             send_cq: send_cq.as_raw(),
             recv_cq: recv_cq.as_raw(),
-            srq: std::ptr::null_mut(),
+            srq: self.srq_raw(),
             cap: self.cap.into(),
             qp_type: self.qp_type.into(),
             sq_sig_all: c_int::from(self.sq_sig_all),
@@ -448,7 +485,7 @@ impl QueuePairBuilder {
             qp_context: std::ptr::null_mut(),
             send_cq: send_cq.as_raw(),
             recv_cq: recv_cq.as_raw(),
-            srq: std::ptr::null_mut(),
+            srq: self.srq_raw(),
             cap: self.cap.into(),
             qp_type: self.qp_type.into(),
             sq_sig_all: c_int::from(self.sq_sig_all),
@@ -466,7 +503,7 @@ impl QueuePairBuilder {
                 rx_hash_fields_mask: 0,
             },
             source_qpn: 0,
-            send_ops_flags: self.send_ops_flags.bits(),
+            send_ops_flags: self.effective_send_ops().bits(),
         };
         let ctx = self.pd.context();
         // SAFETY: the context, PD and CQs are alive; init is fully initialised, and comp_mask
@@ -484,6 +521,32 @@ impl QueuePairBuilder {
             }
         };
         Ok(self.wrap(raw, Some(ex), init.cap.into(), send_cq, recv_cq))
+    }
+
+    /// Wraps a QP of a context made by [`DeviceContext::from_raw_parts`]
+    /// (a test double's) with this builder's settings, as if it had granted exactly the
+    /// builder's capabilities: an extended QP when `ex` is given, a classic one otherwise.
+    /// Dropping it calls no destroy verb.
+    ///
+    /// # Safety
+    ///
+    /// The builder's PD belongs to a context from [`DeviceContext::from_raw_parts`], whose
+    /// contract (data path only) applies to the returned QP too. `raw` is a QP of that
+    /// context whose `context->ops.post_send` and `post_recv` are set, with room for the
+    /// builder's capabilities; `ex`, when given, is the same object seen as `ibv_qp_ex`
+    /// (what `ibv_qp_to_qp_ex(raw)` would return) with `wr_start`, `wr_complete`,
+    /// `wr_abort` and the `wr_*` functions of the builder's `send_ops_flags` set. Both stay
+    /// valid until the context's owner is dropped.
+    ///
+    /// [`DeviceContext::from_raw_parts`]: crate::DeviceContext::from_raw_parts
+    #[doc(hidden)]
+    pub unsafe fn wrap_raw(
+        &self,
+        raw: NonNull<ffi::ibv_qp>,
+        ex: Option<NonNull<ffi::ibv_qp_ex>>,
+    ) -> Result<QueuePair, QueuePairError> {
+        let (send_cq, recv_cq) = self.cqs()?;
+        Ok(self.wrap(raw, ex, self.cap, send_cq, recv_cq))
     }
 
     fn wrap(
@@ -509,7 +572,7 @@ impl QueuePairBuilder {
             ex,
             qp_type: self.qp_type,
             send_ops_flags: if ex.is_some() {
-                self.send_ops_flags
+                self.effective_send_ops()
             } else {
                 SendOpsFlags::all()
             },
@@ -527,6 +590,7 @@ impl QueuePairBuilder {
             cap,
             send_cq,
             recv_cq,
+            srq: self.srq.clone(),
             pd: Arc::clone(&self.pd),
         }
     }
@@ -543,6 +607,7 @@ pub struct QueuePair {
     qp_type: QpType,
     cap: QpCapabilities,
     send_ops_flags: SendOpsFlags,
+    srq: Option<Arc<crate::shared_receive_queue::SharedReceiveQueue>>,
     send: post::SendStorage,
     recv: post::RecvStorage,
     send_cq: Arc<CompletionQueue>,
@@ -559,6 +624,10 @@ unsafe impl Sync for QueuePair {}
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
+        if !self.pd.context().owns_objects() {
+            // A test double's QP (QueuePairBuilder::wrap_raw): its owner frees it.
+            return;
+        }
         // SAFETY: raw came from a create verb and is destroyed exactly once; no guard can be
         // alive (they borrow the QP mutably). The CQs and PD outlive this call (fields).
         let ret = unsafe { ffi::ibv_destroy_qp(self.raw.as_ptr()) };
@@ -581,6 +650,7 @@ impl fmt::Debug for QueuePair {
 
 impl QueuePair {
     /// The QP number (`qp_num`), which the peer needs to reach this QP.
+    #[inline]
     pub fn qp_num(&self) -> u32 {
         // SAFETY: raw is a live QP; qp_num is set at creation and never changes.
         unsafe { (*self.raw.as_ptr()).qp_num }
@@ -624,6 +694,11 @@ impl QueuePair {
     /// The receive completion queue.
     pub fn recv_cq(&self) -> &Arc<CompletionQueue> {
         &self.recv_cq
+    }
+
+    /// The shared receive queue this QP takes receives from, if any.
+    pub fn srq(&self) -> Option<&Arc<crate::shared_receive_queue::SharedReceiveQueue>> {
+        self.srq.as_ref()
     }
 
     /// Modifies the QP's attributes and state (`ibv_modify_qp`) with the fields `attr` set.
@@ -796,6 +871,7 @@ impl QueuePair {
     /// blocks this QP's next batch on some providers.
     #[doc(alias = "ibv_wr_start")]
     #[doc(alias = "ibv_post_send")]
+    #[inline]
     pub fn start_post_send(&mut self) -> PostSendGuard<'_> {
         PostSendGuard::new(self)
     }
@@ -803,6 +879,7 @@ impl QueuePair {
     /// Starts a batch of receive work requests, posted by one chained `ibv_post_recv` on
     /// [`PostRecvGuard::post`].
     #[doc(alias = "ibv_post_recv")]
+    #[inline]
     pub fn start_post_recv(&mut self) -> PostRecvGuard<'_> {
         PostRecvGuard::new(self)
     }

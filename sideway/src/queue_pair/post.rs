@@ -22,7 +22,8 @@ use std::ptr::NonNull;
 use bitflags::bitflags;
 use rdma_mummy_sys as ffi;
 
-use super::{QueuePair, SendOpsFlags};
+use super::{QpType, QueuePair, SendOpsFlags};
+use crate::address_handle::AddressHandle;
 use crate::errno::from_ret;
 use crate::memory_region::Sge;
 
@@ -71,6 +72,7 @@ pub enum SendData<'a> {
 }
 
 impl From<Sge> for SendData<'_> {
+    #[inline]
     fn from(sge: Sge) -> Self {
         SendData::Sge(sge)
     }
@@ -107,11 +109,13 @@ impl<'a> From<&'a [&'a [u8]]> for SendData<'a> {
 }
 
 impl SendData<'_> {
+    #[inline]
     fn is_inline(&self) -> bool {
         matches!(self, SendData::Inline(_) | SendData::InlineList(_))
     }
 
     /// Scatter/gather entries (or inline buffers) it takes.
+    #[inline]
     fn entries(&self) -> usize {
         match self {
             SendData::Empty => 0,
@@ -121,6 +125,7 @@ impl SendData<'_> {
         }
     }
 
+    #[inline]
     fn inline_len(&self) -> usize {
         match self {
             SendData::Inline(b) => b.len(),
@@ -172,6 +177,26 @@ pub enum InvalidWorkRequest {
     NotEnabled {
         /// The operation.
         op: &'static str,
+    },
+    /// The QP's transport has no such operation (UC: SEND and RDMA WRITE only; UD: SEND
+    /// only).
+    #[error("{op} is not available on a {qp_type} QP ({allowed})")]
+    NotForQpType {
+        /// The operation.
+        op: &'static str,
+        /// The QP's type.
+        qp_type: QpType,
+        /// What the type allows.
+        allowed: &'static str,
+    },
+    /// A send on a UD QP needs a destination: call `ud_addr` on the work request.
+    #[error("a send on a UD QP needs ud_addr(address handle, remote QPN, remote Q_Key)")]
+    MissingUdAddress,
+    /// `ud_addr` was given on a QP that is not UD.
+    #[error("ud_addr is for UD QPs; this one is {qp_type}")]
+    UdAddressOnConnectedQp {
+        /// The QP's type.
+        qp_type: QpType,
     },
 }
 
@@ -250,6 +275,22 @@ enum Op {
         addr: u64,
         add: u64,
     },
+    SendInv(u32),
+    LocalInv(u32),
+    BindMw {
+        mw: *mut ffi::ibv_mw,
+        rkey: u32,
+        info: ffi::ibv_mw_bind_info,
+    },
+}
+
+/// The destination of a UD send: an address handle borrowed until posting, the remote QP
+/// number and Q_Key.
+#[derive(Clone, Copy)]
+struct UdAddr {
+    ah: *mut ffi::ibv_ah,
+    remote_qpn: u32,
+    remote_qkey: u32,
 }
 
 impl Op {
@@ -262,9 +303,13 @@ impl Op {
             Op::Read { .. } => "RDMA READ",
             Op::CmpSwp { .. } => "atomic compare-and-swap",
             Op::FetchAdd { .. } => "atomic fetch-and-add",
+            Op::SendInv(_) => "SEND with invalidate",
+            Op::LocalInv(_) => "local invalidate",
+            Op::BindMw { .. } => "memory window bind",
         }
     }
 
+    #[inline]
     fn allows_inline(self) -> bool {
         matches!(
             self,
@@ -272,6 +317,7 @@ impl Op {
         )
     }
 
+    #[inline]
     fn send_ops_flag(self) -> SendOpsFlags {
         match self {
             Op::Send => SendOpsFlags::SEND,
@@ -281,9 +327,13 @@ impl Op {
             Op::Read { .. } => SendOpsFlags::RDMA_READ,
             Op::CmpSwp { .. } => SendOpsFlags::ATOMIC_CMP_AND_SWP,
             Op::FetchAdd { .. } => SendOpsFlags::ATOMIC_FETCH_AND_ADD,
+            Op::SendInv(_) => SendOpsFlags::SEND_WITH_INV,
+            Op::LocalInv(_) => SendOpsFlags::LOCAL_INV,
+            Op::BindMw { .. } => SendOpsFlags::BIND_MW,
         }
     }
 
+    #[inline]
     fn opcode(self) -> ffi::ibv_wr_opcode::Type {
         use ffi::ibv_wr_opcode as o;
         match self {
@@ -294,6 +344,29 @@ impl Op {
             Op::Read { .. } => o::IBV_WR_RDMA_READ,
             Op::CmpSwp { .. } => o::IBV_WR_ATOMIC_CMP_AND_SWP,
             Op::FetchAdd { .. } => o::IBV_WR_ATOMIC_FETCH_AND_ADD,
+            Op::SendInv(_) => o::IBV_WR_SEND_WITH_INV,
+            Op::LocalInv(_) => o::IBV_WR_LOCAL_INV,
+            Op::BindMw { .. } => o::IBV_WR_BIND_MW,
+        }
+    }
+
+    /// What a QP of `qp_type` allows, or `None` when it allows `self`.
+    #[inline]
+    fn refused_by(self, qp_type: QpType) -> Option<&'static str> {
+        match qp_type {
+            QpType::Ud => (!matches!(self, Op::Send | Op::SendImm(_)))
+                .then_some("SEND and SEND with immediate only"),
+            QpType::Uc => (!matches!(
+                self,
+                Op::Send
+                    | Op::SendImm(_)
+                    | Op::Write { .. }
+                    | Op::WriteImm { .. }
+                    | Op::LocalInv(_)
+                    | Op::BindMw { .. }
+            ))
+            .then_some("SEND and RDMA WRITE, with or without immediate, only"),
+            _ => None,
         }
     }
 }
@@ -311,6 +384,7 @@ pub(super) struct SendStorage {
     max_sge: usize,
 }
 
+#[inline]
 fn zeroed_send_wr() -> ffi::ibv_send_wr {
     // SAFETY: ibv_send_wr is a C struct of integers, raw pointers and unions of those, for
     // all of which the all-zero bit pattern is valid (NULL pointers, zero values).
@@ -410,6 +484,7 @@ pub struct WorkRequestBuilder<'g, 'a> {
     guard: &'g mut PostSendGuard<'a>,
     wr_id: u64,
     flags: SendFlags,
+    ud: Option<UdAddr>,
 }
 
 impl fmt::Debug for WorkRequestBuilder<'_, '_> {
@@ -422,13 +497,81 @@ impl fmt::Debug for WorkRequestBuilder<'_, '_> {
 }
 
 impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
+    #[inline(always)]
     fn add(self, op: Op, data: SendData<'a>) -> &'g mut PostSendGuard<'a> {
-        self.guard.push(self.wr_id, self.flags, op, data);
+        self.guard.push(self.wr_id, self.flags, op, data, self.ud);
         self.guard
+    }
+
+    /// Sends this request of a UD QP to `remote_qpn` with Q_Key `remote_qkey` through `ah`
+    /// (`wr.ud` of `ibv_send_wr`; `ibv_wr_set_ud_addr` on extended QPs). Required on UD QPs,
+    /// refused on others. The handle is borrowed until the batch is posted.
+    #[doc(alias = "ibv_wr_set_ud_addr")]
+    #[inline]
+    pub fn ud_addr(mut self, ah: &'a AddressHandle, remote_qpn: u32, remote_qkey: u32) -> Self {
+        self.ud = Some(UdAddr {
+            ah: ah.as_raw(),
+            remote_qpn,
+            remote_qkey,
+        });
+        self
+    }
+
+    /// A SEND with invalidate (`IBV_WR_SEND_WITH_INV`, `ibv_wr_send_inv`): also invalidates
+    /// the peer's memory window or region of `invalidate_rkey`, which the peer's receive
+    /// completion reports.
+    #[doc(alias = "ibv_wr_send_inv")]
+    #[inline]
+    pub fn send_with_invalidate(
+        self,
+        invalidate_rkey: u32,
+        data: impl Into<SendData<'a>>,
+    ) -> &'g mut PostSendGuard<'a> {
+        self.add(Op::SendInv(invalidate_rkey), data.into())
+    }
+
+    /// A local invalidate (`IBV_WR_LOCAL_INV`, `ibv_wr_local_inv`) of this side's memory
+    /// window (type 2) or region with `invalidate_rkey`.
+    #[doc(alias = "ibv_wr_local_inv")]
+    #[inline]
+    pub fn local_invalidate(self, invalidate_rkey: u32) -> &'g mut PostSendGuard<'a> {
+        self.add(Op::LocalInv(invalidate_rkey), SendData::Empty)
+    }
+
+    /// Binds a type 2 memory window (`IBV_WR_BIND_MW`, `ibv_wr_bind_mw`) to `range` of
+    /// `mr` with `access`, under the new rkey `rkey` (from
+    /// [`MemoryWindow::next_rkey`](crate::memory_window::MemoryWindow::next_rkey)). The
+    /// window and region are borrowed until posting; the bind's completion says whether it
+    /// took effect. `mr` must be registered with `AccessFlags::MW_BIND`.
+    #[doc(alias = "ibv_wr_bind_mw")]
+    #[inline]
+    pub fn bind_mw(
+        self,
+        mw: &'a crate::memory_window::MemoryWindow,
+        rkey: u32,
+        mr: &'a crate::memory_region::MemoryRegion,
+        range: std::ops::Range<u64>,
+        access: crate::memory_region::AccessFlags,
+    ) -> &'g mut PostSendGuard<'a> {
+        let info = ffi::ibv_mw_bind_info {
+            mr: mr.as_raw(),
+            addr: range.start,
+            length: range.end.saturating_sub(range.start),
+            mw_access_flags: access.bits(),
+        };
+        self.add(
+            Op::BindMw {
+                mw: mw.as_raw(),
+                rkey,
+                info,
+            },
+            SendData::Empty,
+        )
     }
 
     /// A SEND (`IBV_WR_SEND`, `ibv_wr_send`) of `data`, consuming a receive at the peer.
     #[doc(alias = "ibv_wr_send")]
+    #[inline]
     pub fn send(self, data: impl Into<SendData<'a>>) -> &'g mut PostSendGuard<'a> {
         self.add(Op::Send, data.into())
     }
@@ -436,6 +579,7 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
     /// A SEND with immediate data (`IBV_WR_SEND_WITH_IMM`, `ibv_wr_send_imm`); `imm` is
     /// in host order and arrives as [`WorkCompletion::imm_data`](crate::WorkCompletion::imm_data).
     #[doc(alias = "ibv_wr_send_imm")]
+    #[inline]
     pub fn send_with_imm(
         self,
         imm: u32,
@@ -447,6 +591,7 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
     /// An RDMA WRITE (`IBV_WR_RDMA_WRITE`, `ibv_wr_rdma_write`) of `data` to the peer's
     /// `remote_addr` in the region of `rkey`.
     #[doc(alias = "ibv_wr_rdma_write")]
+    #[inline]
     pub fn rdma_write(
         self,
         rkey: u32,
@@ -465,6 +610,7 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
     /// An RDMA WRITE with immediate data (`IBV_WR_RDMA_WRITE_WITH_IMM`,
     /// `ibv_wr_rdma_write_imm`): consumes a receive at the peer, which sees `imm`.
     #[doc(alias = "ibv_wr_rdma_write_imm")]
+    #[inline]
     pub fn rdma_write_with_imm(
         self,
         rkey: u32,
@@ -485,6 +631,7 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
     /// An RDMA READ (`IBV_WR_RDMA_READ`, `ibv_wr_rdma_read`) of the peer's `remote_addr`
     /// into the local entries `data` (no inline data).
     #[doc(alias = "ibv_wr_rdma_read")]
+    #[inline]
     pub fn rdma_read(
         self,
         rkey: u32,
@@ -504,6 +651,7 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
     /// the 8 bytes at the peer's `remote_addr` (8-byte aligned): if they equal `compare`
     /// they become `swap`. The old value lands in `local` (8 bytes).
     #[doc(alias = "ibv_wr_atomic_cmp_swp")]
+    #[inline]
     pub fn atomic_cmp_swp(
         self,
         rkey: u32,
@@ -527,6 +675,7 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
     /// of `add` to the 8 bytes at the peer's `remote_addr` (8-byte aligned). The old value
     /// lands in `local` (8 bytes).
     #[doc(alias = "ibv_wr_atomic_fetch_add")]
+    #[inline]
     pub fn atomic_fetch_add(
         self,
         rkey: u32,
@@ -546,6 +695,7 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
 }
 
 impl<'a> PostSendGuard<'a> {
+    #[inline]
     pub(super) fn new(qp: &'a mut QueuePair) -> Self {
         PostSendGuard {
             qp,
@@ -557,11 +707,13 @@ impl<'a> PostSendGuard<'a> {
 
     /// Starts the next work request: its `wr_id` (reported by its completion) and flags.
     /// Pick the operation on the returned builder.
+    #[inline]
     pub fn wr(&mut self, wr_id: u64, flags: SendFlags) -> WorkRequestBuilder<'_, 'a> {
         WorkRequestBuilder {
             guard: self,
             wr_id,
             flags,
+            ud: None,
         }
     }
 
@@ -575,8 +727,30 @@ impl<'a> PostSendGuard<'a> {
         self.count == 0
     }
 
-    fn check(&self, op: Op, data: &SendData<'a>) -> Result<(), InvalidWorkRequest> {
+    #[inline(always)]
+    fn check(
+        &self,
+        op: Op,
+        data: &SendData<'a>,
+        ud: Option<UdAddr>,
+    ) -> Result<(), InvalidWorkRequest> {
         let qp = &*self.qp;
+        if let Some(allowed) = op.refused_by(qp.qp_type) {
+            return Err(InvalidWorkRequest::NotForQpType {
+                op: op.name(),
+                qp_type: qp.qp_type,
+                allowed,
+            });
+        }
+        match (qp.qp_type == QpType::Ud, ud.is_some()) {
+            (true, false) => return Err(InvalidWorkRequest::MissingUdAddress),
+            (false, true) => {
+                return Err(InvalidWorkRequest::UdAddressOnConnectedQp {
+                    qp_type: qp.qp_type,
+                })
+            }
+            _ => {}
+        }
         if qp.ex.is_none() && self.count >= qp.send.wrs.len() {
             return Err(InvalidWorkRequest::BatchFull {
                 capacity: qp.send.wrs.len(),
@@ -605,18 +779,29 @@ impl<'a> PostSendGuard<'a> {
             }
         }
         if let Some(ex) = qp.ex {
-            if !qp.send_ops_flags.contains(op.send_ops_flag()) || !ex_implements(ex, op, data) {
+            // The batch operations (start, complete, abort) need checking once per batch.
+            if !qp.send_ops_flags.contains(op.send_ops_flag())
+                || !ex_implements(ex, op, data, !self.started, ud.is_some())
+            {
                 return Err(InvalidWorkRequest::NotEnabled { op: op.name() });
             }
         }
         Ok(())
     }
 
-    fn push(&mut self, wr_id: u64, flags: SendFlags, op: Op, data: SendData<'a>) {
+    #[inline(always)]
+    fn push(
+        &mut self,
+        wr_id: u64,
+        flags: SendFlags,
+        op: Op,
+        data: SendData<'a>,
+        ud: Option<UdAddr>,
+    ) {
         if self.invalid.is_some() {
             return;
         }
-        if let Err(reason) = self.check(op, &data) {
+        if let Err(reason) = self.check(op, &data, ud) {
             self.invalid = Some((self.count, wr_id, reason));
             return;
         }
@@ -625,13 +810,21 @@ impl<'a> PostSendGuard<'a> {
             flags |= SendFlags::INLINE;
         }
         match self.qp.ex {
-            Some(ex) => self.push_ex(ex, wr_id, flags, op, data),
-            None => self.push_classic(wr_id, flags, op, data),
+            Some(ex) => self.push_ex(ex, wr_id, flags, op, data, ud),
+            None => self.push_classic(wr_id, flags, op, data, ud),
         }
         self.count += 1;
     }
 
-    fn push_classic(&mut self, wr_id: u64, flags: SendFlags, op: Op, data: SendData<'a>) {
+    #[inline(always)]
+    fn push_classic(
+        &mut self,
+        wr_id: u64,
+        flags: SendFlags,
+        op: Op,
+        data: SendData<'a>,
+        ud: Option<UdAddr>,
+    ) {
         let i = self.count;
         let st = &mut self.qp.send;
         let m = st.max_sge;
@@ -682,6 +875,9 @@ impl<'a> PostSendGuard<'a> {
             Op::SendImm(imm) | Op::WriteImm { imm, .. } => {
                 wr.__bindgen_anon_1.imm_data = imm.to_be();
             }
+            Op::SendInv(rkey) | Op::LocalInv(rkey) => {
+                wr.__bindgen_anon_1.invalidate_rkey = rkey;
+            }
             _ => {}
         }
         match op {
@@ -714,7 +910,23 @@ impl<'a> PostSendGuard<'a> {
                     rkey,
                 };
             }
-            Op::Send | Op::SendImm(_) => {}
+            Op::BindMw { mw, rkey, info } => {
+                wr.__bindgen_anon_2.bind_mw = ffi::ibv_send_wr__bindgen_ty_4__bindgen_ty_1 {
+                    mw,
+                    rkey,
+                    bind_info: info,
+                };
+            }
+            Op::Send | Op::SendImm(_) | Op::SendInv(_) | Op::LocalInv(_) => {}
+        }
+        if let Some(ud) = ud {
+            // check() allowed only SEND and SEND with immediate here, which use no other
+            // member of this union.
+            wr.wr.ud = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
+                ah: ud.ah,
+                remote_qpn: ud.remote_qpn,
+                remote_qkey: ud.remote_qkey,
+            };
         }
         st.wrs[i] = wr;
         if i > 0 {
@@ -723,6 +935,7 @@ impl<'a> PostSendGuard<'a> {
         }
     }
 
+    #[inline(always)]
     fn push_ex(
         &mut self,
         ex: NonNull<ffi::ibv_qp_ex>,
@@ -730,6 +943,7 @@ impl<'a> PostSendGuard<'a> {
         flags: SendFlags,
         op: Op,
         data: SendData<'a>,
+        ud: Option<UdAddr>,
     ) {
         let ex = ex.as_ptr();
         // The safety argument of every block below: ex is the live extended QP of this
@@ -766,7 +980,16 @@ impl<'a> PostSendGuard<'a> {
                 Op::FetchAdd { rkey, addr, add } => {
                     ffi::ibv_wr_atomic_fetch_add(ex, rkey, addr, add)
                 }
+                Op::SendInv(rkey) => ffi::ibv_wr_send_inv(ex, rkey),
+                Op::LocalInv(rkey) => ffi::ibv_wr_local_inv(ex, rkey),
+                // The provider copies the bind info while the call runs.
+                Op::BindMw { mw, rkey, info } => ffi::ibv_wr_bind_mw(ex, mw, rkey, &info),
             }
+        }
+        if let Some(ud) = ud {
+            // SAFETY: as above; the destination follows the opcode call, and the address
+            // handle is borrowed for 'a.
+            unsafe { ffi::ibv_wr_set_ud_addr(ex, ud.ah, ud.remote_qpn, ud.remote_qkey) };
         }
         match data {
             SendData::Empty => {}
@@ -800,6 +1023,7 @@ impl<'a> PostSendGuard<'a> {
     /// `ibv_post_send` on a classic one. An empty batch posts nothing and succeeds.
     #[doc(alias = "ibv_post_send")]
     #[doc(alias = "ibv_wr_complete")]
+    #[inline(always)]
     pub fn post(mut self) -> Result<(), PostError> {
         let qp_num = self.qp.qp_num();
         if let Some((index, wr_id, reason)) = self.invalid.take() {
@@ -851,10 +1075,17 @@ fn chain_index<T>(base: *const T, bad: *const T, count: usize) -> Option<usize> 
     (off % size == 0 && off / size < count).then_some(off / size)
 }
 
-/// Whether the provider filled the `qp_ex` entries `op` and `data` need: the data-path
-/// functions of rdma-mummy-sys do nothing for a missing entry, which would silently drop the
-/// request.
-fn ex_implements(ex: NonNull<ffi::ibv_qp_ex>, op: Op, data: &SendData<'_>) -> bool {
+/// Whether the provider filled the `qp_ex` entries `op` and `data` need (and, with
+/// `batch_ops`, `wr_start`, `wr_complete` and `wr_abort`): the data-path functions of
+/// rdma-mummy-sys do nothing for a missing entry, which would silently drop the request.
+#[inline(always)]
+fn ex_implements(
+    ex: NonNull<ffi::ibv_qp_ex>,
+    op: Op,
+    data: &SendData<'_>,
+    batch_ops: bool,
+    ud: bool,
+) -> bool {
     // SAFETY: ex is a live extended QP; only its function-pointer fields are read.
     let q = unsafe { &*ex.as_ptr() };
     let op_ok = match op {
@@ -865,7 +1096,11 @@ fn ex_implements(ex: NonNull<ffi::ibv_qp_ex>, op: Op, data: &SendData<'_>) -> bo
         Op::Read { .. } => q.wr_rdma_read.is_some(),
         Op::CmpSwp { .. } => q.wr_atomic_cmp_swp.is_some(),
         Op::FetchAdd { .. } => q.wr_atomic_fetch_add.is_some(),
+        Op::SendInv(_) => q.wr_send_inv.is_some(),
+        Op::LocalInv(_) => q.wr_local_inv.is_some(),
+        Op::BindMw { .. } => q.wr_bind_mw.is_some(),
     };
+    let ud_ok = !ud || q.wr_set_ud_addr.is_some();
     let data_ok = match data {
         SendData::Empty => true,
         SendData::Sge(_) => q.wr_set_sge.is_some(),
@@ -874,10 +1109,14 @@ fn ex_implements(ex: NonNull<ffi::ibv_qp_ex>, op: Op, data: &SendData<'_>) -> bo
         // Lists are gathered and set as one buffer.
         SendData::InlineList(_) => q.wr_set_inline_data.is_some(),
     };
-    op_ok && data_ok && q.wr_start.is_some() && q.wr_complete.is_some() && q.wr_abort.is_some()
+    op_ok
+        && data_ok
+        && ud_ok
+        && (!batch_ops || (q.wr_start.is_some() && q.wr_complete.is_some() && q.wr_abort.is_some()))
 }
 
 impl Drop for PostSendGuard<'_> {
+    #[inline]
     fn drop(&mut self) {
         if let (true, Some(ex)) = (self.started, self.qp.ex) {
             // SAFETY: ex is live and inside the batch this guard started and never completed.
@@ -908,6 +1147,7 @@ impl fmt::Debug for PostRecvGuard<'_> {
 }
 
 impl<'a> PostRecvGuard<'a> {
+    #[inline]
     pub(super) fn new(qp: &'a mut QueuePair) -> Self {
         PostRecvGuard {
             qp,
@@ -919,6 +1159,7 @@ impl<'a> PostRecvGuard<'a> {
     /// Adds a receive work request (`struct ibv_recv_wr`) for up to the entries' total
     /// length, scattered over `sges` in order (empty for a receive that only takes immediate
     /// data). The entries are copied: the slice need not outlive the call.
+    #[inline]
     pub fn recv(&mut self, wr_id: u64, sges: &[Sge]) -> &mut Self {
         if self.invalid.is_some() {
             return self;
@@ -979,6 +1220,7 @@ impl<'a> PostRecvGuard<'a> {
 
     /// Posts the batch with one `ibv_post_recv`. An empty batch posts nothing and succeeds.
     #[doc(alias = "ibv_post_recv")]
+    #[inline]
     pub fn post(mut self) -> Result<(), PostError> {
         let qp_num = self.qp.qp_num();
         if let Some((index, wr_id, reason)) = self.invalid.take() {
@@ -1043,6 +1285,28 @@ mod tests {
             imm: 1
         }
         .allows_inline());
+    }
+
+    #[test]
+    fn transports_refuse_what_they_cannot_carry() {
+        let read = Op::Read { rkey: 0, addr: 0 };
+        let write = Op::Write { rkey: 0, addr: 0 };
+        assert!(read.refused_by(QpType::Uc).is_some());
+        assert!(write.refused_by(QpType::Uc).is_none());
+        assert!(Op::SendImm(1).refused_by(QpType::Uc).is_none());
+        assert!(write.refused_by(QpType::Ud).is_some());
+        assert!(Op::Send.refused_by(QpType::Ud).is_none());
+        assert!(read.refused_by(QpType::Rc).is_none());
+        let e = InvalidWorkRequest::NotForQpType {
+            op: read.name(),
+            qp_type: QpType::Uc,
+            allowed: read.refused_by(QpType::Uc).unwrap(),
+        };
+        assert!(
+            e.to_string()
+                .starts_with("RDMA READ is not available on a UC QP (SEND and RDMA WRITE"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,0 +1,53 @@
+/*
+ * The null provider: verbs objects (context, PD, classic and extended QP, classic and
+ * extended CQ) built in memory, whose provider operations only count what they are given
+ * and, for polling, hand back canned completions. It lets the data path of sideway and of C
+ * be timed on any machine, without an RDMA device or rdma-core's libraries: nothing here
+ * calls a libibverbs function, only verbs.h's static inlines reach these operations.
+ *
+ * One provider holds one context, one PD, one CQ (usable as classic and as extended) and
+ * one QP (usable as classic and as extended) whose send and receive CQ is that CQ.
+ */
+#ifndef BENCHES_NULL_PROVIDER_H
+#define BENCHES_NULL_PROVIDER_H
+
+#include <stdint.h>
+#include <infiniband/verbs.h>
+
+/* What the provider's operations saw, for tests to compare the Rust and C sides. */
+struct null_counters {
+	uint64_t post_send_calls; /* ops.post_send */
+	uint64_t send_wrs; /* work requests in those chains */
+	uint64_t post_recv_calls; /* ops.post_recv */
+	uint64_t recv_wrs;
+	uint64_t wr_starts; /* qp_ex->wr_start */
+	uint64_t wr_ops; /* qp_ex->wr_<opcode> calls */
+	uint64_t wr_sges; /* qp_ex->wr_set_sge calls */
+	uint64_t wr_completes; /* qp_ex->wr_complete */
+	uint64_t wr_aborts; /* qp_ex->wr_abort */
+	uint64_t poll_calls; /* ops.poll_cq, cq_ex->start_poll and next_poll */
+	uint64_t completions; /* completions handed back */
+	uint64_t end_polls; /* cq_ex->end_poll */
+	uint64_t signaled; /* signaled send work requests (each adds a pending completion) */
+	uint64_t wr_id_sum; /* sum of the wr_id of every send and receive request posted */
+	uint64_t length_sum; /* sum of the SGE lengths of every request posted */
+};
+
+struct null_provider;
+
+/* A new provider (NULL when out of memory); free it with null_provider_free. */
+struct null_provider *null_provider_new(void);
+void null_provider_free(struct null_provider *np);
+
+struct ibv_context *null_provider_context(struct null_provider *np);
+struct ibv_pd *null_provider_pd(struct null_provider *np);
+struct ibv_qp *null_provider_qp(struct null_provider *np);
+struct ibv_qp_ex *null_provider_qp_ex(struct null_provider *np);
+struct ibv_cq *null_provider_cq(struct null_provider *np);
+struct ibv_cq_ex *null_provider_cq_ex(struct null_provider *np);
+const struct null_counters *null_provider_counters(const struct null_provider *np);
+
+/* Makes n more completions ready on a CQ of a null provider. */
+void null_cq_add(struct ibv_cq *cq, uint32_t n);
+
+#endif

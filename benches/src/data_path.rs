@@ -1,0 +1,409 @@
+//! The benchmarked operations, each in Rust (over sideway) and in C (`csrc/data_path.c`,
+//! over verbs.h's inlines), and the table of pairs both bench targets run.
+//!
+//! Each side runs its whole loop itself (`iters` operations per call), so neither pays a
+//! call across the language boundary per operation. Both do the same work per operation:
+//! build the same requests (the C side a `struct ibv_send_wr` initialised the usual way,
+//! which zeroes the fields it does not name, as sideway does), post them with one doorbell,
+//! read the same completion fields and check the same status.
+
+use std::os::raw::c_int;
+
+use sideway::memory_region::Sge;
+use sideway::queue_pair::{QueuePair, SendFlags};
+use sideway::sys::{ibv_cq, ibv_cq_ex, ibv_qp, ibv_qp_ex, ibv_sge};
+use sideway::{CompletionQueue, WorkCompletion};
+
+use crate::null_provider::NullProvider;
+
+/// The operands of every RDMA WRITE the benchmarks post (`struct bench_write`: [`Sge`] is
+/// `repr(transparent)` over `ibv_sge`, so the layouts match).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Write {
+    rkey: u32,
+    remote_addr: u64,
+    sge: Sge,
+}
+
+impl Write {
+    /// A WRITE of `sge` to `remote_addr` in the peer's region of `rkey`.
+    pub fn new(rkey: u32, remote_addr: u64, sge: Sge) -> Self {
+        Write {
+            rkey,
+            remote_addr,
+            sge,
+        }
+    }
+
+    /// A WRITE of 64 bytes for the null provider. Its entry names no registered memory.
+    ///
+    /// # Safety
+    ///
+    /// Only for the null provider's QPs, which never dereference an SGE (they only read its
+    /// length).
+    pub unsafe fn null() -> Self {
+        // SAFETY: the caller posts it only to the null provider, which never dereferences
+        // the entry.
+        let sge = unsafe { Sge::from_raw_parts(0x20_0000, 64, 0x5678) };
+        Write::new(0x1234, 0x10_0000, sge)
+    }
+}
+
+/// The largest batch the benchmarks post (the C side's array size).
+pub const MAX_BATCH: u32 = 64;
+/// The most completions one poll benchmark asks for (the C side's array size).
+pub const MAX_POLL: u32 = 32;
+
+extern "C" {
+    fn bench_c_post_write(qp: *mut ibv_qp, w: *const Write, iters: u64) -> c_int;
+    fn bench_c_post_write_ex(qp: *mut ibv_qp_ex, w: *const Write, iters: u64) -> c_int;
+    fn bench_c_post_write_batch(qp: *mut ibv_qp, w: *const Write, batch: u32, iters: u64) -> c_int;
+    fn bench_c_post_write_batch_ex(
+        qp: *mut ibv_qp_ex,
+        w: *const Write,
+        batch: u32,
+        iters: u64,
+    ) -> c_int;
+    fn bench_c_post_recv(qp: *mut ibv_qp, sge: *const ibv_sge, iters: u64) -> c_int;
+    fn bench_c_poll_iter(cq: *mut ibv_cq, n: u32, iters: u64, sum: *mut u64) -> c_int;
+    fn bench_c_poll_batch(cq: *mut ibv_cq, n: u32, iters: u64, sum: *mut u64) -> c_int;
+    fn bench_c_poll_iter_ex(cq: *mut ibv_cq_ex, n: u32, iters: u64, sum: *mut u64) -> c_int;
+    fn bench_c_poll_batch_ex(cq: *mut ibv_cq_ex, n: u32, iters: u64, sum: *mut u64) -> c_int;
+    fn bench_c_cycle(
+        qp: *mut ibv_qp,
+        cq: *mut ibv_cq,
+        w: *const Write,
+        iters: u64,
+        sum: *mut u64,
+    ) -> c_int;
+    fn bench_c_cycle_ex(
+        qp: *mut ibv_qp_ex,
+        cq: *mut ibv_cq_ex,
+        w: *const Write,
+        iters: u64,
+        sum: *mut u64,
+    ) -> c_int;
+}
+
+type Error = Box<dyn std::error::Error>;
+
+fn c_result(call: &str, ret: c_int) -> Result<(), Error> {
+    match ret {
+        0 => Ok(()),
+        n => Err(format!("{call}: {}", std::io::Error::from_raw_os_error(n)).into()),
+    }
+}
+
+// ---- The Rust side ----
+
+/// Posts one signaled WRITE per iteration.
+#[inline(never)]
+pub fn post_write(qp: &mut QueuePair, w: &Write, iters: u64) -> Result<(), Error> {
+    let sge = w.sge;
+    for i in 0..iters {
+        let mut batch = qp.start_post_send();
+        batch
+            .wr(i, SendFlags::SIGNALED)
+            .rdma_write(w.rkey, w.remote_addr, sge);
+        batch.post()?;
+    }
+    Ok(())
+}
+
+/// Posts `n` WRITEs (the last signaled) with one doorbell per iteration.
+#[inline(never)]
+pub fn post_write_batch(qp: &mut QueuePair, w: &Write, n: u32, iters: u64) -> Result<(), Error> {
+    let sge = w.sge;
+    let n = u64::from(n);
+    for i in 0..iters {
+        let mut batch = qp.start_post_send();
+        for k in 0..n {
+            let flags = if k + 1 == n {
+                SendFlags::SIGNALED
+            } else {
+                SendFlags::empty()
+            };
+            batch
+                .wr(i * n + k, flags)
+                .rdma_write(w.rkey, w.remote_addr, sge);
+        }
+        batch.post()?;
+    }
+    Ok(())
+}
+
+/// Posts one receive per iteration.
+#[inline(never)]
+pub fn post_recv(qp: &mut QueuePair, sge: Sge, iters: u64) -> Result<(), Error> {
+    for i in 0..iters {
+        let mut batch = qp.start_post_recv();
+        batch.recv(i, &[sge]);
+        batch.post()?;
+    }
+    Ok(())
+}
+
+/// Makes `n` completions ready, then takes them from the [`CompletionQueue::poll`]
+/// iterator until it ends, per iteration.
+#[inline(never)]
+pub fn poll_iter(
+    np: &NullProvider,
+    cq: &CompletionQueue,
+    n: u32,
+    iters: u64,
+) -> Result<u64, Error> {
+    let mut sum = 0;
+    for _ in 0..iters {
+        np.add_completions(n);
+        for wc in cq.poll()? {
+            if !wc.is_success() {
+                return Err(wc.ok().unwrap_err().into());
+            }
+            sum += wc.wr_id();
+        }
+    }
+    Ok(sum)
+}
+
+/// Makes `n` completions ready, then takes them with one [`CompletionQueue::poll_into`],
+/// per iteration.
+#[inline(never)]
+pub fn poll_batch(
+    np: &NullProvider,
+    cq: &CompletionQueue,
+    n: u32,
+    iters: u64,
+) -> Result<u64, Error> {
+    let mut slots = [WorkCompletion::default(); MAX_POLL as usize];
+    let slots = &mut slots[..n as usize];
+    let mut sum = 0;
+    for _ in 0..iters {
+        np.add_completions(n);
+        let got = cq.poll_into(slots)?;
+        for wc in &slots[..got] {
+            if !wc.is_success() {
+                return Err(wc.ok().unwrap_err().into());
+            }
+            sum += wc.wr_id();
+        }
+    }
+    Ok(sum)
+}
+
+/// Posts one signaled WRITE, then polls until its completion arrives, per iteration.
+#[inline(never)]
+pub fn cycle(
+    qp: &mut QueuePair,
+    cq: &CompletionQueue,
+    w: &Write,
+    iters: u64,
+) -> Result<u64, Error> {
+    let sge = w.sge;
+    let mut slot = [WorkCompletion::default(); 1];
+    let mut sum = 0;
+    for i in 0..iters {
+        let mut batch = qp.start_post_send();
+        batch
+            .wr(i, SendFlags::SIGNALED)
+            .rdma_write(w.rkey, w.remote_addr, sge);
+        batch.post()?;
+        while cq.poll_into(&mut slot)? == 0 {}
+        let wc = &slot[0];
+        if !wc.is_success() {
+            return Err(wc.ok().unwrap_err().into());
+        }
+        sum += wc.wr_id();
+    }
+    Ok(sum)
+}
+
+// ---- The C side, over raw pointers ----
+
+/// The C side's view of a QP and its CQ.
+#[derive(Debug, Clone, Copy)]
+pub struct RawObjects {
+    /// The QP.
+    pub qp: *mut ibv_qp,
+    /// The same QP as `ibv_qp_ex` (NULL when it has none).
+    pub qp_ex: *mut ibv_qp_ex,
+    /// Its CQ.
+    pub cq: *mut ibv_cq,
+    /// The same CQ as `ibv_cq_ex` (NULL when it has none).
+    pub cq_ex: *mut ibv_cq_ex,
+}
+
+/// The C side of one operation: which loop, on which objects.
+#[derive(Debug, Clone, Copy)]
+pub enum COp {
+    /// `bench_c_post_write` or `_ex`.
+    PostWrite,
+    /// `bench_c_post_write_batch` or `_ex`, with this batch size.
+    PostWriteBatch(u32),
+    /// `bench_c_post_recv`.
+    PostRecv,
+    /// `bench_c_poll_iter` or `_ex`, this many completions.
+    PollIter(u32),
+    /// `bench_c_poll_batch` or `_ex`, this many completions.
+    PollBatch(u32),
+    /// `bench_c_cycle` or `_ex`.
+    Cycle,
+}
+
+/// Runs `iters` iterations of `op` in C on `objs` (extended objects when `extended`).
+///
+/// # Safety
+///
+/// `objs` are live verbs objects (the QP's CQ is `cq`; the `_ex` pointers non-NULL when
+/// `extended`), used by no other thread meanwhile; `w`'s SGE names registered memory on a
+/// real device. Poll operations need a null provider's CQ.
+pub unsafe fn run_c(
+    op: COp,
+    objs: &RawObjects,
+    extended: bool,
+    w: &Write,
+    iters: u64,
+) -> Result<u64, Error> {
+    let mut sum = 0;
+    // SAFETY: every call below gets objects the caller guarantees live and unshared; w and
+    // sum outlive the calls, which only read w and add to sum.
+    let ret = unsafe {
+        match (op, extended) {
+            (COp::PostWrite, false) => bench_c_post_write(objs.qp, w, iters),
+            (COp::PostWrite, true) => bench_c_post_write_ex(objs.qp_ex, w, iters),
+            (COp::PostWriteBatch(n), false) => bench_c_post_write_batch(objs.qp, w, n, iters),
+            (COp::PostWriteBatch(n), true) => bench_c_post_write_batch_ex(objs.qp_ex, w, n, iters),
+            (COp::PostRecv, _) => bench_c_post_recv(objs.qp, w.sge.as_raw(), iters),
+            (COp::PollIter(n), false) => bench_c_poll_iter(objs.cq, n, iters, &mut sum),
+            (COp::PollIter(n), true) => bench_c_poll_iter_ex(objs.cq_ex, n, iters, &mut sum),
+            (COp::PollBatch(n), false) => bench_c_poll_batch(objs.cq, n, iters, &mut sum),
+            (COp::PollBatch(n), true) => bench_c_poll_batch_ex(objs.cq_ex, n, iters, &mut sum),
+            (COp::Cycle, false) => bench_c_cycle(objs.qp, objs.cq, w, iters, &mut sum),
+            (COp::Cycle, true) => bench_c_cycle_ex(objs.qp_ex, objs.cq_ex, w, iters, &mut sum),
+        }
+    };
+    c_result("the C side", ret)?;
+    Ok(sum)
+}
+
+/// Runs `iters` iterations of `op` in Rust on sideway objects (`np` is the null provider
+/// behind them, for the poll operations).
+pub fn run_rust(
+    op: COp,
+    qp: &mut QueuePair,
+    cq: &CompletionQueue,
+    np: Option<&NullProvider>,
+    w: &Write,
+    iters: u64,
+) -> Result<u64, Error> {
+    let need_np = || np.ok_or("polling benchmarks need the null provider");
+    match op {
+        COp::PostWrite => post_write(qp, w, iters).map(|()| 0),
+        COp::PostWriteBatch(n) => post_write_batch(qp, w, n, iters).map(|()| 0),
+        COp::PostRecv => post_recv(qp, w.sge, iters).map(|()| 0),
+        COp::PollIter(n) => poll_iter(need_np()?, cq, n, iters),
+        COp::PollBatch(n) => poll_batch(need_np()?, cq, n, iters),
+        COp::Cycle => cycle(qp, cq, w, iters),
+    }
+}
+
+/// One benchmarked operation with both its sides, ready to time.
+pub struct Pair {
+    /// What it is, e.g. `post WRITE (extended)`.
+    pub name: String,
+    /// Work requests or completions per iteration (per-WR costs divide by this).
+    pub per_iter: u64,
+    /// Runs `iters` iterations in Rust.
+    pub rust: Box<dyn FnMut(u64)>,
+    /// Runs `iters` iterations in C.
+    pub c: Box<dyn FnMut(u64)>,
+}
+
+impl std::fmt::Debug for Pair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pair")
+            .field("name", &self.name)
+            .field("per_iter", &self.per_iter)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The operations over the null provider, classic and extended: post one WRITE; a batch of
+/// 1, 8, 32, 64 WRITEs with one doorbell; one receive; poll 1 and 32 completions through
+/// the iterator and into a slice; a post-and-poll cycle. Each side gets its own provider.
+pub fn null_provider_pairs() -> Vec<Pair> {
+    let mut ops: Vec<(String, COp, bool, u64)> = Vec::new();
+    for extended in [false, true] {
+        let kind = if extended { "extended" } else { "classic" };
+        ops.push((
+            format!("post 1 WRITE ({kind})"),
+            COp::PostWrite,
+            extended,
+            1,
+        ));
+        for n in [1, 8, 32, MAX_BATCH] {
+            ops.push((
+                format!("post {n} WRITEs, 1 doorbell, per WR ({kind})"),
+                COp::PostWriteBatch(n),
+                extended,
+                u64::from(n),
+            ));
+        }
+        if !extended {
+            ops.push(("post 1 receive".to_owned(), COp::PostRecv, false, 1));
+        }
+        for n in [1, MAX_POLL] {
+            ops.push((
+                format!("poll {n}, iterator ({kind})"),
+                COp::PollIter(n),
+                extended,
+                1,
+            ));
+            ops.push((
+                format!("poll {n}, into slice ({kind})"),
+                COp::PollBatch(n),
+                extended,
+                1,
+            ));
+        }
+        ops.push((
+            format!("post WRITE + poll ({kind})"),
+            COp::Cycle,
+            extended,
+            1,
+        ));
+    }
+    ops.into_iter()
+        .map(|(name, op, extended, per_iter)| null_pair(name, op, extended, per_iter))
+        .collect()
+}
+
+fn null_pair(name: String, op: COp, extended: bool, per_iter: u64) -> Pair {
+    // SAFETY: both sides post it only to their null providers.
+    let w = unsafe { Write::null() };
+    let rust_np = NullProvider::new();
+    let (mut qp, cq) = rust_np.sideway(extended);
+    let c_np = NullProvider::new();
+    let objs = RawObjects {
+        qp: c_np.qp_raw(),
+        qp_ex: c_np.qp_ex_raw(),
+        cq: c_np.cq_raw(),
+        cq_ex: c_np.cq_ex_raw(),
+    };
+    let label = name.clone();
+    Pair {
+        name,
+        per_iter,
+        rust: Box::new(move |iters| {
+            let sum = run_rust(op, &mut qp, &cq, Some(&rust_np), &w, iters)
+                .unwrap_or_else(|e| panic!("{label} (Rust): {e}"));
+            std::hint::black_box(sum);
+        }),
+        c: Box::new(move |iters| {
+            // SAFETY: objs are c_np's live objects (moved into this closure), used only here.
+            let sum = unsafe { run_c(op, &objs, extended, &w, iters) }
+                .unwrap_or_else(|e| panic!("C side: {e}"));
+            std::hint::black_box((sum, &c_np));
+        }),
+    }
+}

@@ -1,0 +1,217 @@
+//! The null provider: in-memory verbs objects whose provider operations only count (and, for
+//! polling, hand back canned completions), wrapped in sideway objects, so the wrapper's own
+//! cost on the data path can be timed on any machine.
+//!
+//! The objects and their operations are C (`csrc/null_provider.c`), shared by both sides of
+//! every comparison: sideway reaches them through rdma-mummy-sys's Rust data-path inlines,
+//! the C side through verbs.h's. Nothing here needs an RDMA device or rdma-core's libraries
+//! at run time: the context has no device, and the sideway objects wrapped around it are
+//! built with the `wrap_raw`/`from_raw_parts` constructors, which never call libibverbs and
+//! whose drops destroy nothing.
+
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use sideway::queue_pair::{QueuePair, QueuePairBuilder};
+use sideway::sys::{ibv_context, ibv_cq, ibv_cq_ex, ibv_pd, ibv_qp, ibv_qp_ex};
+use sideway::{CompletionQueue, DeviceContext, ProtectionDomain};
+
+/// What the provider's operations saw (`struct null_counters`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// `ops.post_send` calls.
+    pub post_send_calls: u64,
+    /// Work requests in the chains posted with `ops.post_send`.
+    pub send_wrs: u64,
+    /// `ops.post_recv` calls.
+    pub post_recv_calls: u64,
+    /// Work requests in the chains posted with `ops.post_recv`.
+    pub recv_wrs: u64,
+    /// `qp_ex->wr_start` calls.
+    pub wr_starts: u64,
+    /// `qp_ex->wr_<opcode>` calls.
+    pub wr_ops: u64,
+    /// `qp_ex->wr_set_sge` (and list, inline) calls.
+    pub wr_sges: u64,
+    /// `qp_ex->wr_complete` calls.
+    pub wr_completes: u64,
+    /// `qp_ex->wr_abort` calls.
+    pub wr_aborts: u64,
+    /// `ops.poll_cq`, `cq_ex->start_poll` and `cq_ex->next_poll` calls.
+    pub poll_calls: u64,
+    /// Completions handed back.
+    pub completions: u64,
+    /// `cq_ex->end_poll` calls.
+    pub end_polls: u64,
+    /// Signaled send requests posted (each makes one completion ready).
+    pub signaled: u64,
+    /// Sum of the `wr_id` of every request posted.
+    pub wr_id_sum: u64,
+    /// Sum of the SGE lengths of every request posted.
+    pub length_sum: u64,
+}
+
+/// The opaque `struct null_provider`.
+#[repr(C)]
+struct RawProvider {
+    _private: [u8; 0],
+}
+
+extern "C" {
+    fn null_provider_new() -> *mut RawProvider;
+    fn null_provider_free(np: *mut RawProvider);
+    fn null_provider_context(np: *mut RawProvider) -> *mut ibv_context;
+    fn null_provider_pd(np: *mut RawProvider) -> *mut ibv_pd;
+    fn null_provider_qp(np: *mut RawProvider) -> *mut ibv_qp;
+    fn null_provider_qp_ex(np: *mut RawProvider) -> *mut ibv_qp_ex;
+    fn null_provider_cq(np: *mut RawProvider) -> *mut ibv_cq;
+    fn null_provider_cq_ex(np: *mut RawProvider) -> *mut ibv_cq_ex;
+    fn null_provider_counters(np: *const RawProvider) -> *const Counters;
+    fn null_cq_add(cq: *mut ibv_cq, n: u32);
+}
+
+/// Owns one `struct null_provider` and frees it on drop.
+struct Allocation(NonNull<RawProvider>);
+
+// SAFETY: the provider is plain memory with no thread affinity; who may touch it when is
+// governed by the sideway objects and `NullProvider` methods, which need `&mut` or are
+// documented as single-threaded (a CQ is polled by one poller at a time).
+unsafe impl Send for Allocation {}
+// SAFETY: as above; `Allocation` itself exposes nothing but its pointer.
+unsafe impl Sync for Allocation {}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from null_provider_new and is freed once, here, after
+        // every sideway object using it (they hold an Arc of this allocation through their
+        // context's owner).
+        unsafe { null_provider_free(self.0.as_ptr()) }
+    }
+}
+
+/// One null provider: a context, a PD, one CQ and one QP (whose send and receive CQ is that
+/// CQ), usable as classic or extended objects.
+pub struct NullProvider {
+    mem: Arc<Allocation>,
+}
+
+impl std::fmt::Debug for NullProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NullProvider")
+            .field("counters", &self.counters())
+            .finish()
+    }
+}
+
+impl Default for NullProvider {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl NullProvider {
+    /// A new provider with no completion ready.
+    ///
+    /// # Panics
+    ///
+    /// When the C allocation fails (out of memory).
+    pub fn new() -> Self {
+        // SAFETY: no preconditions; NULL means out of memory.
+        let raw = unsafe { null_provider_new() };
+        let raw = NonNull::new(raw).expect("null_provider_new: out of memory");
+        NullProvider {
+            mem: Arc::new(Allocation(raw)),
+        }
+    }
+
+    fn raw(&self) -> *mut RawProvider {
+        self.mem.0.as_ptr()
+    }
+
+    /// The raw context, for the C side.
+    pub fn context_raw(&self) -> *mut ibv_context {
+        // SAFETY: self.raw() is a live provider.
+        unsafe { null_provider_context(self.raw()) }
+    }
+
+    /// The raw classic QP, for the C side.
+    pub fn qp_raw(&self) -> *mut ibv_qp {
+        // SAFETY: self.raw() is a live provider.
+        unsafe { null_provider_qp(self.raw()) }
+    }
+
+    /// The raw extended QP (the same object), for the C side.
+    pub fn qp_ex_raw(&self) -> *mut ibv_qp_ex {
+        // SAFETY: self.raw() is a live provider.
+        unsafe { null_provider_qp_ex(self.raw()) }
+    }
+
+    /// The raw classic CQ, for the C side.
+    pub fn cq_raw(&self) -> *mut ibv_cq {
+        // SAFETY: self.raw() is a live provider.
+        unsafe { null_provider_cq(self.raw()) }
+    }
+
+    /// The raw extended CQ (the same object), for the C side.
+    pub fn cq_ex_raw(&self) -> *mut ibv_cq_ex {
+        // SAFETY: self.raw() is a live provider.
+        unsafe { null_provider_cq_ex(self.raw()) }
+    }
+
+    /// What the provider's operations have seen so far.
+    pub fn counters(&self) -> Counters {
+        // SAFETY: the counters live inside the provider; copied out while no operation runs
+        // (operations run only inside calls that borrow the sideway objects or the
+        // provider's raw pointers on this thread).
+        unsafe { *null_provider_counters(self.raw()) }
+    }
+
+    /// Makes `n` more completions ready on the CQ (`null_cq_add`).
+    pub fn add_completions(&self, n: u32) {
+        // SAFETY: cq_raw() is the provider's live CQ; the call adds to a counter in it.
+        unsafe { null_cq_add(self.cq_raw(), n) }
+    }
+
+    /// Sideway objects around the provider's: a classic or extended QP, with its CQ (of the
+    /// same kind). The QP takes sideway's default capabilities (128 work requests, 1 SGE)
+    /// and is in RTS, ready to post.
+    pub fn sideway(&self, extended: bool) -> (QueuePair, Arc<CompletionQueue>) {
+        let ctx = self.context();
+        // SAFETY: the PD belongs to ctx's provider, which ctx's owner keeps alive.
+        let pd = unsafe { ProtectionDomain::from_raw_parts(self.nonnull_pd(), &ctx) };
+        let cq_ex = NonNull::new(self.cq_ex_raw()).expect("a field address");
+        let cq_raw = NonNull::new(self.cq_raw()).expect("a field address");
+        // SAFETY: ctx came from from_raw_parts; cq_raw is the provider's CQ and cq_ex the same
+        // object as ibv_cq_ex, with every poll and read function set (null_provider_new).
+        let cq = unsafe {
+            ctx.create_cq_builder()
+                .wrap_raw(cq_raw, extended.then_some(cq_ex))
+        };
+        let mut builder: QueuePairBuilder = pd.create_qp_builder();
+        builder.send_cq(&cq).recv_cq(&cq);
+        let qp_raw = NonNull::new(self.qp_raw()).expect("a field address");
+        let qp_ex = NonNull::new(self.qp_ex_raw()).expect("a field address");
+        // SAFETY: the PD's context came from from_raw_parts; qp_raw is the provider's QP,
+        // with post_send and post_recv set and no capacity limit, and qp_ex the same object
+        // as ibv_qp_ex with wr_start, wr_complete, wr_abort and every wr_* of sideway's
+        // default send_ops_flags set (null_provider_new).
+        let qp = unsafe { builder.wrap_raw(qp_raw, extended.then_some(qp_ex)) }
+            .expect("the builder was given both CQs");
+        (qp, cq)
+    }
+
+    fn context(&self) -> Arc<DeviceContext> {
+        let raw = NonNull::new(self.context_raw()).expect("a field address");
+        // SAFETY: raw is the provider's context, which the owner (an Arc of the allocation)
+        // keeps alive with every object in it; only the data path is used on the sideway
+        // objects built on it (sideway(), the benchmarks), and the provider's operations do
+        // what verbs.h documents.
+        unsafe { DeviceContext::from_raw_parts(raw, "null", Box::new(Arc::clone(&self.mem))) }
+    }
+
+    fn nonnull_pd(&self) -> NonNull<ibv_pd> {
+        // SAFETY: self.raw() is a live provider.
+        NonNull::new(unsafe { null_provider_pd(self.raw()) }).expect("a field address")
+    }
+}

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# ud_pingpong, uc_pingpong and srq_pingpong against rdma-core's ibv_ud_pingpong,
+# ibv_uc_pingpong and ibv_srq_pingpong, both directions, polling and sleeping on completion
+# events (-e); rc_pingpong -e against ibv_rc_pingpong -e both directions; and each of ours
+# against itself with the extended API (-N -e). 1000 iterations on the test GID.
+# Runs where scripts/softroce runs commands; binaries from ${EXAMPLES_BIN:-target/debug}.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+. scripts/lib/peers.sh
+
+dev=${RDMA_TEST_DEVICE:?RDMA_TEST_DEVICE is not set; run this through scripts/softroce run}
+gid=${RDMA_TEST_GID_INDEX:-1}
+bin=${EXAMPLES_BIN:-target/debug}
+for p in rc ud uc srq; do
+    [ -x "$bin/${p}_pingpong" ] || { echo "FAILED: $bin/${p}_pingpong is missing (cargo build -p sideway-examples)" >&2; exit 1; }
+done
+port=18700
+iters=1000
+passed=0
+
+# pair NAME BYTES QPS SERVER_CMD... -- CLIENT_CMD...: runs the pair and checks both logs:
+# the iteration count, BYTES transferred, and QPS remote endpoints.
+pair() {
+    local name=$1 bytes=$2 qps=$3
+    shift 3
+    port=$((port + 1))
+    echo "$name (port $port)"
+    local server=() client=()
+    while [ "$1" != -- ]; do server+=("$1"); shift; done
+    shift
+    client=("$@")
+    run_pair "wait_tcp_listen $port 30" "${server[@]}" -p "$port" -- "${client[@]}" -p "$port" 127.0.0.1
+    for side in server client; do
+        expect_in "$PAIR_DIR/$side.log" "^$iters iters in [0-9.]+ seconds = [0-9.]+ usec/iter$" \
+            "$iters iterations on the $side"
+        expect_in "$PAIR_DIR/$side.log" "^$bytes bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec$" \
+            "the byte count on the $side"
+        local n
+        n=$(grep -cE 'remote address: +LID 0x[0-9a-f]{4}, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}[,:] GID ::ffff:' "$PAIR_DIR/$side.log" || true)
+        [ "$n" -eq "$qps" ] || { echo "  FAIL: $n remote endpoints on the $side, expected $qps" >&2; return 1; }
+    done
+    if grep -l panicked "$PAIR_DIR"/*.log 2>/dev/null; then echo "FAILED: a panic" >&2; exit 1; fi
+    passed=$((passed + 1))
+}
+
+common=(-d "$dev" -g "$gid" -n "$iters")
+for p in ud uc srq; do
+    ours=$bin/${p}_pingpong
+    theirs=ibv_${p}_pingpong
+    case $p in
+        ud) bytes=$((1024 * iters * 2)) qps=1 ;; # the default 2048 shrinks to the MTU, 1024 on rxe
+        srq) bytes=$((4096 * iters * 2)) qps=16 ;;
+        *) bytes=$((4096 * iters * 2)) qps=1 ;;
+    esac
+    pair "$p: ours (client) with $theirs (server)" "$bytes" "$qps" \
+        "$theirs" "${common[@]}" -- "$ours" "${common[@]}"
+    pair "$p: $theirs (client) with ours (server)" "$bytes" "$qps" \
+        "$ours" "${common[@]}" -- "$theirs" "${common[@]}"
+    pair "$p: ours -e (client) with $theirs -e (server)" "$bytes" "$qps" \
+        "$theirs" "${common[@]}" -e -- "$ours" "${common[@]}" -e
+    pair "$p: $theirs -e (client) with ours -e (server)" "$bytes" "$qps" \
+        "$ours" "${common[@]}" -e -- "$theirs" "${common[@]}" -e
+    pair "$p: ours -N -e with ours -N" "$bytes" "$qps" \
+        "$ours" "${common[@]}" -N -e -- "$ours" "${common[@]}" -N
+done
+pair "rc: ours -e (client) with ibv_rc_pingpong -e (server)" 8192000 1 \
+    ibv_rc_pingpong "${common[@]}" -e -- "$bin/rc_pingpong" "${common[@]}" -e
+pair "rc: ibv_rc_pingpong -e (client) with ours -e (server)" 8192000 1 \
+    "$bin/rc_pingpong" "${common[@]}" -e -- ibv_rc_pingpong "${common[@]}" -e
+
+echo "bad input"
+out=$("$bin/srq_pingpong" -d "$dev" -g "$gid" -q 8 -r 4 2>&1) && { echo "FAILED: -q 8 -r 4, yet exit 0" >&2; exit 1; }
+grep -q "too small for 8 QPs" <<<"$out" || { echo "FAILED: rx-depth message: $out" >&2; exit 1; }
+echo "  ok: $out"
+out=$("$bin/ud_pingpong" -d "$dev" -g "$gid" -s 1000000 2>&1) && { echo "FAILED: -s 1000000, yet exit 0" >&2; exit 1; }
+grep -q "larger than the port's MTU" <<<"$out" || { echo "FAILED: UD size message: $out" >&2; exit 1; }
+echo "  ok: $out"
+out=$("$bin/uc_pingpong" -d "$dev" -g "$gid" -e -p 18799 127.0.0.1 2>&1) && { echo "FAILED: no server, yet exit 0" >&2; exit 1; }
+grep -q "is the server running" <<<"$out" || { echo "FAILED: no-server message: $out" >&2; exit 1; }
+echo "  ok: $out"
+echo "pingpong-interop: all $passed pairs passed"

@@ -1,0 +1,384 @@
+//! Asynchronous device events (`struct ibv_async_event`): port state changes, QP and CQ
+//! errors, SRQ limits, read from the device context's async fd.
+//!
+//! [`DeviceContext::get_async_event`] waits (with an optional timeout, through poll(2) on
+//! [`DeviceContext::async_fd`]) and returns a typed [`AsyncEvent`] that names its object:
+//! the port number, the sideway [`SharedReceiveQueue`] when it is still alive, the QP
+//! number, or the CQ's handle. Each event is copied out and acknowledged
+//! (`ibv_ack_async_event`) before it is returned, so no destroy verb ever waits on one.
+
+use std::fmt;
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::RawFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdma_mummy_sys as ffi;
+
+use crate::device::DeviceContext;
+use crate::errno::from_ret;
+use crate::macros::c_enum;
+use crate::shared_receive_queue::{self, SharedReceiveQueue};
+
+c_enum! {
+    /// What happened.
+    pub enum AsyncEventKind: "ibv_event_type" {
+        /// A CQ overran or its device failed.
+        CqErr = ffi::ibv_event_type::IBV_EVENT_CQ_ERR,
+        /// A QP hit an error it cannot report in a completion; it is in the error state.
+        QpFatal = ffi::ibv_event_type::IBV_EVENT_QP_FATAL,
+        /// Invalid request local work queue error.
+        QpReqErr = ffi::ibv_event_type::IBV_EVENT_QP_REQ_ERR,
+        /// Local access violation error.
+        QpAccessErr = ffi::ibv_event_type::IBV_EVENT_QP_ACCESS_ERR,
+        /// Communication established (a first packet arrived in RTR).
+        CommEst = ffi::ibv_event_type::IBV_EVENT_COMM_EST,
+        /// The send queue drained (SQD).
+        SqDrained = ffi::ibv_event_type::IBV_EVENT_SQ_DRAINED,
+        /// Path migrated.
+        PathMig = ffi::ibv_event_type::IBV_EVENT_PATH_MIG,
+        /// Path migration failed.
+        PathMigErr = ffi::ibv_event_type::IBV_EVENT_PATH_MIG_ERR,
+        /// The device failed; the context must be closed.
+        DeviceFatal = ffi::ibv_event_type::IBV_EVENT_DEVICE_FATAL,
+        /// A port became active.
+        PortActive = ffi::ibv_event_type::IBV_EVENT_PORT_ACTIVE,
+        /// A port went down.
+        PortErr = ffi::ibv_event_type::IBV_EVENT_PORT_ERR,
+        /// A port's LID changed.
+        LidChange = ffi::ibv_event_type::IBV_EVENT_LID_CHANGE,
+        /// A port's P_Key table changed.
+        PkeyChange = ffi::ibv_event_type::IBV_EVENT_PKEY_CHANGE,
+        /// The subnet manager changed.
+        SmChange = ffi::ibv_event_type::IBV_EVENT_SM_CHANGE,
+        /// An SRQ failed.
+        SrqErr = ffi::ibv_event_type::IBV_EVENT_SRQ_ERR,
+        /// Fewer receives than the armed limit are left in an SRQ.
+        SrqLimitReached = ffi::ibv_event_type::IBV_EVENT_SRQ_LIMIT_REACHED,
+        /// The last WQE of a QP attached to an SRQ was reached.
+        QpLastWqeReached = ffi::ibv_event_type::IBV_EVENT_QP_LAST_WQE_REACHED,
+        /// The subnet manager asks clients to register again.
+        ClientReregister = ffi::ibv_event_type::IBV_EVENT_CLIENT_REREGISTER,
+        /// A port's GID table changed.
+        GidChange = ffi::ibv_event_type::IBV_EVENT_GID_CHANGE,
+        /// A work queue failed.
+        WqFatal = ffi::ibv_event_type::IBV_EVENT_WQ_FATAL,
+    }
+}
+
+impl fmt::Display for AsyncEventKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // SAFETY: ibv_event_type_str accepts any value and returns a static string.
+        let text = unsafe { ffi::ibv_event_type_str(u32::from(*self)) };
+        if text.is_null() {
+            return write!(f, "event {}", u32::from(*self));
+        }
+        // SAFETY: non-NULL static NUL-terminated string.
+        let text = unsafe { std::ffi::CStr::from_ptr(text) }.to_string_lossy();
+        write!(f, "{text}")
+    }
+}
+
+/// The object an async event is about.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum AsyncEventObject {
+    /// A port (port events).
+    Port(u8),
+    /// A queue pair, by number.
+    QueuePair {
+        /// The QP number.
+        qp_num: u32,
+    },
+    /// A completion queue, by its kernel handle.
+    CompletionQueue {
+        /// The CQ's handle (`ibv_cq.handle`).
+        handle: u32,
+    },
+    /// A shared receive queue of this crate that is still alive.
+    SharedReceiveQueue(Arc<SharedReceiveQueue>),
+    /// A shared receive queue that is being dropped, or not made by this crate.
+    SrqHandle(u32),
+    /// A work queue, by number.
+    WorkQueue {
+        /// The WQ number.
+        wq_num: u32,
+    },
+    /// The whole device.
+    Device,
+}
+
+/// One async event, already acknowledged.
+#[doc(alias = "ibv_async_event")]
+#[derive(Debug, Clone)]
+pub struct AsyncEvent {
+    kind: AsyncEventKind,
+    object: AsyncEventObject,
+}
+
+impl AsyncEvent {
+    /// What happened.
+    pub fn kind(&self) -> AsyncEventKind {
+        self.kind
+    }
+
+    /// What it happened to.
+    pub fn object(&self) -> &AsyncEventObject {
+        &self.object
+    }
+
+    /// The SRQ it names, when it names a live sideway SRQ.
+    pub fn srq(&self) -> Option<&Arc<SharedReceiveQueue>> {
+        match &self.object {
+            AsyncEventObject::SharedReceiveQueue(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for AsyncEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} on ", self.kind)?;
+        match &self.object {
+            AsyncEventObject::Port(p) => write!(f, "port {p}"),
+            AsyncEventObject::QueuePair { qp_num } => write!(f, "QP {qp_num:#x}"),
+            AsyncEventObject::CompletionQueue { handle } => write!(f, "CQ {handle:#x}"),
+            AsyncEventObject::SharedReceiveQueue(s) => write!(f, "SRQ {:#x}", s.handle()),
+            AsyncEventObject::SrqHandle(h) => write!(f, "SRQ {h:#x}"),
+            AsyncEventObject::WorkQueue { wq_num } => write!(f, "WQ {wq_num:#x}"),
+            AsyncEventObject::Device => f.write_str("the device"),
+        }
+    }
+}
+
+/// Why waiting for an event (async or completion) failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EventError {
+    /// Nothing arrived within the timeout.
+    #[error("waited {timeout:?} for {what}, and none arrived")]
+    Timeout {
+        /// Which kind of event.
+        what: &'static str,
+        /// The timeout.
+        timeout: Duration,
+    },
+    /// A call failed.
+    #[error("{call} failed while waiting for {what}: {source}")]
+    Call {
+        /// The call.
+        call: &'static str,
+        /// Which kind of event.
+        what: &'static str,
+        /// The errno.
+        source: io::Error,
+    },
+}
+
+/// Makes `fd` non-blocking (idempotent), so a read never sleeps past a poll(2) deadline.
+pub(crate) fn set_nonblocking(fd: RawFd, what: &'static str) -> Result<(), EventError> {
+    let call_err = |call| EventError::Call {
+        call,
+        what,
+        source: io::Error::last_os_error(),
+    };
+    // SAFETY: fcntl on a descriptor the caller owns for the call's duration.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(call_err("fcntl(F_GETFL)"));
+    }
+    if flags & libc::O_NONBLOCK == 0 {
+        // SAFETY: as above.
+        if unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+            return Err(call_err("fcntl(F_SETFL)"));
+        }
+    }
+    Ok(())
+}
+
+/// Waits until `fd` is readable: `Ok(true)` when it is, `Ok(false)` when `timeout` passed
+/// (`None` waits for ever). Restarts after signals with the time left.
+pub(crate) fn wait_readable(
+    fd: RawFd,
+    timeout: Option<Duration>,
+    what: &'static str,
+) -> Result<bool, EventError> {
+    let deadline = timeout.map(|t| std::time::Instant::now() + t);
+    loop {
+        let ms = match deadline {
+            None => -1,
+            Some(d) => {
+                let left = d.saturating_duration_since(std::time::Instant::now());
+                // Round up so a sub-millisecond remainder still waits.
+                i32::try_from(left.as_micros().div_ceil(1000)).unwrap_or(i32::MAX)
+            }
+        };
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: pfd is one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        match n {
+            n if n > 0 => return Ok(true),
+            0 => return Ok(false),
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(EventError::Call {
+                        call: "poll",
+                        what,
+                        source: e,
+                    });
+                }
+            }
+        }
+    }
+}
+
+const ASYNC: &str = "an async event";
+
+impl DeviceContext {
+    /// The async event file descriptor (`ibv_context.async_fd`), for poll/epoll. Reading
+    /// it directly is not allowed; call [`get_async_event`](Self::get_async_event) when it
+    /// is readable. This crate sets it non-blocking.
+    pub fn async_fd(&self) -> RawFd {
+        // SAFETY: the context is open; async_fd is set at open and never changes.
+        unsafe { (*self.as_raw()).async_fd }
+    }
+
+    /// Waits for the next async event (`ibv_get_async_event`, then `ibv_ack_async_event`)
+    /// for at most `timeout` (`None`: for ever). A timeout is
+    /// [`EventError::Timeout`].
+    #[doc(alias = "ibv_get_async_event")]
+    #[doc(alias = "ibv_ack_async_event")]
+    pub fn get_async_event(&self, timeout: Option<Duration>) -> Result<AsyncEvent, EventError> {
+        let fd = self.async_fd();
+        set_nonblocking(fd, ASYNC)?;
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        loop {
+            if let Some(ev) = self.try_get_async_event()? {
+                return Ok(ev);
+            }
+            let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+            if left == Some(Duration::ZERO) || !wait_readable(fd, left, ASYNC)? {
+                return Err(EventError::Timeout {
+                    what: ASYNC,
+                    timeout: timeout.unwrap_or_default(),
+                });
+            }
+        }
+    }
+
+    /// Returns the next async event if one is pending, `None` if not; never waits.
+    #[doc(alias = "ibv_get_async_event")]
+    pub fn try_get_async_event(&self) -> Result<Option<AsyncEvent>, EventError> {
+        set_nonblocking(self.async_fd(), ASYNC)?;
+        let mut raw = MaybeUninit::<ffi::ibv_async_event>::zeroed();
+        // SAFETY: the context is open; raw is a valid out-parameter.
+        let ret = unsafe { ffi::ibv_get_async_event(self.as_raw(), raw.as_mut_ptr()) };
+        if let Err(source) = from_ret(ret) {
+            if source.kind() == io::ErrorKind::WouldBlock {
+                return Ok(None);
+            }
+            return Err(EventError::Call {
+                call: "ibv_get_async_event",
+                what: ASYNC,
+                source,
+            });
+        }
+        // SAFETY: the verb succeeded and filled the event (zeroed before, so fully init).
+        let mut raw = unsafe { raw.assume_init() };
+        // SAFETY: the event is not yet acknowledged, so the object it names is alive
+        // (its destroy verb waits for the acknowledgement); the union member read is the
+        // one event_type selects.
+        let event = unsafe { copy_event(&raw) };
+        // SAFETY: raw came from ibv_get_async_event and is acknowledged once, here.
+        unsafe { ffi::ibv_ack_async_event(&mut raw) };
+        Ok(Some(event))
+    }
+}
+
+/// Copies an unacknowledged event out.
+///
+/// # Safety
+///
+/// `raw` came from `ibv_get_async_event` and is not yet acknowledged.
+unsafe fn copy_event(raw: &ffi::ibv_async_event) -> AsyncEvent {
+    use AsyncEventKind as K;
+    let kind = AsyncEventKind::from(raw.event_type);
+    let el = &raw.element;
+    // The caller guarantees the event is live: the object it names stays alive until the
+    // acknowledgement. Each arm reads the union member its event type uses.
+    let object = match kind {
+        K::CqErr => {
+            // SAFETY: as above; a CQ event carries a live CQ.
+            let handle = unsafe { (*el.cq).handle };
+            AsyncEventObject::CompletionQueue { handle }
+        }
+        K::QpFatal
+        | K::QpReqErr
+        | K::QpAccessErr
+        | K::CommEst
+        | K::SqDrained
+        | K::PathMig
+        | K::PathMigErr
+        | K::QpLastWqeReached => {
+            // SAFETY: as above; a QP event carries a live QP.
+            let qp_num = unsafe { (*el.qp).qp_num };
+            AsyncEventObject::QueuePair { qp_num }
+        }
+        K::SrqErr | K::SrqLimitReached => {
+            // SAFETY: as above; an SRQ event carries a live SRQ.
+            let srq = unsafe { el.srq };
+            match shared_receive_queue::lookup(srq) {
+                Some(s) => AsyncEventObject::SharedReceiveQueue(s),
+                // SAFETY: as above.
+                None => AsyncEventObject::SrqHandle(unsafe { (*srq).handle }),
+            }
+        }
+        K::WqFatal => {
+            // SAFETY: as above; a WQ event carries a live WQ.
+            let wq_num = unsafe { (*el.wq).wq_num };
+            AsyncEventObject::WorkQueue { wq_num }
+        }
+        K::PortActive
+        | K::PortErr
+        | K::LidChange
+        | K::PkeyChange
+        | K::SmChange
+        | K::ClientReregister
+        | K::GidChange => {
+            // SAFETY: as above; a port event carries the port number.
+            let port = unsafe { el.port_num };
+            AsyncEventObject::Port(u8::try_from(port).unwrap_or(0))
+        }
+        K::DeviceFatal | K::Unknown(_) => AsyncEventObject::Device,
+    };
+    AsyncEvent { kind, object }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_kinds_survive() {
+        assert_eq!(AsyncEventKind::from(15), AsyncEventKind::SrqLimitReached);
+        assert_eq!(AsyncEventKind::from(999), AsyncEventKind::Unknown(999));
+    }
+
+    #[test]
+    fn timeouts_are_typed() {
+        let e = EventError::Timeout {
+            what: ASYNC,
+            timeout: Duration::from_millis(50),
+        };
+        assert_eq!(
+            e.to_string(),
+            "waited 50ms for an async event, and none arrived"
+        );
+    }
+}

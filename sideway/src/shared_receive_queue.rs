@@ -1,0 +1,444 @@
+//! Shared receive queues (`struct ibv_srq`): one pool of receive buffers that many queue
+//! pairs take from.
+//!
+//! [`ProtectionDomain::create_srq_builder`] makes one; QPs attach with
+//! [`QueuePairBuilder::srq`](crate::queue_pair::QueuePairBuilder::srq) and each holds the
+//! SRQ's `Arc`. Receives are posted with [`SharedReceiveQueue::start_post_recv`] (one chained
+//! `ibv_post_srq_recv` per batch, built in storage allocated with the SRQ). Arming the limit
+//! ([`SharedReceiveQueue::arm_limit`]) makes the device raise
+//! [`AsyncEventKind::SrqLimitReached`](crate::async_event::AsyncEventKind::SrqLimitReached)
+//! once fewer receives than the limit are left, naming this SRQ.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io;
+use std::os::raw::c_int;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+
+use rdma_mummy_sys as ffi;
+
+use crate::errno::{from_ret, non_null};
+use crate::memory_region::Sge;
+use crate::protection_domain::ProtectionDomain;
+use crate::queue_pair::InvalidWorkRequest;
+
+/// Why an SRQ operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SharedReceiveQueueError {
+    /// `ibv_create_srq` failed.
+    #[error("ibv_create_srq with max_wr {max_wr}, max_sge {max_sge}, srq_limit {srq_limit} failed on {device}: {source}{}",
+        if source.raw_os_error() == Some(libc::EINVAL) { " (more than the device's max_srq_wr / max_srq_sge?)" } else { "" })]
+    Create {
+        /// The device's name.
+        device: String,
+        /// Receives asked for.
+        max_wr: u32,
+        /// Entries per receive asked for.
+        max_sge: u32,
+        /// The limit asked for.
+        srq_limit: u32,
+        /// The errno.
+        source: io::Error,
+    },
+    /// `ibv_modify_srq` failed.
+    #[error("ibv_modify_srq of SRQ {srq:#x} ({what}) failed: {source}")]
+    Modify {
+        /// The SRQ's handle.
+        srq: u32,
+        /// What was changed.
+        what: String,
+        /// The errno.
+        source: io::Error,
+    },
+    /// `ibv_query_srq` failed.
+    #[error("ibv_query_srq of SRQ {srq:#x} failed: {source}")]
+    Query {
+        /// The SRQ's handle.
+        srq: u32,
+        /// The errno.
+        source: io::Error,
+    },
+    /// `ibv_post_srq_recv` failed.
+    #[error("ibv_post_srq_recv failed on SRQ {srq:#x} at receive {index:?} of {count}: {source}")]
+    Post {
+        /// The SRQ's handle.
+        srq: u32,
+        /// Requests in the batch.
+        count: usize,
+        /// The first request not posted, when the verb says.
+        index: Option<usize>,
+        /// The errno.
+        source: io::Error,
+    },
+    /// A receive was refused while the batch was built; nothing was posted.
+    #[error("receive {index} (wr_id {wr_id}) of a batch on SRQ {srq:#x} is invalid, nothing was posted: {reason}")]
+    Invalid {
+        /// The SRQ's handle.
+        srq: u32,
+        /// The request's index.
+        index: usize,
+        /// Its `wr_id`.
+        wr_id: u64,
+        /// What is wrong.
+        reason: InvalidWorkRequest,
+    },
+}
+
+/// Live SRQs by address, so an async event can hand back the sideway object.
+type SrqRegistry = Mutex<HashMap<usize, Weak<SharedReceiveQueue>>>;
+
+fn registry() -> &'static SrqRegistry {
+    static REGISTRY: OnceLock<SrqRegistry> = OnceLock::new();
+    REGISTRY.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn lock_registry() -> MutexGuard<'static, HashMap<usize, Weak<SharedReceiveQueue>>> {
+    // A panic while holding the lock leaves the map consistent (single inserts/removes).
+    registry().lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The SRQ at `raw`, if it is a live sideway SRQ.
+pub(crate) fn lookup(raw: *mut ffi::ibv_srq) -> Option<Arc<SharedReceiveQueue>> {
+    lock_registry().get(&(raw as usize)).and_then(Weak::upgrade)
+}
+
+impl ProtectionDomain {
+    /// A builder for a shared receive queue on this protection domain.
+    pub fn create_srq_builder(self: &Arc<Self>) -> SharedReceiveQueueBuilder {
+        SharedReceiveQueueBuilder {
+            pd: Arc::clone(self),
+            max_wr: 128,
+            max_sge: 1,
+            srq_limit: 0,
+        }
+    }
+}
+
+/// Builds a [`SharedReceiveQueue`]; from [`ProtectionDomain::create_srq_builder`]. Setters
+/// are named after the fields of `struct ibv_srq_attr`.
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until build()"]
+pub struct SharedReceiveQueueBuilder {
+    pd: Arc<ProtectionDomain>,
+    max_wr: u32,
+    max_sge: u32,
+    srq_limit: u32,
+}
+
+impl SharedReceiveQueueBuilder {
+    /// Most outstanding receives (`max_wr`; default 128). Also the most one batch holds.
+    pub fn max_wr(&mut self, n: u32) -> &mut Self {
+        self.max_wr = n;
+        self
+    }
+
+    /// Most scatter/gather entries per receive (`max_sge`; default 1).
+    pub fn max_sge(&mut self, n: u32) -> &mut Self {
+        self.max_sge = n;
+        self
+    }
+
+    /// The limit armed at creation (`srq_limit`; default 0, not armed). iWARP devices
+    /// ignore it here; [`SharedReceiveQueue::arm_limit`] works everywhere.
+    pub fn srq_limit(&mut self, n: u32) -> &mut Self {
+        self.srq_limit = n;
+        self
+    }
+
+    /// Creates the SRQ (`ibv_create_srq`).
+    #[doc(alias = "ibv_create_srq")]
+    pub fn build(&self) -> Result<Arc<SharedReceiveQueue>, SharedReceiveQueueError> {
+        let mut init = ffi::ibv_srq_init_attr {
+            srq_context: std::ptr::null_mut(),
+            attr: ffi::ibv_srq_attr {
+                max_wr: self.max_wr,
+                max_sge: self.max_sge,
+                srq_limit: self.srq_limit,
+            },
+        };
+        // SAFETY: the PD is alive (the SRQ holds its Arc); init is fully initialised and the
+        // verb writes the granted sizes back.
+        let srq = unsafe { ffi::ibv_create_srq(self.pd.as_raw(), &mut init) };
+        let raw = non_null(srq).map_err(|source| SharedReceiveQueueError::Create {
+            device: self.pd.context().name().to_owned(),
+            max_wr: self.max_wr,
+            max_sge: self.max_sge,
+            srq_limit: self.srq_limit,
+            source,
+        })?;
+        let pick = |granted: u32, asked: u32| if granted == 0 { asked } else { granted };
+        let max_sge = pick(init.attr.max_sge, self.max_sge) as usize;
+        // Batches are sized by what was asked: more could not be outstanding.
+        let batch = self.max_wr.min(pick(init.attr.max_wr, self.max_wr)) as usize;
+        let empty = ffi::ibv_recv_wr {
+            wr_id: 0,
+            next: std::ptr::null_mut(),
+            sg_list: std::ptr::null_mut(),
+            num_sge: 0,
+        };
+        let srq = Arc::new(SharedReceiveQueue {
+            raw,
+            storage: Mutex::new(SrqStorage {
+                wrs: vec![empty; batch].into_boxed_slice(),
+                sges: vec![ffi::ibv_sge::default(); batch.saturating_mul(max_sge)]
+                    .into_boxed_slice(),
+                max_sge,
+            }),
+            max_wr: pick(init.attr.max_wr, self.max_wr),
+            max_sge: max_sge as u32,
+            pd: Arc::clone(&self.pd),
+        });
+        lock_registry().insert(raw.as_ptr() as usize, Arc::downgrade(&srq));
+        Ok(srq)
+    }
+}
+
+struct SrqStorage {
+    wrs: Box<[ffi::ibv_recv_wr]>,
+    sges: Box<[ffi::ibv_sge]>,
+    max_sge: usize,
+}
+
+/// A shared receive queue; destroyed (`ibv_destroy_srq`) on drop, after every QP using it
+/// (they hold its `Arc`). Holds its protection domain.
+#[doc(alias = "ibv_srq")]
+#[doc(alias = "ibv_destroy_srq")]
+pub struct SharedReceiveQueue {
+    raw: NonNull<ffi::ibv_srq>,
+    /// Where batches are built; the lock makes one batch at a time per SRQ.
+    storage: Mutex<SrqStorage>,
+    max_wr: u32,
+    max_sge: u32,
+    pd: Arc<ProtectionDomain>,
+}
+
+// SAFETY: libibverbs SRQs may be used from any thread (ibv_post_srq_recv is thread-safe);
+// the batch storage is behind a Mutex.
+unsafe impl Send for SharedReceiveQueue {}
+// SAFETY: as above.
+unsafe impl Sync for SharedReceiveQueue {}
+
+impl SharedReceiveQueue {
+    /// The raw `ibv_srq`, valid while this SRQ is alive.
+    pub fn as_raw(&self) -> *mut ffi::ibv_srq {
+        self.raw.as_ptr()
+    }
+
+    /// The kernel's handle of the SRQ, which names it in messages.
+    pub fn handle(&self) -> u32 {
+        // SAFETY: raw is live; handle is set at creation and never changes.
+        unsafe { (*self.raw.as_ptr()).handle }
+    }
+
+    /// Receives the device granted.
+    pub fn max_wr(&self) -> u32 {
+        self.max_wr
+    }
+
+    /// Entries per receive the device granted.
+    pub fn max_sge(&self) -> u32 {
+        self.max_sge
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &Arc<ProtectionDomain> {
+        &self.pd
+    }
+
+    /// Arms the limit event (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): once fewer than
+    /// `limit` receives are left, the device raises one `SrqLimitReached` async event and
+    /// disarms. Arm it again after refilling.
+    #[doc(alias = "ibv_modify_srq")]
+    pub fn arm_limit(&self, limit: u32) -> Result<(), SharedReceiveQueueError> {
+        let mut attr = ffi::ibv_srq_attr {
+            max_wr: 0,
+            max_sge: 0,
+            srq_limit: limit,
+        };
+        let mask = ffi::ibv_srq_attr_mask::IBV_SRQ_LIMIT as c_int;
+        // SAFETY: raw is live; attr is valid and the verb reads only srq_limit.
+        let ret = unsafe { ffi::ibv_modify_srq(self.raw.as_ptr(), &mut attr, mask) };
+        from_ret(ret).map_err(|source| SharedReceiveQueueError::Modify {
+            srq: self.handle(),
+            what: format!("srq_limit {limit}"),
+            source,
+        })
+    }
+
+    /// Queries the current sizes and limit (`ibv_query_srq`): `(max_wr, max_sge,
+    /// srq_limit)`, the limit being 0 once the event fired.
+    #[doc(alias = "ibv_query_srq")]
+    pub fn query(&self) -> Result<(u32, u32, u32), SharedReceiveQueueError> {
+        let mut attr = ffi::ibv_srq_attr::default();
+        // SAFETY: raw is live; attr is a valid out-parameter.
+        let ret = unsafe { ffi::ibv_query_srq(self.raw.as_ptr(), &mut attr) };
+        from_ret(ret).map_err(|source| SharedReceiveQueueError::Query {
+            srq: self.handle(),
+            source,
+        })?;
+        Ok((attr.max_wr, attr.max_sge, attr.srq_limit))
+    }
+
+    /// Starts a batch of receives, posted by one chained `ibv_post_srq_recv` on
+    /// [`SrqPostRecvGuard::post`]. Holds the SRQ's batch lock until posted or dropped.
+    #[doc(alias = "ibv_post_srq_recv")]
+    pub fn start_post_recv(&self) -> SrqPostRecvGuard<'_> {
+        SrqPostRecvGuard {
+            srq: self,
+            storage: self.storage.lock().unwrap_or_else(|e| e.into_inner()),
+            count: 0,
+            invalid: None,
+        }
+    }
+}
+
+impl Drop for SharedReceiveQueue {
+    fn drop(&mut self) {
+        let key = self.raw.as_ptr() as usize;
+        {
+            let mut map = lock_registry();
+            // Only our own entry: a new SRQ at the same address registers after this.
+            if map.get(&key).is_some_and(|w| w.strong_count() == 0) {
+                map.remove(&key);
+            }
+        }
+        // SAFETY: raw came from ibv_create_srq and is destroyed once; every QP attached holds
+        // this SRQ's Arc, so none is left.
+        let ret = unsafe { ffi::ibv_destroy_srq(self.raw.as_ptr()) };
+        if let Err(e) = from_ret(ret) {
+            crate::report_drop_failure("ibv_destroy_srq", "a shared receive queue", &e);
+        }
+    }
+}
+
+impl fmt::Debug for SharedReceiveQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedReceiveQueue")
+            .field("handle", &self.handle())
+            .field("max_wr", &self.max_wr)
+            .field("max_sge", &self.max_sge)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A batch of receives for an SRQ; from [`SharedReceiveQueue::start_post_recv`].
+#[must_use = "receives reach the device only through post(); dropping the guard discards them"]
+pub struct SrqPostRecvGuard<'a> {
+    srq: &'a SharedReceiveQueue,
+    storage: MutexGuard<'a, SrqStorage>,
+    count: usize,
+    invalid: Option<(usize, u64, InvalidWorkRequest)>,
+}
+
+impl fmt::Debug for SrqPostRecvGuard<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SrqPostRecvGuard")
+            .field("srq", &self.srq.handle())
+            .field("count", &self.count)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SrqPostRecvGuard<'_> {
+    /// Adds a receive (`struct ibv_recv_wr`) scattered over `sges`. The entries are copied.
+    #[inline]
+    pub fn recv(&mut self, wr_id: u64, sges: &[Sge]) -> &mut Self {
+        if self.invalid.is_some() {
+            return self;
+        }
+        let i = self.count;
+        let st = &mut *self.storage;
+        let reason = if i >= st.wrs.len() {
+            Some(InvalidWorkRequest::BatchFull {
+                capacity: st.wrs.len(),
+                queue: "srq",
+            })
+        } else if sges.len() > st.max_sge {
+            Some(InvalidWorkRequest::TooManySge {
+                given: sges.len(),
+                max: st.max_sge,
+                queue: "srq",
+            })
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            self.invalid = Some((i, wr_id, reason));
+            return self;
+        }
+        let m = st.max_sge;
+        let slot = &mut st.sges[i * m..(i + 1) * m];
+        for (dst, src) in slot.iter_mut().zip(sges) {
+            *dst = *src.as_raw();
+        }
+        st.wrs[i] = ffi::ibv_recv_wr {
+            wr_id,
+            next: std::ptr::null_mut(),
+            sg_list: if sges.is_empty() {
+                std::ptr::null_mut()
+            } else {
+                slot.as_mut_ptr()
+            },
+            // sges.len() <= max_sge, which came from a u32.
+            num_sge: sges.len() as c_int,
+        };
+        if i > 0 {
+            let this: *mut ffi::ibv_recv_wr = &mut st.wrs[i];
+            st.wrs[i - 1].next = this;
+        }
+        self.count += 1;
+        self
+    }
+
+    /// How many receives the batch holds.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// True when the batch holds none.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Posts the batch with one `ibv_post_srq_recv`. An empty batch posts nothing.
+    #[doc(alias = "ibv_post_srq_recv")]
+    #[inline]
+    pub fn post(mut self) -> Result<(), SharedReceiveQueueError> {
+        let srq = self.srq.handle();
+        if let Some((index, wr_id, reason)) = self.invalid.take() {
+            return Err(SharedReceiveQueueError::Invalid {
+                srq,
+                index,
+                wr_id,
+                reason,
+            });
+        }
+        let count = self.count;
+        if count == 0 {
+            return Ok(());
+        }
+        let raw = self.srq.raw.as_ptr();
+        let st = &mut *self.storage;
+        let mut bad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
+        // SAFETY: raw is live; wrs[..count] is a NULL-terminated chain whose sg_lists point
+        // into `sges` (alive with the SRQ, locked by this guard); the device checks every
+        // SGE's lkey and bounds.
+        let ret = unsafe { ffi::ibv_post_srq_recv(raw, st.wrs.as_mut_ptr(), &mut bad) };
+        from_ret(ret).map_err(|source| {
+            let base = st.wrs.as_ptr() as usize;
+            let size = std::mem::size_of::<ffi::ibv_recv_wr>();
+            let index = (bad as usize)
+                .checked_sub(base)
+                .filter(|off| off % size == 0 && off / size < count)
+                .map(|off| off / size);
+            SharedReceiveQueueError::Post {
+                srq,
+                count,
+                index,
+                source,
+            }
+        })
+    }
+}
