@@ -49,6 +49,12 @@ pub mod rdmacm;
 #[allow(unsafe_code)]
 pub mod shared_receive_queue;
 
+// The workspace README's Rust example is compiled as a doc test of this crate, so it cannot
+// drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
+
 #[allow(unsafe_code)]
 mod errno;
 mod macros;
