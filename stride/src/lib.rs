@@ -9,8 +9,11 @@
 
 pub mod bandwidth;
 pub mod cli;
+pub mod engine;
+pub mod gid_select;
 pub mod latency;
 pub mod oob;
 pub mod params;
 pub mod plot;
+pub mod progress;
 pub mod report;

@@ -168,6 +168,8 @@ pub enum OobError {
 pub struct OobChannel {
     stream: TcpStream,
     timeout: Duration,
+    /// A message [`OobChannel::peer_spoke`] read ahead, handed out by the next `recv`.
+    pending: Option<Message>,
 }
 
 impl OobChannel {
@@ -212,7 +214,11 @@ impl OobChannel {
         set(stream.set_nodelay(true))?;
         set(stream.set_read_timeout(Some(timeout)))?;
         set(stream.set_write_timeout(Some(timeout)))?;
-        Ok(OobChannel { stream, timeout })
+        Ok(OobChannel {
+            stream,
+            timeout,
+            pending: None,
+        })
     }
 
     /// Changes how long a read may wait (a long measurement on the peer needs longer).
@@ -263,8 +269,41 @@ impl OobChannel {
             .map_err(|e| self.io_error(&what, e))
     }
 
+    /// Checks, without waiting, whether the peer has said something or gone away: `Ok(true)`
+    /// when a message is waiting (kept for the next [`OobChannel::recv`]), `Ok(false)` when
+    /// the peer is quiet, an error when it closed the connection or aborted. Measured loops
+    /// call this now and then, so that a peer that died is noticed instead of waited for.
+    pub fn peer_spoke(&mut self) -> Result<bool, OobError> {
+        let what = "watching the peer during the run";
+        let mut byte = [0u8; 1];
+        self.stream
+            .set_nonblocking(true)
+            .map_err(|e| self.io_error(what, e))?;
+        let peeked = self.stream.peek(&mut byte);
+        self.stream
+            .set_nonblocking(false)
+            .map_err(|e| self.io_error(what, e))?;
+        match peeked {
+            Ok(0) => Err(OobError::Closed { what: what.into() }),
+            // A message is already kept: the peer is still there, and what follows waits.
+            Ok(_) if self.pending.is_some() => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.pending.is_some() => Ok(true),
+            Ok(_) => {
+                // A whole frame follows promptly: the peer writes each one at once.
+                let msg = self.recv("message")?;
+                self.pending = Some(msg);
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(self.io_error(what, e)),
+        }
+    }
+
     /// Receives one message; `expecting` names it for error messages.
     pub fn recv(&mut self, expecting: &str) -> Result<Message, OobError> {
+        if let Some(msg) = self.pending.take() {
+            return Ok(msg);
+        }
         let what = format!("waiting for the peer's {expecting}");
         let mut head = [0u8; 10];
         self.stream
@@ -369,6 +408,20 @@ impl OobChannel {
             ))),
             other => Err(OobError::Unexpected {
                 expected: "ready",
+                got: other.name(),
+            }),
+        }
+    }
+
+    /// Trades this side's results for the peer's.
+    pub fn exchange_results(&mut self, ours: &SideReport) -> Result<SideReport, OobError> {
+        self.send(&Message::Results {
+            report: ours.clone(),
+        })?;
+        match self.recv("results")? {
+            Message::Results { report } => Ok(report),
+            other => Err(OobError::Unexpected {
+                expected: "results",
                 got: other.name(),
             }),
         }
@@ -480,6 +533,78 @@ mod tests {
         drop(c);
         let e = s.recv("results").unwrap_err().to_string();
         assert!(e.contains("closed the connection"), "{e}");
+    }
+
+    #[test]
+    fn peer_spoke_reads_ahead_and_notices_a_closed_peer() {
+        let (mut c, mut s) = pair();
+        assert!(!s.peer_spoke().unwrap());
+        c.send(&Message::Ready {
+            step: "done".into(),
+        })
+        .unwrap();
+        // The frame may take a moment to arrive over loopback.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !s.peer_spoke().unwrap() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the message never came"
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+        assert!(s.peer_spoke().unwrap(), "the message stays pending");
+        // A peer that spoke and then died is noticed too: the message stays readable.
+        let (c2, mut s2) = pair();
+        let mut c2 = c2;
+        c2.send(&Message::Ready {
+            step: "done".into(),
+        })
+        .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !s2.peer_spoke().unwrap() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the message never came"
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+        drop(c2);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let closed = loop {
+            match s2.peer_spoke() {
+                Err(e) => break e.to_string(),
+                Ok(spoke) => assert!(spoke),
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the close was never seen"
+            );
+            thread::sleep(Duration::from_millis(5));
+        };
+        assert!(closed.contains("closed the connection"), "{closed}");
+        assert!(matches!(s2.recv("done"), Ok(Message::Ready { .. })));
+        assert_eq!(
+            s.recv("done").unwrap(),
+            Message::Ready {
+                step: "done".into()
+            }
+        );
+        drop(c);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            match s.peer_spoke() {
+                Err(e) => {
+                    assert!(e.to_string().contains("closed the connection"), "{e}");
+                    break;
+                }
+                Ok(spoke) => assert!(!spoke),
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the close was never seen"
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
     }
 
     #[test]

@@ -37,10 +37,20 @@ pub enum Quantity {
     Latency,
 }
 
-/// The series of one report: this side's results (the side that measured).
+/// The results of the side that measured: this side's, or the peer's when this side measured
+/// nothing.
+pub fn measured(report: &Report) -> &[SizeResult] {
+    match &report.peer {
+        Some(peer) if report.this_side.results.is_empty() => &peer.results,
+        _ => &report.this_side.results,
+    }
+}
+
+/// The series of one report: the results of the side that measured: this side's, or the
+/// peer's when this side measured nothing (the server of a one-sided test).
 pub fn series_of(report: &Report, label: String, quantity: Quantity) -> Result<Series, String> {
     let mut points = Vec::new();
-    for r in &report.this_side.results {
+    for r in measured(report) {
         match (r, quantity) {
             (SizeResult::Bandwidth(b), Quantity::Bandwidth { gbits }) => {
                 points.push((b.bytes, b.avg(gbits)))
@@ -77,7 +87,7 @@ pub fn plot_files(inputs: &[impl AsRef<Path>], output: &Path) -> Result<(), Stri
     let Some((_, first)) = reports.first() else {
         return Err("no input files".into());
     };
-    let quantity = match first.this_side.results.first() {
+    let quantity = match measured(first).first() {
         Some(SizeResult::Latency(_)) => Quantity::Latency,
         _ => Quantity::Bandwidth {
             gbits: first.report_gbits,
@@ -275,6 +285,53 @@ mod tests {
         assert_eq!(size_label(4096), "4K");
         assert_eq!(size_label(8 << 20), "8M");
         assert_eq!(size_label(1500), "1500");
+    }
+
+    #[test]
+    fn a_server_file_plots_the_client_results() {
+        use crate::cli::Cli;
+        use crate::latency::LatencySummary;
+        use crate::params::TestParams;
+        use crate::report::{LatencyResult, SideReport};
+        use clap::Parser;
+        let cli = Cli::try_parse_from(["stride-perf", "read", "lat"]).unwrap();
+        let (verb, a) = cli.command.run_args().unwrap();
+        let lat = |bytes, t| {
+            SizeResult::Latency(LatencyResult {
+                bytes,
+                iterations: 1000,
+                summary: LatencySummary {
+                    t_min: t,
+                    t_max: t,
+                    t_typical: t,
+                    t_avg: t,
+                    t_stdev: 0.0,
+                    p99: t,
+                    p99_9: t,
+                },
+            })
+        };
+        let side = |role: &str, results| SideReport {
+            role: role.into(),
+            device: "rxe0".into(),
+            gid_index: 1,
+            results,
+        };
+        let report = Report {
+            tool: "stride-perf".into(),
+            version: "0".into(),
+            params: TestParams::resolve(verb, a).unwrap(),
+            report_gbits: false,
+            this_side: side("server", vec![]),
+            peer: Some(side("client", vec![lat(64, 3.0), lat(2, 2.0)])),
+        };
+        let s = series_of(&report, "r".into(), Quantity::Latency).unwrap();
+        assert_eq!(s.points, [(2, 2.0), (64, 3.0)]);
+        let mut lonely = report.clone();
+        lonely.peer = None;
+        assert!(series_of(&lonely, "r".into(), Quantity::Latency)
+            .unwrap_err()
+            .contains("holds no results"));
     }
 
     #[test]

@@ -79,7 +79,8 @@ impl Report {
     /// rename), so a crash never leaves half a file.
     pub fn write_json(&self, path: &Path) -> std::io::Result<()> {
         let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
-        let tmp = path.with_extension("json.tmp");
+        // One temporary name per process: two sides on one host may write the same path.
+        let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
         std::fs::write(&tmp, text + "\n")?;
         std::fs::rename(&tmp, path)
     }
@@ -93,7 +94,8 @@ impl Report {
     }
 }
 
-const RULE: &str =
+/// The rule perftest prints above and below its tables.
+pub const RULE: &str =
     "---------------------------------------------------------------------------------------";
 
 /// The bandwidth table's header, as perftest prints it.

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# stride-perf on bad input: each case must end with a clear message and a non-zero exit
+# within a bounded time, never a hang. Binary: ${STRIDE_BIN:-target/debug/stride-perf}.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+. scripts/lib/stride.sh
+
+# expect_error NAME PATTERN CMD...: CMD must exit non-zero (not by timeout) within 30 s and
+# say PATTERN.
+expect_error() {
+    local name=$1 pattern=$2 out rc=0
+    shift 2
+    out=$(timeout -k 5 30 "$@" 2>&1) || rc=$?
+    if [ "$rc" -eq 0 ]; then
+        fail "$name: exit status 0"
+    elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        fail "$name: still running after 30 s"
+    elif ! grep -qE -- "$pattern" <<<"$out"; then
+        fail "$name: no message matching '$pattern' in: $out"
+    elif grep -q panicked <<<"$out"; then
+        fail "$name: a panic: $out"
+    else
+        echo "  ok: $name: $(grep -E -- "$pattern" <<<"$out" | head -1)"
+    fi
+}
+
+echo "local mistakes"
+expect_error "no server listening" "is the server running" \
+    "$bin" write bw -d "$dev" -p 18790 127.0.0.1
+expect_error "unknown device" "no RDMA device named \"nosuch0\"; available: .*$dev" \
+    "$bin" write bw -d nosuch0
+expect_error "GID index out of range" "has no GID index 200" \
+    "$bin" write bw -d "$dev" -x 200
+expect_error "read on UD" "READ needs a reliable connection" \
+    "$bin" read bw -d "$dev" -c UD
+expect_error "size larger than the device allows" "larger than $dev port 1 allows" \
+    "$bin" write bw -d "$dev" -s 4294967295
+expect_error "UD message larger than the MTU" "does not fit one UD datagram" \
+    "$bin" send bw -d "$dev" -c UD -s 8192
+expect_error "completion events on write lat" "does not apply to write lat" \
+    "$bin" write lat -d "$dev" -e
+
+# pair_error NAME PATTERN SERVER_ARGS -- CLIENT_ARGS: both sides must fail, in bounded time,
+# and both must say PATTERN.
+pair_error() {
+    local name=$1 pattern=$2 server=() client=()
+    shift 2
+    while [ "$1" != -- ]; do server+=("$1"); shift; done
+    shift
+    client=("$@")
+    stride_port=$((stride_port + 1))
+    local dir
+    dir=$(mktemp -d)
+    timeout -k 5 30 "$bin" "${server[@]}" -d "$dev" -p "$stride_port" >"$dir/server" 2>&1 &
+    local pid=$! src=0 crc=0
+    wait_tcp_listen "$stride_port" 30 || { fail "$name: the server never listened"; return; }
+    timeout -k 5 30 "$bin" "${client[@]}" -d "$dev" -p "$stride_port" 127.0.0.1 \
+        >"$dir/client" 2>&1 || crc=$?
+    wait "$pid" || src=$?
+    for side in server client; do
+        local rc=$src
+        [ "$side" = client ] && rc=$crc
+        if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+            fail "$name: the $side exited $rc"
+            show_log "$side" "$dir/$side"
+        elif ! grep -qE "$pattern" "$dir/$side"; then
+            fail "$name: the $side did not say '$pattern'"
+            show_log "$side" "$dir/$side"
+        else
+            echo "  ok: $name ($side): $(grep -E "$pattern" "$dir/$side" | head -1)"
+        fi
+    done
+    rm -rf "$dir"
+}
+
+echo "mismatched sides"
+pair_error "different -s" 'message size \(-s/-a\): server \[4096\], client \[8192\]' \
+    write bw -s 4096 -- write bw -s 8192
+pair_error "different verbs" 'verb: server write, client read' \
+    write bw -- read bw
+
+# killed_peer NAME VICTIM ARGS...: runs a pair for 20 s (-D), kills VICTIM (SIGKILL) after
+# 2 s; the survivor must stop with an error within 15 s, well before its run would have ended.
+# (No `timeout` wrapper here: the signal must reach stride-perf itself; the loop below bounds
+# the wait instead.)
+killed_peer() {
+    local name=$1 victim=$2
+    shift 2
+    stride_port=$((stride_port + 1))
+    local dir
+    dir=$(mktemp -d)
+    "$bin" "$@" -d "$dev" -p "$stride_port" >"$dir/server" 2>&1 &
+    local spid=$!
+    wait_tcp_listen "$stride_port" 30 || { fail "$name: the server never listened"; kill -9 "$spid"; return; }
+    "$bin" "$@" -d "$dev" -p "$stride_port" 127.0.0.1 >"$dir/client" 2>&1 &
+    local cpid=$!
+    sleep 2
+    local survivor_pid=$cpid survivor=client victim_pid=$spid
+    if [ "$victim" = client ]; then
+        survivor_pid=$spid survivor=server victim_pid=$cpid
+    fi
+    kill -9 "$victim_pid"
+    wait "$victim_pid" 2>/dev/null
+    local t0=$SECONDS rc=0
+    while kill -0 "$survivor_pid" 2>/dev/null && [ $((SECONDS - t0)) -le 15 ]; do sleep 0.2; done
+    if kill -0 "$survivor_pid" 2>/dev/null; then
+        kill -9 "$survivor_pid"
+        wait "$survivor_pid" 2>/dev/null
+        fail "$name: the $survivor was still running 15 s after the $victim died"
+        show_log "$survivor" "$dir/$survivor"
+        rm -rf "$dir"
+        return
+    fi
+    wait "$survivor_pid" || rc=$?
+    if [ "$rc" -eq 0 ]; then
+        fail "$name: the $survivor exited 0"
+        show_log "$survivor" "$dir/$survivor"
+    elif ! grep -q 'stride-perf: error:' "$dir/$survivor"; then
+        fail "$name: the $survivor gave no error message"
+        show_log "$survivor" "$dir/$survivor"
+    else
+        echo "  ok: $name: the $survivor stopped in $((SECONDS - t0)) s:" \
+            "$(grep 'stride-perf: error:' "$dir/$survivor")"
+    fi
+    rm -rf "$dir"
+}
+
+echo "peer killed mid-run"
+killed_peer "server killed during write bw" server write bw -D 20 -s 4096
+killed_peer "client killed during write lat" client write lat -D 20
+killed_peer "client killed during read bw (passive server)" client read bw -D 20 -s 4096
+finish

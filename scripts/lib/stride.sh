@@ -1,0 +1,65 @@
+# shellcheck shell=bash
+# Helpers of the stride-perf end-to-end checks, sourced by scripts/e2e/stride-*.sh from the
+# repository root.
+# shellcheck source=peers.sh
+. scripts/lib/peers.sh
+
+dev=${RDMA_TEST_DEVICE:?RDMA_TEST_DEVICE is not set; run this through scripts/softroce run}
+bin=${STRIDE_BIN:-target/debug/stride-perf}
+[ -x "$bin" ] || { echo "FAILED: $bin is missing (cargo build -p stride-perf)" >&2; exit 1; }
+PEER_TIMEOUT=${PEER_TIMEOUT:-60}
+stride_port=${STRIDE_PORT:-18700}
+failures=0
+
+fail() {
+    echo "  FAIL: $*" >&2
+    failures=$((failures + 1))
+}
+
+# rows LOG KIND SIZE ITERS: the number of sane result rows in LOG: KIND bw rows have the size,
+# the iteration count (or any positive count when ITERS is '+'), and a positive average and
+# message rate; lat rows the size, the count, and seven positive latencies in order
+# t_min <= t_typical <= t_max.
+rows() {
+    awk -v kind="$2" -v size="$3" -v iters="$4" '
+        function pos(x) { return x ~ /^[0-9]+(\.[0-9]+)?$/ && x + 0 > 0 }
+        $1 == size && (iters == "+" ? pos($2) : $2 == iters) {
+            if (kind == "bw" && NF == 5 && pos($4) && pos($5)) n++
+            if (kind == "lat" && NF == 9 && pos($3) && pos($4) && pos($5) && pos($6) \
+                && pos($8) && pos($9) && $3 + 0 <= $5 + 0 && $5 + 0 <= $4 + 0) n++
+        }
+        END { print n + 0 }' "$1"
+}
+
+# stride NAME KIND SIZE ITERS WHO ARGS...: runs a server and a client with ARGS, and checks
+# that the sides named in WHO ("client", "both") printed a sane row, and that no side printed
+# a panic. ITERS is what the rows must show ('+': any positive count, for duration runs).
+# The client connects to ${host:-127.0.0.1} (rdma_cm runs, -R, need the device's address).
+stride() {
+    local name=$1 kind=$2 size=$3 iters=$4 who=$5
+    shift 5
+    stride_port=$((stride_port + 1))
+    echo "$name"
+    if ! run_pair "wait_tcp_listen $stride_port 30" \
+        "$bin" "$@" -d "$dev" -p "$stride_port" -- \
+        "$bin" "$@" -d "$dev" -p "$stride_port" "${host:-127.0.0.1}"; then
+        fail "$name: a side failed"
+        return
+    fi
+    local sides=(client)
+    [ "$who" = both ] && sides=(client server)
+    for side in "${sides[@]}"; do
+        local n
+        n=$(rows "$PAIR_DIR/$side.log" "$kind" "$size" "$iters")
+        [ "$n" -ge 1 ] || fail "$name: no sane $kind row for $size B x $iters on the $side"
+    done
+    if grep -q panicked "$PAIR_DIR"/*.log; then fail "$name: a panic"; fi
+}
+
+finish() {
+    if [ "$failures" -ne 0 ]; then
+        echo "FAILED: $failures check(s)" >&2
+        exit 1
+    fi
+    echo "all checks passed"
+}

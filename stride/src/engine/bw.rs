@@ -1,0 +1,338 @@
+//! The bandwidth loop, as perftest's `ib_*_bw` runs it.
+//!
+//! The sending side keeps at most `tx_depth` work requests outstanding per QP, posts
+//! `post_list` of them per doorbell, and signals one in `cq_mod` (and the last one, and the
+//! last of a batch when the unsignaled run would otherwise block the queue). It timestamps
+//! each post and each signaled completion into arrays allocated before the run; nothing in
+//! the loop allocates. A receiving side (SEND tests) reposts each receive as it completes and
+//! timestamps each receive completion.
+//!
+//! Duration mode (`-D`) posts until the deadline, then one last signaled message per QP so
+//! that every unsignaled request before it is accounted for; it keeps only the first post and
+//! the last completion, and reports no peak, as perftest does. Unlike perftest, it measures
+//! the whole duration rather than a window after a warm-up.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sideway::memory_region::Sge;
+use sideway::{AddressHandle, RegisteredBuffer, SendData, SendFlags, WorkCompletion};
+
+use super::setup::{local_data, sleep_on, Resources, QP_INDEX_MASK, UD_QKEY};
+use super::watch::Watch;
+use super::{RunError, STALL};
+use crate::bandwidth::{BandwidthResult, BandwidthTimes};
+use crate::cli::{AtomicType, Connection, Verb};
+use crate::oob::{OobChannel, QpEndpoint};
+use crate::params::TestParams;
+
+/// What one side does in a bandwidth run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BwRole {
+    /// Posts the measured operations.
+    pub(crate) sends: bool,
+    /// Receives the peer's SENDs.
+    pub(crate) receives: bool,
+}
+
+/// The operation of one QP's work requests.
+#[derive(Clone, Copy)]
+enum WrOp<'a> {
+    Write(u32, u64, SendData<'a>),
+    Read(u32, u64, SendData<'a>),
+    Send(SendData<'a>, Option<(&'a AddressHandle, u32)>),
+    FetchAdd(u32, u64, Sge),
+    CmpSwap(u32, u64, Sge),
+}
+
+/// How long a receiver keeps draining after the sender said it is done.
+const DRAIN: Duration = Duration::from_millis(50);
+
+/// What the work requests of every QP point at: local buffers, the peer's QPs, and (UD) the
+/// address handles that reach them.
+pub(super) struct Targets<'a> {
+    pub(super) bufs: &'a [RegisteredBuffer],
+    pub(super) ahs: &'a [Arc<AddressHandle>],
+    pub(super) remotes: &'a [QpEndpoint],
+    pub(super) half: usize,
+    pub(super) inline: u32,
+}
+
+/// Builds QP `q`'s operation for `size`-byte messages.
+pub(super) fn wr_op<'a>(
+    t: &Targets<'a>,
+    q: usize,
+    size: u64,
+    params: &TestParams,
+) -> WrOpOwned<'a> {
+    let rkey = t.remotes[q].rkey;
+    // The peer's operations target the second half of its buffer.
+    let raddr = t.remotes[q].addr + t.half as u64;
+    let data = local_data(&t.bufs[q], t.half, t.inline, size, params.verb);
+    // half >= 64 bytes by construction: the first 8 always exist.
+    let sge8 = t.bufs[q]
+        .sge(0..8)
+        .expect("a buffer half holds at least 8 bytes");
+    let ud = t.ahs.get(q).map(|ah| (&**ah, t.remotes[q].qpn));
+    WrOpOwned(match params.verb {
+        Verb::Write => WrOp::Write(rkey, raddr, data),
+        Verb::Read => WrOp::Read(rkey, raddr, data),
+        Verb::Send => WrOp::Send(data, ud),
+        Verb::Atomic if params.atomic_type == AtomicType::FetchAndAdd => {
+            WrOp::FetchAdd(rkey, raddr, sge8)
+        }
+        Verb::Atomic => WrOp::CmpSwap(rkey, raddr, sge8),
+    })
+}
+
+/// A QP's operation, ready to post.
+#[derive(Clone, Copy)]
+pub(super) struct WrOpOwned<'a>(WrOp<'a>);
+
+impl<'a> WrOpOwned<'a> {
+    /// Adds one work request of this operation to `guard`.
+    #[inline(always)]
+    pub(super) fn push(
+        &self,
+        guard: &mut sideway::PostSendGuard<'a>,
+        wr_id: u64,
+        flags: SendFlags,
+    ) {
+        let wr = guard.wr(wr_id, flags);
+        match self.0 {
+            WrOp::Write(rkey, addr, data) => {
+                wr.rdma_write(rkey, addr, data);
+            }
+            WrOp::Read(rkey, addr, data) => {
+                wr.rdma_read(rkey, addr, data);
+            }
+            WrOp::Send(data, None) => {
+                wr.send(data);
+            }
+            WrOp::Send(data, Some((ah, qpn))) => {
+                wr.ud_addr(ah, qpn, UD_QKEY).send(data);
+            }
+            WrOp::FetchAdd(rkey, addr, sge) => {
+                wr.atomic_fetch_add(rkey, addr, 1, sge);
+            }
+            WrOp::CmpSwap(rkey, addr, sge) => {
+                wr.atomic_cmp_swp(rkey, addr, 0, 0, sge);
+            }
+        }
+    }
+}
+
+/// Per-QP counters of the sending side.
+#[derive(Debug, Clone, Copy, Default)]
+struct QpCount {
+    /// Messages posted.
+    posted: u64,
+    /// Messages known complete.
+    completed: u64,
+    /// `posted` at the last signaled message.
+    signaled: u64,
+    /// Messages to post in all.
+    target: u64,
+}
+
+/// Runs one size. `tx` and `rx` are cleared and refilled; they must have been allocated
+/// with room for every message. Returns what this side measured, if anything.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_size(
+    res: &mut Resources,
+    params: &TestParams,
+    oob: &mut OobChannel,
+    size: u64,
+    role: BwRole,
+    tx: &mut BandwidthTimes,
+    rx: &mut BandwidthTimes,
+    base: Instant,
+) -> Result<Option<BandwidthResult>, RunError> {
+    let duration_mode = params.duration.is_some();
+    let n = res.qps.len();
+    let per_qp = if duration_mode {
+        u64::MAX
+    } else {
+        params.iterations
+    };
+    let deadline = params
+        .duration
+        .map(|d| Instant::now() + Duration::from_secs(d));
+    let tx_depth = u64::from(params.tx_depth);
+    let post_list = u64::from(params.post_list);
+    let cq_mod = u64::from(params.cq_mod);
+    let mut counts = vec![
+        QpCount {
+            target: if role.sends { per_qp } else { 0 },
+            ..QpCount::default()
+        };
+        n
+    ];
+    let recv_sges: Vec<Sge> = (0..n).map(|q| res.recv_sge(q)).collect();
+    let rx_expected = if duration_mode || !role.receives {
+        None
+    } else {
+        Some(params.iterations * n as u64)
+    };
+    tx.posted.clear();
+    tx.completed.clear();
+    rx.posted.clear();
+    rx.completed.clear();
+
+    let Resources {
+        qps,
+        bufs,
+        remotes,
+        send_cq,
+        recv_cq,
+        half,
+        inline,
+        events,
+        ahs,
+        ..
+    } = res;
+    let targets = Targets {
+        bufs,
+        ahs,
+        remotes,
+        half: *half,
+        inline: *inline,
+    };
+    let ops: Vec<WrOpOwned<'_>> = (0..n).map(|q| wr_op(&targets, q, size, params)).collect();
+    let mut wcs = [WorkCompletion::default(); 32];
+    let mut watch = Watch::new(STALL);
+    let mut total_done = 0u64;
+    let mut rx_count = 0u64;
+    let mut stopping = false;
+    let mut peer_done_at: Option<Instant> = None;
+    let now = |base: Instant| base.elapsed().as_secs_f64();
+    rx.posted.push(now(base));
+
+    loop {
+        let mut idle = true;
+        if role.sends {
+            if let (Some(end), false) = (deadline, stopping) {
+                if Instant::now() >= end {
+                    stopping = true;
+                    // One last signaled message per QP accounts for the unsignaled ones.
+                    for c in &mut counts {
+                        c.target = c.posted + u64::from(c.posted > c.signaled);
+                    }
+                }
+            }
+            for (q, c) in counts.iter_mut().enumerate() {
+                while c.posted < c.target && c.posted - c.completed + post_list <= tx_depth {
+                    let batch = post_list.min(c.target - c.posted);
+                    let mut guard = qps[q].start_post_send();
+                    for j in 0..batch {
+                        let k = c.posted + j + 1;
+                        let last_of_batch = j + 1 == batch;
+                        let signal = k % cq_mod == 0
+                            || k == c.target
+                            || (last_of_batch && k - c.signaled + post_list > tx_depth);
+                        if signal {
+                            let covered = k - c.signaled;
+                            c.signaled = k;
+                            ops[q].push(&mut guard, q as u64 | covered << 32, SendFlags::SIGNALED);
+                        } else {
+                            ops[q].push(&mut guard, q as u64, SendFlags::empty());
+                        }
+                    }
+                    let t = now(base);
+                    guard.post()?;
+                    if !duration_mode {
+                        for _ in 0..batch {
+                            tx.posted.push(t);
+                        }
+                    } else if tx.posted.is_empty() {
+                        tx.posted.push(t);
+                    }
+                    c.posted += batch;
+                    idle = false;
+                }
+            }
+            let got = send_cq.poll_into(&mut wcs)?;
+            if got > 0 {
+                let t = now(base);
+                for wc in &wcs[..got] {
+                    wc.ok()?;
+                    let q = (wc.wr_id() & QP_INDEX_MASK) as usize;
+                    let covered = wc.wr_id() >> 32;
+                    counts[q].completed += covered;
+                    total_done += covered;
+                    let entry = (total_done as usize - 1, t);
+                    if duration_mode {
+                        tx.completed.clear();
+                    }
+                    tx.completed.push(entry);
+                }
+                idle = false;
+            }
+        }
+        if role.receives {
+            let got = recv_cq.poll_into(&mut wcs)?;
+            if got > 0 {
+                let t = now(base);
+                for wc in &wcs[..got] {
+                    wc.ok()?;
+                    let q = (wc.wr_id() & QP_INDEX_MASK) as usize;
+                    let mut guard = qps[q].start_post_recv();
+                    guard.recv(q as u64, &[recv_sges[q]]);
+                    guard.post()?;
+                    rx_count += 1;
+                    if duration_mode {
+                        rx.completed.clear();
+                    }
+                    rx.completed.push((rx_count as usize - 1, t));
+                }
+                idle = false;
+                if peer_done_at.is_some() {
+                    peer_done_at = Some(Instant::now());
+                }
+            }
+        }
+        let tx_done = counts
+            .iter()
+            .all(|c| c.posted == c.target && c.completed == c.signaled);
+        let rx_done = match (rx_expected, peer_done_at) {
+            _ if !role.receives => true,
+            (Some(e), _) if rx_count >= e => true,
+            (_, Some(at)) => at.elapsed() >= DRAIN,
+            _ => false,
+        };
+        if tx_done && rx_done {
+            break;
+        }
+        // Every turn, busy or not: a peer that died while completions still flowed (its
+        // device tearing down) must be noticed too. The watch looks rarely.
+        let spoke = watch.idle(oob, total_done + rx_count)?;
+        if spoke && role.receives && peer_done_at.is_none() {
+            peer_done_at = Some(Instant::now());
+        }
+        if let (true, Some(channel)) = (idle, events.as_ref()) {
+            let cqs: &[&sideway::CompletionQueue] = match (role.sends, role.receives) {
+                (true, true) => &[send_cq, recv_cq],
+                (true, false) => &[send_cq],
+                (false, _) => &[recv_cq],
+            };
+            sleep_on(channel, cqs)?;
+        }
+    }
+
+    if let Some(expected) = rx_expected {
+        if rx_count < expected && params.connection == Connection::Rc {
+            return Err(RunError::new(format!(
+                "received {rx_count} of {expected} messages over RC before the peer finished: \
+                 messages were lost, which RC should never allow"
+            )));
+        }
+    }
+    let result = if role.sends {
+        Some(BandwidthResult::compute(size, tx, params.reports_peak())?)
+    } else if role.receives {
+        Some(BandwidthResult::compute(size, rx, false)?)
+    } else {
+        None
+    };
+    Ok(result)
+}

@@ -1,0 +1,306 @@
+//! The latency loops, as perftest's `ib_*_lat` runs them.
+//!
+//! - WRITE: a ping-pong of RDMA WRITEs. Each side spins on the last byte of its receive half
+//!   until it holds the expected counter, then writes the next counter value into the last
+//!   byte of the peer's receive half with one signaled WRITE (inline when it fits). The
+//!   server writes first.
+//! - SEND: the same ping-pong with SEND/RECV; the client sends first.
+//! - READ and atomics: the client posts one operation, polls its completion, and repeats;
+//!   the server only serves them.
+//!
+//! Each side timestamps every post; the samples are the intervals between consecutive posts
+//! (one round trip each), halved for the ping-pongs ([`crate::latency`]).
+//!
+//! Duration mode (`-D`): the client stops at the deadline and says so on the out-of-band
+//! channel; the server, waiting for a message that will not come, sees that and stops too.
+
+use std::time::{Duration, Instant};
+
+use sideway::{
+    CompletionChannel, CompletionQueue, QueuePair, RegisteredBuffer, SendFlags, WorkCompletion,
+};
+
+use sideway::memory_region::Sge;
+
+use super::bw::{wr_op, Targets};
+use super::setup::{local_data, sleep_on, Resources};
+use super::watch::Watch;
+use super::{RunError, STALL};
+use crate::cli::Verb;
+use crate::latency::LatencySummary;
+use crate::oob::OobChannel;
+use crate::params::TestParams;
+use crate::report::LatencyResult;
+
+/// Reads byte `index` of `buf` as the NIC left it.
+#[allow(unsafe_code)]
+#[inline(always)]
+fn peek(buf: &RegisteredBuffer, index: usize) -> u8 {
+    let p: *const u8 = &buf.as_slice()[index];
+    // SAFETY: `p` points into the buffer (the indexing above checked the bounds), which
+    // outlives this call. The peer's RDMA WRITE changes the byte behind the compiler's back:
+    // the read is volatile so that every turn of a spin loop really reads memory.
+    unsafe { std::ptr::read_volatile(p) }
+}
+
+/// The state of a ping-pong's one QP.
+struct PingPong<'r> {
+    qp: &'r mut QueuePair,
+    send_cq: &'r CompletionQueue,
+    recv_cq: &'r CompletionQueue,
+    recv_sge: Sge,
+    wcs: [WorkCompletion; 4],
+    /// A signaled send not yet seen complete.
+    outstanding: bool,
+    watch: Watch,
+    duration_mode: bool,
+    progress: u64,
+    /// With `-e`: sleep on this channel instead of spinning.
+    events: Option<&'r CompletionChannel>,
+    /// Whether waits are for receives too (SEND).
+    receives: bool,
+}
+
+/// How a wait ended.
+enum Waited {
+    /// What was waited for came.
+    Came,
+    /// The peer ended its part (duration mode).
+    PeerDone,
+}
+
+impl PingPong<'_> {
+    /// Reaps our send's completion if it is there.
+    #[inline(always)]
+    fn reap_send(&mut self) -> Result<bool, RunError> {
+        if self.outstanding {
+            let got = self.send_cq.poll_into(&mut self.wcs[..1])?;
+            if got > 0 {
+                self.wcs[0].ok()?;
+                self.outstanding = false;
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Waits until `ready()` holds and our last send is complete.
+    #[inline(always)]
+    fn wait(
+        &mut self,
+        oob: &mut OobChannel,
+        mut ready: impl FnMut(&mut Self) -> Result<bool, RunError>,
+    ) -> Result<Waited, RunError> {
+        let mut have = false;
+        loop {
+            let reaped = self.reap_send()?;
+            if !have {
+                have = ready(self)?;
+            }
+            if have && !self.outstanding {
+                self.progress += 1;
+                return Ok(Waited::Came);
+            }
+            if !reaped && !have {
+                let spoke = self.watch.idle(oob, self.progress)?;
+                if spoke && self.duration_mode {
+                    self.drain(oob)?;
+                    return Ok(Waited::PeerDone);
+                }
+                self.nap()?;
+            }
+        }
+    }
+
+    /// Waits for our last send to complete.
+    fn drain(&mut self, oob: &mut OobChannel) -> Result<(), RunError> {
+        while self.outstanding {
+            if !self.reap_send()? {
+                self.watch.idle(oob, self.progress)?;
+                self.nap()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// With `-e`, sleeps until a CQ waited on raises an event (or a short nap passes).
+    fn nap(&self) -> Result<(), RunError> {
+        if let Some(channel) = self.events {
+            match (self.outstanding, self.receives) {
+                (true, true) => sleep_on(channel, &[self.send_cq, self.recv_cq])?,
+                (true, false) => sleep_on(channel, &[self.send_cq])?,
+                (false, true) => sleep_on(channel, &[self.recv_cq])?,
+                (false, false) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes one receive completion if there is one, and reposts the receive.
+    #[inline(always)]
+    fn take_recv(&mut self) -> Result<bool, RunError> {
+        let got = self.recv_cq.poll_into(&mut self.wcs[1..2])?;
+        if got == 0 {
+            return Ok(false);
+        }
+        self.wcs[1].ok()?;
+        let mut guard = self.qp.start_post_recv();
+        guard.recv(0, &[self.recv_sge]);
+        guard.post()?;
+        Ok(true)
+    }
+}
+
+/// Runs one size; `posted` (µs timestamps) must have room for every iteration. Returns what
+/// this side measured: nothing on the server of READ and atomic tests.
+pub(crate) fn run_size(
+    res: &mut Resources,
+    params: &TestParams,
+    oob: &mut OobChannel,
+    size: u64,
+    is_client: bool,
+    posted: &mut Vec<f64>,
+    base: Instant,
+) -> Result<Option<LatencyResult>, RunError> {
+    posted.clear();
+    let duration_mode = params.duration.is_some();
+    let deadline = params
+        .duration
+        .map(|d| Instant::now() + Duration::from_secs(d));
+    let iterations = if duration_mode {
+        u64::MAX
+    } else {
+        params.iterations
+    };
+    let past_deadline = || deadline.is_some_and(|d| Instant::now() >= d);
+    let now_us = || base.elapsed().as_secs_f64() * 1e6;
+    let recv_sge = res.recv_sge(0);
+    let Resources {
+        qps,
+        bufs,
+        remotes,
+        send_cq,
+        recv_cq,
+        half,
+        inline,
+        events,
+        ahs,
+        ..
+    } = res;
+    let half = *half;
+    let inline = *inline;
+    let buf = bufs
+        .first_mut()
+        .ok_or_else(|| RunError::new("a latency test needs one QP"))?;
+    let mut pp = PingPong {
+        qp: &mut qps[0],
+        send_cq,
+        recv_cq,
+        recv_sge,
+        wcs: [WorkCompletion::default(); 4],
+        outstanding: false,
+        watch: Watch::new(STALL),
+        duration_mode,
+        progress: 0,
+        events: events.as_deref(),
+        receives: params.verb == Verb::Send,
+    };
+    let rtt_factor = match params.verb {
+        Verb::Write | Verb::Send => 2.0,
+        Verb::Read | Verb::Atomic => 1.0,
+    };
+    match params.verb {
+        Verb::Write => {
+            let last = usize::try_from(size - 1).unwrap_or(half - 1).min(half - 1);
+            let rkey = remotes[0].rkey;
+            let raddr = remotes[0].addr + half as u64;
+            let mut i = 0u64;
+            while i < iterations {
+                let value = (i as u8).wrapping_add(1);
+                if is_client {
+                    let came = pp.wait(oob, |_| Ok(peek(buf, half + last) == value))?;
+                    if matches!(came, Waited::PeerDone) || past_deadline() {
+                        break;
+                    }
+                }
+                buf.as_mut_slice()[last] = value;
+                let data = local_data(buf, half, inline, size, Verb::Write);
+                let mut guard = pp.qp.start_post_send();
+                guard
+                    .wr(0, SendFlags::SIGNALED)
+                    .rdma_write(rkey, raddr, data);
+                posted.push(now_us());
+                guard.post()?;
+                pp.outstanding = true;
+                if !is_client {
+                    let came = pp.wait(oob, |_| Ok(peek(buf, half + last) == value))?;
+                    if matches!(came, Waited::PeerDone) {
+                        break;
+                    }
+                }
+                i += 1;
+            }
+        }
+        Verb::Send => {
+            let targets = Targets {
+                bufs: std::slice::from_ref(&*buf),
+                ahs,
+                remotes,
+                half,
+                inline,
+            };
+            let op = wr_op(&targets, 0, size, params);
+            let mut i = 0u64;
+            while i < iterations {
+                if !is_client {
+                    let came = pp.wait(oob, |p| p.take_recv())?;
+                    if matches!(came, Waited::PeerDone) {
+                        break;
+                    }
+                }
+                let mut guard = pp.qp.start_post_send();
+                op.push(&mut guard, 0, SendFlags::SIGNALED);
+                posted.push(now_us());
+                guard.post()?;
+                pp.outstanding = true;
+                if is_client {
+                    let came = pp.wait(oob, |p| p.take_recv())?;
+                    if matches!(came, Waited::PeerDone) || past_deadline() {
+                        break;
+                    }
+                }
+                i += 1;
+            }
+        }
+        Verb::Read | Verb::Atomic => {
+            if !is_client {
+                return Ok(None);
+            }
+            let targets = Targets {
+                bufs: std::slice::from_ref(&*buf),
+                ahs,
+                remotes,
+                half,
+                inline,
+            };
+            let op = wr_op(&targets, 0, size, params);
+            let mut i = 0u64;
+            while i < iterations && !past_deadline() {
+                let mut guard = pp.qp.start_post_send();
+                op.push(&mut guard, 0, SendFlags::SIGNALED);
+                posted.push(now_us());
+                guard.post()?;
+                pp.outstanding = true;
+                pp.wait(oob, |_| Ok(true))?;
+                i += 1;
+            }
+        }
+    }
+    pp.drain(oob)?;
+    let summary = LatencySummary::from_post_times(posted, rtt_factor)?;
+    Ok(Some(LatencyResult {
+        bytes: size,
+        iterations: posted.len() as u64,
+        summary,
+    }))
+}

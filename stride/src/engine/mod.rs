@@ -1,0 +1,392 @@
+//! The measurement engine: one side of a run, from the device to the printed table and the
+//! JSON file.
+//!
+//! A run goes: resolve the parameters; open the device, pick the GID and check the sizes fit;
+//! connect the out-of-band channel and agree on the parameters (both sides refuse a mismatch,
+//! naming it); create the QPs and buffers, trade endpoints, connect; then for each size meet
+//! at a barrier, measure (the `bw` or `lat` module), meet again, print the row; finally trade
+//! results, so that each side holds both, and write the JSON file once.
+//!
+//! Who measures: the client of every test; the server too in ping-pong latency tests (WRITE,
+//! SEND), in SEND bandwidth tests (its receive rate), and with `-b`. A server that only
+//! served one-sided operations (READ, WRITE and atomic bandwidth, READ and atomic latency)
+//! measured nothing: it says so and prints the client's table, which it received.
+//!
+//! Any error after the channel is up is sent to the peer (`Abort`), so both sides stop with
+//! the same reason.
+
+mod bw;
+mod cm;
+mod lat;
+mod setup;
+mod watch;
+
+use std::fmt;
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use crate::bandwidth::{BandwidthError, BandwidthTimes};
+use crate::cli::{RunArgs, Test, Verb};
+use crate::latency::TooFewSamples;
+use crate::oob::{OobChannel, OobError, QpEndpoint};
+use crate::params::{ParamError, TestParams};
+use crate::progress::Progress;
+use crate::report::{self, Report, SideReport, SizeResult};
+
+use setup::{path_mtu, DeviceSide, Resources};
+
+/// How long a measured loop may go without any progress before it gives up.
+pub(crate) const STALL: Duration = Duration::from_secs(20);
+/// How long each setup exchange may wait for the peer.
+const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Why a run failed: a sentence saying what happened and what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunError(String);
+
+impl RunError {
+    /// An error with this message.
+    pub fn new(msg: impl Into<String>) -> Self {
+        RunError(msg.into())
+    }
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RunError {}
+
+macro_rules! run_error_from {
+    ($($t:ty),* $(,)?) => {$(
+        impl From<$t> for RunError {
+            fn from(e: $t) -> Self {
+                RunError(e.to_string())
+            }
+        }
+    )*};
+}
+
+run_error_from!(
+    ParamError,
+    OobError,
+    BandwidthError,
+    TooFewSamples,
+    sideway::DeviceError,
+    sideway::protection_domain::AllocPdError,
+    sideway::MemoryRegionError,
+    sideway::CompletionQueueError,
+    sideway::QueuePairError,
+    sideway::ConnectError,
+    sideway::PostError,
+    sideway::WorkCompletionError,
+    sideway::rdmacm::CmError,
+    sideway::AddressHandleError,
+    sideway::async_event::EventError,
+);
+
+/// Refuses what this version cannot do yet, before touching anything.
+fn check_supported(params: &TestParams) -> Result<(), RunError> {
+    if params.events && params.verb == Verb::Write && params.test == Test::Lat {
+        return Err(RunError::new(
+            "-e (completion events) does not apply to write lat: its ping-pong spins on the \
+             last byte of the buffer, not on a completion queue; drop -e",
+        ));
+    }
+    Ok(())
+}
+
+/// Runs one side of a test: the server when `args.server` is `None`.
+pub fn run(verb: Verb, args: &RunArgs) -> Result<(), RunError> {
+    let params = TestParams::resolve(verb, args)?;
+    check_supported(&params)?;
+    if args.use_hugepages {
+        return Err(RunError::new(
+            "--use-hugepages is not supported yet: sideway registers ordinary page-aligned \
+             memory only; run without it",
+        ));
+    }
+    let dev = DeviceSide::open(args, &params)?;
+    let mut oob = match &args.server {
+        Some(host) => {
+            let mut oob = OobChannel::connect(host, args.port, EXCHANGE_TIMEOUT)?;
+            oob.client_handshake(&params)?;
+            oob
+        }
+        None => {
+            println!(
+                "stride-perf server: waiting for a client on TCP port {}",
+                args.port
+            );
+            let mut oob = OobChannel::accept(args.port, EXCHANGE_TIMEOUT)?;
+            oob.server_handshake(&params)?;
+            oob
+        }
+    };
+    let result = run_connected(&dev, args, &params, &mut oob);
+    if let Err(e) = &result {
+        oob.abort(&e.to_string());
+    }
+    result
+}
+
+fn verb_title(verb: Verb) -> &'static str {
+    match verb {
+        Verb::Send => "SEND",
+        Verb::Write => "RDMA WRITE",
+        Verb::Read => "RDMA READ",
+        Verb::Atomic => "atomic",
+    }
+}
+
+fn print_banner(
+    dev: &DeviceSide,
+    params: &TestParams,
+    res: &Resources,
+    ours: &QpEndpoint,
+    theirs: &QpEndpoint,
+    mtu: u32,
+    role: &str,
+) {
+    let test = match params.test {
+        Test::Bw => "bandwidth",
+        Test::Lat => "latency",
+    };
+    let amount = match params.duration {
+        Some(d) => format!("{d} s per size"),
+        None => format!("{} iterations", params.iterations),
+    };
+    println!("{}", report::RULE);
+    println!(
+        "                    {} {test} test (stride-perf, {role})",
+        verb_title(params.verb)
+    );
+    println!(" Device          : {}, port {}", dev.name(), dev.port);
+    println!(
+        " Connection type : {:<14}Number of QPs : {}",
+        format!("{:?}", params.connection).to_uppercase(),
+        params.qps
+    );
+    println!(
+        " TX depth        : {:<14}Post list     : {}",
+        params.tx_depth, params.post_list
+    );
+    println!(
+        " CQ moderation   : {:<14}Path MTU      : {mtu} B",
+        params.cq_mod
+    );
+    println!(
+        " Inline data     : {:<14}Run           : {amount}",
+        format!("{} B", res.inline)
+    );
+    if params.verb == Verb::Send {
+        println!(" RX depth        : {}", params.rx_depth);
+    }
+    if params.bidirectional {
+        println!(" Bidirectional   : both sides measure their own direction");
+    }
+    if params.rdma_cm {
+        println!(" QP setup        : rdma_cm (-R): path, PSNs and QP numbers from rdma_cm");
+    }
+    println!(" GID             : {}", dev.gid_line());
+    for (which, ep) in [("local address ", ours), ("remote address", theirs)] {
+        println!(
+            " {which}  : LID {:#06x} QPN {:#08x} PSN {:#08x} RKey {:#010x} VAddr {:#018x}",
+            ep.lid, ep.qpn, ep.psn, ep.rkey, ep.addr
+        );
+    }
+}
+
+fn run_connected(
+    dev: &DeviceSide,
+    args: &RunArgs,
+    params: &TestParams,
+    oob: &mut OobChannel,
+) -> Result<(), RunError> {
+    let is_client = args.server.is_some();
+    let role_name = if is_client { "client" } else { "server" };
+    let mut res = Resources::create(dev, params)?;
+    let ours = res.endpoints(dev);
+    // With -R the server listens before the client learns anything, so that the client's
+    // connection requests find the listener.
+    let listener = match (params.rdma_cm, is_client) {
+        (true, false) => Some(cm::CmListener::listen(args.port, params.qps)?),
+        _ => None,
+    };
+    let theirs = oob.exchange_endpoints(&ours)?;
+    let (our_first, their_first) = match (ours.first(), theirs.first()) {
+        (Some(a), Some(b)) => (*a, *b),
+        _ => return Err(RunError::new("the peer sent no QP endpoints")),
+    };
+    let mtu = path_mtu(params, our_first.mtu, their_first.mtu)?;
+    // Held until the end of the run: dropping an id tears its connection down.
+    let _cm_links = if params.rdma_cm {
+        res.remotes = theirs;
+        let links = match (&args.server, listener) {
+            (Some(host), _) => cm::connect_all(host, args.port, &res, params, dev.name())?,
+            (None, Some(listener)) => listener.accept_all(&res, params, dev.name())?,
+            (None, None) => return Err(RunError::new("-R: the server has no rdma_cm listener")),
+        };
+        Some(links)
+    } else {
+        res.connect(dev, params, theirs, mtu)?;
+        None
+    };
+    res.fill_receive_queues(params)?;
+    oob.barrier("connected")?;
+    print_banner(
+        dev,
+        params,
+        &res,
+        &our_first,
+        &their_first,
+        mtu.bytes().unwrap_or(0),
+        role_name,
+    );
+
+    // The passive side waits at the "done" barrier for as long as the peer measures.
+    let measure_timeout = Duration::from_secs(300 + 2 * params.duration.unwrap_or(0));
+    oob.set_timeout(measure_timeout)?;
+
+    let sends = is_client || params.bidirectional;
+    let receives = params.verb == Verb::Send && (!is_client || params.bidirectional);
+    let measures = match (params.test, params.verb) {
+        (Test::Bw, _) => sends || receives,
+        (Test::Lat, Verb::Write | Verb::Send) => true,
+        (Test::Lat, _) => is_client,
+    };
+    let messages = if params.duration.is_some() {
+        1
+    } else {
+        usize::try_from(params.iterations.saturating_mul(u64::from(params.qps)))
+            .unwrap_or(usize::MAX)
+    };
+    let mut tx = BandwidthTimes::with_capacity(if params.test == Test::Bw && sends {
+        messages
+    } else {
+        0
+    });
+    let mut rx = BandwidthTimes::with_capacity(if params.test == Test::Bw && receives {
+        messages.max(1)
+    } else {
+        1
+    });
+    let mut posted: Vec<f64> = Vec::with_capacity(match (params.test, params.duration) {
+        (Test::Bw, _) => 0,
+        // Duration mode: room for a fast device's worth; more only grows the vector.
+        (Test::Lat, Some(d)) => usize::try_from(d.saturating_mul(1_000_000))
+            .unwrap_or(usize::MAX)
+            .min(8 << 20),
+        (Test::Lat, None) => usize::try_from(params.iterations).unwrap_or(0),
+    });
+    let gbits = args.report_gbits;
+    let header = match params.test {
+        Test::Bw => report::bandwidth_header(gbits),
+        Test::Lat => report::latency_header(),
+    };
+    if measures {
+        println!("{header}");
+    }
+    let mut progress = Progress::new(
+        params.sizes.len(),
+        // Only when both streams are a terminal: a progress line on a terminal between rows
+        // that went down a pipe would land out of order.
+        params.sizes.len() > 1
+            && std::io::stderr().is_terminal()
+            && std::io::stdout().is_terminal(),
+    );
+    let mut results = Vec::with_capacity(params.sizes.len());
+    let base = Instant::now();
+    for (k, &size) in params.sizes.iter().enumerate() {
+        progress.show(k, size);
+        oob.barrier(&format!("start {size}"))?;
+        let result = match params.test {
+            Test::Bw => bw::run_size(
+                &mut res,
+                params,
+                oob,
+                size,
+                bw::BwRole { sends, receives },
+                &mut tx,
+                &mut rx,
+                base,
+            )?
+            .map(SizeResult::Bandwidth),
+            Test::Lat => lat::run_size(&mut res, params, oob, size, is_client, &mut posted, base)?
+                .map(SizeResult::Latency),
+        };
+        oob.barrier(&format!("done {size}"))?;
+        if params.test == Test::Lat {
+            res.reset_after_latency()?;
+        }
+        progress.clear();
+        if let Some(r) = result {
+            println!("{}", report::row_for(&r, gbits));
+            results.push(r);
+        }
+    }
+    let this_side = SideReport {
+        role: role_name.to_owned(),
+        device: dev.name().to_owned(),
+        gid_index: dev.gid.map_or(0, |g| g.index),
+        results,
+    };
+    let peer = oob.exchange_results(&this_side)?;
+    if !measures {
+        println!(
+            " This side only served the peer's one-sided operations and measured nothing; \
+             the {}'s results:",
+            peer.role
+        );
+        println!("{header}");
+        for r in &peer.results {
+            println!("{}", report::row_for(r, gbits));
+        }
+    }
+    println!("{}", report::RULE);
+    if let Some(path) = &args.json {
+        let report = Report {
+            tool: "stride-perf".to_owned(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            params: params.clone(),
+            report_gbits: gbits,
+            this_side,
+            peer: Some(peer),
+        };
+        report.write_json(path).map_err(|e| {
+            RunError::new(format!(
+                "the run succeeded but the results could not be written to {}: {e}",
+                path.display()
+            ))
+        })?;
+        println!(" results (both sides) written to {}", path.display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::Cli;
+    use clap::Parser;
+
+    fn params(args: &[&str]) -> TestParams {
+        let mut argv = vec!["stride-perf"];
+        argv.extend_from_slice(args);
+        let cli = Cli::try_parse_from(argv).unwrap();
+        let (verb, a) = cli.command.run_args().unwrap();
+        TestParams::resolve(verb, a).unwrap()
+    }
+
+    #[test]
+    fn write_lat_refuses_completion_events() {
+        assert!(check_supported(&params(&["send", "bw", "-c", "UD"])).is_ok());
+        assert!(check_supported(&params(&["write", "bw", "-R"])).is_ok());
+        assert!(check_supported(&params(&["write", "bw", "-e"])).is_ok());
+        let e = check_supported(&params(&["write", "lat", "-e"])).unwrap_err();
+        assert!(e.to_string().contains("does not apply to write lat"), "{e}");
+        assert!(check_supported(&params(&["write", "bw", "-c", "UC"])).is_ok());
+    }
+}

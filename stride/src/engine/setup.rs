@@ -1,0 +1,480 @@
+//! One side's verbs resources: the device and its port, the GID, the protection domain, the
+//! completion queues, and per QP a queue pair and a registered buffer; and connecting them to
+//! the peer's.
+//!
+//! Each QP's buffer holds two halves of `half` bytes: the first is what this side sends,
+//! writes from, or reads and fetches into; the second is what the peer's operations target
+//! (its RDMA WRITEs land there, its READs read from there, its SENDs are received there).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sideway::async_event::EventError;
+use sideway::device::{DeviceAttr, LinkLayer, Mtu, PortAttr};
+use sideway::queue_pair::AddressVector;
+use sideway::{
+    AccessFlags, AddressHandle, CompletionChannel, CompletionQueue, ConnectOptions, DeviceContext,
+    Endpoint, Gid, ProtectionDomain, QpType, QueuePair, RegisteredBuffer, SendData, GRH_LEN,
+};
+
+use sideway::memory_region::Sge;
+
+use super::RunError;
+use crate::cli::{Connection, RunArgs, Verb};
+use crate::gid_select::{best_gid, GidCandidate};
+use crate::oob::QpEndpoint;
+use crate::params::TestParams;
+
+/// The device, port and GID a side runs on.
+#[derive(Debug)]
+pub(crate) struct DeviceSide {
+    pub(crate) ctx: Arc<DeviceContext>,
+    pub(crate) port: u32,
+    pub(crate) port_attr: PortAttr,
+    pub(crate) dev_attr: DeviceAttr,
+    /// The GID sent from; `None` on an InfiniBand port without `-x` (LID-routed).
+    pub(crate) gid: Option<GidCandidate>,
+    /// Whether the GID was chosen here rather than given with `-x`.
+    pub(crate) gid_auto: bool,
+}
+
+impl DeviceSide {
+    /// Opens the device and port, picks the GID, and checks that the sizes fit the port.
+    pub(crate) fn open(args: &RunArgs, params: &TestParams) -> Result<Self, RunError> {
+        let ctx = sideway::open_device(args.device.as_deref())?;
+        let port = args.ib_port;
+        let port_attr = ctx.query_port(port)?;
+        let dev_attr = ctx.query_device()?;
+        let largest = params.sizes.iter().copied().max().unwrap_or(0);
+        let max_msg = u64::from(port_attr.max_msg_sz());
+        if largest > max_msg {
+            return Err(RunError::new(format!(
+                "a {largest}-byte message is larger than {} port {port} allows ({max_msg} bytes, \
+                 its max_msg_sz): use a smaller -s",
+                ctx.name()
+            )));
+        }
+        if params.connection == Connection::Ud {
+            let mtu = u64::from(port_attr.active_mtu().bytes().unwrap_or(256));
+            if largest > mtu {
+                return Err(RunError::new(format!(
+                    "a {largest}-byte message does not fit one UD datagram: {} port {port} has \
+                     a {mtu}-byte MTU; use -s {mtu} or less (or -c RC)",
+                    ctx.name()
+                )));
+            }
+        }
+        let buffer = 2 * half_for(largest + GRH_LEN as u64) as u64;
+        if buffer > dev_attr.max_mr_size() {
+            return Err(RunError::new(format!(
+                "a {largest}-byte message needs a {buffer}-byte buffer, more than {} registers \
+                 ({} bytes, its max_mr_size): use a smaller -s",
+                ctx.name(),
+                dev_attr.max_mr_size()
+            )));
+        }
+        let (gid, gid_auto) = match args.gid_index {
+            Some(index) => {
+                let entry = ctx.query_gid(port, index)?;
+                let cand = GidCandidate {
+                    index,
+                    gid: entry.gid,
+                    gid_type: entry.gid_type,
+                };
+                (Some(cand), false)
+            }
+            None if port_attr.link_layer() == LinkLayer::Ethernet => {
+                let table: Vec<GidCandidate> = ctx
+                    .query_gid_table()?
+                    .into_iter()
+                    .filter(|e| e.port == port)
+                    .map(|e| GidCandidate {
+                        index: e.index,
+                        gid: e.gid,
+                        gid_type: e.gid_type,
+                    })
+                    .collect();
+                let best = best_gid(&table).ok_or_else(|| {
+                    RunError::new(format!(
+                        "{} port {port} is RoCE but has no usable (non-zero) GID: give the \
+                         network interface an IP address, or pass -x",
+                        ctx.name()
+                    ))
+                })?;
+                (Some(best), true)
+            }
+            None => (None, false),
+        };
+        Ok(DeviceSide {
+            ctx,
+            port,
+            port_attr,
+            dev_attr,
+            gid,
+            gid_auto,
+        })
+    }
+
+    /// The device's name.
+    pub(crate) fn name(&self) -> &str {
+        self.ctx.name()
+    }
+
+    /// A line saying which GID is used and why.
+    pub(crate) fn gid_line(&self) -> String {
+        match (&self.gid, self.gid_auto) {
+            (Some(g), true) => format!("{g}, chosen automatically (pass -x to choose)"),
+            (Some(g), false) => format!("{g}, from -x"),
+            (None, _) => "none: InfiniBand, LID-routed".to_owned(),
+        }
+    }
+}
+
+/// The size of each half of a QP's buffer for messages up to `largest` bytes: a whole number
+/// of cache lines, so that the second half (an atomic's target) is 8-byte aligned.
+pub(crate) fn half_for(largest: u64) -> usize {
+    let largest = usize::try_from(largest).unwrap_or(usize::MAX);
+    largest.max(8).div_ceil(64).saturating_mul(64)
+}
+
+/// One side's queue pairs and buffers.
+pub(crate) struct Resources {
+    /// The completion channel both CQs report to, with `-e`.
+    pub(crate) events: Option<Arc<CompletionChannel>>,
+    pub(crate) _pd: Arc<ProtectionDomain>,
+    pub(crate) send_cq: Arc<CompletionQueue>,
+    pub(crate) recv_cq: Arc<CompletionQueue>,
+    pub(crate) qps: Vec<QueuePair>,
+    pub(crate) bufs: Vec<RegisteredBuffer>,
+    pub(crate) psns: Vec<u32>,
+    /// The peer's QPs, once exchanged.
+    pub(crate) remotes: Vec<QpEndpoint>,
+    /// UD: one address handle per QP, reaching the peer's QP of the same index.
+    pub(crate) ahs: Vec<Arc<AddressHandle>>,
+    /// Bytes in each half of a buffer.
+    pub(crate) half: usize,
+    /// Messages up to this size go inline (0: none).
+    pub(crate) inline: u32,
+}
+
+impl std::fmt::Debug for Resources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resources")
+            .field("qps", &self.qps.len())
+            .field("half", &self.half)
+            .field("inline", &self.inline)
+            .finish()
+    }
+}
+
+/// The receive requests' wr_id carries the QP index; sends carry it in the low 32 bits.
+pub(crate) const QP_INDEX_MASK: u64 = 0xffff_ffff;
+
+/// The Q_Key of UD QPs: `ConnectOptions`' default, the same on both sides.
+pub(crate) const UD_QKEY: u32 = 0x1111_1111;
+
+impl Resources {
+    /// Creates the CQs, QPs and buffers for `params`.
+    pub(crate) fn create(dev: &DeviceSide, params: &TestParams) -> Result<Self, RunError> {
+        let pd = dev.ctx.alloc_pd()?;
+        let largest = params.sizes.iter().copied().max().unwrap_or(8);
+        // A UD receive also takes the 40-byte GRH in front of the message.
+        let ud_extra = if params.connection == Connection::Ud {
+            GRH_LEN as u64
+        } else {
+            0
+        };
+        let half = half_for(largest + ud_extra);
+        let qps_n = params.qps;
+        let receives = params.verb == Verb::Send;
+        let max_wr = dev.dev_attr.max_qp_wr();
+        if params.tx_depth > max_wr || (receives && params.rx_depth > max_wr) {
+            return Err(RunError::new(format!(
+                "{} allows at most {max_wr} work requests per queue: lower -t or -r",
+                dev.name()
+            )));
+        }
+        let send_cqe = params.tx_depth.saturating_mul(qps_n).max(1);
+        let recv_cqe = if receives {
+            params.rx_depth.saturating_mul(qps_n)
+        } else {
+            1
+        };
+        let events = if params.events {
+            Some(dev.ctx.create_comp_channel()?)
+        } else {
+            None
+        };
+        let cq = |cqe: u32| {
+            let mut b = dev.ctx.create_cq_builder();
+            b.cqe(cqe);
+            if let Some(channel) = &events {
+                b.channel(channel);
+            }
+            b.build()
+        };
+        let send_cq = cq(send_cqe)?;
+        let recv_cq = cq(recv_cqe)?;
+        let qp_type = match params.connection {
+            Connection::Rc => QpType::Rc,
+            Connection::Uc => QpType::Uc,
+            Connection::Ud => QpType::Ud,
+        };
+        let access = AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC;
+        let mut qps = Vec::new();
+        let mut bufs = Vec::new();
+        let mut psns = Vec::new();
+        let mut inline = params.inline_size;
+        for i in 0..qps_n {
+            let mut qb = pd.create_qp_builder();
+            qb.qp_type(qp_type)
+                .send_cq(&send_cq)
+                .recv_cq(&recv_cq)
+                .max_send_wr(params.tx_depth)
+                .max_recv_wr(if receives { params.rx_depth } else { 1 })
+                .max_send_sge(1)
+                .max_recv_sge(1)
+                .max_inline_data(params.inline_size);
+            let qp = qb.build()?;
+            // The provider may round the inline size; never ask more than every QP gives.
+            inline = inline.min(qp.cap().max_inline_data);
+            qps.push(qp);
+            bufs.push(pd.reg_buffer(2 * half, access)?);
+            psns.push(random_psn(i));
+        }
+        Ok(Resources {
+            events,
+            _pd: pd,
+            send_cq,
+            recv_cq,
+            qps,
+            bufs,
+            psns,
+            remotes: Vec::new(),
+            ahs: Vec::new(),
+            half,
+            inline,
+        })
+    }
+
+    /// What the peer needs to know of our QPs.
+    pub(crate) fn endpoints(&self, dev: &DeviceSide) -> Vec<QpEndpoint> {
+        let gid = dev.gid.map_or([0; 16], |g| *g.gid.as_bytes());
+        self.qps
+            .iter()
+            .zip(&self.bufs)
+            .zip(&self.psns)
+            .map(|((qp, buf), &psn)| QpEndpoint {
+                lid: dev.port_attr.lid(),
+                qpn: qp.qp_num(),
+                psn,
+                gid,
+                rkey: buf.rkey(),
+                addr: buf.addr(),
+                mtu: dev.port_attr.active_mtu().bytes().unwrap_or(1024),
+            })
+            .collect()
+    }
+
+    /// Connects every QP to the peer's (Reset to RTS) with the path MTU `mtu`.
+    pub(crate) fn connect(
+        &mut self,
+        dev: &DeviceSide,
+        params: &TestParams,
+        remotes: Vec<QpEndpoint>,
+        mtu: Mtu,
+    ) -> Result<(), RunError> {
+        if remotes.len() != self.qps.len() {
+            return Err(RunError::new(format!(
+                "the peer sent {} QP endpoints, this side has {} QPs",
+                remotes.len(),
+                self.qps.len()
+            )));
+        }
+        let port = u8::try_from(dev.port)
+            .map_err(|_| RunError::new(format!("port {} does not fit in 8 bits", dev.port)))?;
+        let rd_atomic =
+            |limit: u32| u8::try_from(params.outstanding.min(limit).max(1)).unwrap_or(u8::MAX);
+        for ((qp, remote), &psn) in self.qps.iter().zip(&remotes).zip(&self.psns) {
+            let mut opts = ConnectOptions::new();
+            opts.port_num(port)
+                .path_mtu(mtu)
+                .sq_psn(psn)
+                .timeout(params.qp_timeout)
+                .max_rd_atomic(rd_atomic(dev.dev_attr.max_qp_init_rd_atom()))
+                .max_dest_rd_atomic(rd_atomic(dev.dev_attr.max_qp_rd_atom()));
+            if let Some(g) = dev.gid {
+                let index = u8::try_from(g.index).map_err(|_| {
+                    RunError::new(format!("GID index {} does not fit in 8 bits", g.index))
+                })?;
+                opts.gid_index(index);
+            }
+            let peer = Endpoint {
+                lid: remote.lid,
+                qp_num: remote.qpn,
+                psn: remote.psn,
+                gid: Gid::from_raw(remote.gid),
+            };
+            qp.connect(&opts, &peer)?;
+            if params.connection == Connection::Ud {
+                let mut av = AddressVector::new();
+                av.set_dlid(peer.lid).set_sl(0).set_port_num(port);
+                if !peer.gid.is_zero() {
+                    av.set_is_global(true)
+                        .set_dgid(peer.gid)
+                        .set_sgid_index(dev.gid.map_or(0, |g| g.index as u8))
+                        .set_hop_limit(64);
+                }
+                self.ahs.push(self._pd.create_ah(&av)?);
+            }
+        }
+        if params.connection == Connection::Ud {
+            let largest = params.sizes.iter().copied().max().unwrap_or(0);
+            let mtu_bytes = u64::from(mtu.bytes().unwrap_or(256));
+            if largest > mtu_bytes {
+                return Err(RunError::new(format!(
+                    "a {largest}-byte message does not fit one UD datagram on this path \
+                     ({mtu_bytes}-byte MTU, the smaller of the two ports'): use -s {mtu_bytes} \
+                     or less"
+                )));
+            }
+        }
+        self.remotes = remotes;
+        Ok(())
+    }
+
+    /// The receive entry of QP `q`: its buffer's second half.
+    pub(crate) fn recv_sge(&self, q: usize) -> Sge {
+        // The buffer is 2 * half bytes by construction.
+        self.bufs[q]
+            .sge(self.half..2 * self.half)
+            .expect("the buffer holds two halves")
+    }
+
+    /// Posts `n` receives on QP `q`.
+    pub(crate) fn post_recvs(&mut self, q: usize, n: u32) -> Result<(), RunError> {
+        let sge = self.recv_sge(q);
+        let mut guard = self.qps[q].start_post_recv();
+        for _ in 0..n {
+            guard.recv(q as u64, &[sge]);
+        }
+        guard.post()?;
+        Ok(())
+    }
+
+    /// Fills every QP's receive queue (send tests).
+    pub(crate) fn fill_receive_queues(&mut self, params: &TestParams) -> Result<(), RunError> {
+        if params.verb != Verb::Send {
+            return Ok(());
+        }
+        for q in 0..self.qps.len() {
+            self.post_recvs(q, params.rx_depth)?;
+        }
+        Ok(())
+    }
+
+    /// Makes a ping-pong's next size start clean: clears the receive halves (the spin
+    /// loops look for counter values there) and takes any receive completion a duration-mode
+    /// run left behind, reposting its receive. Called after both sides met at a barrier,
+    /// when nothing is in flight.
+    pub(crate) fn reset_after_latency(&mut self) -> Result<(), RunError> {
+        let half = self.half;
+        for buf in &mut self.bufs {
+            buf.as_mut_slice()[half..].fill(0);
+        }
+        let mut wcs = [sideway::WorkCompletion::default(); 16];
+        loop {
+            let got = self.recv_cq.poll_into(&mut wcs)?;
+            if got == 0 {
+                return Ok(());
+            }
+            for wc in &wcs[..got] {
+                wc.ok()?;
+                let q = (wc.wr_id() & QP_INDEX_MASK) as usize;
+                self.post_recvs(q, 1)?;
+            }
+        }
+    }
+}
+
+/// The local data of a work request for `size`-byte messages from `buf`: inline bytes when
+/// the message fits the inline size (SEND and WRITE only), else an entry of the first half.
+pub(crate) fn local_data(
+    buf: &RegisteredBuffer,
+    half: usize,
+    inline: u32,
+    size: u64,
+    verb: Verb,
+) -> SendData<'_> {
+    let size = usize::try_from(size).unwrap_or(half).min(half);
+    let inline_ok = matches!(verb, Verb::Send | Verb::Write) && size <= inline as usize;
+    if inline_ok {
+        SendData::from(&buf.as_slice()[..size])
+    } else {
+        // size <= half, and the buffer holds two halves.
+        SendData::from(buf.sge(0..size).expect("size fits the first half"))
+    }
+}
+
+/// How long one sleep on the completion channel lasts before the loop looks around again.
+const EVENT_NAP: Duration = Duration::from_millis(5);
+
+/// `-e`: arms `cqs` and sleeps until one of them raises a completion event, or a short nap
+/// passes (the loop then polls again: a completion that came between the loop's last poll and
+/// the arming raises no event, and the loop's watchdog must run now and then).
+pub(crate) fn sleep_on(
+    channel: &CompletionChannel,
+    cqs: &[&CompletionQueue],
+) -> Result<(), RunError> {
+    for cq in cqs {
+        cq.req_notify(false)?;
+    }
+    match channel.get_cq_event(Some(EVENT_NAP)) {
+        Ok(_) | Err(EventError::Timeout { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The path MTU: `-m` when given, else the smaller of the two ports' active MTUs.
+pub(crate) fn path_mtu(params: &TestParams, ours: u32, theirs: u32) -> Result<Mtu, RunError> {
+    let bytes = params.mtu.unwrap_or(ours.min(theirs));
+    Mtu::from_bytes(bytes).ok_or_else(|| {
+        RunError::new(format!(
+            "{bytes} is not a path MTU (256, 512, 1024, 2048 or 4096)"
+        ))
+    })
+}
+
+/// A 24-bit starting PSN, different per process, QP and run.
+fn random_psn(qp: u32) -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    (nanos ^ std::process::id().rotate_left(16) ^ qp.wrapping_mul(0x85eb_ca6b))
+        .wrapping_mul(0x9e37_79b1)
+        >> 8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn halves_are_cache_lines() {
+        assert_eq!(half_for(2), 64);
+        assert_eq!(half_for(8), 64);
+        assert_eq!(half_for(65), 128);
+        assert_eq!(half_for(8 << 20), 8 << 20);
+    }
+
+    #[test]
+    fn psns_fit_24_bits_and_differ_per_qp() {
+        for q in 0..64 {
+            assert!(random_psn(q) <= 0xff_ffff);
+        }
+        assert_ne!(random_psn(0), random_psn(1));
+    }
+}

@@ -1,0 +1,75 @@
+//! Keeping a measured loop honest about its peer: a loop that waits for the network calls
+//! [`Watch::idle`] whenever it found nothing to do; now and then (never on the fast path) that
+//! checks the out-of-band channel, so a peer that died or aborted ends the run with its
+//! reason, and a run that makes no progress at all ends with an error instead of a hang.
+
+use std::time::{Duration, Instant};
+
+use super::RunError;
+use crate::oob::OobChannel;
+
+/// How many idle turns pass between two looks at the clock.
+const SPINS_PER_CHECK: u32 = 1024;
+/// How often the out-of-band channel is looked at.
+const PEER_CHECK: Duration = Duration::from_millis(10);
+
+/// The watchdog of one measured loop.
+#[derive(Debug)]
+pub(crate) struct Watch {
+    spins: u32,
+    last_peer_check: Instant,
+    last_progress: u64,
+    last_change: Instant,
+    stall: Duration,
+    peer_spoke: bool,
+}
+
+impl Watch {
+    /// A watchdog that gives up after `stall` without progress.
+    pub(crate) fn new(stall: Duration) -> Self {
+        let now = Instant::now();
+        Watch {
+            spins: 0,
+            last_peer_check: now,
+            last_progress: 0,
+            last_change: now,
+            stall,
+            peer_spoke: false,
+        }
+    }
+
+    /// Called on every turn of a loop that may wait (or at least on every idle one);
+    /// `progress` is any count that grows while the run moves. Returns whether the peer has sent a message (the end of its own
+    /// part of the run, usually; the message stays for the next `recv`).
+    #[inline]
+    pub(crate) fn idle(&mut self, oob: &mut OobChannel, progress: u64) -> Result<bool, RunError> {
+        self.spins = self.spins.wrapping_add(1);
+        if self.spins % SPINS_PER_CHECK != 0 {
+            return Ok(self.peer_spoke);
+        }
+        self.check(oob, progress)
+    }
+
+    #[cold]
+    fn check(&mut self, oob: &mut OobChannel, progress: u64) -> Result<bool, RunError> {
+        let now = Instant::now();
+        if progress != self.last_progress {
+            self.last_progress = progress;
+            self.last_change = now;
+        } else if now.duration_since(self.last_change) > self.stall {
+            return Err(RunError::new(format!(
+                "no progress for {} s after {progress} operations: the peer stopped \
+                 answering, or the fabric lost messages (on UC a lost message is never \
+                 resent); check the peer's output",
+                self.stall.as_secs()
+            )));
+        }
+        // Even after the peer spoke (a passive side says "done" at once): a peer that then
+        // dies must still be noticed.
+        if now.duration_since(self.last_peer_check) >= PEER_CHECK {
+            self.last_peer_check = now;
+            self.peer_spoke = oob.peer_spoke()?;
+        }
+        Ok(self.peer_spoke)
+    }
+}
