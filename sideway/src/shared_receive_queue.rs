@@ -21,6 +21,7 @@ use rdma_mummy_sys as ffi;
 use crate::errno::{from_ret, non_null};
 use crate::memory_region::Sge;
 use crate::protection_domain::ProtectionDomain;
+use crate::queue_pair::post::RecvStorage;
 use crate::queue_pair::InvalidWorkRequest;
 
 /// Why an SRQ operation failed.
@@ -169,36 +170,19 @@ impl SharedReceiveQueueBuilder {
             source,
         })?;
         let pick = |granted: u32, asked: u32| if granted == 0 { asked } else { granted };
-        let max_sge = pick(init.attr.max_sge, self.max_sge) as usize;
+        let max_sge = pick(init.attr.max_sge, self.max_sge);
         // Batches are sized by what was asked: more could not be outstanding.
-        let batch = self.max_wr.min(pick(init.attr.max_wr, self.max_wr)) as usize;
-        let empty = ffi::ibv_recv_wr {
-            wr_id: 0,
-            next: std::ptr::null_mut(),
-            sg_list: std::ptr::null_mut(),
-            num_sge: 0,
-        };
+        let batch = self.max_wr.min(pick(init.attr.max_wr, self.max_wr));
         let srq = Arc::new(SharedReceiveQueue {
             raw,
-            storage: Mutex::new(SrqStorage {
-                wrs: vec![empty; batch].into_boxed_slice(),
-                sges: vec![ffi::ibv_sge::default(); batch.saturating_mul(max_sge)]
-                    .into_boxed_slice(),
-                max_sge,
-            }),
+            storage: Mutex::new(RecvStorage::new(batch, max_sge)),
             max_wr: pick(init.attr.max_wr, self.max_wr),
-            max_sge: max_sge as u32,
+            max_sge,
             pd: Arc::clone(&self.pd),
         });
         lock_registry().insert(raw.as_ptr() as usize, Arc::downgrade(&srq));
         Ok(srq)
     }
-}
-
-struct SrqStorage {
-    wrs: Box<[ffi::ibv_recv_wr]>,
-    sges: Box<[ffi::ibv_sge]>,
-    max_sge: usize,
 }
 
 /// A shared receive queue; destroyed (`ibv_destroy_srq`) on drop, after every QP using it
@@ -208,7 +192,7 @@ struct SrqStorage {
 pub struct SharedReceiveQueue {
     raw: NonNull<ffi::ibv_srq>,
     /// Where batches are built; the lock makes one batch at a time per SRQ.
-    storage: Mutex<SrqStorage>,
+    storage: Mutex<RecvStorage>,
     max_wr: u32,
     max_sge: u32,
     pd: Arc<ProtectionDomain>,
@@ -327,7 +311,7 @@ impl fmt::Debug for SharedReceiveQueue {
 #[must_use = "receives reach the device only through post(); dropping the guard discards them"]
 pub struct SrqPostRecvGuard<'a> {
     srq: &'a SharedReceiveQueue,
-    storage: MutexGuard<'a, SrqStorage>,
+    storage: MutexGuard<'a, RecvStorage>,
     count: usize,
     invalid: Option<(usize, u64, InvalidWorkRequest)>,
 }
@@ -348,47 +332,10 @@ impl SrqPostRecvGuard<'_> {
         if self.invalid.is_some() {
             return self;
         }
-        let i = self.count;
-        let st = &mut *self.storage;
-        let reason = if i >= st.wrs.len() {
-            Some(InvalidWorkRequest::BatchFull {
-                capacity: st.wrs.len(),
-                queue: "srq",
-            })
-        } else if sges.len() > st.max_sge {
-            Some(InvalidWorkRequest::TooManySge {
-                given: sges.len(),
-                max: st.max_sge,
-                queue: "srq",
-            })
-        } else {
-            None
-        };
-        if let Some(reason) = reason {
-            self.invalid = Some((i, wr_id, reason));
-            return self;
+        match self.storage.push(self.count, wr_id, sges, "srq") {
+            Ok(()) => self.count += 1,
+            Err(reason) => self.invalid = Some((self.count, wr_id, reason)),
         }
-        let m = st.max_sge;
-        let slot = &mut st.sges[i * m..(i + 1) * m];
-        for (dst, src) in slot.iter_mut().zip(sges) {
-            *dst = *src.as_raw();
-        }
-        st.wrs[i] = ffi::ibv_recv_wr {
-            wr_id,
-            next: std::ptr::null_mut(),
-            sg_list: if sges.is_empty() {
-                std::ptr::null_mut()
-            } else {
-                slot.as_mut_ptr()
-            },
-            // sges.len() <= max_sge, which came from a u32.
-            num_sge: sges.len() as c_int,
-        };
-        if i > 0 {
-            let this: *mut ffi::ibv_recv_wr = &mut st.wrs[i];
-            st.wrs[i - 1].next = this;
-        }
-        self.count += 1;
         self
     }
 
@@ -425,14 +372,9 @@ impl SrqPostRecvGuard<'_> {
         // SAFETY: raw is live; wrs[..count] is a NULL-terminated chain whose sg_lists point
         // into `sges` (alive with the SRQ, locked by this guard); the device checks every
         // SGE's lkey and bounds.
-        let ret = unsafe { ffi::ibv_post_srq_recv(raw, st.wrs.as_mut_ptr(), &mut bad) };
+        let ret = unsafe { ffi::ibv_post_srq_recv(raw, st.head(), &mut bad) };
         from_ret(ret).map_err(|source| {
-            let base = st.wrs.as_ptr() as usize;
-            let size = std::mem::size_of::<ffi::ibv_recv_wr>();
-            let index = (bad as usize)
-                .checked_sub(base)
-                .filter(|off| off % size == 0 && off / size < count)
-                .map(|off| off / size);
+            let index = st.locate(bad, count).map(|(i, _)| i);
             SharedReceiveQueueError::Post {
                 srq,
                 count,

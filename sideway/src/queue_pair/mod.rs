@@ -35,7 +35,7 @@
 //! ```
 
 mod attr;
-mod post;
+pub(crate) mod post;
 mod state_table;
 
 use std::fmt;

@@ -412,15 +412,16 @@ impl SendStorage {
     }
 }
 
-/// Where receive batches are built; allocated once, with the QP.
-pub(super) struct RecvStorage {
+/// Where receive batches are built, for a QP's receive queue and for an SRQ alike;
+/// allocated once, with the queue, so posting receives allocates nothing.
+pub(crate) struct RecvStorage {
     wrs: Box<[ffi::ibv_recv_wr]>,
     sges: Box<[ffi::ibv_sge]>,
     max_sge: usize,
 }
 
 impl RecvStorage {
-    pub(super) fn new(max_wr: u32, max_sge: u32) -> Self {
+    pub(crate) fn new(max_wr: u32, max_sge: u32) -> Self {
         let max_wr = max_wr as usize;
         let max_sge = max_sge as usize;
         let wr = ffi::ibv_recv_wr {
@@ -434,6 +435,69 @@ impl RecvStorage {
             sges: vec![ffi::ibv_sge::default(); max_wr.saturating_mul(max_sge)].into_boxed_slice(),
             max_sge,
         }
+    }
+
+    /// Writes receive `i` of the batch (scattered over `sges`, copied) and links it behind
+    /// receive `i - 1`; refuses, naming `queue`, what the storage cannot hold.
+    #[inline]
+    pub(crate) fn push(
+        &mut self,
+        i: usize,
+        wr_id: u64,
+        sges: &[Sge],
+        queue: &'static str,
+    ) -> Result<(), InvalidWorkRequest> {
+        if i >= self.wrs.len() {
+            return Err(InvalidWorkRequest::BatchFull {
+                capacity: self.wrs.len(),
+                queue,
+            });
+        }
+        if sges.len() > self.max_sge {
+            return Err(InvalidWorkRequest::TooManySge {
+                given: sges.len(),
+                max: self.max_sge,
+                queue,
+            });
+        }
+        let m = self.max_sge;
+        let slot = &mut self.sges[i * m..(i + 1) * m];
+        for (dst, src) in slot.iter_mut().zip(sges) {
+            *dst = *src.as_raw();
+        }
+        self.wrs[i] = ffi::ibv_recv_wr {
+            wr_id,
+            next: std::ptr::null_mut(),
+            sg_list: if sges.is_empty() {
+                std::ptr::null_mut()
+            } else {
+                slot.as_mut_ptr()
+            },
+            // sges.len() <= max_sge, which came from a u32.
+            num_sge: sges.len() as c_int,
+        };
+        if i > 0 {
+            let this: *mut ffi::ibv_recv_wr = &mut self.wrs[i];
+            self.wrs[i - 1].next = this;
+        }
+        Ok(())
+    }
+
+    /// The head of the chain built by [`push`](Self::push), for the post verb.
+    #[inline]
+    pub(crate) fn head(&mut self) -> *mut ffi::ibv_recv_wr {
+        self.wrs.as_mut_ptr()
+    }
+
+    /// Which of the first `count` receives `bad` (the post verb's out-parameter) points at,
+    /// and its `wr_id`.
+    pub(crate) fn locate(
+        &self,
+        bad: *const ffi::ibv_recv_wr,
+        count: usize,
+    ) -> Option<(usize, u64)> {
+        let index = chain_index(self.wrs.as_ptr(), bad, count)?;
+        Some((index, self.wrs[index].wr_id))
     }
 }
 
@@ -1164,47 +1228,10 @@ impl<'a> PostRecvGuard<'a> {
         if self.invalid.is_some() {
             return self;
         }
-        let i = self.count;
-        let st = &mut self.qp.recv;
-        let reason = if i >= st.wrs.len() {
-            Some(InvalidWorkRequest::BatchFull {
-                capacity: st.wrs.len(),
-                queue: "recv",
-            })
-        } else if sges.len() > st.max_sge {
-            Some(InvalidWorkRequest::TooManySge {
-                given: sges.len(),
-                max: st.max_sge,
-                queue: "recv",
-            })
-        } else {
-            None
-        };
-        if let Some(reason) = reason {
-            self.invalid = Some((i, wr_id, reason));
-            return self;
+        match self.qp.recv.push(self.count, wr_id, sges, "recv") {
+            Ok(()) => self.count += 1,
+            Err(reason) => self.invalid = Some((self.count, wr_id, reason)),
         }
-        let m = st.max_sge;
-        let slot = &mut st.sges[i * m..(i + 1) * m];
-        for (dst, src) in slot.iter_mut().zip(sges) {
-            *dst = *src.as_raw();
-        }
-        st.wrs[i] = ffi::ibv_recv_wr {
-            wr_id,
-            next: std::ptr::null_mut(),
-            sg_list: if sges.is_empty() {
-                std::ptr::null_mut()
-            } else {
-                slot.as_mut_ptr()
-            },
-            // sges.len() <= max_sge, which came from a u32.
-            num_sge: sges.len() as c_int,
-        };
-        if i > 0 {
-            let this: *mut ffi::ibv_recv_wr = &mut st.wrs[i];
-            st.wrs[i - 1].next = this;
-        }
-        self.count += 1;
         self
     }
 
@@ -1240,15 +1267,15 @@ impl<'a> PostRecvGuard<'a> {
         let mut bad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
         // SAFETY: qp is live; wrs[..count] is a NULL-terminated chain whose sg_lists point
         // into `sges` (alive with the QP); the device checks every SGE's lkey and bounds.
-        let ret = unsafe { ffi::ibv_post_recv(qp, st.wrs.as_mut_ptr(), &mut bad) };
+        let ret = unsafe { ffi::ibv_post_recv(qp, st.head(), &mut bad) };
         from_ret(ret).map_err(|source| {
-            let index = chain_index(st.wrs.as_ptr(), bad, count);
+            let located = st.locate(bad, count);
             PostError::Post {
                 call: "ibv_post_recv",
                 qp_num,
                 count,
-                index,
-                wr_id: index.map(|i| st.wrs[i].wr_id),
+                index: located.map(|(i, _)| i),
+                wr_id: located.map(|(_, id)| id),
                 source,
             }
         })
