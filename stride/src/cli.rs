@@ -96,6 +96,7 @@ impl Test {
 /// The transport of the queue pairs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
 #[value(rename_all = "UPPER")]
+#[serde(rename_all = "UPPERCASE")]
 pub enum Connection {
     /// Reliable connection.
     Rc,
