@@ -219,6 +219,16 @@ fn from_wire(ep: &WireEndpoint) -> Endpoint {
 }
 
 /// The resources of one side.
+/// What the ping-pong loop needs of a side, whatever its transport.
+trait PingSide {
+    /// Posts the next message.
+    fn post_send(&mut self) -> Result<(), CliError>;
+    /// Posts `n` more receives.
+    fn post_recvs(&mut self, n: u32) -> Result<(), CliError>;
+    /// How the side waits for its completions.
+    fn waiter(&mut self) -> &mut Waiter;
+}
+
 struct Side {
     qp: QueuePair,
     waiter: Waiter,
@@ -227,7 +237,11 @@ struct Side {
     inline: bool,
 }
 
-impl Side {
+impl PingSide for Side {
+    fn waiter(&mut self) -> &mut Waiter {
+        &mut self.waiter
+    }
+
     fn post_recvs(&mut self, n: u32) -> Result<(), CliError> {
         let sge = self
             .buf
@@ -367,8 +381,8 @@ pub fn run_connected(args: &PingpongArgs, qp_type: QpType) -> Result<(), CliErro
     Ok(())
 }
 
-/// The measured loop, as rdma-core's programs run it.
-fn exchange(side: &mut Side, args: &PingpongArgs) -> Result<(), CliError> {
+/// The measured loop, as rdma-core's programs run it (RC, UC and UD alike).
+fn exchange(side: &mut impl PingSide, args: &PingpongArgs) -> Result<(), CliError> {
     let is_client = args.server.is_some();
     let (mut scnt, mut rcnt) = (0u64, 0u64);
     let mut routs = args.rx_depth;
@@ -381,7 +395,7 @@ fn exchange(side: &mut Side, args: &PingpongArgs) -> Result<(), CliError> {
     let mut wcs = [WorkCompletion::default(); 2];
     while rcnt < args.iters || scnt < args.iters {
         let n = side
-            .waiter
+            .waiter()
             .wait(&mut wcs, || format!("{scnt} sends and {rcnt} receives"))?;
         for wc in &wcs[..n] {
             wc.ok().map_err(CliError::run)?;
@@ -443,7 +457,11 @@ struct UdSide {
     inline: bool,
 }
 
-impl UdSide {
+impl PingSide for UdSide {
+    fn waiter(&mut self) -> &mut Waiter {
+        &mut self.waiter
+    }
+
     fn post_recvs(&mut self, n: u32) -> Result<(), CliError> {
         let sge = self
             .buf
@@ -477,7 +495,9 @@ impl UdSide {
         }
         guard.post().map_err(CliError::run)
     }
+}
 
+impl UdSide {
     /// Readies the QP (Init, RTR, RTS with the Q_Key) and builds the address handle that
     /// reaches `remote`: global when the peer sent a GID.
     fn connect(
@@ -596,44 +616,7 @@ pub fn run_ud(args: &PingpongArgs, size_given: bool) -> Result<(), CliError> {
     print_ud_endpoint("remote address:", &remote);
 
     let start = Instant::now();
-    let is_client = args.server.is_some();
-    let (mut scnt, mut rcnt) = (0u64, 0u64);
-    let mut routs = args.rx_depth;
-    let mut pending = RECV_WRID;
-    if is_client {
-        side.post_send()?;
-        pending |= SEND_WRID;
-    }
-    let mut wcs = [WorkCompletion::default(); 2];
-    while rcnt < args.iters || scnt < args.iters {
-        let n = side
-            .waiter
-            .wait(&mut wcs, || format!("{scnt} sends and {rcnt} receives"))?;
-        for wc in &wcs[..n] {
-            wc.ok().map_err(CliError::run)?;
-            match wc.wr_id() {
-                SEND_WRID => scnt += 1,
-                RECV_WRID => {
-                    rcnt += 1;
-                    routs -= 1;
-                    if routs <= 1 {
-                        side.post_recvs(args.rx_depth - routs)?;
-                        routs = args.rx_depth;
-                    }
-                }
-                id => {
-                    return Err(CliError::run(format!(
-                        "completion with unexpected wr_id {id}"
-                    )))
-                }
-            }
-            pending &= !wc.wr_id();
-            if scnt < args.iters && pending == 0 {
-                side.post_send()?;
-                pending = RECV_WRID | SEND_WRID;
-            }
-        }
-    }
+    exchange(&mut side, args)?;
     report(args, start.elapsed())
 }
 
