@@ -56,6 +56,58 @@ stride() {
     if grep -q panicked "$PAIR_DIR"/*.log; then fail "$name: a panic"; fi
 }
 
+# expect_error NAME PATTERN CMD...: CMD must exit non-zero (not by timeout) within 30 s and
+# say PATTERN.
+expect_error() {
+    local name=$1 pattern=$2 out rc=0
+    shift 2
+    out=$(timeout -k 5 30 "$@" 2>&1) || rc=$?
+    if [ "$rc" -eq 0 ]; then
+        fail "$name: exit status 0"
+    elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        fail "$name: still running after 30 s"
+    elif ! grep -qE -- "$pattern" <<<"$out"; then
+        fail "$name: no message matching '$pattern' in: $out"
+    elif grep -q panicked <<<"$out"; then
+        fail "$name: a panic: $out"
+    else
+        echo "  ok: $name: $(grep -E -- "$pattern" <<<"$out" | head -1)"
+    fi
+}
+
+# pair_error NAME PATTERN SERVER_ARGS -- CLIENT_ARGS: both sides must fail, in bounded time,
+# and both must say PATTERN.
+pair_error() {
+    local name=$1 pattern=$2 server=() client=()
+    shift 2
+    while [ "$1" != -- ]; do server+=("$1"); shift; done
+    shift
+    client=("$@")
+    stride_port=$((stride_port + 1))
+    local dir
+    dir=$(mktemp -d)
+    timeout -k 5 30 "$bin" "${server[@]}" -d "$dev" -p "$stride_port" >"$dir/server" 2>&1 &
+    local pid=$! src=0 crc=0
+    wait_tcp_listen "$stride_port" 30 || { fail "$name: the server never listened"; return; }
+    timeout -k 5 30 "$bin" "${client[@]}" -d "$dev" -p "$stride_port" 127.0.0.1 \
+        >"$dir/client" 2>&1 || crc=$?
+    wait "$pid" || src=$?
+    for side in server client; do
+        local rc=$src
+        [ "$side" = client ] && rc=$crc
+        if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+            fail "$name: the $side exited $rc"
+            show_log "$side" "$dir/$side"
+        elif ! grep -qE "$pattern" "$dir/$side"; then
+            fail "$name: the $side did not say '$pattern'"
+            show_log "$side" "$dir/$side"
+        else
+            echo "  ok: $name ($side): $(grep -E "$pattern" "$dir/$side" | head -1)"
+        fi
+    done
+    rm -rf "$dir"
+}
+
 finish() {
     if [ "$failures" -ne 0 ]; then
         echo "FAILED: $failures check(s)" >&2

@@ -106,6 +106,10 @@ fn hint(source: &io::Error, access: AccessFlags) -> &'static str {
 pub struct MemoryRegion {
     raw: NonNull<ffi::ibv_mr>,
     pd: Arc<ProtectionDomain>,
+    /// The address work requests use for the region's first byte: the registered address
+    /// for `ibv_reg_mr`, the iova for `ibv_reg_dmabuf_mr` (whose `ibv_mr.addr` libibverbs
+    /// sets to the dma-buf offset instead).
+    iova: u64,
 }
 
 // SAFETY: an MR is immutable after registration, and verbs objects may be used from any
@@ -133,7 +137,7 @@ impl ProtectionDomain {
         let access_c = c_int::from_ne_bytes(access.bits().to_ne_bytes());
         // SAFETY: the PD is alive; the caller vouches for the memory.
         let mr = unsafe { ffi::ibv_reg_mr(self.as_raw(), addr.cast(), len, access_c) };
-        self.wrap_mr(mr, "ibv_reg_mr", addr as u64, len, access)
+        self.wrap_mr(mr, "ibv_reg_mr", addr as u64, len, access, None)
     }
 
     /// Registers `len` bytes at `offset` of a dma-buf (`ibv_reg_dmabuf_mr`), the way GPU
@@ -154,7 +158,7 @@ impl ProtectionDomain {
         let mr = unsafe {
             ffi::ibv_reg_dmabuf_mr(self.as_raw(), offset, len, iova, fd.as_raw_fd(), access_c)
         };
-        self.wrap_mr(mr, "ibv_reg_dmabuf_mr", offset, len, access)
+        self.wrap_mr(mr, "ibv_reg_dmabuf_mr", offset, len, access, Some(iova))
     }
 
     /// Allocates `len` bytes of zeroed, page-aligned memory and registers it
@@ -184,6 +188,7 @@ impl ProtectionDomain {
         addr: u64,
         len: usize,
         access: AccessFlags,
+        iova: Option<u64>,
     ) -> Result<Arc<MemoryRegion>, MemoryRegionError> {
         let raw = non_null(mr).map_err(|source| MemoryRegionError::Register {
             call,
@@ -193,9 +198,12 @@ impl ProtectionDomain {
             access,
             source,
         })?;
+        // SAFETY: raw is the live MR the verb just returned; reading a plain field.
+        let iova = iova.unwrap_or_else(|| unsafe { (*raw.as_ptr()).addr as u64 });
         Ok(Arc::new(MemoryRegion {
             raw,
             pd: Arc::clone(self),
+            iova,
         }))
     }
 }
@@ -215,10 +223,10 @@ impl MemoryRegion {
         unsafe { (*self.raw.as_ptr()).rkey }
     }
 
-    /// The start address work requests use for the region.
+    /// The start address work requests use for the region: the registered address, or for
+    /// a dma-buf region the iova it was registered with.
     pub fn addr(&self) -> u64 {
-        // SAFETY: as for lkey.
-        unsafe { (*self.raw.as_ptr()).addr as u64 }
+        self.iova
     }
 
     /// The length in bytes.

@@ -217,13 +217,43 @@ pub struct RunArgs {
     #[arg(long = "report-gbits")]
     pub report_gbits: bool,
 
-    /// Allocate the buffers in huge pages.
+    /// Allocate the buffers in huge pages (reserve some first, as root:
+    /// `echo 64 > /proc/sys/vm/nr_hugepages`).
     #[arg(long = "use-hugepages")]
     pub use_hugepages: bool,
+
+    /// Allocate the buffers on this GPU (CUDA index) and register them with plain reg_mr:
+    /// GPUDirect RDMA, which needs the nvidia-peermem module and a NIC that supports it.
+    #[arg(
+        long = "use-cuda",
+        value_name = "GPU",
+        conflicts_with_all = ["use_cuda_dmabuf", "use_hugepages"]
+    )]
+    pub use_cuda: Option<u32>,
+
+    /// Allocate the buffers on this GPU (CUDA index), export them as dma-buf and register
+    /// that (needs a 5.12+ kernel and a NIC driver with dma-buf support).
+    #[arg(
+        long = "use-cuda-dmabuf",
+        value_name = "GPU",
+        conflicts_with = "use_hugepages"
+    )]
+    pub use_cuda_dmabuf: Option<u32>,
 
     /// Also write the results, both sides', as JSON to this file.
     #[arg(long = "json")]
     pub json: Option<PathBuf>,
+}
+
+impl RunArgs {
+    /// The option that puts the buffers on a GPU, when one does.
+    pub fn gpu_option(&self) -> Option<&'static str> {
+        match (self.use_cuda, self.use_cuda_dmabuf) {
+            (Some(_), _) => Some("--use-cuda"),
+            (None, Some(_)) => Some("--use-cuda-dmabuf"),
+            (None, None) => None,
+        }
+    }
 }
 
 /// Options of `plot`.
@@ -291,5 +321,33 @@ mod tests {
         assert!(Cli::try_parse_from(["stride-perf", "write", "bw", "-a", "-s", "8"]).is_err());
         assert!(Cli::try_parse_from(["stride-perf", "write", "bw", "-n", "5", "-D", "2"]).is_err());
         assert!(Cli::try_parse_from(["stride-perf", "write", "fast"]).is_err());
+    }
+
+    #[test]
+    fn memory_options_exclude_each_other() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["stride-perf", "write", "bw"];
+            argv.extend_from_slice(extra);
+            Cli::try_parse_from(argv)
+        };
+        for clash in [
+            &["--use-cuda", "0", "--use-cuda-dmabuf", "0"][..],
+            &["--use-cuda", "0", "--use-hugepages"][..],
+            &["--use-cuda-dmabuf", "1", "--use-hugepages"][..],
+        ] {
+            let e = parse(clash).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::ArgumentConflict,
+                "{clash:?}"
+            );
+        }
+        let cli = parse(&["--use-cuda-dmabuf", "2"]).unwrap();
+        let (_, a) = cli.command.run_args().unwrap();
+        assert_eq!(
+            (a.use_cuda, a.use_cuda_dmabuf, a.gpu_option()),
+            (None, Some(2), Some("--use-cuda-dmabuf"))
+        );
+        assert!(parse(&["--use-cuda", "x"]).is_err());
     }
 }

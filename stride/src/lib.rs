@@ -8,7 +8,9 @@
 #![deny(unsafe_code)]
 
 pub mod bandwidth;
+pub mod buffer;
 pub mod cli;
+pub mod cuda;
 pub mod engine;
 pub mod gid_select;
 pub mod latency;

@@ -84,6 +84,20 @@ impl TestParams {
             _ => {}
         }
         let bw = a.test == Test::Bw;
+        if let Some(gpu) = a.gpu_option() {
+            if verb == Verb::Write && !bw {
+                bail(format!(
+                    "write lat polls the last byte of the receive buffer in host memory, which \
+                     a GPU buffer is not; use send lat or read lat with {gpu}, or drop {gpu}"
+                ))?;
+            }
+            if a.inline_size.is_some_and(|i| i > 0) {
+                bail(format!(
+                    "-I (inline data) copies the message from host memory, which a GPU buffer \
+                     is not; drop -I with {gpu}"
+                ))?;
+            }
+        }
         if !bw {
             if a.qps != 1 {
                 bail("latency tests use one QP: drop -q")?;
@@ -277,10 +291,40 @@ mod tests {
             (&["write", "bw", "-m", "1500"][..], "not a path MTU"),
             (&["write", "bw", "-s", "0"][..], "at least 1 byte"),
             (&["write", "lat", "-n", "2"][..], "at least 3 iterations"),
+            (
+                &["write", "lat", "--use-cuda", "0"][..],
+                "write lat polls the last byte of the receive buffer in host memory, which a \
+                 GPU buffer is not; use send lat or read lat with --use-cuda, or drop --use-cuda",
+            ),
+            (
+                &["write", "lat", "--use-cuda-dmabuf", "1"][..],
+                "use send lat or read lat with --use-cuda-dmabuf",
+            ),
+            (
+                &["send", "bw", "--use-cuda", "0", "-I", "64"][..],
+                "drop -I with --use-cuda",
+            ),
         ] {
             let err = params(args).unwrap_err().to_string();
             assert!(err.contains(want), "{args:?}: {err}");
         }
+    }
+
+    #[test]
+    fn gpu_buffers_fit_the_other_tests() {
+        for args in [
+            &["send", "lat", "--use-cuda", "0"][..],
+            &["read", "lat", "--use-cuda-dmabuf", "0"][..],
+            &["write", "bw", "--use-cuda", "0", "-I", "0"][..],
+            &["atomic", "bw", "--use-cuda", "0"][..],
+            &["write", "lat", "--use-hugepages"][..],
+        ] {
+            assert!(params(args).is_ok(), "{args:?}");
+        }
+        // Each side may use its own memory: the buffer kind is not agreed.
+        let gpu = params(&["send", "bw", "--use-cuda", "0"]).unwrap();
+        let host = params(&["send", "bw"]).unwrap();
+        assert!(gpu.mismatches(&host).is_empty());
     }
 
     #[test]

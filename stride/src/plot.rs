@@ -315,6 +315,7 @@ mod tests {
             role: role.into(),
             device: "rxe0".into(),
             gid_index: 1,
+            buffer: None,
             results,
         };
         let report = Report {

@@ -53,6 +53,10 @@ pub struct SideReport {
     pub device: String,
     /// The GID index used.
     pub gid_index: u32,
+    /// The memory of the test buffers (`host`, `huge pages (2048 KiB)`, `GPU 0 (...)`);
+    /// absent in files written before stride-perf recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buffer: Option<String>,
     /// One entry per size, in run order.
     pub results: Vec<SizeResult>,
 }
@@ -221,6 +225,7 @@ mod tests {
             role: role.into(),
             device: "rxe0".into(),
             gid_index: 1,
+            buffer: Some("huge pages (2048 KiB)".into()),
             results: vec![SizeResult::Bandwidth(bw())],
         };
         let report = Report {
@@ -236,6 +241,17 @@ mod tests {
         let path = dir.join("r.json");
         report.write_json(&path).unwrap();
         assert_eq!(Report::read_json(&path).unwrap(), report);
+        // A file from before the buffer kind was recorded still reads.
+        let mut old: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(old["this_side"]["buffer"], "huge pages (2048 KiB)");
+        for side in ["this_side", "peer"] {
+            old[side].as_object_mut().unwrap().remove("buffer");
+        }
+        std::fs::write(&path, old.to_string()).unwrap();
+        let read = Report::read_json(&path).unwrap();
+        assert_eq!(read.this_side.buffer, None);
+        assert_eq!(read.this_side.results, report.this_side.results);
         std::fs::write(&path, "{ not json").unwrap();
         assert!(Report::read_json(&path)
             .unwrap_err()

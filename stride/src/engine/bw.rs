@@ -16,12 +16,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sideway::memory_region::Sge;
-use sideway::{AddressHandle, RegisteredBuffer, SendData, SendFlags, WorkCompletion};
+use sideway::{AddressHandle, SendData, SendFlags, WorkCompletion};
 
 use super::setup::{local_data, sleep_on, Resources, QP_INDEX_MASK, UD_QKEY};
 use super::watch::Watch;
 use super::{RunError, STALL};
 use crate::bandwidth::{BandwidthResult, BandwidthTimes};
+use crate::buffer::TestBuffer;
 use crate::cli::{AtomicType, Connection, Verb};
 use crate::oob::{OobChannel, QpEndpoint};
 use crate::params::TestParams;
@@ -51,7 +52,7 @@ const DRAIN: Duration = Duration::from_millis(50);
 /// What the work requests of every QP point at: local buffers, the peer's QPs, and (UD) the
 /// address handles that reach them.
 pub(super) struct Targets<'a> {
-    pub(super) bufs: &'a [RegisteredBuffer],
+    pub(super) bufs: &'a [TestBuffer],
     pub(super) ahs: &'a [Arc<AddressHandle>],
     pub(super) remotes: &'a [QpEndpoint],
     pub(super) half: usize,

@@ -3,7 +3,8 @@
 //! - WRITE: a ping-pong of RDMA WRITEs. Each side spins on the last byte of its receive half
 //!   until it holds the expected counter, then writes the next counter value into the last
 //!   byte of the peer's receive half with one signaled WRITE (inline when it fits). The
-//!   server writes first.
+//!   server writes first. The spin reads host memory, so this test refuses GPU buffers (the
+//!   parameter check says so).
 //! - SEND: the same ping-pong with SEND/RECV; the client sends first.
 //! - READ and atomics: the client posts one operation, polls its completion, and repeats;
 //!   the server only serves them.
@@ -16,9 +17,7 @@
 
 use std::time::{Duration, Instant};
 
-use sideway::{
-    CompletionChannel, CompletionQueue, QueuePair, RegisteredBuffer, SendFlags, WorkCompletion,
-};
+use sideway::{CompletionChannel, CompletionQueue, QueuePair, SendFlags, WorkCompletion};
 
 use sideway::memory_region::Sge;
 
@@ -31,17 +30,6 @@ use crate::latency::LatencySummary;
 use crate::oob::OobChannel;
 use crate::params::TestParams;
 use crate::report::LatencyResult;
-
-/// Reads byte `index` of `buf` as the NIC left it.
-#[allow(unsafe_code)]
-#[inline(always)]
-fn peek(buf: &RegisteredBuffer, index: usize) -> u8 {
-    let p: *const u8 = &buf.as_slice()[index];
-    // SAFETY: `p` points into the buffer (the indexing above checked the bounds), which
-    // outlives this call. The peer's RDMA WRITE changes the byte behind the compiler's back:
-    // the read is volatile so that every turn of a spin loop really reads memory.
-    unsafe { std::ptr::read_volatile(p) }
-}
 
 /// The state of a ping-pong's one QP.
 struct PingPong<'r> {
@@ -218,12 +206,12 @@ pub(crate) fn run_size(
             while i < iterations {
                 let value = (i as u8).wrapping_add(1);
                 if is_client {
-                    let came = pp.wait(oob, |_| Ok(peek(buf, half + last) == value))?;
+                    let came = pp.wait(oob, |_| Ok(buf.peek(half + last) == Some(value)))?;
                     if matches!(came, Waited::PeerDone) || past_deadline() {
                         break;
                     }
                 }
-                buf.as_mut_slice()[last] = value;
+                buf.write(last, &[value])?;
                 let data = local_data(buf, half, inline, size, Verb::Write);
                 let mut guard = pp.qp.start_post_send();
                 guard
@@ -233,7 +221,7 @@ pub(crate) fn run_size(
                 guard.post()?;
                 pp.outstanding = true;
                 if !is_client {
-                    let came = pp.wait(oob, |_| Ok(peek(buf, half + last) == value))?;
+                    let came = pp.wait(oob, |_| Ok(buf.peek(half + last) == Some(value)))?;
                     if matches!(came, Waited::PeerDone) {
                         break;
                     }

@@ -1,7 +1,9 @@
 //! The measurement engine: one side of a run, from the device to the printed table and the
 //! JSON file.
 //!
-//! A run goes: resolve the parameters; open the device, pick the GID and check the sizes fit;
+//! A run goes: resolve the parameters; prepare the buffers' memory (load the CUDA driver and
+//! open the GPU, or check the huge page pool) so that a machine without it fails before
+//! anything else; open the device, pick the GID and check the sizes fit;
 //! connect the out-of-band channel and agree on the parameters (both sides refuse a mismatch,
 //! naming it); create the QPs and buffers, trade endpoints, connect; then for each size meet
 //! at a barrier, measure (the `bw` or `lat` module), meet again, print the row; finally trade
@@ -26,6 +28,7 @@ use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use crate::bandwidth::{BandwidthError, BandwidthTimes};
+use crate::buffer::{BufferError, BufferKind, Memory};
 use crate::cli::{RunArgs, Test, Verb};
 use crate::latency::TooFewSamples;
 use crate::oob::{OobChannel, OobError, QpEndpoint};
@@ -74,6 +77,8 @@ run_error_from!(
     OobError,
     BandwidthError,
     TooFewSamples,
+    BufferError,
+    crate::cuda::CudaError,
     sideway::DeviceError,
     sideway::protection_domain::AllocPdError,
     sideway::MemoryRegionError,
@@ -102,12 +107,8 @@ fn check_supported(params: &TestParams) -> Result<(), RunError> {
 pub fn run(verb: Verb, args: &RunArgs) -> Result<(), RunError> {
     let params = TestParams::resolve(verb, args)?;
     check_supported(&params)?;
-    if args.use_hugepages {
-        return Err(RunError::new(
-            "--use-hugepages is not supported yet: sideway registers ordinary page-aligned \
-             memory only; run without it",
-        ));
-    }
+    // First: with --use-cuda and no driver (or no such GPU) nothing else runs.
+    let memory = Memory::prepare(BufferKind::from_args(args))?;
     let dev = DeviceSide::open(args, &params)?;
     let mut oob = match &args.server {
         Some(host) => {
@@ -125,7 +126,7 @@ pub fn run(verb: Verb, args: &RunArgs) -> Result<(), RunError> {
             oob
         }
     };
-    let result = run_connected(&dev, args, &params, &mut oob);
+    let result = run_connected(&dev, &memory, args, &params, &mut oob);
     if let Err(e) = &result {
         oob.abort(&e.to_string());
     }
@@ -141,8 +142,10 @@ fn verb_title(verb: Verb) -> &'static str {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn print_banner(
     dev: &DeviceSide,
+    memory: &Memory,
     params: &TestParams,
     res: &Resources,
     ours: &QpEndpoint,
@@ -181,6 +184,7 @@ fn print_banner(
         " Inline data     : {:<14}Run           : {amount}",
         format!("{} B", res.inline)
     );
+    println!(" Buffers         : {}", memory.description());
     if params.verb == Verb::Send {
         println!(" RX depth        : {}", params.rx_depth);
     }
@@ -201,13 +205,14 @@ fn print_banner(
 
 fn run_connected(
     dev: &DeviceSide,
+    memory: &Memory,
     args: &RunArgs,
     params: &TestParams,
     oob: &mut OobChannel,
 ) -> Result<(), RunError> {
     let is_client = args.server.is_some();
     let role_name = if is_client { "client" } else { "server" };
-    let mut res = Resources::create(dev, params)?;
+    let mut res = Resources::create(dev, memory, params)?;
     let ours = res.endpoints(dev);
     // With -R the server listens before the client learns anything, so that the client's
     // connection requests find the listener.
@@ -238,6 +243,7 @@ fn run_connected(
     oob.barrier("connected")?;
     print_banner(
         dev,
+        memory,
         params,
         &res,
         &our_first,
@@ -331,6 +337,7 @@ fn run_connected(
         role: role_name.to_owned(),
         device: dev.name().to_owned(),
         gid_index: dev.gid.map_or(0, |g| g.index),
+        buffer: Some(memory.description()),
         results,
     };
     let peer = oob.exchange_results(&this_side)?;

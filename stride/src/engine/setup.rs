@@ -1,6 +1,6 @@
 //! One side's verbs resources: the device and its port, the GID, the protection domain, the
-//! completion queues, and per QP a queue pair and a registered buffer; and connecting them to
-//! the peer's.
+//! completion queues, and per QP a queue pair and a registered test buffer (in the memory the
+//! run chose: host, huge pages or GPU); and connecting them to the peer's.
 //!
 //! Each QP's buffer holds two halves of `half` bytes: the first is what this side sends,
 //! writes from, or reads and fetches into; the second is what the peer's operations target
@@ -14,12 +14,13 @@ use sideway::device::{DeviceAttr, LinkLayer, Mtu, PortAttr};
 use sideway::queue_pair::AddressVector;
 use sideway::{
     AccessFlags, AddressHandle, CompletionChannel, CompletionQueue, ConnectOptions, DeviceContext,
-    Endpoint, Gid, ProtectionDomain, QpType, QueuePair, RegisteredBuffer, SendData, GRH_LEN,
+    Endpoint, Gid, ProtectionDomain, QpType, QueuePair, SendData, GRH_LEN,
 };
 
 use sideway::memory_region::Sge;
 
 use super::RunError;
+use crate::buffer::{Memory, TestBuffer};
 use crate::cli::{Connection, RunArgs, Verb};
 use crate::gid_select::{best_gid, GidCandidate};
 use crate::oob::QpEndpoint;
@@ -145,7 +146,7 @@ pub(crate) struct Resources {
     pub(crate) send_cq: Arc<CompletionQueue>,
     pub(crate) recv_cq: Arc<CompletionQueue>,
     pub(crate) qps: Vec<QueuePair>,
-    pub(crate) bufs: Vec<RegisteredBuffer>,
+    pub(crate) bufs: Vec<TestBuffer>,
     pub(crate) psns: Vec<u32>,
     /// The peer's QPs, once exchanged.
     pub(crate) remotes: Vec<QpEndpoint>,
@@ -153,7 +154,8 @@ pub(crate) struct Resources {
     pub(crate) ahs: Vec<Arc<AddressHandle>>,
     /// Bytes in each half of a buffer.
     pub(crate) half: usize,
-    /// Messages up to this size go inline (0: none).
+    /// Messages up to this size go inline (0: none; always 0 for GPU buffers, which the
+    /// CPU cannot copy from).
     pub(crate) inline: u32,
 }
 
@@ -174,8 +176,12 @@ pub(crate) const QP_INDEX_MASK: u64 = 0xffff_ffff;
 pub(crate) const UD_QKEY: u32 = 0x1111_1111;
 
 impl Resources {
-    /// Creates the CQs, QPs and buffers for `params`.
-    pub(crate) fn create(dev: &DeviceSide, params: &TestParams) -> Result<Self, RunError> {
+    /// Creates the CQs, QPs and buffers (in `memory`) for `params`.
+    pub(crate) fn create(
+        dev: &DeviceSide,
+        memory: &Memory,
+        params: &TestParams,
+    ) -> Result<Self, RunError> {
         let pd = dev.ctx.alloc_pd()?;
         let largest = params.sizes.iter().copied().max().unwrap_or(8);
         // A UD receive also takes the 40-byte GRH in front of the message.
@@ -227,7 +233,13 @@ impl Resources {
         let mut qps = Vec::new();
         let mut bufs = Vec::new();
         let mut psns = Vec::new();
-        let mut inline = params.inline_size;
+        // The parameter check refused -I with GPU buffers; this keeps the default at 0 too.
+        let inline_size = if memory.is_host() {
+            params.inline_size
+        } else {
+            0
+        };
+        let mut inline = inline_size;
         for i in 0..qps_n {
             let mut qb = pd.create_qp_builder();
             qb.qp_type(qp_type)
@@ -237,12 +249,12 @@ impl Resources {
                 .max_recv_wr(if receives { params.rx_depth } else { 1 })
                 .max_send_sge(1)
                 .max_recv_sge(1)
-                .max_inline_data(params.inline_size);
+                .max_inline_data(inline_size);
             let qp = qb.build()?;
             // The provider may round the inline size; never ask more than every QP gives.
             inline = inline.min(qp.cap().max_inline_data);
             qps.push(qp);
-            bufs.push(pd.reg_buffer(2 * half, access)?);
+            bufs.push(memory.allocate(&pd, 2 * half, access)?);
             psns.push(random_psn(i));
         }
         Ok(Resources {
@@ -383,7 +395,7 @@ impl Resources {
     pub(crate) fn reset_after_latency(&mut self) -> Result<(), RunError> {
         let half = self.half;
         for buf in &mut self.bufs {
-            buf.as_mut_slice()[half..].fill(0);
+            buf.fill(half..2 * half, 0)?;
         }
         let mut wcs = [sideway::WorkCompletion::default(); 16];
         loop {
@@ -403,7 +415,7 @@ impl Resources {
 /// The local data of a work request for `size`-byte messages from `buf`: inline bytes when
 /// the message fits the inline size (SEND and WRITE only), else an entry of the first half.
 pub(crate) fn local_data(
-    buf: &RegisteredBuffer,
+    buf: &TestBuffer,
     half: usize,
     inline: u32,
     size: u64,
@@ -411,11 +423,10 @@ pub(crate) fn local_data(
 ) -> SendData<'_> {
     let size = usize::try_from(size).unwrap_or(half).min(half);
     let inline_ok = matches!(verb, Verb::Send | Verb::Write) && size <= inline as usize;
-    if inline_ok {
-        SendData::from(&buf.as_slice()[..size])
-    } else {
+    match buf.host_slice() {
+        Some(bytes) if inline_ok => SendData::from(&bytes[..size]),
         // size <= half, and the buffer holds two halves.
-        SendData::from(buf.sge(0..size).expect("size fits the first half"))
+        _ => SendData::from(buf.sge(0..size).expect("size fits the first half")),
     }
 }
 

@@ -1,0 +1,800 @@
+//! Test buffers: the registered memory a run's work requests read and write, in host memory,
+//! in huge pages, or on a GPU, behind one type.
+//!
+//! [`Memory`] is a run's choice of memory, prepared once before anything connects (the CUDA
+//! driver loaded and the GPU opened, the huge page pool checked), so that a machine that
+//! cannot give that memory fails at once. [`Memory::allocate`] then makes each QP's
+//! [`TestBuffer`]: allocated, zeroed and registered with the NIC.
+//!
+//! The engine uses a buffer through its address and keys and [`TestBuffer::sge`]; the CPU
+//! reaches the bytes only through [`TestBuffer::host_slice`] (host kinds), [`TestBuffer::peek`]
+//! (the WRITE latency spin), and [`TestBuffer::fill`], [`TestBuffer::write`] and
+//! [`TestBuffer::read`], which go through the CUDA driver for GPU memory.
+//!
+//! Drop order is the safety argument: every kind deregisters its memory region before it
+//! frees the memory (munmap, cuMemFree), so the NIC can never reach freed memory, and a
+//! dma-buf's file descriptor stays open until after its region is deregistered.
+
+#![allow(unsafe_code)]
+
+use std::fmt;
+use std::io;
+use std::ops::Range;
+use std::os::fd::{AsFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use sideway::memory_region::{MemoryRegion, Sge};
+use sideway::{AccessFlags, MemoryRegionError, ProtectionDomain, RegisteredBuffer};
+
+use crate::cli::RunArgs;
+use crate::cuda::{self, CudaError, DeviceMemory, Gpu};
+
+/// How GPU memory is registered with the NIC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuRegistration {
+    /// `ibv_reg_mr` on the device address: the NIC driver pins GPU pages through a
+    /// peer-memory client (GPUDirect RDMA, `nvidia-peermem`).
+    RegMr,
+    /// `cuMemGetHandleForAddressRange` exports a dma-buf, and `ibv_reg_dmabuf_mr` registers it.
+    DmaBuf,
+}
+
+impl GpuRegistration {
+    fn describe(self) -> &'static str {
+        match self {
+            GpuRegistration::RegMr => "GPUDirect reg_mr",
+            GpuRegistration::DmaBuf => "dma-buf",
+        }
+    }
+
+    /// What to add to a failed registration of GPU memory: the likely cause.
+    pub fn failure_cause(self) -> &'static str {
+        match self {
+            GpuRegistration::RegMr => {
+                "the NIC driver cannot register GPU memory: GPUDirect RDMA needs the \
+                 nvidia-peermem module loaded and a NIC that supports it; try --use-cuda-dmabuf"
+            }
+            GpuRegistration::DmaBuf => {
+                "the NIC driver does not support dma-buf registration (needs kernel 5.12+ and a \
+                 driver with dma-buf support, e.g. mlx5); SoftRoCE (rxe) supports neither"
+            }
+        }
+    }
+}
+
+/// The kind of memory the command line asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BufferKind {
+    /// Page-aligned host memory (the default).
+    Host,
+    /// Huge pages (`--use-hugepages`).
+    HugePages,
+    /// GPU memory (`--use-cuda`, `--use-cuda-dmabuf`).
+    Gpu {
+        /// The GPU's index, as CUDA counts them.
+        index: u32,
+        /// How the NIC registers it.
+        registration: GpuRegistration,
+    },
+}
+
+impl BufferKind {
+    /// The kind `args` ask for (clap keeps the three options mutually exclusive).
+    pub fn from_args(args: &RunArgs) -> Self {
+        match (args.use_cuda, args.use_cuda_dmabuf) {
+            (Some(index), _) => BufferKind::Gpu {
+                index,
+                registration: GpuRegistration::RegMr,
+            },
+            (None, Some(index)) => BufferKind::Gpu {
+                index,
+                registration: GpuRegistration::DmaBuf,
+            },
+            (None, None) if args.use_hugepages => BufferKind::HugePages,
+            (None, None) => BufferKind::Host,
+        }
+    }
+}
+
+/// The huge page pool, as `/proc/meminfo` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HugePagePool {
+    /// Bytes per huge page (`Hugepagesize`).
+    pub page_size: usize,
+    /// Pages reserved (`HugePages_Total`).
+    pub total: u64,
+    /// Pages reserved and not in use (`HugePages_Free`).
+    pub free: u64,
+}
+
+impl HugePagePool {
+    /// Reads the pool from `/proc/meminfo`'s text; `None` when the huge page lines are
+    /// missing (a kernel without huge page support).
+    pub fn parse(meminfo: &str) -> Option<Self> {
+        let field = |name: &str| {
+            meminfo.lines().find_map(|line| {
+                let rest = line.strip_prefix(name)?.strip_prefix(':')?;
+                let mut words = rest.split_whitespace();
+                let value: u64 = words.next()?.parse().ok()?;
+                match words.next() {
+                    Some("kB") => value.checked_mul(1024),
+                    Some(_) => None,
+                    None => Some(value),
+                }
+            })
+        };
+        let page_size = usize::try_from(field("Hugepagesize")?).ok()?;
+        if page_size == 0 || !page_size.is_power_of_two() {
+            return None;
+        }
+        Some(HugePagePool {
+            page_size,
+            total: field("HugePages_Total")?,
+            free: field("HugePages_Free")?,
+        })
+    }
+
+    /// Reads the pool from `/proc/meminfo`.
+    pub fn read() -> Result<Self, BufferError> {
+        let text = std::fs::read_to_string("/proc/meminfo").map_err(|e| {
+            BufferError::NoHugePageSupport {
+                detail: format!("cannot read /proc/meminfo: {e}"),
+            }
+        })?;
+        Self::parse(&text).ok_or_else(|| BufferError::NoHugePageSupport {
+            detail: "/proc/meminfo has no Hugepagesize, HugePages_Total and HugePages_Free"
+                .to_owned(),
+        })
+    }
+}
+
+/// Why test buffers could not be prepared, allocated, registered or accessed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BufferError {
+    /// The CUDA driver, the GPU, or a driver call.
+    #[error(transparent)]
+    Cuda(#[from] CudaError),
+    /// Registering host memory.
+    #[error(transparent)]
+    Register(#[from] MemoryRegionError),
+    /// Registering GPU memory: sideway's error and the likely cause.
+    #[error("{source}; {cause}")]
+    GpuRegister {
+        /// The registration error.
+        source: MemoryRegionError,
+        /// [`GpuRegistration::failure_cause`].
+        cause: &'static str,
+    },
+    /// The kernel offers no huge pages at all.
+    #[error(
+        "--use-hugepages: this kernel offers no huge pages ({detail}); run without --use-hugepages"
+    )]
+    NoHugePageSupport {
+        /// What was missing.
+        detail: String,
+    },
+    /// No huge pages are reserved.
+    #[error(
+        "--use-hugepages: no huge pages are reserved (HugePages_Total is 0 in /proc/meminfo); \
+         reserve some as root with `echo N > /proc/sys/vm/nr_hugepages` (N pages of {} KiB, \
+         e.g. 64), or run without --use-hugepages",
+        page_size / 1024
+    )]
+    NoHugePages {
+        /// Bytes per huge page.
+        page_size: usize,
+    },
+    /// Mapping huge pages failed, most likely for want of free ones.
+    #[error("{}", huge_map_message(*len, *pool, source))]
+    HugePageMap {
+        /// Bytes asked for (whole huge pages).
+        len: usize,
+        /// The pool when it failed.
+        pool: HugePagePool,
+        /// mmap's errno.
+        source: io::Error,
+    },
+    /// A byte range outside the buffer.
+    #[error("bytes {start}..{end} lie outside the {len}-byte test buffer")]
+    OutOfRange {
+        /// Start of the range.
+        start: usize,
+        /// End of the range.
+        end: usize,
+        /// The buffer's length.
+        len: usize,
+    },
+}
+
+fn huge_map_message(len: usize, pool: HugePagePool, source: &io::Error) -> String {
+    let kib = pool.page_size / 1024;
+    let pages = len.div_ceil(pool.page_size.max(1));
+    let shortage = if pool.total == 0 {
+        "no huge pages are reserved".to_owned()
+    } else {
+        format!(
+            "{} of the {} reserved huge pages are free",
+            pool.free, pool.total
+        )
+    };
+    format!(
+        "cannot map {len} bytes of huge pages ({pages} of {kib} KiB) for a QP's buffer: \
+         {source}; {shortage} (/proc/meminfo), and each QP's buffer takes {pages}, on each side \
+         running on this machine: reserve more as root with `echo N > \
+         /proc/sys/vm/nr_hugepages`, or run without --use-hugepages"
+    )
+}
+
+/// A run's memory, prepared before anything connects.
+#[derive(Debug)]
+pub enum Memory {
+    /// Page-aligned host memory.
+    Host,
+    /// Huge pages of this many bytes.
+    HugePages {
+        /// Bytes per huge page.
+        page_size: usize,
+    },
+    /// GPU memory.
+    Gpu {
+        /// The GPU, its primary context retained.
+        gpu: Arc<Gpu>,
+        /// How the NIC registers it.
+        registration: GpuRegistration,
+    },
+}
+
+fn gpu_description(gpu: &Gpu, registration: GpuRegistration) -> String {
+    format!("{}, {}", gpu.describe(), registration.describe())
+}
+
+fn huge_description(page_size: usize) -> String {
+    format!("huge pages ({} KiB)", page_size / 1024)
+}
+
+impl Memory {
+    /// Prepares `kind`: for GPU memory loads the CUDA driver and opens the GPU (and checks it
+    /// can export dma-buf, for that registration); for huge pages reads the page size and
+    /// checks some are reserved.
+    pub fn prepare(kind: BufferKind) -> Result<Self, BufferError> {
+        match kind {
+            BufferKind::Host => Ok(Memory::Host),
+            BufferKind::HugePages => {
+                let pool = HugePagePool::read()?;
+                if pool.total == 0 {
+                    return Err(BufferError::NoHugePages {
+                        page_size: pool.page_size,
+                    });
+                }
+                Ok(Memory::HugePages {
+                    page_size: pool.page_size,
+                })
+            }
+            BufferKind::Gpu {
+                index,
+                registration,
+            } => {
+                let gpu = cuda::open_gpu(index)?;
+                if registration == GpuRegistration::DmaBuf {
+                    gpu.check_dma_buf_export()?;
+                }
+                Ok(Memory::Gpu { gpu, registration })
+            }
+        }
+    }
+
+    /// For the banner and the JSON report: `host`, `huge pages (2048 KiB)`,
+    /// `GPU 0 (NAME, PCI 0000:1b:00.0), GPUDirect reg_mr` or `..., dma-buf`.
+    pub fn description(&self) -> String {
+        match self {
+            Memory::Host => "host".to_owned(),
+            Memory::HugePages { page_size } => huge_description(*page_size),
+            Memory::Gpu { gpu, registration } => gpu_description(gpu, *registration),
+        }
+    }
+
+    /// Whether the CPU can address the memory (and so copy inline data from it).
+    pub fn is_host(&self) -> bool {
+        !matches!(self, Memory::Gpu { .. })
+    }
+
+    /// Allocates `len` zeroed bytes of this memory and registers them on `pd` with `access`.
+    pub fn allocate(
+        &self,
+        pd: &Arc<ProtectionDomain>,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<TestBuffer, BufferError> {
+        let inner = match self {
+            Memory::Host => Inner::Host(pd.reg_buffer(len, access)?),
+            Memory::HugePages { page_size } => {
+                let mapping = HugePageMapping::map(len, *page_size)?;
+                // SAFETY: the mapping is owned by the same HugePageBuffer as the region, which
+                // drops (deregisters) first; no Rust reference to the bytes outlives a borrow of
+                // the buffer.
+                let mr = unsafe { pd.reg_mr(mapping.ptr.as_ptr(), mapping.len, access)? };
+                Inner::HugePages(HugePageBuffer { mr, mapping })
+            }
+            Memory::Gpu { gpu, registration } => {
+                let mut memory = gpu.alloc(len)?;
+                memory.set_sync_memops()?;
+                let span = memory.len();
+                memory.fill(0..span, 0)?;
+                let registered = match registration {
+                    GpuRegistration::RegMr => {
+                        // SAFETY: device memory the GpuBuffer owns together with the region,
+                        // which drops (deregisters) before the memory is freed; the CPU never
+                        // addresses it.
+                        unsafe { pd.reg_mr(memory.addr() as *mut u8, span, access) }
+                            .map(|mr| (mr, None))
+                    }
+                    GpuRegistration::DmaBuf => {
+                        let fd = memory.export_dma_buf()?;
+                        // Offset 0 of the dma-buf is memory.addr(), which is also the address
+                        // (iova) the work requests use.
+                        pd.reg_dmabuf_mr(fd.as_fd(), 0, span, memory.addr(), access)
+                            .map(|mr| (mr, Some(fd)))
+                    }
+                };
+                let (mr, dma_buf) = registered.map_err(|source| BufferError::GpuRegister {
+                    source,
+                    cause: registration.failure_cause(),
+                })?;
+                Inner::Gpu(GpuBuffer {
+                    mr,
+                    _dma_buf: dma_buf,
+                    memory,
+                    registration: *registration,
+                })
+            }
+        };
+        Ok(TestBuffer { len, inner })
+    }
+}
+
+/// Anonymous huge page memory; unmapped on drop.
+struct HugePageMapping {
+    ptr: NonNull<u8>,
+    /// Bytes mapped: whole huge pages.
+    len: usize,
+    page_size: usize,
+}
+
+// SAFETY: the mapping is owned exclusively by its buffer; moving it between threads moves
+// only the right to unmap it.
+unsafe impl Send for HugePageMapping {}
+// SAFETY: shared access hands out only shared slices and volatile reads.
+unsafe impl Sync for HugePageMapping {}
+
+impl HugePageMapping {
+    /// Maps at least `len` bytes (`mmap` with `MAP_HUGETLB`), rounded up to whole pages.
+    fn map(len: usize, page_size: usize) -> Result<Self, BufferError> {
+        let pool_now = || {
+            HugePagePool::read().unwrap_or(HugePagePool {
+                page_size,
+                total: 0,
+                free: 0,
+            })
+        };
+        let Some(mapped) = cuda::round_up(len.max(1), page_size) else {
+            return Err(BufferError::HugePageMap {
+                len,
+                pool: pool_now(),
+                source: io::Error::from_raw_os_error(libc::ENOMEM),
+            });
+        };
+        // SAFETY: a new private anonymous mapping; no existing memory is named.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                mapped,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(BufferError::HugePageMap {
+                len: mapped,
+                pool: pool_now(),
+                source: io::Error::last_os_error(),
+            });
+        }
+        // mmap never returns NULL for a successful mapping without MAP_FIXED.
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| BufferError::HugePageMap {
+            len: mapped,
+            pool: pool_now(),
+            source: io::Error::from_raw_os_error(libc::EFAULT),
+        })?;
+        // Anonymous mappings are zero-filled.
+        Ok(HugePageMapping {
+            ptr,
+            len: mapped,
+            page_size,
+        })
+    }
+}
+
+impl Drop for HugePageMapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in map(), unmapped exactly once; its region was
+        // deregistered before (field order of HugePageBuffer).
+        if unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) } != 0 {
+            eprintln!(
+                "stride-perf: warning: munmap of {} bytes of huge pages failed: {}",
+                self.len,
+                io::Error::last_os_error()
+            );
+        }
+    }
+}
+
+/// Field order is the safety argument: the region drops (deregisters) before the mapping.
+struct HugePageBuffer {
+    mr: Arc<MemoryRegion>,
+    mapping: HugePageMapping,
+}
+
+/// Field order is the safety argument: the region drops (deregisters) first, then the
+/// dma-buf descriptor closes, then the GPU memory is freed.
+struct GpuBuffer {
+    mr: Arc<MemoryRegion>,
+    _dma_buf: Option<OwnedFd>,
+    memory: DeviceMemory,
+    registration: GpuRegistration,
+}
+
+enum Inner {
+    Host(RegisteredBuffer),
+    HugePages(HugePageBuffer),
+    Gpu(GpuBuffer),
+}
+
+/// One QP's registered test buffer, in the memory the run chose.
+pub struct TestBuffer {
+    /// Bytes asked for; the registration may cover more (whole huge or GPU pages).
+    len: usize,
+    inner: Inner,
+}
+
+impl fmt::Debug for TestBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TestBuffer")
+            .field("memory", &self.description())
+            .field("addr", &format_args!("{:#x}", self.addr()))
+            .field("len", &self.len)
+            .field("lkey", &format_args!("{:#x}", self.lkey()))
+            .finish()
+    }
+}
+
+fn check_range(range: &Range<usize>, len: usize) -> Result<(), BufferError> {
+    if range.start > range.end || range.end > len {
+        return Err(BufferError::OutOfRange {
+            start: range.start,
+            end: range.end,
+            len,
+        });
+    }
+    Ok(())
+}
+
+impl TestBuffer {
+    /// Bytes in the buffer.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a zero-length buffer.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The address work requests (ours and the peer's) use for the first byte: a host
+    /// address, or a GPU device address.
+    pub fn addr(&self) -> u64 {
+        match &self.inner {
+            Inner::Host(b) => b.addr(),
+            Inner::HugePages(b) => b.mapping.ptr.as_ptr() as u64,
+            Inner::Gpu(b) => b.memory.addr(),
+        }
+    }
+
+    fn mr(&self) -> &MemoryRegion {
+        match &self.inner {
+            Inner::Host(b) => b.mr(),
+            Inner::HugePages(b) => &b.mr,
+            Inner::Gpu(b) => &b.mr,
+        }
+    }
+
+    /// The local key.
+    pub fn lkey(&self) -> u32 {
+        self.mr().lkey()
+    }
+
+    /// The remote key.
+    pub fn rkey(&self) -> u32 {
+        self.mr().rkey()
+    }
+
+    /// What memory this is, as [`Memory::description`] says it.
+    pub fn description(&self) -> String {
+        match &self.inner {
+            Inner::Host(_) => "host".to_owned(),
+            Inner::HugePages(b) => huge_description(b.mapping.page_size),
+            Inner::Gpu(b) => gpu_description(b.memory.gpu(), b.registration),
+        }
+    }
+
+    /// Whether the CPU can address the bytes.
+    pub fn is_host(&self) -> bool {
+        !matches!(self.inner, Inner::Gpu(_))
+    }
+
+    /// A scatter/gather entry for `range` of the buffer, `None` when out of bounds.
+    pub fn sge(&self, range: Range<usize>) -> Option<Sge> {
+        if range.start > range.end || range.end > self.len {
+            return None;
+        }
+        // The region starts at addr() for every kind (a dma-buf region at its iova) and
+        // covers at least len bytes.
+        self.mr().sge(range)
+    }
+
+    /// The bytes, when the CPU can address them. With remote or receive access granted the
+    /// NIC may change them at any moment.
+    pub fn host_slice(&self) -> Option<&[u8]> {
+        match &self.inner {
+            Inner::Host(b) => Some(&b.as_slice()[..self.len]),
+            Inner::HugePages(b) => {
+                // SAFETY: the mapping holds at least len initialised (zero-filled) bytes and
+                // lives as long as self.
+                let bytes = unsafe { std::slice::from_raw_parts(b.mapping.ptr.as_ptr(), self.len) };
+                Some(bytes)
+            }
+            Inner::Gpu(_) => None,
+        }
+    }
+
+    /// The bytes for writing, when the CPU can address them.
+    pub fn host_slice_mut(&mut self) -> Option<&mut [u8]> {
+        let len = self.len;
+        match &mut self.inner {
+            Inner::Host(b) => Some(&mut b.as_mut_slice()[..len]),
+            Inner::HugePages(b) => {
+                // SAFETY: as in host_slice; &mut self excludes every other Rust reference.
+                let bytes = unsafe { std::slice::from_raw_parts_mut(b.mapping.ptr.as_ptr(), len) };
+                Some(bytes)
+            }
+            Inner::Gpu(_) => None,
+        }
+    }
+
+    /// Reads byte `index` as the NIC left it (a volatile read, so that a spin loop reads
+    /// memory every turn); `None` for GPU memory or past the end.
+    #[inline(always)]
+    pub fn peek(&self, index: usize) -> Option<u8> {
+        let base: *const u8 = match &self.inner {
+            Inner::Host(b) => b.as_slice().as_ptr(),
+            Inner::HugePages(b) => b.mapping.ptr.as_ptr(),
+            Inner::Gpu(_) => return None,
+        };
+        if index >= self.len {
+            return None;
+        }
+        // SAFETY: index < len, so the byte lies inside the live memory; a peer's RDMA WRITE
+        // may change it behind the compiler's back, hence the volatile read.
+        Some(unsafe { std::ptr::read_volatile(base.add(index)) })
+    }
+
+    /// Sets every byte of `range` to `byte`.
+    pub fn fill(&mut self, range: Range<usize>, byte: u8) -> Result<(), BufferError> {
+        check_range(&range, self.len)?;
+        if let Inner::Gpu(b) = &mut self.inner {
+            return Ok(b.memory.fill(range, byte)?);
+        }
+        if let Some(bytes) = self.host_slice_mut() {
+            bytes[range].fill(byte);
+        }
+        Ok(())
+    }
+
+    /// Copies `data` into the buffer at `offset`.
+    pub fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), BufferError> {
+        let range = offset..offset.saturating_add(data.len());
+        check_range(&range, self.len)?;
+        if let Inner::Gpu(b) = &mut self.inner {
+            return Ok(b.memory.write(offset, data)?);
+        }
+        if let Some(bytes) = self.host_slice_mut() {
+            bytes[range].copy_from_slice(data);
+        }
+        Ok(())
+    }
+
+    /// Copies `range` out of the buffer (for validation).
+    pub fn read(&self, range: Range<usize>) -> Result<Vec<u8>, BufferError> {
+        check_range(&range, self.len)?;
+        if let Inner::Gpu(b) = &self.inner {
+            return Ok(b.memory.read(range)?);
+        }
+        Ok(self
+            .host_slice()
+            .map_or_else(Vec::new, |bytes| bytes[range].to_vec()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::Cli;
+    use clap::Parser;
+
+    const MEMINFO: &str = "MemTotal:        2014284 kB\n\
+        HugePages_Total:      64\n\
+        HugePages_Free:       62\n\
+        HugePages_Rsvd:        0\n\
+        HugePages_Surp:        0\n\
+        Hugepagesize:       2048 kB\n\
+        Hugetlb:          131072 kB\n";
+
+    #[test]
+    fn the_huge_page_pool_is_read_from_meminfo() {
+        assert_eq!(
+            HugePagePool::parse(MEMINFO),
+            Some(HugePagePool {
+                page_size: 2 << 20,
+                total: 64,
+                free: 62
+            })
+        );
+        let gigantic = MEMINFO.replace("2048 kB", "1048576 kB");
+        assert_eq!(
+            HugePagePool::parse(&gigantic).map(|p| p.page_size),
+            Some(1 << 30)
+        );
+        assert_eq!(HugePagePool::parse("MemTotal: 1 kB\n"), None);
+        assert_eq!(
+            HugePagePool::parse(&MEMINFO.replace("2048 kB", "3000 kB")),
+            None
+        );
+        // A field whose name only starts like the one looked for is not taken.
+        assert_eq!(
+            HugePagePool::parse("Hugepagesize_x: 4 kB\nHugepagesize: 2048 kB\nHugePages_Total: 1\nHugePages_Free: 1\n")
+                .map(|p| p.page_size),
+            Some(2 << 20)
+        );
+    }
+
+    #[test]
+    fn huge_page_errors_say_how_to_reserve_them() {
+        let none = BufferError::NoHugePages { page_size: 2 << 20 }.to_string();
+        assert!(none.contains("no huge pages are reserved"), "{none}");
+        assert!(
+            none.contains("`echo N > /proc/sys/vm/nr_hugepages` (N pages of 2048 KiB"),
+            "{none}"
+        );
+        let pool = HugePagePool {
+            page_size: 2 << 20,
+            total: 0,
+            free: 0,
+        };
+        let e = BufferError::HugePageMap {
+            len: 4 << 20,
+            pool,
+            source: io::Error::from_raw_os_error(libc::ENOMEM),
+        }
+        .to_string();
+        assert!(
+            e.starts_with(
+                "cannot map 4194304 bytes of huge pages (2 of 2048 KiB) for a QP's buffer: "
+            ),
+            "{e}"
+        );
+        assert!(e.contains("; no huge pages are reserved"), "{e}");
+        assert!(e.contains("each QP's buffer takes 2, on each side"), "{e}");
+        assert!(e.contains("`echo N > /proc/sys/vm/nr_hugepages`"), "{e}");
+        let e = BufferError::HugePageMap {
+            len: 2 << 20,
+            pool: HugePagePool {
+                total: 4,
+                free: 0,
+                ..pool
+            },
+            source: io::Error::from_raw_os_error(libc::ENOMEM),
+        }
+        .to_string();
+        assert!(e.contains("0 of the 4 reserved huge pages are free"), "{e}");
+        assert!(e.contains("each QP's buffer takes 1,"), "{e}");
+    }
+
+    #[test]
+    fn gpu_registration_failures_name_the_cause() {
+        let source = || MemoryRegionError::Register {
+            call: "ibv_reg_mr",
+            device: "rxe0".into(),
+            addr: 0x7f00_0000_0000,
+            len: 131072,
+            access: AccessFlags::LOCAL_WRITE,
+            source: io::Error::from_raw_os_error(libc::EFAULT),
+        };
+        let e = BufferError::GpuRegister {
+            source: source(),
+            cause: GpuRegistration::RegMr.failure_cause(),
+        }
+        .to_string();
+        assert!(e.starts_with("ibv_reg_mr of 131072 bytes"), "{e}");
+        assert!(
+            e.contains("; the NIC driver cannot register GPU memory: GPUDirect RDMA needs the nvidia-peermem module"),
+            "{e}"
+        );
+        assert!(e.ends_with("try --use-cuda-dmabuf"), "{e}");
+        let e = BufferError::GpuRegister {
+            source: source(),
+            cause: GpuRegistration::DmaBuf.failure_cause(),
+        }
+        .to_string();
+        assert!(
+            e.contains("the NIC driver does not support dma-buf registration (needs kernel 5.12+"),
+            "{e}"
+        );
+        assert!(e.ends_with("SoftRoCE (rxe) supports neither"), "{e}");
+    }
+
+    #[test]
+    fn the_kind_follows_the_command_line() {
+        let kind = |args: &[&str]| {
+            let mut argv = vec!["stride-perf", "write", "bw"];
+            argv.extend_from_slice(args);
+            let cli = Cli::try_parse_from(argv).unwrap();
+            let (_, a) = cli.command.run_args().unwrap();
+            BufferKind::from_args(a)
+        };
+        assert_eq!(kind(&[]), BufferKind::Host);
+        assert_eq!(kind(&["--use-hugepages"]), BufferKind::HugePages);
+        assert_eq!(
+            kind(&["--use-cuda", "1"]),
+            BufferKind::Gpu {
+                index: 1,
+                registration: GpuRegistration::RegMr
+            }
+        );
+        assert_eq!(
+            kind(&["--use-cuda-dmabuf", "0"]),
+            BufferKind::Gpu {
+                index: 0,
+                registration: GpuRegistration::DmaBuf
+            }
+        );
+    }
+
+    #[test]
+    fn descriptions_name_the_memory() {
+        assert_eq!(Memory::Host.description(), "host");
+        assert!(Memory::Host.is_host());
+        let huge = Memory::HugePages { page_size: 2 << 20 };
+        assert_eq!(huge.description(), "huge pages (2048 KiB)");
+        assert!(huge.is_host());
+        assert_eq!(GpuRegistration::RegMr.describe(), "GPUDirect reg_mr");
+        assert_eq!(GpuRegistration::DmaBuf.describe(), "dma-buf");
+    }
+
+    #[test]
+    fn ranges_are_checked() {
+        assert!(check_range(&(0..8), 8).is_ok());
+        let e = check_range(&(4..9), 8).unwrap_err().to_string();
+        assert_eq!(e, "bytes 4..9 lie outside the 8-byte test buffer");
+    }
+
+    #[test]
+    fn preparing_host_memory_touches_nothing() {
+        assert!(matches!(
+            Memory::prepare(BufferKind::Host),
+            Ok(Memory::Host)
+        ));
+    }
+}

@@ -1,0 +1,132 @@
+//! Test buffers registered on an RDMA device: host memory, huge pages (when some are free),
+//! and GPU memory through the CUDA driver test double (whose "GPU memory" is host memory, so
+//! any NIC registers it with reg_mr, and no NIC takes its memfd as a dma-buf). Skips without a
+//! device, unless `RDMA_TEST_DEVICE` is set.
+
+mod support;
+
+use sideway::AccessFlags;
+use stride::buffer::{BufferError, BufferKind, GpuRegistration, HugePagePool, Memory, TestBuffer};
+use stride::cuda::GPU_PAGE;
+use support::{device_or_skip, fake_libcuda, in_child, Fake};
+
+const ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_READ);
+
+/// What every kind of buffer must do alike.
+fn exercise(buf: &mut TestBuffer, len: usize) {
+    assert_eq!(buf.len(), len);
+    let sge = buf.sge(0..len).expect("the whole buffer");
+    assert_eq!(
+        (sge.addr(), sge.length(), sge.lkey()),
+        (buf.addr(), len as u32, buf.lkey())
+    );
+    let tail = buf.sge(len - 8..len).unwrap();
+    assert_eq!(tail.addr(), buf.addr() + len as u64 - 8);
+    assert!(buf.sge(0..len + 1).is_none());
+    assert!(buf.read(0..len).unwrap().iter().all(|&b| b == 0), "zeroed");
+    let pattern: Vec<u8> = (0..300u32).map(|i| (i * 13 + 1) as u8).collect();
+    buf.write(len - 300, &pattern).unwrap();
+    assert_eq!(buf.read(len - 300..len).unwrap(), pattern);
+    buf.fill(0..64, 0x77).unwrap();
+    assert_eq!(
+        buf.read(60..68).unwrap(),
+        [0x77, 0x77, 0x77, 0x77, 0, 0, 0, 0]
+    );
+    assert!(matches!(
+        buf.write(len, &[1]),
+        Err(BufferError::OutOfRange { .. })
+    ));
+    assert!(buf.read(len..len + 1).is_err());
+}
+
+#[test]
+fn host_buffers() {
+    let Some(ctx) = device_or_skip("host_buffers") else {
+        return;
+    };
+    let pd = ctx.alloc_pd().unwrap();
+    let memory = Memory::prepare(BufferKind::Host).unwrap();
+    let len = 4096 + 100;
+    let mut buf = memory.allocate(&pd, len, ACCESS).unwrap();
+    assert_eq!(buf.description(), "host");
+    assert!(buf.is_host());
+    exercise(&mut buf, len);
+    assert_eq!(buf.peek(0), Some(0x77));
+    assert_eq!(buf.peek(len), None);
+    buf.host_slice_mut().unwrap()[5] = 9;
+    assert_eq!(buf.host_slice().unwrap()[5], 9);
+}
+
+#[test]
+fn huge_page_buffers() {
+    let Some(ctx) = device_or_skip("huge_page_buffers") else {
+        return;
+    };
+    let pool = HugePagePool::read().expect("/proc/meminfo has huge page lines");
+    if pool.free < 2 {
+        println!(
+            "huge page part skipped: {} huge pages free (reserve some: echo 8 > \
+             /proc/sys/vm/nr_hugepages)",
+            pool.free
+        );
+        return;
+    }
+    let pd = ctx.alloc_pd().unwrap();
+    let memory = Memory::prepare(BufferKind::HugePages).unwrap();
+    let len = pool.page_size + 1000;
+    let mut buf = memory.allocate(&pd, len, ACCESS).unwrap();
+    assert_eq!(buf.addr() % pool.page_size as u64, 0);
+    assert_eq!(
+        buf.description(),
+        format!("huge pages ({} KiB)", pool.page_size / 1024)
+    );
+    exercise(&mut buf, len);
+    assert_eq!(buf.peek(63), Some(0x77));
+}
+
+#[test]
+fn gpu_buffers_through_the_test_double() {
+    let lib = fake_libcuda(Fake::Full);
+    in_child(
+        "gpu_buffers_through_the_test_double",
+        &[("STRIDE_LIBCUDA", lib.as_os_str())],
+        || {
+            let Some(ctx) = device_or_skip("gpu_buffers_through_the_test_double") else {
+                return;
+            };
+            let pd = ctx.alloc_pd().unwrap();
+            let memory = Memory::prepare(BufferKind::Gpu {
+                index: 0,
+                registration: GpuRegistration::RegMr,
+            })
+            .unwrap();
+            let len = 2 * 65536;
+            let mut buf = memory.allocate(&pd, len, ACCESS).unwrap();
+            assert!(!buf.is_host());
+            assert!(buf.host_slice().is_none());
+            assert_eq!(buf.peek(0), None);
+            assert_eq!(buf.addr() % GPU_PAGE as u64, 0);
+            assert!(buf.description().ends_with("), GPUDirect reg_mr"));
+            exercise(&mut buf, len);
+
+            let memory = Memory::prepare(BufferKind::Gpu {
+                index: 0,
+                registration: GpuRegistration::DmaBuf,
+            })
+            .unwrap();
+            let e = memory.allocate(&pd, len, ACCESS).unwrap_err();
+            let text = e.to_string();
+            assert!(
+                matches!(e, BufferError::GpuRegister { .. }),
+                "a memfd is no dma-buf: {text}"
+            );
+            assert!(text.starts_with("ibv_reg_dmabuf_mr of "), "{text}");
+            assert!(
+                text.contains("the NIC driver does not support dma-buf registration"),
+                "{text}"
+            );
+        },
+    );
+}
