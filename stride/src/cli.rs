@@ -153,15 +153,17 @@ pub struct RunArgs {
     #[arg(short = 'D', long = "duration")]
     pub duration: Option<u64>,
 
-    /// Most outstanding work requests per QP (default: bw 128, lat 1).
+    /// Most outstanding work requests per QP (default: bw 128, lat 1; never more than -n).
     #[arg(short = 't', long = "tx-depth")]
     pub tx_depth: Option<u32>,
 
-    /// Receive queue depth for send tests.
+    /// Receive queue depth for send tests (never more than -n; UD and UC default to one
+    /// receive per message, up to 16000).
     #[arg(short = 'r', long = "rx-depth", default_value_t = 512)]
     pub rx_depth: u32,
 
-    /// Signal one completion every this many work requests (default 100; 1 above 8 KiB).
+    /// Signal one completion every this many work requests (default 100; 1 above 8 KiB,
+    /// except with -a, -e or UD; the post list's size with -l).
     #[arg(short = 'Q', long = "cq-mod")]
     pub cq_mod: Option<u32>,
 

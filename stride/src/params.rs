@@ -65,6 +65,11 @@ impl fmt::Display for ParamError {
 
 impl std::error::Error for ParamError {}
 
+/// perftest's default receive queue depth for SEND tests (`-r`).
+const DEFAULT_RX_DEPTH: u32 = 512;
+/// The most receives a UD or UC SEND run posts by default (perftest's limit).
+const UD_UC_MAX_RX_DEPTH: u32 = 16_000;
+
 fn bail<T>(msg: impl Into<String>) -> Result<T, ParamError> {
     Err(ParamError(msg.into()))
 }
@@ -157,11 +162,33 @@ impl TestParams {
                 a.post_list, a.post_list
             ))?;
         }
+        // As perftest: a run of a fixed number of iterations never keeps more in flight
+        // than it has messages, nor (SEND) posts more receives than it will use; UD and UC
+        // SENDs, which lose what finds no receive, get one receive per message by default.
+        let iters_u32 = u32::try_from(iterations).unwrap_or(u32::MAX);
+        let (tx_depth, rx_depth) = if a.duration.is_none() {
+            let rx_depth = match a.connection {
+                Ud | Uc if a.rx_depth == DEFAULT_RX_DEPTH => iters_u32.min(UD_UC_MAX_RX_DEPTH),
+                _ => a.rx_depth.min(iters_u32),
+            };
+            // A post list still fits (its last batch may be shorter).
+            (tx_depth.min(iters_u32).max(a.post_list), rx_depth)
+        } else {
+            (tx_depth, a.rx_depth)
+        };
+        // As perftest: one signaled completion per 100 messages, but every message signaled
+        // above 8 KiB (where moderation buys nothing and a lost completion would skew the
+        // time), except for UD, for -a sweeps (one setting for every size) and with -e; with
+        // a post list, one per list.
         let largest = sizes.iter().copied().max().unwrap_or(0);
-        let cq_mod = a
-            .cq_mod
-            .unwrap_or(if largest > 8192 { 1 } else { 100 })
-            .min(tx_depth);
+        let default_cq_mod = if a.post_list > 1 {
+            a.post_list
+        } else if largest > 8192 && a.connection != Ud && !a.all_sizes && !a.events {
+            1
+        } else {
+            100
+        };
+        let cq_mod = a.cq_mod.unwrap_or(default_cq_mod).min(tx_depth);
         if cq_mod == 0 {
             bail("-Q must be at least 1")?;
         }
@@ -180,7 +207,7 @@ impl TestParams {
             iterations,
             duration: a.duration,
             tx_depth,
-            rx_depth: a.rx_depth,
+            rx_depth,
             cq_mod,
             post_list: a.post_list,
             qps: a.qps,
@@ -267,6 +294,42 @@ mod tests {
         assert_eq!(p.sizes.first(), Some(&2));
         assert_eq!(p.sizes.last(), Some(&MAX_SWEEP_SIZE));
         assert_eq!(p.sizes.len(), 23);
+    }
+
+    #[test]
+    fn depths_and_moderation_follow_perftest() {
+        // Depths never exceed the number of messages.
+        let p = params(&["send", "bw", "-s", "64", "-n", "200"]).unwrap();
+        assert_eq!((p.tx_depth, p.rx_depth, p.cq_mod), (128, 200, 100));
+        let p = params(&["send", "bw", "-s", "64", "-n", "50"]).unwrap();
+        assert_eq!((p.tx_depth, p.rx_depth, p.cq_mod), (50, 50, 50));
+        // ... but a post list still fits.
+        let p = params(&["write", "bw", "-n", "10", "-l", "16"]).unwrap();
+        assert_eq!((p.tx_depth, p.cq_mod), (16, 16));
+        // Duration runs keep the depths asked for.
+        let p = params(&["send", "bw", "-s", "64", "-D", "2", "-r", "600"]).unwrap();
+        assert_eq!((p.tx_depth, p.rx_depth), (128, 600));
+        // UD and UC: one receive per message by default, up to 16000.
+        let p = params(&["send", "bw", "-c", "UD", "-s", "64", "-n", "5000"]).unwrap();
+        assert_eq!(p.rx_depth, 5000);
+        let p = params(&["send", "bw", "-c", "UC", "-s", "64", "-n", "90000"]).unwrap();
+        assert_eq!(p.rx_depth, 16_000);
+        let p = params(&["send", "bw", "-c", "UD", "-s", "64", "-r", "64"]).unwrap();
+        assert_eq!(p.rx_depth, 64);
+        // Moderation: off above 8 KiB, except for -a sweeps, -e and UD.
+        assert_eq!(params(&["write", "bw", "-s", "8192"]).unwrap().cq_mod, 100);
+        assert_eq!(params(&["write", "bw", "-s", "8193"]).unwrap().cq_mod, 1);
+        assert_eq!(params(&["write", "bw", "-a"]).unwrap().cq_mod, 100);
+        assert_eq!(params(&["write", "bw", "-e"]).unwrap().cq_mod, 100);
+        assert_eq!(params(&["write", "bw", "-Q", "10"]).unwrap().cq_mod, 10);
+        // A post list sets it unless -Q does.
+        assert_eq!(params(&["write", "bw", "-l", "8"]).unwrap().cq_mod, 8);
+        assert_eq!(
+            params(&["write", "bw", "-l", "8", "-Q", "4"])
+                .unwrap()
+                .cq_mod,
+            4
+        );
     }
 
     #[test]
