@@ -26,6 +26,7 @@ struct null_provider {
 	uint64_t pending; /* completions ready on the CQ */
 	uint64_t next_wr_id; /* wr_id of the next canned completion */
 	uint64_t batch_signaled; /* signaled requests in the open wr_start batch */
+	struct ibv_wc *last_poll_array; /* the array the last ops.poll_cq wrote into */
 };
 
 #define FROM(ptr, member) \
@@ -76,6 +77,7 @@ static int null_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
 {
 	struct null_provider *np = of_cq(cq);
 	np->c.poll_calls++;
+	np->last_poll_array = wc;
 	int n = 0;
 	for (; n < num_entries && np->pending; n++) {
 		np->pending--;
@@ -273,10 +275,9 @@ static uint8_t null_read_zero_u8(struct ibv_cq_ex *cq)
 	return 0;
 }
 
-static uint64_t null_read_zero_u64(struct ibv_cq_ex *cq)
+static uint64_t null_read_completion_ts(struct ibv_cq_ex *cq)
 {
-	(void)cq;
-	return 0;
+	return NULL_TS_BASE + cq->wr_id;
 }
 
 struct null_provider *null_provider_new(void)
@@ -311,7 +312,7 @@ struct null_provider *null_provider_new(void)
 	cq->read_slid = null_read_zero_u32;
 	cq->read_sl = null_read_zero_u8;
 	cq->read_dlid_path_bits = null_read_zero_u8;
-	cq->read_completion_ts = null_read_zero_u64;
+	cq->read_completion_ts = null_read_completion_ts;
 
 	struct ibv_qp_ex *qp = &np->qp;
 	qp->qp_base.context = &np->ctx;
@@ -352,6 +353,11 @@ struct ibv_cq_ex *null_provider_cq_ex(struct null_provider *np) { return &np->cq
 const struct null_counters *null_provider_counters(const struct null_provider *np)
 {
 	return &np->c;
+}
+
+const struct ibv_wc *null_cq_last_poll_array(const struct null_provider *np)
+{
+	return np->last_poll_array;
 }
 
 void null_cq_add(struct ibv_cq *cq, uint32_t n)

@@ -47,6 +47,15 @@ struct ibv_cq *null_provider_cq(struct null_provider *np);
 struct ibv_cq_ex *null_provider_cq_ex(struct null_provider *np);
 const struct null_counters *null_provider_counters(const struct null_provider *np);
 
+/*
+ * The completion timestamp cq_ex->read_completion_ts reports: NULL_TS_BASE plus the wr_id of
+ * the current entry, so a test can tell which entry it was read on.
+ */
+#define NULL_TS_BASE 1000000
+
+/* The array the last ops.poll_cq call wrote into (NULL before the first). */
+const struct ibv_wc *null_cq_last_poll_array(const struct null_provider *np);
+
 /* Makes n more completions ready on a CQ of a null provider. */
 void null_cq_add(struct ibv_cq *cq, uint32_t n);
 

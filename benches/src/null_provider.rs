@@ -13,8 +13,12 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use sideway::queue_pair::{QueuePair, QueuePairBuilder};
-use sideway::sys::{ibv_context, ibv_cq, ibv_cq_ex, ibv_pd, ibv_qp, ibv_qp_ex};
-use sideway::{CompletionQueue, DeviceContext, ProtectionDomain};
+use sideway::sys::{ibv_context, ibv_cq, ibv_cq_ex, ibv_pd, ibv_qp, ibv_qp_ex, ibv_wc};
+use sideway::{CompletionQueue, CompletionQueueError, DeviceContext, ProtectionDomain, WcFlagsEx};
+
+/// The completion timestamp the provider reports for a completion: this plus its `wr_id`
+/// (`NULL_TS_BASE`).
+pub const TIMESTAMP_BASE: u64 = 1_000_000;
 
 /// What the provider's operations saw (`struct null_counters`).
 #[repr(C)]
@@ -68,17 +72,23 @@ extern "C" {
     fn null_provider_cq(np: *mut RawProvider) -> *mut ibv_cq;
     fn null_provider_cq_ex(np: *mut RawProvider) -> *mut ibv_cq_ex;
     fn null_provider_counters(np: *const RawProvider) -> *const Counters;
+    fn null_cq_last_poll_array(np: *const RawProvider) -> *const ibv_wc;
     fn null_cq_add(cq: *mut ibv_cq, n: u32);
 }
 
 /// Owns one `struct null_provider` and frees it on drop.
-struct Allocation(NonNull<RawProvider>);
+struct Allocation {
+    np: NonNull<RawProvider>,
+    /// Its CQ, kept so that making completions ready is one C call, as on the C side
+    /// (which holds the CQ pointer), not two.
+    cq: NonNull<ibv_cq>,
+}
 
 // SAFETY: the provider is plain memory with no thread affinity; who may touch it when is
 // governed by the sideway objects and `NullProvider` methods, which need `&mut` or are
 // documented as single-threaded (a CQ is polled by one poller at a time).
 unsafe impl Send for Allocation {}
-// SAFETY: as above; `Allocation` itself exposes nothing but its pointer.
+// SAFETY: as above; `Allocation` itself exposes nothing but its pointers.
 unsafe impl Sync for Allocation {}
 
 impl Drop for Allocation {
@@ -86,7 +96,7 @@ impl Drop for Allocation {
         // SAFETY: the pointer came from null_provider_new and is freed once, here, after
         // every sideway object using it (they hold an Arc of this allocation through their
         // context's owner).
-        unsafe { null_provider_free(self.0.as_ptr()) }
+        unsafe { null_provider_free(self.np.as_ptr()) }
     }
 }
 
@@ -120,13 +130,16 @@ impl NullProvider {
         // SAFETY: no preconditions; NULL means out of memory.
         let raw = unsafe { null_provider_new() };
         let raw = NonNull::new(raw).expect("null_provider_new: out of memory");
+        // SAFETY: raw is a live provider.
+        let cq = unsafe { null_provider_cq(raw.as_ptr()) };
+        let cq = NonNull::new(cq).expect("a field address");
         NullProvider {
-            mem: Arc::new(Allocation(raw)),
+            mem: Arc::new(Allocation { np: raw, cq }),
         }
     }
 
     fn raw(&self) -> *mut RawProvider {
-        self.mem.0.as_ptr()
+        self.mem.np.as_ptr()
     }
 
     /// The raw context, for the C side.
@@ -149,8 +162,7 @@ impl NullProvider {
 
     /// The raw classic CQ, for the C side.
     pub fn cq_raw(&self) -> *mut ibv_cq {
-        // SAFETY: self.raw() is a live provider.
-        unsafe { null_provider_cq(self.raw()) }
+        self.mem.cq.as_ptr()
     }
 
     /// The raw extended CQ (the same object), for the C side.
@@ -167,6 +179,13 @@ impl NullProvider {
         unsafe { *null_provider_counters(self.raw()) }
     }
 
+    /// The `ibv_wc` array the last classic poll (`ops.poll_cq`) wrote into; NULL before the
+    /// first. Tells a test whether a poll wrote into its slice or somewhere else.
+    pub fn last_poll_array(&self) -> *const ibv_wc {
+        // SAFETY: self.raw() is a live provider; the call reads one field.
+        unsafe { null_cq_last_poll_array(self.raw()) }
+    }
+
     /// Makes `n` more completions ready on the CQ (`null_cq_add`).
     pub fn add_completions(&self, n: u32) {
         // SAFETY: cq_raw() is the provider's live CQ; the call adds to a counter in it.
@@ -180,14 +199,9 @@ impl NullProvider {
         let ctx = self.context();
         // SAFETY: the PD belongs to ctx's provider, which ctx's owner keeps alive.
         let pd = unsafe { ProtectionDomain::from_raw_parts(self.nonnull_pd(), &ctx) };
-        let cq_ex = NonNull::new(self.cq_ex_raw()).expect("a field address");
-        let cq_raw = NonNull::new(self.cq_raw()).expect("a field address");
-        // SAFETY: ctx came from from_raw_parts; cq_raw is the provider's CQ and cq_ex the same
-        // object as ibv_cq_ex, with every poll and read function set (null_provider_new).
-        let cq = unsafe {
-            ctx.create_cq_builder()
-                .wrap_raw(cq_raw, extended.then_some(cq_ex))
-        };
+        let cq = self
+            .cq_in(&ctx, extended, WcFlagsEx::default_ex())
+            .expect("null_provider_new sets every poll and read function");
         let mut builder: QueuePairBuilder = pd.create_qp_builder();
         builder.send_cq(&cq).recv_cq(&cq);
         let qp_raw = NonNull::new(self.qp_raw()).expect("a field address");
@@ -199,6 +213,35 @@ impl NullProvider {
         let qp = unsafe { builder.wrap_raw(qp_raw, extended.then_some(qp_ex)) }
             .expect("the builder was given both CQs");
         (qp, cq)
+    }
+
+    /// A sideway CQ around the provider's, classic or extended; an extended one reports
+    /// `wc_flags`. Fails as `build_ex` does when the provider's `ibv_cq_ex` lacks a function
+    /// polling it needs (a test may clear one through [`cq_ex_raw`](Self::cq_ex_raw)).
+    pub fn cq(
+        &self,
+        extended: bool,
+        wc_flags: WcFlagsEx,
+    ) -> Result<Arc<CompletionQueue>, CompletionQueueError> {
+        self.cq_in(&self.context(), extended, wc_flags)
+    }
+
+    fn cq_in(
+        &self,
+        ctx: &Arc<DeviceContext>,
+        extended: bool,
+        wc_flags: WcFlagsEx,
+    ) -> Result<Arc<CompletionQueue>, CompletionQueueError> {
+        let cq_ex = NonNull::new(self.cq_ex_raw()).expect("a field address");
+        let cq_raw = NonNull::new(self.cq_raw()).expect("a field address");
+        // SAFETY: ctx came from from_raw_parts (context()); cq_raw is the provider's CQ and
+        // cq_ex the same object as ibv_cq_ex, whose function pointers are the provider's or
+        // NULL.
+        unsafe {
+            ctx.create_cq_builder()
+                .wc_flags(wc_flags)
+                .wrap_raw(cq_raw, extended.then_some(cq_ex))
+        }
     }
 
     fn context(&self) -> Arc<DeviceContext> {

@@ -3,16 +3,17 @@
 //! One type, [`CompletionQueue`], covers the classic CQ ([`CompletionQueueBuilder::build`],
 //! polled with `ibv_poll_cq`) and the extended one ([`CompletionQueueBuilder::build_ex`],
 //! polled with `ibv_start_poll`/`ibv_next_poll`/`ibv_end_poll`, with optional fields such as
-//! hardware timestamps): switching is one line, and everything downstream (queue pairs,
-//! pollers) takes either.
+//! hardware timestamps, read through [`Poller::completion_timestamp`]): switching is one
+//! line, and everything downstream (queue pairs, pollers) takes either.
 //!
 //! Polling never allocates. [`CompletionQueue::poll`] hands out a [`Poller`], an iterator of
-//! [`WorkCompletion`] values; [`CompletionQueue::poll_into`] fills a caller's slice.
+//! [`WorkCompletion`] values; [`CompletionQueue::poll_into`] fills a caller's slice. A loop
+//! that polls one CQ again and again claims it once ([`CompletionQueue::claim`]) and polls the
+//! [`ClaimedCq`]: an extended CQ then pays its one-poller-at-a-time check once, not per poll.
 
 use std::fmt;
 use std::io;
-use std::mem::MaybeUninit;
-use std::os::raw::c_int;
+use std::os::raw::{c_int, c_uint};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -59,10 +60,23 @@ pub enum CompletionQueueError {
         /// The errno.
         source: io::Error,
     },
-    /// Another [`Poller`] of this extended CQ is still alive (classic CQs may be polled
-    /// from several places at once).
-    #[error("this CQ is already being polled (drop the other Poller first)")]
+    /// Another [`Poller`] or [`ClaimedCq`] of this extended CQ is still alive (classic CQs
+    /// may be polled from several places at once).
+    #[error("this CQ is already being polled (drop the other Poller or ClaimedCq first)")]
     Busy,
+    /// The provider made an extended CQ without a function that polling it needs: one every
+    /// extended CQ has (`start_poll`, `read_opcode`, ...), or the reader of a field its WC
+    /// flags asked for. Checked when the CQ is created, so polling never meets a NULL one.
+    #[error(
+        "ibv_create_cq_ex on {device} made a CQ without cq_ex->{function}, which polling it \
+         with these WC flags needs (use build(), or leave that field's flag out)"
+    )]
+    MissingFunction {
+        /// The device's name.
+        device: String,
+        /// The `ibv_cq_ex` field that was NULL, e.g. `read_byte_len`.
+        function: &'static str,
+    },
 }
 
 fn create_hint(source: &io::Error, call: &str) -> &'static str {
@@ -267,12 +281,14 @@ impl CompletionQueueBuilder {
             )
         };
         let raw = non_null(cq).map_err(|e| self.create_err("ibv_create_cq", e))?;
-        Ok(self.wrap(raw, None, WcFlagsEx::empty()))
+        self.wrap(raw, None, WcFlagsEx::empty())
     }
 
     /// Creates an extended CQ (`ibv_create_cq_ex`), polled with `ibv_start_poll` and
     /// reporting the fields in [`wc_flags`](Self::wc_flags). Devices without it fail with
-    /// `EOPNOTSUPP`; [`build`](Self::build) then works everywhere.
+    /// `EOPNOTSUPP`; [`build`](Self::build) then works everywhere. A provider that makes the
+    /// CQ without a function polling it needs fails with
+    /// [`CompletionQueueError::MissingFunction`] (and the CQ is destroyed).
     #[doc(alias = "ibv_create_cq_ex")]
     pub fn build_ex(&self) -> Result<Arc<CompletionQueue>, CompletionQueueError> {
         let mut attr = ffi::ibv_cq_init_attr_ex {
@@ -291,7 +307,7 @@ impl CompletionQueueBuilder {
         // SAFETY: ex is a live extended CQ; the conversion is a pointer cast inside the shim.
         let cq = unsafe { ffi::ibv_cq_ex_to_cq(ex.as_ptr()) };
         let raw = non_null(cq).map_err(|e| self.create_err("ibv_cq_ex_to_cq", e))?;
-        Ok(self.wrap(raw, Some(ex), self.wc_flags))
+        self.wrap(raw, Some(ex), self.wc_flags)
     }
 
     /// Wraps a CQ of a context made by [`DeviceContext::from_raw_parts`] (a test double's)
@@ -303,15 +319,20 @@ impl CompletionQueueBuilder {
     ///
     /// The builder's context comes from [`DeviceContext::from_raw_parts`], whose contract
     /// (data path only) applies to the returned CQ too; `raw` is a CQ of that context, and
-    /// `ex`, when given, the same object seen as `ibv_cq_ex` (`ibv_cq_ex_to_cq(ex) == raw`)
-    /// with `start_poll`, `next_poll`, `end_poll` and the `read_*` functions of its
-    /// `wc_flags` set. Both stay valid until the context's owner is dropped.
+    /// `ex`, when given, the same object seen as `ibv_cq_ex` (`ibv_cq_ex_to_cq(ex) == raw`),
+    /// whose function pointers are valid provider functions or NULL. Both stay valid until
+    /// the context's owner is dropped.
+    ///
+    /// # Errors
+    ///
+    /// [`CompletionQueueError::MissingFunction`] when `ex` lacks a function polling needs
+    /// (as for [`build_ex`](Self::build_ex)).
     #[doc(hidden)]
     pub unsafe fn wrap_raw(
         &self,
         raw: NonNull<ffi::ibv_cq>,
         ex: Option<NonNull<ffi::ibv_cq_ex>>,
-    ) -> Arc<CompletionQueue> {
+    ) -> Result<Arc<CompletionQueue>, CompletionQueueError> {
         let wc_flags = if ex.is_some() {
             self.wc_flags
         } else {
@@ -320,12 +341,35 @@ impl CompletionQueueBuilder {
         self.wrap(raw, ex, wc_flags)
     }
 
+    /// Wraps a CQ this builder's context made. On error the CQ is destroyed (unless the
+    /// context is a test double's, whose owner frees it).
     fn wrap(
         &self,
         raw: NonNull<ffi::ibv_cq>,
         ex: Option<NonNull<ffi::ibv_cq_ex>>,
         wc_flags: WcFlagsEx,
-    ) -> Arc<CompletionQueue> {
+    ) -> Result<Arc<CompletionQueue>, CompletionQueueError> {
+        let ex = match ex {
+            None => None,
+            // SAFETY: ex is a live extended CQ (build_ex just made it, or wrap_raw's caller
+            // promises it).
+            Some(ex) => match unsafe { ExFns::of(ex, wc_flags) } {
+                Ok(fns) => Some(ExCq { raw: ex, fns }),
+                Err(function) => {
+                    if self.ctx.owns_objects() {
+                        // SAFETY: raw is the CQ just created, known to nothing else.
+                        let ret = unsafe { ffi::ibv_destroy_cq(raw.as_ptr()) };
+                        if let Err(e) = from_ret(ret) {
+                            crate::report_drop_failure("ibv_destroy_cq", "an unusable CQ", &e);
+                        }
+                    }
+                    return Err(CompletionQueueError::MissingFunction {
+                        device: self.ctx.name().to_owned(),
+                        function,
+                    });
+                }
+            },
+        };
         let cq = Arc::new(CompletionQueue {
             raw,
             ex,
@@ -338,7 +382,7 @@ impl CompletionQueueBuilder {
         if let Some(channel) = &self.channel {
             channel.cqs.register(&cq);
         }
-        cq
+        Ok(cq)
     }
 }
 
@@ -347,10 +391,10 @@ impl CompletionQueueBuilder {
 #[doc(alias = "ibv_cq_ex")]
 pub struct CompletionQueue {
     raw: NonNull<ffi::ibv_cq>,
-    ex: Option<NonNull<ffi::ibv_cq_ex>>,
+    ex: Option<ExCq>,
     wc_flags: WcFlagsEx,
-    /// Set while a [`Poller`] or a batch poll of an extended CQ is running: the extended
-    /// API's start..end sequence must not interleave on one CQ.
+    /// Set while a [`Poller`], a [`ClaimedCq`] or a batch poll of an extended CQ holds the
+    /// CQ: the extended API's start..end sequence must not interleave on one CQ.
     polling: AtomicBool,
     /// Completion events received and not yet acknowledged (`ibv_ack_cq_events`).
     pub(crate) unacked_events: std::sync::atomic::AtomicU32,
@@ -396,8 +440,9 @@ impl fmt::Debug for CompletionQueue {
 }
 
 /// Releases the CQ's polling flag when a poll ends, however it ends.
-/// `None` for a classic CQ, which needs no flag: each `ibv_poll_cq` call is complete in
-/// itself, and libibverbs allows concurrent calls.
+/// `None` when there is no flag to release: for a classic CQ, which needs none (each
+/// `ibv_poll_cq` call is complete in itself, and libibverbs allows concurrent calls), and for
+/// a poll of a [`ClaimedCq`], which holds the flag itself.
 struct PollGuard<'a>(Option<&'a AtomicBool>);
 
 impl Drop for PollGuard<'_> {
@@ -417,12 +462,18 @@ impl CompletionQueue {
 
     /// The raw `ibv_cq_ex` of an extended CQ, `None` for a classic one.
     pub fn as_raw_ex(&self) -> Option<*mut ffi::ibv_cq_ex> {
-        self.ex.map(NonNull::as_ptr)
+        self.ex.as_ref().map(|ex| ex.raw.as_ptr())
     }
 
     /// True for a CQ made by [`CompletionQueueBuilder::build_ex`].
     pub fn is_extended(&self) -> bool {
         self.ex.is_some()
+    }
+
+    /// The optional fields an extended CQ reports (its builder's
+    /// [`wc_flags`](CompletionQueueBuilder::wc_flags)); empty for a classic CQ.
+    pub fn wc_flags(&self) -> WcFlagsEx {
+        self.wc_flags
     }
 
     /// The number of entries the device gave the CQ (at least the number asked for).
@@ -436,256 +487,776 @@ impl CompletionQueue {
         &self.ctx
     }
 
+    /// Takes the polling flag of an extended CQ: one atomic swap, `Busy` when another
+    /// poller holds it. Classic CQs have no flag to take.
     #[inline(always)]
-    fn begin_poll(&self) -> Result<PollGuard<'_>, CompletionQueueError> {
-        if self.ex.is_none() {
-            // Classic polling has no start..end sequence to protect, and the atomic swap
-            // would cost as much as the poll itself.
-            return Ok(PollGuard(None));
-        }
-        if self.polling.swap(true, Ordering::Acquire) {
+    fn take_flag(&self) -> Result<(), CompletionQueueError> {
+        // Classic polling has no start..end sequence to protect, and the atomic swap
+        // would cost as much as the poll itself.
+        if self.ex.is_some() && self.polling.swap(true, Ordering::Acquire) {
             return Err(CompletionQueueError::Busy);
         }
-        Ok(PollGuard(Some(&self.polling)))
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn begin_poll(&self) -> Result<PollGuard<'_>, CompletionQueueError> {
+        self.take_flag()?;
+        Ok(PollGuard(self.ex.is_some().then_some(&self.polling)))
     }
 
     /// Starts polling: the [`Poller`] yields the completions that are ready, then `None`.
     /// For an extended CQ this is `ibv_start_poll` (and `ibv_end_poll` when the poller is
     /// dropped); for a classic one, `ibv_poll_cq` one completion at a time.
+    ///
+    /// An extended CQ is claimed for the poller's life (an atomic swap and a store per
+    /// call; [`CompletionQueueError::Busy`] while another poller holds it): a loop that
+    /// polls the same CQ again and again should [`claim`](Self::claim) it once instead.
     #[doc(alias = "ibv_start_poll")]
     #[doc(alias = "ibv_poll_cq")]
     #[inline(always)]
     pub fn poll(&self) -> Result<Poller<'_>, CompletionQueueError> {
         let guard = self.begin_poll()?;
-        let mut poller = Poller {
-            cq: self,
-            _guard: guard,
-            state: PollState::Classic,
-        };
-        if let Some(ex) = self.ex {
-            let mut attr = ffi::ibv_poll_cq_attr { comp_mask: 0 };
-            // SAFETY: ex is a live extended CQ and the guard makes this the only poll of it.
-            let ret = unsafe { ffi::ibv_start_poll(ex.as_ptr(), &mut attr) };
-            poller.state = match ret {
-                0 => PollState::ExPositioned,
-                libc::ENOENT => PollState::ExEmpty,
-                n => {
-                    return Err(CompletionQueueError::Poll {
-                        call: "ibv_start_poll",
-                        source: io::Error::from_raw_os_error(n.saturating_abs()),
-                    })
-                }
-            };
-        }
-        Ok(poller)
+        // SAFETY: the guard holds the claim until the poller, which owns it, is dropped.
+        unsafe { self.target().poller(guard, None) }
     }
 
     /// Polls up to `out.len()` ready completions into `out` and returns how many; never
-    /// waits. Classic CQs use one `ibv_poll_cq` call per 32 entries; extended ones one
-    /// `ibv_start_poll`..`ibv_end_poll` sequence.
+    /// waits. Classic CQs hand `out` to `ibv_poll_cq` itself (one call, unless `out` holds
+    /// more than `c_int::MAX` entries); extended ones read it in one
+    /// `ibv_start_poll`..`ibv_end_poll` sequence, claiming the CQ for the call as
+    /// [`poll`](Self::poll) does.
+    #[doc(alias = "ibv_poll_cq")]
     #[inline(always)]
     pub fn poll_into(&self, out: &mut [WorkCompletion]) -> Result<usize, CompletionQueueError> {
         if out.is_empty() {
             return Ok(0);
         }
-        if self.ex.is_some() {
-            let mut n = 0;
-            let mut poller = self.poll()?;
-            while n < out.len() {
-                match poller.next_completion()? {
-                    Some(wc) => {
-                        out[n] = wc;
-                        n += 1;
-                    }
-                    None => break,
-                }
-            }
-            return Ok(n);
-        }
-        if let [only] = out {
-            // One entry (a post-and-poll loop): polled straight into the caller's entry.
-            // Copying an ibv_wc the provider has just written field by field costs more
-            // than the poll: the copy's wide loads cannot be forwarded from those stores.
-            let raw: *mut ffi::ibv_wc = &mut only.raw;
-            // SAFETY: raw is a valid, exclusive ibv_wc; every bit pattern is a valid
-            // ibv_wc (integers and a union of integers), so the verb may write it.
-            let slot = unsafe { std::slice::from_raw_parts_mut(raw.cast(), 1) };
-            let got = self.poll_classic(slot)?;
-            if got == 1 {
-                only.timestamp = None;
-            }
-            return Ok(got);
-        }
-        const CHUNK: usize = 32;
-        // Not zeroed: ibv_poll_cq writes the entries it returns, and zeroing 32 of them
-        // would cost more than the poll.
-        let mut raw = [MaybeUninit::<ffi::ibv_wc>::uninit(); CHUNK];
-        let mut n = 0;
-        while n < out.len() {
-            let want = (out.len() - n).min(CHUNK);
-            let got = self.poll_classic(&mut raw[..want])?;
-            for (dst, src) in out[n..n + got].iter_mut().zip(&raw[..got]) {
-                // SAFETY: poll_classic returns how many leading entries the verb wrote.
-                *dst = WorkCompletion::from_wc(unsafe { src.assume_init_ref() });
-            }
-            n += got;
-            if got < want {
-                break;
-            }
-        }
-        Ok(n)
+        let _guard = self.begin_poll()?;
+        // SAFETY: the guard holds the claim until the end of this call.
+        unsafe { self.target().poll_into(out) }
     }
 
-    /// Polls into `raw` and returns how many of its leading entries the verb wrote.
+    /// Claims the CQ for polling until the returned [`ClaimedCq`] is dropped, so that its
+    /// polls need no claim of their own; see [`ClaimedCq`] for when that matters.
+    ///
+    /// # Errors
+    ///
+    /// [`CompletionQueueError::Busy`] when another [`Poller`] or [`ClaimedCq`] of this
+    /// extended CQ is alive. Claiming a classic CQ never fails.
+    #[inline]
+    pub fn claim(self: &Arc<Self>) -> Result<ClaimedCq, CompletionQueueError> {
+        self.take_flag()?;
+        Ok(ClaimedCq {
+            raw: self.raw,
+            ex: self.ex.as_ref().map(|ex| (ex.raw, NonNull::from(&ex.fns))),
+            slot: WorkCompletion::default(),
+            cq: Arc::clone(self),
+        })
+    }
+
+    /// What a poll of this CQ works with.
     #[inline(always)]
-    fn poll_classic(
-        &self,
-        raw: &mut [MaybeUninit<ffi::ibv_wc>],
-    ) -> Result<usize, CompletionQueueError> {
-        let len = c_int::try_from(raw.len()).unwrap_or(c_int::MAX);
-        // SAFETY: the CQ is live and raw has room for len entries (ibv_poll_cq only writes).
-        let got = unsafe { ffi::ibv_poll_cq(self.raw.as_ptr(), len, raw.as_mut_ptr().cast()) };
-        if got < 0 {
-            return Err(CompletionQueueError::Poll {
-                call: "ibv_poll_cq",
-                source: from_ret(got)
-                    .err()
-                    .unwrap_or_else(|| io::Error::from_raw_os_error(libc::EIO)),
-            });
+    fn target(&self) -> PollTarget<'_> {
+        match &self.ex {
+            None => PollTarget::Classic(self.raw),
+            Some(ex) => PollTarget::Extended(ex.poll()),
         }
-        // Never more than asked, whatever the provider says.
-        Ok((got as usize).min(raw.len()))
     }
 }
 
-enum PollState {
-    Classic,
-    /// `ibv_start_poll` returned an entry that has not been read yet.
-    ExPositioned,
-    /// Inside a poll whose current entry was read; the next needs `ibv_next_poll`.
-    ExRead,
-    /// The poll sequence ended (nothing more, or `ibv_end_poll` already called).
-    ExEmpty,
-    ExEnded,
+/// What a poll works with: the CQ's pointers, copied out of the shared [`CompletionQueue`]
+/// (where every provider call would make the compiler load them again: the CQ's atomics
+/// make it mutable behind `&`) into the poll, where they stay in registers as they do in a
+/// C loop.
+#[derive(Clone, Copy)]
+enum PollTarget<'a> {
+    Classic(NonNull<ffi::ibv_cq>),
+    Extended(ExPoll<'a>),
 }
 
-/// An iterator over the completions ready on a CQ; from [`CompletionQueue::poll`].
+impl<'a> PollTarget<'a> {
+    /// A poller, started (`ibv_start_poll`) for an extended CQ; a classic one polls into
+    /// `slot` (see [`poll_one`]).
+    ///
+    /// # Safety
+    ///
+    /// For an extended CQ the caller holds the polling flag until the poller is dropped:
+    /// `guard` holds it, or the caller's claim outlives the poller.
+    #[inline(always)]
+    unsafe fn poller(
+        self,
+        guard: PollGuard<'a>,
+        slot: Option<&'a mut WorkCompletion>,
+    ) -> Result<Poller<'a>, CompletionQueueError> {
+        let (kind, ex_state) = match self {
+            PollTarget::Classic(cq) => (PollKind::Classic(cq, slot), ExState::Ended),
+            PollTarget::Extended(ex) => {
+                // SAFETY: the caller holds the claim, and no sequence of this CQ is open: a
+                // sequence lives only inside a poller or a batch poll, which hold the claim.
+                let state = match unsafe { ex.start() } {
+                    0 => ExState::Positioned,
+                    libc::ENOENT => ExState::Ended,
+                    ret => return Err(poll_error("ibv_start_poll", ret)),
+                };
+                (PollKind::Extended(ex), state)
+            }
+        };
+        Ok(Poller {
+            kind,
+            ex_state,
+            _guard: guard,
+        })
+    }
+
+    /// [`CompletionQueue::poll_into`] once the CQ is claimed.
+    ///
+    /// # Safety
+    ///
+    /// For an extended CQ the caller holds the polling flag for the call.
+    #[inline(always)]
+    unsafe fn poll_into(self, out: &mut [WorkCompletion]) -> Result<usize, CompletionQueueError> {
+        if out.is_empty() {
+            return Ok(0);
+        }
+        match self {
+            PollTarget::Classic(cq) => poll_classic_into(cq, out),
+            // SAFETY: the caller holds the claim.
+            PollTarget::Extended(ex) => unsafe { ex.poll_into(out) },
+        }
+    }
+}
+
+/// Classic polling straight into the caller's slice, as a C program polls into its `ibv_wc`
+/// array: no scratch array, no copy. (Copying an `ibv_wc` the provider has just written field
+/// by field costs more than the poll: the copy's wide loads cannot be forwarded from those
+/// narrow stores.)
+#[inline(always)]
+fn poll_classic_into(
+    cq: NonNull<ffi::ibv_cq>,
+    out: &mut [WorkCompletion],
+) -> Result<usize, CompletionQueueError> {
+    if let Ok(len) = c_int::try_from(out.len()) {
+        // SAFETY: WorkCompletion is repr(transparent) over ibv_wc, so out is an array of
+        // len initialised ibv_wc, which the verb may overwrite.
+        return unsafe { poll_cq(cq, out.as_mut_ptr().cast(), len) };
+    }
+    // More entries than one call can take: c_int::MAX at a time.
+    let mut n = 0;
+    for chunk in out.chunks_mut(c_int::MAX as usize) {
+        // SAFETY: as above, for the chunk (its length fits a c_int).
+        let got = unsafe { poll_cq(cq, chunk.as_mut_ptr().cast(), chunk.len() as c_int) }?;
+        n += got;
+        if got < chunk.len() {
+            break;
+        }
+    }
+    Ok(n)
+}
+
+/// `ibv_poll_cq` of up to `len` entries into `wc`: how many it wrote (never more than `len`,
+/// whatever the provider says).
+///
+/// # Safety
+///
+/// `cq` is a live CQ, and `wc` points to `len` initialised `ibv_wc`, exclusively the
+/// caller's.
+#[inline(always)]
+unsafe fn poll_cq(
+    cq: NonNull<ffi::ibv_cq>,
+    wc: *mut ffi::ibv_wc,
+    len: c_int,
+) -> Result<usize, CompletionQueueError> {
+    // SAFETY: the CQ is live and wc has room for len entries (the caller's promise).
+    let got = unsafe { ffi::ibv_poll_cq(cq.as_ptr(), len, wc) };
+    if got < 0 {
+        return Err(poll_error("ibv_poll_cq", got));
+    }
+    Ok(got.min(len) as usize)
+}
+
+/// A completion queue claimed for polling by one owner; from [`CompletionQueue::claim`].
+///
+/// [`CompletionQueue::poll`] and [`CompletionQueue::poll_into`] claim an extended CQ for the
+/// length of one call, because two `ibv_start_poll`..`ibv_end_poll` sequences must not
+/// interleave on one CQ and a CQ is shared (`Arc`): an atomic swap and a store per call,
+/// about what a poll that finds one completion costs. A loop that polls one CQ again and
+/// again claims it once and polls through the `ClaimedCq`: its [`poll`](Self::poll) and
+/// [`poll_into`](Self::poll_into) take `&mut self`, so the borrow checker keeps their
+/// sequences apart and they touch no flag. The price: while it lives, every other poll of
+/// the CQ fails with [`CompletionQueueError::Busy`] (dropping it releases the CQ).
+///
+/// A classic CQ needs no claim (`ibv_poll_cq` is thread-safe): claiming one takes nothing
+/// and never fails, and others may still poll it. The claim only lets one hot loop serve
+/// both kinds.
+///
+/// It holds an `Arc` of the CQ, as every sideway object holds what it uses, so it can live
+/// in a struct beside the queue pair with no lifetime to name.
+///
+/// ```no_run
+/// # fn demo(cq: &std::sync::Arc<sideway::CompletionQueue>) -> Result<(), Box<dyn std::error::Error>> {
+/// let mut cq = cq.claim()?; // once, before the loop
+/// let mut done = 0;
+/// while done < 1000 {
+///     for wc in cq.poll()? {
+///         wc.ok()?;
+///         done += 1;
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "the CQ stays claimed until this is dropped"]
+pub struct ClaimedCq {
+    /// `cq`'s pointers, copied here so that a loop keeps them in registers: the CQ, and an
+    /// extended CQ's `ibv_cq_ex` and provider functions. Valid while `cq` is.
+    raw: NonNull<ffi::ibv_cq>,
+    ex: Option<(NonNull<ffi::ibv_cq_ex>, NonNull<ExFns>)>,
+    /// The entry a classic CQ's pollers poll into (see [`poll_one`]), zeroed once per claim.
+    slot: WorkCompletion,
+    cq: Arc<CompletionQueue>,
+}
+
+// SAFETY: the pointers point into the CQ that the Arc keeps alive, which is Send and Sync;
+// polling needs `&mut self`, so a shared ClaimedCq polls nothing.
+unsafe impl Send for ClaimedCq {}
+// SAFETY: as above.
+unsafe impl Sync for ClaimedCq {}
+
+impl ClaimedCq {
+    /// As [`CompletionQueue::poll`], without claiming the CQ again.
+    #[doc(alias = "ibv_start_poll")]
+    #[doc(alias = "ibv_poll_cq")]
+    #[inline(always)]
+    pub fn poll(&mut self) -> Result<Poller<'_>, CompletionQueueError> {
+        let (target, slot) = self.parts();
+        // SAFETY: this claim holds the flag, and the poller borrows it mutably, so it
+        // outlives the poller and no other poll of this claim runs meanwhile.
+        unsafe { target.poller(PollGuard(None), Some(slot)) }
+    }
+
+    /// As [`CompletionQueue::poll_into`], without claiming the CQ again.
+    #[doc(alias = "ibv_poll_cq")]
+    #[inline(always)]
+    pub fn poll_into(&mut self, out: &mut [WorkCompletion]) -> Result<usize, CompletionQueueError> {
+        // SAFETY: this claim holds the flag for the call (borrowed mutably).
+        unsafe { self.parts().0.poll_into(out) }
+    }
+
+    /// What a poll through this claim works with, and the claim's slot.
+    #[inline(always)]
+    fn parts(&mut self) -> (PollTarget<'_>, &mut WorkCompletion) {
+        let target = match self.ex {
+            None => PollTarget::Classic(self.raw),
+            Some((raw, fns)) => PollTarget::Extended(ExPoll {
+                raw,
+                // SAFETY: fns points to the ExFns of self.cq, which lives as long as self
+                // (the lifetime the returned target borrows) and never changes them.
+                fns: unsafe { fns.as_ref() },
+            }),
+        };
+        (target, &mut self.slot)
+    }
+
+    /// The claimed CQ.
+    pub fn cq(&self) -> &Arc<CompletionQueue> {
+        &self.cq
+    }
+}
+
+impl Drop for ClaimedCq {
+    #[inline]
+    fn drop(&mut self) {
+        if self.ex.is_some() {
+            self.cq.polling.store(false, Ordering::Release);
+        }
+    }
+}
+
+impl fmt::Debug for ClaimedCq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClaimedCq").field("cq", &self.cq).finish()
+    }
+}
+
+type ReadU32 = unsafe extern "C" fn(*mut ffi::ibv_cq_ex) -> u32;
+type ReadU8 = unsafe extern "C" fn(*mut ffi::ibv_cq_ex) -> u8;
+type ReadImm = unsafe extern "C" fn(*mut ffi::ibv_cq_ex) -> ffi::__be32;
+
+/// The provider functions that polling an extended CQ calls, copied out of its `ibv_cq_ex`
+/// and checked once, when the CQ is created.
+///
+/// verbs.h's inlines call these pointers untested; rdma-mummy-sys's test each for NULL on
+/// every call. Checked here once, a provider that leaves one out fails the creation
+/// ([`CompletionQueueError::MissingFunction`]) instead of a poll, and the per-completion
+/// path calls them with no test. Copying is exact because providers set these pointers when
+/// they create the CQ and never change them.
+struct ExFns {
+    start_poll: unsafe extern "C" fn(*mut ffi::ibv_cq_ex, *mut ffi::ibv_poll_cq_attr) -> c_int,
+    next_poll: unsafe extern "C" fn(*mut ffi::ibv_cq_ex) -> c_int,
+    end_poll: unsafe extern "C" fn(*mut ffi::ibv_cq_ex),
+    read_opcode: unsafe extern "C" fn(*mut ffi::ibv_cq_ex) -> ffi::ibv_wc_opcode::Type,
+    read_vendor_err: ReadU32,
+    read_wc_flags: unsafe extern "C" fn(*mut ffi::ibv_cq_ex) -> c_uint,
+    /// Which optional fields a completion reads, decided at creation.
+    fields: ExFields,
+    read_completion_ts: Option<unsafe extern "C" fn(*mut ffi::ibv_cq_ex) -> u64>,
+}
+
+/// The optional fields of an `ibv_wc` that a completion of an extended CQ reads.
+enum ExFields {
+    /// Every field of a classic `ibv_wc` (the default WC flags,
+    /// [`WcFlagsEx::default_ex`]): each completion calls all of them, with no test.
+    Standard(StandardReaders),
+    /// Another set: each completion tests each reader (present when its flag was asked).
+    Asked(AskedReaders),
+}
+
+/// The readers of the fields [`WcFlagsEx::default_ex`] asks for.
+struct StandardReaders {
+    byte_len: ReadU32,
+    imm_data: ReadImm,
+    qp_num: ReadU32,
+    src_qp: ReadU32,
+    slid: ReadU32,
+    sl: ReadU8,
+    dlid_path_bits: ReadU8,
+}
+
+/// The readers of the fields the WC flags asked for; `None` for the others, whatever the
+/// provider set.
+struct AskedReaders {
+    byte_len: Option<ReadU32>,
+    imm_data: Option<ReadImm>,
+    qp_num: Option<ReadU32>,
+    src_qp: Option<ReadU32>,
+    slid: Option<ReadU32>,
+    sl: Option<ReadU8>,
+    dlid_path_bits: Option<ReadU8>,
+}
+
+impl ExFns {
+    /// The functions of `ex` that polling it with `flags` calls, or the name of the first
+    /// one that is NULL.
+    ///
+    /// # Safety
+    ///
+    /// `ex` points to a live `ibv_cq_ex` whose function pointers are provider functions or
+    /// NULL, and which no other thread is changing.
+    unsafe fn of(ex: NonNull<ffi::ibv_cq_ex>, flags: WcFlagsEx) -> Result<Self, &'static str> {
+        fn required<F>(f: Option<F>, name: &'static str) -> Result<F, &'static str> {
+            f.ok_or(name)
+        }
+        /// A reader its WC flag asked for must be there; the others are never called.
+        fn asked<F>(
+            asked: bool,
+            f: Option<F>,
+            name: &'static str,
+        ) -> Result<Option<F>, &'static str> {
+            match asked {
+                true => required(f, name).map(Some),
+                false => Ok(None),
+            }
+        }
+        // SAFETY: the caller promises a live CQ that nobody changes meanwhile.
+        let cq = unsafe { ex.as_ref() };
+        let has = |flag| flags.contains(flag);
+        let readers = AskedReaders {
+            byte_len: asked(has(WcFlagsEx::BYTE_LEN), cq.read_byte_len, "read_byte_len")?,
+            imm_data: asked(has(WcFlagsEx::IMM), cq.read_imm_data, "read_imm_data")?,
+            qp_num: asked(has(WcFlagsEx::QP_NUM), cq.read_qp_num, "read_qp_num")?,
+            src_qp: asked(has(WcFlagsEx::SRC_QP), cq.read_src_qp, "read_src_qp")?,
+            slid: asked(has(WcFlagsEx::SLID), cq.read_slid, "read_slid")?,
+            sl: asked(has(WcFlagsEx::SL), cq.read_sl, "read_sl")?,
+            dlid_path_bits: asked(
+                has(WcFlagsEx::DLID_PATH_BITS),
+                cq.read_dlid_path_bits,
+                "read_dlid_path_bits",
+            )?,
+        };
+        let fields = match readers {
+            AskedReaders {
+                byte_len: Some(byte_len),
+                imm_data: Some(imm_data),
+                qp_num: Some(qp_num),
+                src_qp: Some(src_qp),
+                slid: Some(slid),
+                sl: Some(sl),
+                dlid_path_bits: Some(dlid_path_bits),
+            } => ExFields::Standard(StandardReaders {
+                byte_len,
+                imm_data,
+                qp_num,
+                src_qp,
+                slid,
+                sl,
+                dlid_path_bits,
+            }),
+            readers => ExFields::Asked(readers),
+        };
+        Ok(ExFns {
+            start_poll: required(cq.start_poll, "start_poll")?,
+            next_poll: required(cq.next_poll, "next_poll")?,
+            end_poll: required(cq.end_poll, "end_poll")?,
+            read_opcode: required(cq.read_opcode, "read_opcode")?,
+            read_vendor_err: required(cq.read_vendor_err, "read_vendor_err")?,
+            read_wc_flags: required(cq.read_wc_flags, "read_wc_flags")?,
+            fields,
+            read_completion_ts: asked(
+                has(WcFlagsEx::COMPLETION_TIMESTAMP),
+                cq.read_completion_ts,
+                "read_completion_ts",
+            )?,
+        })
+    }
+}
+
+/// The extended side of a CQ: its `ibv_cq_ex` and the provider functions polling calls.
+struct ExCq {
+    raw: NonNull<ffi::ibv_cq_ex>,
+    fns: ExFns,
+}
+
+impl ExCq {
+    /// The view a poll works with.
+    #[inline(always)]
+    fn poll(&self) -> ExPoll<'_> {
+        ExPoll {
+            raw: self.raw,
+            fns: &self.fns,
+        }
+    }
+}
+
+/// The error of a poll verb that returned `ret` (neither 0 nor, for the extended ones,
+/// `ENOENT`). Out of line: the data path only tests for it.
+#[cold]
+#[inline(never)]
+fn poll_error(call: &'static str, ret: c_int) -> CompletionQueueError {
+    CompletionQueueError::Poll {
+        call,
+        source: from_ret(ret)
+            .err()
+            .unwrap_or_else(|| io::Error::from_raw_os_error(libc::EIO)),
+    }
+}
+
+/// An extended CQ as one poll uses it (see [`PollTarget`]): its `ibv_cq_ex` and provider
+/// functions.
+///
+/// Every method runs a step of the `ibv_start_poll`..`ibv_end_poll` sequence, which must
+/// not interleave with another on the same CQ: callers hold the CQ's polling flag. `start`
+/// and `next` return the verb's own result: 0 when positioned on an entry, `ENOENT` when
+/// there is none, else an error number (for [`poll_error`]).
+#[derive(Clone, Copy)]
+struct ExPoll<'a> {
+    raw: NonNull<ffi::ibv_cq_ex>,
+    fns: &'a ExFns,
+}
+
+impl ExPoll<'_> {
+    /// `ibv_start_poll`. On `ENOENT` or an error the sequence is over (no `ibv_end_poll`).
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the CQ's polling flag, and no sequence of this CQ is open.
+    #[inline(always)]
+    unsafe fn start(self) -> c_int {
+        let mut attr = ffi::ibv_poll_cq_attr { comp_mask: 0 };
+        // SAFETY: start_poll is the provider's (checked at creation), raw is live, and the
+        // caller polls it exclusively; attr is valid with comp_mask 0.
+        unsafe { (self.fns.start_poll)(self.raw.as_ptr(), &mut attr) }
+    }
+
+    /// `ibv_next_poll`. Whatever it returns, the sequence still needs `ibv_end_poll`.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the CQ's polling flag, inside a sequence `start` opened.
+    #[inline(always)]
+    unsafe fn next(self) -> c_int {
+        // SAFETY: next_poll is the provider's (checked at creation), called inside the
+        // sequence the caller holds.
+        unsafe { (self.fns.next_poll)(self.raw.as_ptr()) }
+    }
+
+    /// `ibv_end_poll`.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the CQ's polling flag, inside a sequence `start` opened, and ends it
+    /// once.
+    #[inline(always)]
+    unsafe fn end(self) {
+        // SAFETY: end_poll is the provider's (checked at creation), ending the caller's
+        // sequence.
+        unsafe { (self.fns.end_poll)(self.raw.as_ptr()) }
+    }
+
+    /// Reads the current entry: `wr_id`, `status`, and the fields the CQ was created with
+    /// (zero for the others).
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the CQ's polling flag, positioned on an entry (`start` or `next`
+    /// returned 0 and the sequence has not ended).
+    #[inline(always)]
+    unsafe fn read(self) -> WorkCompletion {
+        let cq = self.raw.as_ptr();
+        let f = self.fns;
+        // SAFETY: cq is live and positioned on an entry (the caller's promise), so its wr_id
+        // and status are the entry's and its readers may be called; every reader is the
+        // provider's own, checked at creation, and the optional ones are there only when
+        // their WC flag was asked for. ("As above" below means this.)
+        let mut wc = unsafe {
+            ffi::ibv_wc {
+                wr_id: (*cq).wr_id,
+                status: (*cq).status,
+                opcode: (f.read_opcode)(cq),
+                vendor_err: (f.read_vendor_err)(cq),
+                wc_flags: (f.read_wc_flags)(cq),
+                ..Default::default()
+            }
+        };
+        // verbs.h reads the invalidated rkey with the immediate data's reader.
+        let with = WcFlags::from_bits_retain(wc.wc_flags);
+        let imm = |read: ReadImm, wc: &mut ffi::ibv_wc| {
+            if with.contains(WcFlags::WITH_INV) {
+                // SAFETY: as above.
+                wc.__bindgen_anon_1.invalidated_rkey = unsafe { read(cq) };
+            } else if with.contains(WcFlags::WITH_IMM) {
+                // SAFETY: as above.
+                wc.__bindgen_anon_1.imm_data = unsafe { read(cq) };
+            }
+        };
+        match &f.fields {
+            // SAFETY: as above.
+            ExFields::Standard(r) => unsafe {
+                wc.byte_len = (r.byte_len)(cq);
+                imm(r.imm_data, &mut wc);
+                wc.qp_num = (r.qp_num)(cq);
+                wc.src_qp = (r.src_qp)(cq);
+                // The classic struct's slid is 16 bits; LIDs are.
+                wc.slid = (r.slid)(cq) as u16;
+                wc.sl = (r.sl)(cq);
+                wc.dlid_path_bits = (r.dlid_path_bits)(cq);
+            },
+            // SAFETY: as above.
+            ExFields::Asked(r) => unsafe {
+                if let Some(read) = r.byte_len {
+                    wc.byte_len = read(cq);
+                }
+                if let Some(read) = r.imm_data {
+                    imm(read, &mut wc);
+                }
+                if let Some(read) = r.qp_num {
+                    wc.qp_num = read(cq);
+                }
+                if let Some(read) = r.src_qp {
+                    wc.src_qp = read(cq);
+                }
+                if let Some(read) = r.slid {
+                    wc.slid = read(cq) as u16;
+                }
+                if let Some(read) = r.sl {
+                    wc.sl = read(cq);
+                }
+                if let Some(read) = r.dlid_path_bits {
+                    wc.dlid_path_bits = read(cq);
+                }
+            },
+        }
+        WorkCompletion { raw: wc }
+    }
+
+    /// `ibv_wc_read_completion_ts` of the current entry, when the CQ reports it.
+    ///
+    /// # Safety
+    ///
+    /// As for [`read`](Self::read).
+    #[inline]
+    unsafe fn completion_ts(self) -> Option<u64> {
+        let read = self.fns.read_completion_ts?;
+        // SAFETY: positioned on an entry (the caller's promise); the reader is the
+        // provider's, there because COMPLETION_TIMESTAMP was asked for.
+        Some(unsafe { read(self.raw.as_ptr()) })
+    }
+
+    /// Reads up to `out.len()` ready entries into `out` in one sequence; how many.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the CQ's polling flag, and no sequence of this CQ is open.
+    #[inline(always)]
+    unsafe fn poll_into(self, out: &mut [WorkCompletion]) -> Result<usize, CompletionQueueError> {
+        if out.is_empty() {
+            return Ok(0);
+        }
+        // SAFETY: the caller holds the claim with no sequence open.
+        match unsafe { self.start() } {
+            0 => {}
+            libc::ENOENT => return Ok(0),
+            ret => return Err(poll_error("ibv_start_poll", ret)),
+        }
+        let mut n = 0;
+        let ret = loop {
+            // SAFETY: start or next just positioned the CQ on an entry.
+            out[n] = unsafe { self.read() };
+            n += 1;
+            if n == out.len() {
+                break 0;
+            }
+            // SAFETY: inside the sequence start opened.
+            match unsafe { self.next() } {
+                0 => {}
+                ret => break ret,
+            }
+        };
+        // SAFETY: the sequence start opened, ended once.
+        unsafe { self.end() };
+        match ret {
+            0 | libc::ENOENT => Ok(n),
+            ret => Err(poll_error("ibv_next_poll", ret)),
+        }
+    }
+}
+
+/// `ibv_poll_cq` of one entry: the completion, `Ok(None)` when there is none, or the verb
+/// and what it returned.
+///
+/// The entry polled into must be initialised: providers need not write every field (a
+/// send's has no source QP), and Rust must not read bytes nobody wrote. A [`ClaimedCq`]
+/// lends its `slot`, zeroed once per claim (what an earlier completion left in a field the
+/// provider skips is as meaningless as the stack bytes a C program leaves there, and as
+/// harmless); without one, a zeroed local per poll, three stores more than C.
+#[inline(always)]
+fn poll_one(
+    cq: NonNull<ffi::ibv_cq>,
+    slot: Option<&mut WorkCompletion>,
+) -> Result<Option<WorkCompletion>, (&'static str, c_int)> {
+    let mut local;
+    let wc = match slot {
+        Some(slot) => slot,
+        None => {
+            local = WorkCompletion::default();
+            &mut local
+        }
+    };
+    // SAFETY: cq is live (the caller borrows its CompletionQueue); wc is one initialised
+    // ibv_wc of ours.
+    match unsafe { ffi::ibv_poll_cq(cq.as_ptr(), 1, &mut wc.raw) } {
+        0 => Ok(None),
+        // Never more than asked, whatever the provider says.
+        1.. => Ok(Some(*wc)),
+        ret => Err(("ibv_poll_cq", ret)),
+    }
+}
+
+/// What a [`Poller`] polls: fixed for the poller's life, so that in a loop over a poller
+/// the compiler tests a value it holds in a register, not the state the loop changes.
+enum PollKind<'a> {
+    /// A classic CQ: every completion is one `ibv_poll_cq`, into the claim's entry (a
+    /// local one when `None`).
+    Classic(NonNull<ffi::ibv_cq>, Option<&'a mut WorkCompletion>),
+    /// An extended CQ: one `ibv_start_poll`..`ibv_end_poll` sequence.
+    Extended(ExPoll<'a>),
+}
+
+/// Where an extended CQ's [`Poller`] is in its sequence.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ExState {
+    /// `ibv_start_poll` positioned the CQ on an entry not handed out yet.
+    Positioned,
+    /// Positioned on the entry handed out last; the next one needs `ibv_next_poll`.
+    Current,
+    /// No sequence is open: the CQ was empty, ran empty, or failed (and always, for a
+    /// classic CQ).
+    Ended,
+}
+
+/// An iterator over the completions ready on a CQ; from [`CompletionQueue::poll`] or
+/// [`ClaimedCq::poll`].
 ///
 /// Ends (`None`) when no completion is ready; poll again later for more. An error from the
 /// device ends the iteration too: use [`Poller::next_completion`] to see it.
+///
+/// On an extended CQ the poller is one `ibv_start_poll`..`ibv_end_poll` sequence, positioned
+/// on the completion it handed out last; [`completion_timestamp`](Self::completion_timestamp)
+/// reads that completion's timestamp.
 #[must_use = "a Poller does nothing unless iterated"]
 pub struct Poller<'a> {
-    cq: &'a CompletionQueue,
+    kind: PollKind<'a>,
+    ex_state: ExState,
     _guard: PollGuard<'a>,
-    state: PollState,
 }
 
 impl Poller<'_> {
     /// The next ready completion, `Ok(None)` when there is none, or the poll verb's error.
     #[inline(always)]
     pub fn next_completion(&mut self) -> Result<Option<WorkCompletion>, CompletionQueueError> {
-        match self.state {
-            PollState::Classic => {
-                let mut raw = [MaybeUninit::<ffi::ibv_wc>::uninit(); 1];
-                if self.cq.poll_classic(&mut raw)? == 0 {
-                    return Ok(None);
-                }
-                // SAFETY: the verb wrote the entry it returned.
-                let wc = unsafe { raw[0].assume_init_ref() };
-                Ok(Some(WorkCompletion::from_wc(wc)))
+        self.advance().map_err(|(call, ret)| poll_error(call, ret))
+    }
+
+    /// The next ready completion, `Ok(None)` when there is none, or the verb that failed
+    /// and what it returned. The error stays two plain values until someone asks for it:
+    /// an `io::Error` on the way through makes the compiler spill the iterator's state.
+    #[inline(always)]
+    fn advance(&mut self) -> Result<Option<WorkCompletion>, (&'static str, c_int)> {
+        let ex = match self.kind {
+            PollKind::Classic(cq, ref mut slot) => return poll_one(cq, slot.as_deref_mut()),
+            PollKind::Extended(ex) => ex,
+        };
+        match self.ex_state {
+            ExState::Positioned => {
+                self.ex_state = ExState::Current;
+                // SAFETY: the poller holds the claim; ibv_start_poll positioned the CQ.
+                Ok(Some(unsafe { ex.read() }))
             }
-            PollState::ExPositioned => {
-                self.state = PollState::ExRead;
-                Ok(Some(self.read_current()))
-            }
-            PollState::ExRead => {
-                let ex = self.ex_ptr();
-                // SAFETY: ex is live, we are inside its poll sequence.
-                match unsafe { ffi::ibv_next_poll(ex) } {
-                    0 => Ok(Some(self.read_current())),
-                    libc::ENOENT => {
-                        self.end();
-                        Ok(None)
-                    }
-                    n => {
-                        self.end();
-                        Err(CompletionQueueError::Poll {
-                            call: "ibv_next_poll",
-                            source: io::Error::from_raw_os_error(n.saturating_abs()),
-                        })
+            // SAFETY: the poller holds the claim, inside its sequence.
+            ExState::Current => match unsafe { ex.next() } {
+                // SAFETY: ibv_next_poll positioned the CQ on the next entry.
+                0 => Ok(Some(unsafe { ex.read() })),
+                ret => {
+                    self.end();
+                    match ret {
+                        libc::ENOENT => Ok(None),
+                        ret => Err(("ibv_next_poll", ret)),
                     }
                 }
-            }
-            PollState::ExEmpty | PollState::ExEnded => Ok(None),
+            },
+            ExState::Ended => Ok(None),
         }
     }
 
+    /// The completion timestamp (`ibv_wc_read_completion_ts`: the device clock when the
+    /// completion was written) of the completion [`next`](Iterator::next) or
+    /// [`next_completion`](Self::next_completion) returned last, read while the poll is
+    /// still positioned on it.
+    ///
+    /// `None` for classic CQs, for extended CQs created without
+    /// [`WcFlagsEx::COMPLETION_TIMESTAMP`], and when no completion is current: before the
+    /// first one, and once the poller has run out. A `for` loop holds the poller; to read
+    /// timestamps, iterate with `while let Some(wc) = poller.next()`.
+    #[doc(alias = "ibv_wc_read_completion_ts")]
     #[inline]
-    fn ex_ptr(&self) -> *mut ffi::ibv_cq_ex {
-        // The Ex* states exist only for extended CQs.
-        self.cq.ex.map_or(std::ptr::null_mut(), NonNull::as_ptr)
+    pub fn completion_timestamp(&self) -> Option<u64> {
+        match (&self.kind, self.ex_state) {
+            // SAFETY: the poller holds the claim, positioned on the entry handed out last.
+            (PollKind::Extended(ex), ExState::Current) => unsafe { ex.completion_ts() },
+            _ => None,
+        }
     }
 
+    /// Ends the poll sequence, if one is open.
     #[inline(always)]
     fn end(&mut self) {
-        if matches!(self.state, PollState::ExPositioned | PollState::ExRead) {
-            // SAFETY: a poll sequence started by ibv_start_poll is ended exactly once.
-            unsafe { ffi::ibv_end_poll(self.ex_ptr()) };
-        }
-        if !matches!(self.state, PollState::Classic) {
-            self.state = PollState::ExEnded;
-        }
-    }
-
-    /// Reads the current entry's fields, those the CQ was created with.
-    #[inline(always)]
-    fn read_current(&self) -> WorkCompletion {
-        let cq = self.ex_ptr();
-        let flags = self.cq.wc_flags;
-        // SAFETY: cq is live and positioned on an entry (start_poll/next_poll returned 0),
-        // and each optional reader is called only when its WC flag was requested.
-        unsafe {
-            let mut wc = ffi::ibv_wc {
-                wr_id: (*cq).wr_id,
-                status: (*cq).status,
-                opcode: ffi::ibv_wc_read_opcode(cq),
-                vendor_err: ffi::ibv_wc_read_vendor_err(cq),
-                wc_flags: ffi::ibv_wc_read_wc_flags(cq),
-                ..Default::default()
-            };
-            if flags.contains(WcFlagsEx::BYTE_LEN) {
-                wc.byte_len = ffi::ibv_wc_read_byte_len(cq);
+        if let PollKind::Extended(ex) = self.kind {
+            if self.ex_state != ExState::Ended {
+                // SAFETY: the sequence ibv_start_poll opened is ended once: the state
+                // leaves it.
+                unsafe { ex.end() };
+                self.ex_state = ExState::Ended;
             }
-            if flags.contains(WcFlagsEx::IMM) {
-                let flags_now = WcFlags::from_bits_retain(wc.wc_flags);
-                if flags_now.contains(WcFlags::WITH_INV) {
-                    wc.__bindgen_anon_1.invalidated_rkey = ffi::ibv_wc_read_invalidated_rkey(cq);
-                } else if flags_now.contains(WcFlags::WITH_IMM) {
-                    wc.__bindgen_anon_1.imm_data = ffi::ibv_wc_read_imm_data(cq);
-                }
-            }
-            if flags.contains(WcFlagsEx::QP_NUM) {
-                wc.qp_num = ffi::ibv_wc_read_qp_num(cq);
-            }
-            if flags.contains(WcFlagsEx::SRC_QP) {
-                wc.src_qp = ffi::ibv_wc_read_src_qp(cq);
-            }
-            if flags.contains(WcFlagsEx::SLID) {
-                // The classic struct's slid is 16 bits; LIDs are.
-                wc.slid = ffi::ibv_wc_read_slid(cq) as u16;
-            }
-            if flags.contains(WcFlagsEx::SL) {
-                wc.sl = ffi::ibv_wc_read_sl(cq);
-            }
-            if flags.contains(WcFlagsEx::DLID_PATH_BITS) {
-                wc.dlid_path_bits = ffi::ibv_wc_read_dlid_path_bits(cq);
-            }
-            let timestamp = if flags.contains(WcFlagsEx::COMPLETION_TIMESTAMP) {
-                Some(ffi::ibv_wc_read_completion_ts(cq))
-            } else {
-                None
-            };
-            WorkCompletion { raw: wc, timestamp }
         }
     }
 }
@@ -695,17 +1266,7 @@ impl Iterator for Poller<'_> {
 
     #[inline(always)]
     fn next(&mut self) -> Option<WorkCompletion> {
-        if let PollState::Classic = self.state {
-            // The common case without the Result<Option<_>> of next_completion, whose
-            // copies of the completion cost more than the poll.
-            let mut raw = [MaybeUninit::<ffi::ibv_wc>::uninit(); 1];
-            return match self.cq.poll_classic(&mut raw) {
-                // SAFETY: the verb wrote the entry it returned.
-                Ok(1) => Some(WorkCompletion::from_wc(unsafe { raw[0].assume_init_ref() })),
-                _ => None,
-            };
-        }
-        self.next_completion().ok().flatten()
+        self.advance().ok().flatten()
     }
 }
 
@@ -852,24 +1413,37 @@ bitflags! {
     }
 }
 
-/// One work completion: every `ibv_wc` field, plus the completion timestamp of extended CQs
-/// created with [`WcFlagsEx::COMPLETION_TIMESTAMP`]. A plain value: it borrows nothing.
+/// One work completion: every `ibv_wc` field. A plain value: it borrows nothing.
+///
+/// `#[repr(transparent)]` over `struct ibv_wc`, so a `&mut [WorkCompletion]` is an `ibv_wc`
+/// array: [`CompletionQueue::poll_into`] hands it to `ibv_poll_cq` itself, as a C program
+/// hands its array, and nothing is copied.
+///
+/// The completion timestamp of extended CQs (`ibv_wc_read_completion_ts`) is not here, as
+/// `ibv_wc` has no room for it: [`Poller::completion_timestamp`] reads it for the completion
+/// the poller handed out last.
 #[doc(alias = "ibv_wc")]
 #[derive(Clone, Copy, Default)]
+#[repr(transparent)]
 pub struct WorkCompletion {
     raw: ffi::ibv_wc,
-    timestamp: Option<u64>,
+}
+
+// The slice cast of poll_into relies on this; repr(transparent) promises it, and this says
+// so where a reader looks.
+const _: () = assert!(
+    std::mem::size_of::<WorkCompletion>() == std::mem::size_of::<ffi::ibv_wc>()
+        && std::mem::align_of::<WorkCompletion>() == std::mem::align_of::<ffi::ibv_wc>()
+);
+
+impl From<ffi::ibv_wc> for WorkCompletion {
+    /// Wraps a completion polled some other way (every `ibv_wc` is a valid one).
+    fn from(raw: ffi::ibv_wc) -> Self {
+        WorkCompletion { raw }
+    }
 }
 
 impl WorkCompletion {
-    #[inline]
-    fn from_wc(raw: &ffi::ibv_wc) -> Self {
-        WorkCompletion {
-            raw: *raw,
-            timestamp: None,
-        }
-    }
-
     /// The `wr_id` of the work request.
     #[inline]
     pub fn wr_id(&self) -> u64 {
@@ -977,12 +1551,6 @@ impl WorkCompletion {
         self.raw.dlid_path_bits
     }
 
-    /// The device clock when the completion was written, from extended CQs created with
-    /// [`WcFlagsEx::COMPLETION_TIMESTAMP`].
-    pub fn completion_timestamp(&self) -> Option<u64> {
-        self.timestamp
-    }
-
     /// The C struct.
     pub fn as_raw(&self) -> &ffi::ibv_wc {
         &self.raw
@@ -999,7 +1567,6 @@ impl fmt::Debug for WorkCompletion {
             .field("qp_num", &self.qp_num())
             .field("wc_flags", &self.wc_flags())
             .field("imm_data", &self.imm_data())
-            .field("completion_timestamp", &self.timestamp)
             .finish_non_exhaustive()
     }
 }
@@ -1046,6 +1613,30 @@ mod tests {
             err.contains("(12)") && err.contains("did not acknowledge"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_work_completion_is_an_ibv_wc() {
+        assert_eq!(std::mem::size_of::<WorkCompletion>(), 48);
+        assert_eq!(
+            std::mem::size_of::<WorkCompletion>(),
+            std::mem::size_of::<ffi::ibv_wc>()
+        );
+        assert_eq!(
+            std::mem::align_of::<WorkCompletion>(),
+            std::mem::align_of::<ffi::ibv_wc>()
+        );
+        // What poll_into relies on: the slice's entries sit where an ibv_wc array's would.
+        let mut wcs = [WorkCompletion::default(); 3];
+        let raw: *mut ffi::ibv_wc = wcs.as_mut_ptr().cast();
+        // SAFETY: raw points to 3 ibv_wc-sized, -aligned entries of wcs.
+        unsafe { (*raw.add(2)).wr_id = 42 };
+        assert_eq!(wcs[2].wr_id(), 42);
+        let raw = ffi::ibv_wc {
+            wr_id: 7,
+            ..Default::default()
+        };
+        assert_eq!(WorkCompletion::from(raw).wr_id(), 7);
     }
 
     #[test]

@@ -62,8 +62,8 @@ mod macros;
 pub use address_handle::{AddressHandle, AddressHandleError, Grh, GrhKind, GRH_LEN};
 pub use async_event::{AsyncEvent, AsyncEventKind, AsyncEventObject, EventError};
 pub use completion_queue::{
-    CompletionChannel, CompletionQueue, CompletionQueueBuilder, CompletionQueueError, Poller,
-    WcFlags, WcFlagsEx, WcOpcode, WcStatus, WorkCompletion, WorkCompletionError,
+    ClaimedCq, CompletionChannel, CompletionQueue, CompletionQueueBuilder, CompletionQueueError,
+    Poller, WcFlags, WcFlagsEx, WcOpcode, WcStatus, WorkCompletion, WorkCompletionError,
 };
 pub use device::{open_device, Device, DeviceContext, DeviceError, DeviceList};
 pub use gid::{Gid, ParseGidError};

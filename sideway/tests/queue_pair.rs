@@ -12,8 +12,8 @@ use sideway::queue_pair::{
     SendFlags,
 };
 use sideway::{
-    AccessFlags, CompletionQueue, DeviceContext, PostError, RegisteredBuffer, WcFlags, WcOpcode,
-    WcStatus, WorkCompletion,
+    AccessFlags, CompletionQueue, CompletionQueueError, DeviceContext, PostError, RegisteredBuffer,
+    WcFlags, WcFlagsEx, WcOpcode, WcStatus, WorkCompletion,
 };
 
 const BUF_LEN: usize = 64 * 1024;
@@ -43,15 +43,20 @@ fn access() -> AccessFlags {
 }
 
 fn new_qp(ctx: &Arc<DeviceContext>, kind: Kind) -> (QueuePair, Arc<CompletionQueue>) {
-    let pd = ctx.alloc_pd().unwrap();
     let cq = match kind {
         Kind::Classic => ctx.create_cq_builder().cqe(256).build().unwrap(),
         Kind::Extended => ctx.create_cq_builder().cqe(256).build_ex().unwrap(),
     };
+    (new_qp_on(ctx, kind, &cq), cq)
+}
+
+/// A QP of `kind` whose send and receive CQ is `cq`.
+fn new_qp_on(ctx: &Arc<DeviceContext>, kind: Kind, cq: &Arc<CompletionQueue>) -> QueuePair {
+    let pd = ctx.alloc_pd().unwrap();
     let mut builder = pd.create_qp_builder();
     builder
-        .send_cq(&cq)
-        .recv_cq(&cq)
+        .send_cq(cq)
+        .recv_cq(cq)
         .max_send_wr(128)
         .max_recv_wr(128)
         .max_send_sge(4)
@@ -62,7 +67,7 @@ fn new_qp(ctx: &Arc<DeviceContext>, kind: Kind) -> (QueuePair, Arc<CompletionQue
         Kind::Extended => builder.build_ex().unwrap(),
     };
     assert_eq!(qp.is_extended(), kind == Kind::Extended);
-    (qp, cq)
+    qp
 }
 
 fn options(ctx: &DeviceContext, psn: u32) -> ConnectOptions {
@@ -156,6 +161,7 @@ both_kinds!(
     batch_of_64_writes,
     wrong_rkey_is_a_remote_access_error,
     invalid_requests_post_nothing,
+    a_claimed_cq_polls_every_completion,
 );
 
 fn connects_to_rts(test: &str, kind: Kind) {
@@ -465,6 +471,120 @@ fn batch_of_64_writes(test: &str, kind: Kind) {
     ids.sort_unstable();
     assert_eq!(ids, (1000..1064).collect::<Vec<u64>>());
     assert_eq!(&p.buf_b.as_slice()[..data.len()], &data[..]);
+}
+
+/// Posts `n` signaled 256-byte WRITEs from `p.a` to `p.b` (wr_ids 1000, 1001, ...).
+fn post_writes(p: &mut Pair, n: usize) {
+    let (rkey, base) = (p.buf_b.rkey(), p.buf_b.addr());
+    let mut batch = p.a.start_post_send();
+    for i in 0..n {
+        let sge = p.buf_a.sge(i * 256..(i + 1) * 256).unwrap();
+        batch.wr(1000 + i as u64, SendFlags::SIGNALED).rdma_write(
+            rkey,
+            base + (i * 256) as u64,
+            sge,
+        );
+    }
+    batch.post().unwrap();
+}
+
+fn a_claimed_cq_polls_every_completion(test: &str, kind: Kind) {
+    let Some(mut p) = pair(test, kind) else {
+        return;
+    };
+    post_writes(&mut p, 64);
+    let mut claim = p.cq_a.claim().unwrap();
+    if kind == Kind::Extended {
+        assert!(matches!(p.cq_a.poll(), Err(CompletionQueueError::Busy)));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut ids = Vec::new();
+    let mut five = [WorkCompletion::default(); 5];
+    while ids.len() < 64 {
+        // Both ways of polling a claim, in turn.
+        let got = claim.poll_into(&mut five).unwrap();
+        ids.extend(five[..got].iter().map(|wc| {
+            wc.ok().unwrap();
+            wc.wr_id()
+        }));
+        for wc in claim.poll().unwrap() {
+            wc.ok().unwrap();
+            assert_eq!(wc.opcode(), WcOpcode::RdmaWrite);
+            ids.push(wc.wr_id());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after 10 s; got {ids:?}"
+        );
+    }
+    ids.sort_unstable();
+    assert_eq!(ids, (1000..1064).collect::<Vec<u64>>());
+    drop(claim);
+    assert!(p.cq_a.poll().is_ok(), "the claim is released");
+}
+
+#[test]
+fn completion_timestamps_are_read_on_the_poller() {
+    let test = "completion_timestamps_are_read_on_the_poller";
+    let Some(ctx) = common::device_or_skip(test) else {
+        return;
+    };
+    let flags = WcFlagsEx::default_ex() | WcFlagsEx::COMPLETION_TIMESTAMP;
+    let cq = match ctx.create_cq_builder().cqe(256).wc_flags(flags).build_ex() {
+        Ok(cq) => cq,
+        Err(e) => {
+            println!(
+                "skipped: {test}: {} makes no CQ with completion timestamps: {e}",
+                ctx.name()
+            );
+            return;
+        }
+    };
+    let a = new_qp_on(&ctx, Kind::Extended, &cq);
+    let (b, cq_b) = new_qp(&ctx, Kind::Extended);
+    let (oa, ob) = (options(&ctx, 1), options(&ctx, 2));
+    let (ea, eb) = (
+        a.local_endpoint(&oa).unwrap(),
+        b.local_endpoint(&ob).unwrap(),
+    );
+    a.connect(&oa, &eb).unwrap();
+    b.connect(&ob, &ea).unwrap();
+    let buf_a = a.pd().reg_buffer(BUF_LEN, access()).unwrap();
+    let buf_b = b.pd().reg_buffer(BUF_LEN, access()).unwrap();
+    let mut p = Pair {
+        a,
+        b,
+        cq_a: Arc::clone(&cq),
+        cq_b,
+        buf_a,
+        buf_b,
+        _ctx: ctx,
+    };
+    post_writes(&mut p, 4);
+    let mut claim = cq.claim().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut stamps = Vec::new();
+    while stamps.len() < 4 {
+        let mut poller = claim.poll().unwrap();
+        assert_eq!(
+            poller.completion_timestamp(),
+            None,
+            "no completion returned yet"
+        );
+        while let Some(wc) = poller.next() {
+            wc.ok().unwrap();
+            let ts = poller.completion_timestamp();
+            assert!(ts.is_some(), "completion {} has no timestamp", wc.wr_id());
+            stamps.push((wc.wr_id(), ts));
+        }
+        assert_eq!(poller.completion_timestamp(), None, "the poller ran out");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after 10 s; got {stamps:?}"
+        );
+    }
+    let ids: Vec<u64> = stamps.iter().map(|&(id, _)| id).collect();
+    assert_eq!(ids, [1000, 1001, 1002, 1003], "{stamps:?}");
 }
 
 fn wrong_rkey_is_a_remote_access_error(test: &str, kind: Kind) {
