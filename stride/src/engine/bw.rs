@@ -4,7 +4,8 @@
 //! `post_list` of them per doorbell, and signals one in `cq_mod` (and the last one, and the
 //! last of a batch when the unsignaled run would otherwise block the queue). It timestamps
 //! each post and each signaled completion into arrays allocated before the run; nothing in
-//! the loop allocates. A receiving side (SEND tests) reposts each receive as it completes and
+//! the loop allocates. A receiving side (SEND tests) reposts each receive as it completes,
+//! while the messages still to come need it (the rest after the run, as perftest), and
 //! timestamps each receive completion.
 //!
 //! Duration mode (`-D`) posts until the deadline, then one last signaled message per QP so
@@ -175,6 +176,12 @@ pub(crate) fn run_size(
     } else {
         Some(params.iterations * n as u64)
     };
+    // As perftest: during a run of a fixed number of messages, a receive is reposted only
+    // while the messages still to come need it; those it leaves out are posted after the
+    // run, outside the measured time, so that the next size starts with a full queue.
+    let rx_depth = u64::from(params.rx_depth);
+    let mut rx_per_qp = vec![0u64; n];
+    let mut rx_deferred = vec![0u32; n];
     tx.posted.clear();
     tx.completed.clear();
     rx.posted.clear();
@@ -277,9 +284,14 @@ pub(crate) fn run_size(
                 for wc in &wcs[..got] {
                     wc.ok()?;
                     let q = (wc.wr_id() & QP_INDEX_MASK) as usize;
-                    let mut guard = qps[q].start_post_recv();
-                    guard.recv(q as u64, &[recv_sges[q]]);
-                    guard.post()?;
+                    rx_per_qp[q] += 1;
+                    if duration_mode || rx_per_qp[q] + rx_depth <= params.iterations {
+                        let mut guard = qps[q].start_post_recv();
+                        guard.recv(q as u64, &[recv_sges[q]]);
+                        guard.post()?;
+                    } else {
+                        rx_deferred[q] += 1;
+                    }
                     rx_count += 1;
                     if duration_mode {
                         rx.completed.clear();
@@ -320,6 +332,11 @@ pub(crate) fn run_size(
         }
     }
 
+    for (q, &deferred) in rx_deferred.iter().enumerate() {
+        if deferred > 0 {
+            res.post_recvs(q, deferred)?;
+        }
+    }
     if let Some(expected) = rx_expected {
         if rx_count < expected && params.connection == Connection::Rc {
             return Err(RunError::new(format!(
