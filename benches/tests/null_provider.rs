@@ -6,6 +6,7 @@
 use benches::alloc_counter::{count_allocations, CountingAllocator};
 use benches::data_path::{run_c, run_rust, COp, RawObjects, Write, MAX_BATCH, MAX_POLL};
 use benches::null_provider::{Counters, NullProvider};
+use sideway::queue_pair::{InvalidWorkRequest, PostError, SendFlags};
 use sideway::CompletionQueueError;
 
 #[global_allocator]
@@ -183,4 +184,137 @@ fn only_extended_cqs_refuse_a_second_poller() {
     ));
     drop(first);
     assert!(cq.poll().is_ok(), "the flag is released with the poller");
+}
+
+/// One 64-byte entry for the null provider, which never dereferences it.
+fn null_sge() -> sideway::memory_region::Sge {
+    // SAFETY: posted only to the null provider, which reads only the length.
+    unsafe { sideway::memory_region::Sge::from_raw_parts(0x20_0000, 64, 0x5678) }
+}
+
+#[test]
+fn a_batch_past_the_storage_is_refused_whole_and_the_next_one_posts() {
+    let np = NullProvider::new();
+    let (mut qp, _cq) = np.sideway(false);
+    let capacity = qp.cap().max_send_wr as usize;
+    let mut batch = qp.start_post_send();
+    for k in 0..=capacity as u64 {
+        batch.wr(k, SendFlags::empty()).rdma_write(1, 2, null_sge());
+    }
+    assert_eq!(
+        batch.len(),
+        capacity,
+        "the request past the storage is not added"
+    );
+    match batch.post() {
+        Err(PostError::Invalid {
+            index,
+            wr_id,
+            reason: InvalidWorkRequest::BatchFull { capacity: c, .. },
+            ..
+        }) => assert_eq!((index, wr_id, c), (capacity, capacity as u64, capacity)),
+        other => panic!("expected BatchFull, got {other:?}"),
+    }
+    assert_eq!(
+        np.counters(),
+        Counters::default(),
+        "nothing reached the provider"
+    );
+
+    // The storage serves the next batch from its start, with a chain of exactly its own.
+    let mut batch = qp.start_post_send();
+    batch
+        .wr(7, SendFlags::SIGNALED)
+        .rdma_write(1, 2, null_sge());
+    batch
+        .wr(8, SendFlags::SIGNALED)
+        .rdma_write(1, 2, null_sge());
+    batch.post().unwrap();
+    let c = np.counters();
+    assert_eq!((c.post_send_calls, c.send_wrs, c.wr_id_sum), (1, 2, 15));
+}
+
+#[test]
+fn nothing_after_a_refused_request_reaches_the_provider() {
+    let two = [null_sge(), null_sge()];
+    for extended in [false, true] {
+        let np = NullProvider::new();
+        let (mut qp, _cq) = np.sideway(extended);
+        assert_eq!(
+            qp.cap().max_send_sge,
+            1,
+            "the default QP takes one SGE per request"
+        );
+        let mut batch = qp.start_post_send();
+        batch.wr(1, SendFlags::empty()).rdma_write(1, 2, null_sge());
+        batch.wr(2, SendFlags::empty()).rdma_write(1, 2, &two);
+        batch.wr(3, SendFlags::empty()).rdma_write(1, 2, null_sge());
+        assert_eq!(batch.len(), 1, "extended: {extended}");
+        match batch.post() {
+            Err(PostError::Invalid {
+                index: 1,
+                wr_id: 2,
+                reason:
+                    InvalidWorkRequest::TooManySge {
+                        given: 2, max: 1, ..
+                    },
+                ..
+            }) => {}
+            other => panic!("extended: {extended}: expected TooManySge, got {other:?}"),
+        }
+        let c = np.counters();
+        assert_eq!(c.post_send_calls, 0);
+        // An extended QP had the first request: the batch was started, then aborted.
+        let expected = if extended { (1, 1, 1, 0) } else { (0, 0, 0, 0) };
+        assert_eq!(
+            (c.wr_starts, c.wr_ops, c.wr_aborts, c.wr_completes),
+            expected,
+            "extended: {extended}"
+        );
+
+        // A refused first request leaves nothing to abort, and the next batch is whole.
+        let mut batch = qp.start_post_send();
+        batch.wr(4, SendFlags::empty()).rdma_write(1, 2, &two);
+        assert!(batch.is_empty());
+        assert!(batch.post().is_err());
+        let mut batch = qp.start_post_send();
+        batch
+            .wr(5, SendFlags::SIGNALED)
+            .rdma_write(1, 2, null_sge());
+        batch.post().unwrap();
+        let c = np.counters();
+        let (posted, ops) = if extended {
+            (c.wr_completes, c.wr_ops)
+        } else {
+            (c.post_send_calls, c.send_wrs)
+        };
+        assert_eq!((posted, ops), if extended { (1, 2) } else { (1, 1) });
+        assert_eq!(c.wr_aborts, u64::from(extended));
+        assert_eq!(c.signaled, 1);
+    }
+}
+
+#[test]
+fn receives_past_the_storage_are_refused_and_chains_end_at_their_batch() {
+    let np = NullProvider::new();
+    let (mut qp, _cq) = np.sideway(false);
+    let capacity = qp.cap().max_recv_wr as usize;
+    let mut batch = qp.start_post_recv();
+    for k in 0..=capacity as u64 {
+        batch.recv(k, &[null_sge()]);
+    }
+    assert!(matches!(
+        batch.post(),
+        Err(PostError::Invalid {
+            reason: InvalidWorkRequest::BatchFull { .. },
+            ..
+        })
+    ));
+    assert_eq!(np.counters().post_recv_calls, 0);
+    // A shorter batch over the same storage: its chain ends at its own last receive.
+    let mut batch = qp.start_post_recv();
+    batch.recv(1, &[null_sge()]).recv(2, &[]);
+    batch.post().unwrap();
+    let c = np.counters();
+    assert_eq!((c.post_recv_calls, c.recv_wrs, c.wr_id_sum), (1, 2, 3));
 }

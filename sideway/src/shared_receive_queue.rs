@@ -368,11 +368,14 @@ impl SrqPostRecvGuard<'_> {
         }
         let raw = self.srq.raw.as_ptr();
         let st = &mut *self.storage;
+        // SAFETY: recv() pushed receives 0..count (count > 0) into this storage, which the
+        // guard has held locked since it was empty.
+        let head = unsafe { st.finish(count) };
         let mut bad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
         // SAFETY: raw is live; wrs[..count] is a NULL-terminated chain whose sg_lists point
         // into `sges` (alive with the SRQ, locked by this guard); the device checks every
         // SGE's lkey and bounds.
-        let ret = unsafe { ffi::ibv_post_srq_recv(raw, st.head(), &mut bad) };
+        let ret = unsafe { ffi::ibv_post_srq_recv(raw, head, &mut bad) };
         from_ret(ret).map_err(|source| {
             let index = st.locate(bad, count).map(|(i, _)| i);
             SharedReceiveQueueError::Post {

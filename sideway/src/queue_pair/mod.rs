@@ -571,17 +571,13 @@ impl QueuePairBuilder {
             raw,
             ex,
             qp_type: self.qp_type,
-            send_ops_flags: if ex.is_some() {
-                self.effective_send_ops()
-            } else {
-                SendOpsFlags::all()
-            },
             // Batches are sized by what was asked: a larger batch could not be outstanding.
             send: post::SendStorage::new(
                 self.cap.max_send_wr.min(cap.max_send_wr),
                 cap.max_send_sge,
                 cap.max_inline_data,
-                ex.is_some(),
+                // SAFETY: ex is the live extended QP being wrapped.
+                ex.map(|ex| unsafe { post::ExReady::probe(ex, self.effective_send_ops()) }),
             ),
             recv: post::RecvStorage::new(
                 self.cap.max_recv_wr.min(cap.max_recv_wr),
@@ -606,7 +602,6 @@ pub struct QueuePair {
     ex: Option<NonNull<ffi::ibv_qp_ex>>,
     qp_type: QpType,
     cap: QpCapabilities,
-    send_ops_flags: SendOpsFlags,
     srq: Option<Arc<crate::shared_receive_queue::SharedReceiveQueue>>,
     send: post::SendStorage,
     recv: post::RecvStorage,

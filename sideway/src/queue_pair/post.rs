@@ -382,6 +382,12 @@ pub(super) struct SendStorage {
     /// Providers copy inline data when it is set, so one scratch serves the whole batch.
     inline: Box<[u8]>,
     max_sge: usize,
+    /// The requests one batch may hold: `wrs.len()` on a classic QP, and `capacity *
+    /// max_sge <= sges.len()`, so a request's slot and entries are in bounds whenever its
+    /// index is below it. Unlimited on an extended QP (the provider holds the batch).
+    capacity: usize,
+    /// What an extended QP can post (empty on a classic one).
+    ex_ready: ExReady,
 }
 
 #[inline]
@@ -392,23 +398,38 @@ fn zeroed_send_wr() -> ffi::ibv_send_wr {
 }
 
 impl SendStorage {
-    pub(super) fn new(max_wr: u32, max_sge: u32, max_inline: u32, extended: bool) -> Self {
+    /// Storage for a classic QP's batches, or for an extended QP's (`ex` given).
+    pub(super) fn new(max_wr: u32, max_sge: u32, max_inline: u32, ex: Option<ExReady>) -> Self {
         let max_wr = max_wr as usize;
         let max_sge = max_sge as usize;
-        if extended {
+        if let Some(ex_ready) = ex {
             return SendStorage {
                 wrs: Box::new([]),
                 sges: Box::new([]),
                 inline: vec![0; max_inline as usize].into_boxed_slice(),
                 max_sge,
+                capacity: usize::MAX,
+                ex_ready,
             };
         }
+        let wrs = vec![zeroed_send_wr(); max_wr].into_boxed_slice();
+        let sges = vec![ffi::ibv_sge::default(); max_wr.saturating_mul(max_sge)].into_boxed_slice();
         SendStorage {
-            wrs: vec![zeroed_send_wr(); max_wr].into_boxed_slice(),
-            sges: vec![ffi::ibv_sge::default(); max_wr.saturating_mul(max_sge)].into_boxed_slice(),
+            capacity: slots(wrs.len(), sges.len(), max_sge),
+            wrs,
+            sges,
             inline: Box::new([]),
             max_sge,
+            ex_ready: ExReady::default(),
         }
+    }
+}
+
+/// How many requests of `max_sge` entries fit in `wrs` requests and `sges` entries.
+fn slots(wrs: usize, sges: usize, max_sge: usize) -> usize {
+    match sges.checked_div(max_sge) {
+        Some(fit) => wrs.min(fit),
+        None => wrs,
     }
 }
 
@@ -416,8 +437,12 @@ impl SendStorage {
 /// allocated once, with the queue, so posting receives allocates nothing.
 pub(crate) struct RecvStorage {
     wrs: Box<[ffi::ibv_recv_wr]>,
+    /// `max_sge` entries per request, request `i` at `i * max_sge`.
     sges: Box<[ffi::ibv_sge]>,
     max_sge: usize,
+    /// The receives one batch may hold, as `SendStorage::capacity`: `wrs.len()`, and
+    /// `capacity * max_sge <= sges.len()`.
+    capacity: usize,
 }
 
 impl RecvStorage {
@@ -430,15 +455,18 @@ impl RecvStorage {
             sg_list: std::ptr::null_mut(),
             num_sge: 0,
         };
+        let wrs = vec![wr; max_wr].into_boxed_slice();
+        let sges = vec![ffi::ibv_sge::default(); max_wr.saturating_mul(max_sge)].into_boxed_slice();
         RecvStorage {
-            wrs: vec![wr; max_wr].into_boxed_slice(),
-            sges: vec![ffi::ibv_sge::default(); max_wr.saturating_mul(max_sge)].into_boxed_slice(),
+            capacity: slots(wrs.len(), sges.len(), max_sge),
+            wrs,
+            sges,
             max_sge,
         }
     }
 
-    /// Writes receive `i` of the batch (scattered over `sges`, copied) and links it behind
-    /// receive `i - 1`; refuses, naming `queue`, what the storage cannot hold.
+    /// Writes receive `i` of the batch (scattered over `sges`, copied), linked to the slot
+    /// after it; refuses, naming `queue`, what the storage cannot hold.
     #[inline]
     pub(crate) fn push(
         &mut self,
@@ -447,11 +475,8 @@ impl RecvStorage {
         sges: &[Sge],
         queue: &'static str,
     ) -> Result<(), InvalidWorkRequest> {
-        if i >= self.wrs.len() {
-            return Err(InvalidWorkRequest::BatchFull {
-                capacity: self.wrs.len(),
-                queue,
-            });
+        if i >= self.capacity {
+            return Err(batch_full(self.capacity, queue));
         }
         if sges.len() > self.max_sge {
             return Err(InvalidWorkRequest::TooManySge {
@@ -460,33 +485,49 @@ impl RecvStorage {
                 queue,
             });
         }
-        let m = self.max_sge;
-        let slot = &mut self.sges[i * m..(i + 1) * m];
-        for (dst, src) in slot.iter_mut().zip(sges) {
-            *dst = *src.as_raw();
+        // SAFETY: i < capacity, so slot i and its max_sge entries at i * max_sge lie inside
+        // wrs and sges (RecvStorage::capacity), and slot + 1 is at most one past the end.
+        let (slot, next, entries) = unsafe {
+            let slot = self.wrs.as_mut_ptr().add(i);
+            (
+                slot,
+                slot.add(1),
+                self.sges.as_mut_ptr().add(i * self.max_sge),
+            )
+        };
+        for (j, src) in sges.iter().enumerate() {
+            // SAFETY: j < sges.len() <= max_sge: inside this receive's entries (above).
+            unsafe { entries.add(j).write(*src.as_raw()) };
         }
-        self.wrs[i] = ffi::ibv_recv_wr {
+        let wr = ffi::ibv_recv_wr {
             wr_id,
-            next: std::ptr::null_mut(),
+            // finish() ends the chain at the last receive.
+            next,
             sg_list: if sges.is_empty() {
                 std::ptr::null_mut()
             } else {
-                slot.as_mut_ptr()
+                entries
             },
             // sges.len() <= max_sge, which came from a u32.
             num_sge: sges.len() as c_int,
         };
-        if i > 0 {
-            let this: *mut ffi::ibv_recv_wr = &mut self.wrs[i];
-            self.wrs[i - 1].next = this;
-        }
+        // SAFETY: slot is in bounds (above) and nothing else borrows the storage.
+        unsafe { slot.write(wr) };
         Ok(())
     }
 
-    /// The head of the chain built by [`push`](Self::push), for the post verb.
+    /// Ends the chain of the first `count` receives and returns its head, for the post verb.
+    ///
+    /// # Safety
+    ///
+    /// `push` wrote receives `0..count` since this storage was last reused, and `count > 0`.
     #[inline]
-    pub(crate) fn head(&mut self) -> *mut ffi::ibv_recv_wr {
-        self.wrs.as_mut_ptr()
+    pub(crate) unsafe fn finish(&mut self, count: usize) -> *mut ffi::ibv_recv_wr {
+        let head = self.wrs.as_mut_ptr();
+        // SAFETY: by the caller, 0 < count and receive count - 1 was pushed, so it lies
+        // inside wrs (push checked its index against capacity <= wrs.len()).
+        unsafe { (*head.add(count - 1)).next = std::ptr::null_mut() };
+        head
     }
 
     /// Which of the first `count` receives `bad` (the post verb's out-parameter) points at,
@@ -526,9 +567,15 @@ impl RecvStorage {
 #[must_use = "work requests reach the device only through post(); dropping the guard discards them"]
 pub struct PostSendGuard<'a> {
     qp: &'a mut QueuePair,
+    /// Requests added. On an extended QP, `ibv_wr_start` was called (and not yet completed
+    /// or aborted) exactly when this is above 0: the first request that passes its checks
+    /// starts the batch, and every request that passes them is added.
     count: usize,
-    /// An extended QP's `ibv_wr_start` has been called and not yet completed or aborted.
-    started: bool,
+    /// The count at which a request takes the slow path: the storage's capacity, or 0 once a
+    /// request was refused (recorded in `invalid`, which only `post` reads, and only then).
+    /// One comparison per request thus both bounds the storage and stops every request
+    /// after a refused one.
+    limit: usize,
     invalid: Option<(usize, u64, InvalidWorkRequest)>,
 }
 
@@ -761,10 +808,11 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
 impl<'a> PostSendGuard<'a> {
     #[inline]
     pub(super) fn new(qp: &'a mut QueuePair) -> Self {
+        let limit = qp.send.capacity;
         PostSendGuard {
             qp,
             count: 0,
-            started: false,
+            limit,
             invalid: None,
         }
     }
@@ -815,12 +863,6 @@ impl<'a> PostSendGuard<'a> {
             }
             _ => {}
         }
-        if qp.ex.is_none() && self.count >= qp.send.wrs.len() {
-            return Err(InvalidWorkRequest::BatchFull {
-                capacity: qp.send.wrs.len(),
-                queue: "send",
-            });
-        }
         let entries = data.entries();
         let max_sge = qp.send.max_sge;
         if entries > max_sge {
@@ -842,13 +884,8 @@ impl<'a> PostSendGuard<'a> {
                 });
             }
         }
-        if let Some(ex) = qp.ex {
-            // The batch operations (start, complete, abort) need checking once per batch.
-            if !qp.send_ops_flags.contains(op.send_ops_flag())
-                || !ex_implements(ex, op, data, !self.started, ud.is_some())
-            {
-                return Err(InvalidWorkRequest::NotEnabled { op: op.name() });
-            }
+        if qp.ex.is_some() && !qp.send.ex_ready.allows(op, data, ud.is_some()) {
+            return Err(InvalidWorkRequest::NotEnabled { op: op.name() });
         }
         Ok(())
     }
@@ -862,11 +899,15 @@ impl<'a> PostSendGuard<'a> {
         data: SendData<'a>,
         ud: Option<UdAddr>,
     ) {
-        if self.invalid.is_some() {
+        if self.count >= self.limit {
+            // The storage is full, unless a request was refused already (limit 0).
+            if self.limit != 0 {
+                self.refuse(wr_id, batch_full(self.qp.send.capacity, "send"));
+            }
             return;
         }
         if let Err(reason) = self.check(op, &data, ud) {
-            self.invalid = Some((self.count, wr_id, reason));
+            self.refuse(wr_id, reason);
             return;
         }
         let mut flags = flags - SendFlags::INLINE;
@@ -878,6 +919,16 @@ impl<'a> PostSendGuard<'a> {
             None => self.push_classic(wr_id, flags, op, data, ud),
         }
         self.count += 1;
+    }
+
+    /// Remembers the first refused request for `post`, and stops taking requests. Inlined,
+    /// as the rest of the request path: a call taking the guard (or a field of it) by
+    /// reference kept the whole guard in memory, and every batch loop with it
+    /// (docs/benchmarks.md, "The posting guard").
+    #[inline(always)]
+    fn refuse(&mut self, wr_id: u64, reason: InvalidWorkRequest) {
+        self.invalid = Some((self.count, wr_id, reason));
+        self.limit = 0;
     }
 
     #[inline(always)]
@@ -892,43 +943,57 @@ impl<'a> PostSendGuard<'a> {
         let i = self.count;
         let st = &mut self.qp.send;
         let m = st.max_sge;
-        // check() made sure i < wrs.len() and the data fits in max_sge entries.
-        let slot = &mut st.sges[i * m..(i + 1) * m];
+        // SAFETY: push() saw i < limit <= capacity, so slot i and its max_sge entries at
+        // i * max_sge lie inside wrs and sges (SendStorage::capacity), and slot + 1 is at
+        // most one past the end of wrs.
+        let (slot, next, entries) = unsafe {
+            let slot = st.wrs.as_mut_ptr().add(i);
+            (slot, slot.add(1), st.sges.as_mut_ptr().add(i * m))
+        };
         let inline = |b: &[u8]| ffi::ibv_sge {
             addr: b.as_ptr() as u64,
             // check() bounded inline lengths by max_inline_data, a u32.
             length: b.len() as u32,
             lkey: 0,
         };
+        // check() bounded the entries by max_sge, so entry j < max_sge of this request lies
+        // inside `sges`.
         let n = match data {
             SendData::Empty => 0,
             SendData::Sge(s) => {
-                slot[0] = *s.as_raw();
+                // SAFETY: entry 0 of at most max_sge, as above (max_sge >= 1 since check()
+                // let one entry through).
+                unsafe { entries.write(*s.as_raw()) };
                 1
             }
             SendData::SgeList(list) => {
-                for (dst, src) in slot.iter_mut().zip(list) {
-                    *dst = *src.as_raw();
+                for (j, src) in list.iter().enumerate() {
+                    // SAFETY: j < list.len() <= max_sge, as above.
+                    unsafe { entries.add(j).write(*src.as_raw()) };
                 }
                 list.len()
             }
             SendData::Inline(b) => {
-                slot[0] = inline(b);
+                // SAFETY: entry 0 of at most max_sge, as for Sge.
+                unsafe { entries.write(inline(b)) };
                 1
             }
             SendData::InlineList(list) => {
-                for (dst, src) in slot.iter_mut().zip(list) {
-                    *dst = inline(src);
+                for (j, src) in list.iter().enumerate() {
+                    // SAFETY: j < list.len() <= max_sge, as above.
+                    unsafe { entries.add(j).write(inline(src)) };
                 }
                 list.len()
             }
         };
         let mut wr = zeroed_send_wr();
         wr.wr_id = wr_id;
+        // Each request links to the slot after it; post() ends the chain at the last one.
+        wr.next = next;
         wr.sg_list = if n == 0 {
             std::ptr::null_mut()
         } else {
-            slot.as_mut_ptr()
+            entries
         };
         // n <= max_sge, which came from a u32.
         wr.num_sge = n as c_int;
@@ -992,11 +1057,8 @@ impl<'a> PostSendGuard<'a> {
                 remote_qkey: ud.remote_qkey,
             };
         }
-        st.wrs[i] = wr;
-        if i > 0 {
-            let this: *mut ffi::ibv_send_wr = &mut st.wrs[i];
-            st.wrs[i - 1].next = this;
-        }
+        // SAFETY: slot is in bounds (above) and nothing else borrows the storage.
+        unsafe { slot.write(wr) };
     }
 
     #[inline(always)]
@@ -1015,10 +1077,9 @@ impl<'a> PostSendGuard<'a> {
         // calls follow the batch order (start, then per request: wr_id/wr_flags, one opcode
         // call, its data setter); check() verified the operation is in send_ops_flags and
         // implemented. Inline data is borrowed for 'a, beyond this call.
-        if !self.started {
-            // SAFETY: as above; opens the batch once.
+        if self.count == 0 {
+            // SAFETY: as above; opens the batch once, for its first request.
             unsafe { ffi::ibv_wr_start(ex) };
-            self.started = true;
         }
         // SAFETY: as above; plain field writes the next opcode call reads.
         unsafe {
@@ -1089,47 +1150,63 @@ impl<'a> PostSendGuard<'a> {
     #[doc(alias = "ibv_wr_complete")]
     #[inline(always)]
     pub fn post(mut self) -> Result<(), PostError> {
-        let qp_num = self.qp.qp_num();
-        if let Some((index, wr_id, reason)) = self.invalid.take() {
-            // Drop aborts what an extended QP already holds.
-            return Err(PostError::Invalid {
-                qp_num,
-                index,
-                wr_id,
-                reason,
-            });
+        if self.limit == 0 {
+            if let Some((index, wr_id, reason)) = self.invalid.take() {
+                // Drop aborts what an extended QP already holds.
+                return Err(PostError::Invalid {
+                    qp_num: self.qp.qp_num(),
+                    index,
+                    wr_id,
+                    reason,
+                });
+            }
         }
         let count = self.count;
         if count == 0 {
             return Ok(());
         }
-        let post_err = |call, index: Option<usize>, wr_id, source| PostError::Post {
-            call,
-            qp_num,
-            count,
-            index,
-            wr_id,
-            source,
-        };
+        // The QP number is read only for an error, after the call: it never changes, and
+        // reading it first would put one more load in front of every post.
+        let post_err =
+            |qp: &QueuePair, call, index: Option<usize>, wr_id, source| PostError::Post {
+                call,
+                qp_num: qp.qp_num(),
+                count,
+                index,
+                wr_id,
+                source,
+            };
         if let Some(ex) = self.qp.ex {
-            self.started = false;
-            // SAFETY: ex is live and inside the batch this guard started; complete ends it.
+            // The batch ends here, whatever complete says: Drop must not abort it.
+            self.count = 0;
+            // SAFETY: ex is live and inside the batch this guard started (count > 0);
+            // complete ends it.
             let ret = unsafe { ffi::ibv_wr_complete(ex.as_ptr()) };
-            return from_ret(ret).map_err(|e| post_err("ibv_wr_complete", None, None, e));
+            return from_ret(ret).map_err(|e| post_err(self.qp, "ibv_wr_complete", None, None, e));
         }
         let qp = self.qp.raw.as_ptr();
-        let st = &mut self.qp.send;
-        // The last request's `next` is NULL: push_classic writes each request whole.
+        let wrs = self.qp.send.wrs.as_mut_ptr();
+        // SAFETY: push_classic wrote wrs[..count] (count <= capacity <= wrs.len()), each
+        // linking to the slot after it; the last one's link ends the chain.
+        unsafe { (*wrs.add(count - 1)).next = std::ptr::null_mut() };
         let mut bad: *mut ffi::ibv_send_wr = std::ptr::null_mut();
         // SAFETY: qp is live; wrs[..count] is a NULL-terminated chain whose sg_lists point
         // into `sges` (alive with the QP) at entries naming registered memory or inline bytes
         // borrowed for 'a; bad is a valid out-pointer.
-        let ret = unsafe { ffi::ibv_post_send(qp, st.wrs.as_mut_ptr(), &mut bad) };
+        let ret = unsafe { ffi::ibv_post_send(qp, wrs, &mut bad) };
         from_ret(ret).map_err(|e| {
+            let st = &self.qp.send;
             let index = chain_index(st.wrs.as_ptr(), bad, count);
-            post_err("ibv_post_send", index, index.map(|i| st.wrs[i].wr_id), e)
+            let wr_id = index.map(|i| st.wrs[i].wr_id);
+            post_err(self.qp, "ibv_post_send", index, wr_id, e)
         })
     }
+}
+
+/// The error of a request that finds its batch's storage full; the slow path only.
+#[cold]
+fn batch_full(capacity: usize, queue: &'static str) -> InvalidWorkRequest {
+    InvalidWorkRequest::BatchFull { capacity, queue }
 }
 
 /// Which request of a chain starting at `base` `bad` points at, if any.
@@ -1139,51 +1216,94 @@ fn chain_index<T>(base: *const T, bad: *const T, count: usize) -> Option<usize> 
     (off % size == 0 && off / size < count).then_some(off / size)
 }
 
-/// Whether the provider filled the `qp_ex` entries `op` and `data` need (and, with
-/// `batch_ops`, `wr_start`, `wr_complete` and `wr_abort`): the data-path functions of
-/// rdma-mummy-sys do nothing for a missing entry, which would silently drop the request.
-#[inline(always)]
-fn ex_implements(
-    ex: NonNull<ffi::ibv_qp_ex>,
-    op: Op,
-    data: &SendData<'_>,
-    batch_ops: bool,
-    ud: bool,
-) -> bool {
-    // SAFETY: ex is a live extended QP; only its function-pointer fields are read.
-    let q = unsafe { &*ex.as_ptr() };
-    let op_ok = match op {
-        Op::Send => q.wr_send.is_some(),
-        Op::SendImm(_) => q.wr_send_imm.is_some(),
-        Op::Write { .. } => q.wr_rdma_write.is_some(),
-        Op::WriteImm { .. } => q.wr_rdma_write_imm.is_some(),
-        Op::Read { .. } => q.wr_rdma_read.is_some(),
-        Op::CmpSwp { .. } => q.wr_atomic_cmp_swp.is_some(),
-        Op::FetchAdd { .. } => q.wr_atomic_fetch_add.is_some(),
-        Op::SendInv(_) => q.wr_send_inv.is_some(),
-        Op::LocalInv(_) => q.wr_local_inv.is_some(),
-        Op::BindMw { .. } => q.wr_bind_mw.is_some(),
-    };
-    let ud_ok = !ud || q.wr_set_ud_addr.is_some();
-    let data_ok = match data {
-        SendData::Empty => true,
-        SendData::Sge(_) => q.wr_set_sge.is_some(),
-        SendData::SgeList(_) => q.wr_set_sge_list.is_some(),
-        SendData::Inline(_) => q.wr_set_inline_data.is_some(),
-        // Lists are gathered and set as one buffer.
-        SendData::InlineList(_) => q.wr_set_inline_data.is_some(),
-    };
-    op_ok
-        && data_ok
-        && ud_ok
-        && (!batch_ops || (q.wr_start.is_some() && q.wr_complete.is_some() && q.wr_abort.is_some()))
+/// What an extended QP can post: the operations of its `send_ops_flags` whose `qp_ex`
+/// entries the provider filled, and the data setters it filled; found once, when the QP is
+/// wrapped, so a request tests one mask instead of loading and testing each entry. Empty
+/// when `wr_start`, `wr_complete` or `wr_abort` is missing: then nothing can be posted.
+/// The data-path functions of rdma-mummy-sys do nothing for a missing entry, which would
+/// silently drop the request. Providers fill these entries when they create the QP and
+/// never change them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct ExReady(u64);
+
+impl ExReady {
+    // Operations are the bits of their SendOpsFlags, which stay below these.
+    const SGE: u64 = 1 << 60;
+    const SGE_LIST: u64 = 1 << 61;
+    const INLINE: u64 = 1 << 62;
+    const UD_ADDR: u64 = 1 << 63;
+
+    /// Reads `ex`'s entries for the operations of `ops`.
+    ///
+    /// # Safety
+    ///
+    /// `ex` is a live extended QP.
+    pub(super) unsafe fn probe(ex: NonNull<ffi::ibv_qp_ex>, ops: SendOpsFlags) -> Self {
+        // SAFETY: the caller keeps ex live; only its function-pointer fields are read.
+        let q = unsafe { &*ex.as_ptr() };
+        if q.wr_start.is_none() || q.wr_complete.is_none() || q.wr_abort.is_none() {
+            return ExReady(0);
+        }
+        let mut ready = 0;
+        for (flag, set) in [
+            (SendOpsFlags::SEND, q.wr_send.is_some()),
+            (SendOpsFlags::SEND_WITH_IMM, q.wr_send_imm.is_some()),
+            (SendOpsFlags::RDMA_WRITE, q.wr_rdma_write.is_some()),
+            (
+                SendOpsFlags::RDMA_WRITE_WITH_IMM,
+                q.wr_rdma_write_imm.is_some(),
+            ),
+            (SendOpsFlags::RDMA_READ, q.wr_rdma_read.is_some()),
+            (
+                SendOpsFlags::ATOMIC_CMP_AND_SWP,
+                q.wr_atomic_cmp_swp.is_some(),
+            ),
+            (
+                SendOpsFlags::ATOMIC_FETCH_AND_ADD,
+                q.wr_atomic_fetch_add.is_some(),
+            ),
+            (SendOpsFlags::SEND_WITH_INV, q.wr_send_inv.is_some()),
+            (SendOpsFlags::LOCAL_INV, q.wr_local_inv.is_some()),
+            (SendOpsFlags::BIND_MW, q.wr_bind_mw.is_some()),
+        ] {
+            if set && ops.contains(flag) {
+                ready |= flag.bits();
+            }
+        }
+        for (bit, set) in [
+            (Self::SGE, q.wr_set_sge.is_some()),
+            (Self::SGE_LIST, q.wr_set_sge_list.is_some()),
+            // Inline lists are gathered and set as one buffer.
+            (Self::INLINE, q.wr_set_inline_data.is_some()),
+            (Self::UD_ADDR, q.wr_set_ud_addr.is_some()),
+        ] {
+            if set {
+                ready |= bit;
+            }
+        }
+        ExReady(ready)
+    }
+
+    /// Whether a request of `op` with `data` (and a UD destination when `ud`) can be posted.
+    #[inline(always)]
+    fn allows(self, op: Op, data: &SendData<'_>, ud: bool) -> bool {
+        let data_bit = match data {
+            SendData::Empty => 0,
+            SendData::Sge(_) => Self::SGE,
+            SendData::SgeList(_) => Self::SGE_LIST,
+            SendData::Inline(_) | SendData::InlineList(_) => Self::INLINE,
+        };
+        let need = op.send_ops_flag().bits() | data_bit | if ud { Self::UD_ADDR } else { 0 };
+        self.0 & need == need
+    }
 }
 
 impl Drop for PostSendGuard<'_> {
     #[inline]
     fn drop(&mut self) {
-        if let (true, Some(ex)) = (self.started, self.qp.ex) {
-            // SAFETY: ex is live and inside the batch this guard started and never completed.
+        if let (true, Some(ex)) = (self.count > 0, self.qp.ex) {
+            // SAFETY: ex is live and inside the batch this guard started (count > 0) and
+            // never completed (post() resets count).
             unsafe { ffi::ibv_wr_abort(ex.as_ptr()) };
         }
         // A classic batch lives only in the QP's storage: nothing to undo.
@@ -1249,10 +1369,9 @@ impl<'a> PostRecvGuard<'a> {
     #[doc(alias = "ibv_post_recv")]
     #[inline]
     pub fn post(mut self) -> Result<(), PostError> {
-        let qp_num = self.qp.qp_num();
         if let Some((index, wr_id, reason)) = self.invalid.take() {
             return Err(PostError::Invalid {
-                qp_num,
+                qp_num: self.qp.qp_num(),
                 index,
                 wr_id,
                 reason,
@@ -1263,16 +1382,20 @@ impl<'a> PostRecvGuard<'a> {
             return Ok(());
         }
         let qp = self.qp.raw.as_ptr();
-        let st = &mut self.qp.recv;
+        // SAFETY: recv() pushed receives 0..count (count > 0) into this QP's storage, which
+        // this guard has held since it was empty.
+        let head = unsafe { self.qp.recv.finish(count) };
         let mut bad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
-        // SAFETY: qp is live; wrs[..count] is a NULL-terminated chain whose sg_lists point
-        // into `sges` (alive with the QP); the device checks every SGE's lkey and bounds.
-        let ret = unsafe { ffi::ibv_post_recv(qp, st.head(), &mut bad) };
+        // SAFETY: qp is live; head is a NULL-terminated chain of count receives whose
+        // sg_lists point into the storage (alive with the QP); the device checks every
+        // SGE's lkey and bounds.
+        let ret = unsafe { ffi::ibv_post_recv(qp, head, &mut bad) };
+        // The QP number is read only for an error, after the call (as in the send post).
         from_ret(ret).map_err(|source| {
-            let located = st.locate(bad, count);
+            let located = self.qp.recv.locate(bad, count);
             PostError::Post {
                 call: "ibv_post_recv",
-                qp_num,
+                qp_num: self.qp.qp_num(),
                 count,
                 index: located.map(|(i, _)| i),
                 wr_id: located.map(|(_, id)| id),
@@ -1293,6 +1416,88 @@ mod tests {
         assert_eq!(chain_index(base, &arr[2], 4), Some(2));
         assert_eq!(chain_index(base, &arr[3], 3), None);
         assert_eq!(chain_index(base, std::ptr::null(), 4), None);
+    }
+
+    #[test]
+    fn capacity_keeps_every_slot_and_its_entries_in_bounds() {
+        assert_eq!(slots(4, 8, 2), 4);
+        assert_eq!(slots(4, 6, 2), 3, "entries for three requests only");
+        assert_eq!(
+            slots(4, 0, 0),
+            4,
+            "no entries: every request is refused any data"
+        );
+        assert_eq!(slots(0, 0, 3), 0);
+        let st = SendStorage::new(16, 3, 0, None);
+        assert_eq!(st.capacity, 16);
+        assert!(st.capacity <= st.wrs.len() && st.capacity * st.max_sge <= st.sges.len());
+        let ex = SendStorage::new(16, 3, 64, Some(ExReady::default()));
+        assert_eq!(
+            (ex.capacity, ex.wrs.len(), ex.inline.len()),
+            (usize::MAX, 0, 64)
+        );
+        let rs = RecvStorage::new(8, 2);
+        assert_eq!(rs.capacity, 8);
+        assert!(rs.capacity <= rs.wrs.len() && rs.capacity * rs.max_sge <= rs.sges.len());
+    }
+
+    extern "C" fn never_called() {}
+
+    /// Marks a `qp_ex` function entry as set; the entry is only ever tested, never called.
+    fn set<T>(entry: &mut Option<T>) {
+        assert_eq!(
+            std::mem::size_of::<Option<T>>(),
+            std::mem::size_of::<usize>()
+        );
+        // SAFETY: entry is an Option of a function pointer (the size check above), for
+        // which any non-zero address is a valid Some; probe() never calls it.
+        unsafe {
+            (entry as *mut Option<T>)
+                .cast::<usize>()
+                .write(never_called as *const () as usize)
+        };
+    }
+
+    #[test]
+    fn ex_ready_needs_the_batch_entries_the_operation_and_its_data() {
+        // SAFETY: ibv_qp_ex is a C struct of integers, pointers and function pointers, all
+        // valid when zero (NULL, None).
+        let mut q: ffi::ibv_qp_ex = unsafe { MaybeUninit::zeroed().assume_init() };
+        set(&mut q.wr_rdma_write);
+        set(&mut q.wr_send);
+        set(&mut q.wr_set_sge);
+        let write = Op::Write { rkey: 0, addr: 0 };
+        let sge = SendData::Empty;
+        let all = SendOpsFlags::all();
+        let probe = |q: &mut ffi::ibv_qp_ex, ops| {
+            // SAFETY: q is a live (stack) ibv_qp_ex whose entries are tested, never called.
+            unsafe { ExReady::probe(NonNull::from(q), ops) }
+        };
+        assert_eq!(
+            probe(&mut q, all),
+            ExReady(0),
+            "no wr_start: nothing can be posted"
+        );
+        set(&mut q.wr_start);
+        set(&mut q.wr_complete);
+        set(&mut q.wr_abort);
+        let ready = probe(&mut q, all);
+        assert!(ready.allows(write, &sge, false));
+        // SAFETY: the entry is only tested against the mask, never posted.
+        let one = SendData::Sge(unsafe { Sge::from_raw_parts(0, 0, 0) });
+        assert!(ready.allows(Op::Send, &one, false));
+        assert!(
+            !ready.allows(Op::Send, &SendData::Inline(b"x"), false),
+            "no inline setter"
+        );
+        assert!(!ready.allows(Op::Send, &sge, true), "no ud_addr setter");
+        assert!(!ready.allows(Op::Read { rkey: 0, addr: 0 }, &sge, false));
+        let only_send = probe(&mut q, SendOpsFlags::SEND);
+        assert!(
+            !only_send.allows(write, &sge, false),
+            "not in send_ops_flags"
+        );
+        assert!(only_send.allows(Op::Send, &sge, false));
     }
 
     #[test]
