@@ -370,8 +370,11 @@ impl CompletionQueueBuilder {
                 }
             },
         };
+        // SAFETY: raw is a live CQ whose context is open.
+        let poll_cq = unsafe { provider_poll_cq(raw) };
         let cq = Arc::new(CompletionQueue {
             raw,
+            poll_cq,
             ex,
             wc_flags,
             polling: AtomicBool::new(false),
@@ -391,6 +394,8 @@ impl CompletionQueueBuilder {
 #[doc(alias = "ibv_cq_ex")]
 pub struct CompletionQueue {
     raw: NonNull<ffi::ibv_cq>,
+    /// The provider's `poll_cq`, read once at creation (see [`ClassicCq`]).
+    poll_cq: PollCqFn,
     ex: Option<ExCq>,
     wc_flags: WcFlagsEx,
     /// Set while a [`Poller`], a [`ClaimedCq`] or a batch poll of an extended CQ holds the
@@ -549,6 +554,7 @@ impl CompletionQueue {
         self.take_flag()?;
         Ok(ClaimedCq {
             raw: self.raw,
+            poll_cq: self.poll_cq,
             ex: self.ex.as_ref().map(|ex| (ex.raw, NonNull::from(&ex.fns))),
             slot: WorkCompletion::default(),
             cq: Arc::clone(self),
@@ -559,7 +565,10 @@ impl CompletionQueue {
     #[inline(always)]
     fn target(&self) -> PollTarget<'_> {
         match &self.ex {
-            None => PollTarget::Classic(self.raw),
+            None => PollTarget::Classic(ClassicCq {
+                raw: self.raw,
+                poll_cq: self.poll_cq,
+            }),
             Some(ex) => PollTarget::Extended(ex.poll()),
         }
     }
@@ -571,7 +580,7 @@ impl CompletionQueue {
 /// C loop.
 #[derive(Clone, Copy)]
 enum PollTarget<'a> {
-    Classic(NonNull<ffi::ibv_cq>),
+    Classic(ClassicCq),
     Extended(ExPoll<'a>),
 }
 
@@ -627,13 +636,48 @@ impl<'a> PollTarget<'a> {
     }
 }
 
+/// The provider's `poll_cq` (`ibv_context_ops.poll_cq`).
+type PollCqFn = unsafe extern "C" fn(*mut ffi::ibv_cq, c_int, *mut ffi::ibv_wc) -> c_int;
+
+/// A classic CQ and its provider's `poll_cq`, read once when the CQ was created.
+///
+/// verbs.h's `ibv_poll_cq` loads `cq->context->ops.poll_cq` on every call (two dependent
+/// loads), and rdma-mummy-sys's also tests it for NULL. A provider fills its context's ops
+/// when the context opens and never changes them, so the pointer read at creation is the
+/// one every call would load; a provider without one gets [`poll_cq_unsupported`], which
+/// fails each poll as the missing verb would.
+#[derive(Clone, Copy)]
+struct ClassicCq {
+    raw: NonNull<ffi::ibv_cq>,
+    poll_cq: PollCqFn,
+}
+
+/// Reads the provider's `poll_cq` for `cq`.
+///
+/// # Safety
+///
+/// `cq` is a live CQ of an open context.
+unsafe fn provider_poll_cq(cq: NonNull<ffi::ibv_cq>) -> PollCqFn {
+    // SAFETY: the caller's promise: cq and its context are live.
+    unsafe { (*(*cq.as_ptr()).context).ops.poll_cq }.unwrap_or(poll_cq_unsupported)
+}
+
+/// `poll_cq` of a provider that has none: every poll fails with `EOPNOTSUPP`.
+unsafe extern "C" fn poll_cq_unsupported(
+    _cq: *mut ffi::ibv_cq,
+    _num_entries: c_int,
+    _wc: *mut ffi::ibv_wc,
+) -> c_int {
+    -libc::EOPNOTSUPP
+}
+
 /// Classic polling straight into the caller's slice, as a C program polls into its `ibv_wc`
 /// array: no scratch array, no copy. (Copying an `ibv_wc` the provider has just written field
 /// by field costs more than the poll: the copy's wide loads cannot be forwarded from those
 /// narrow stores.)
 #[inline(always)]
 fn poll_classic_into(
-    cq: NonNull<ffi::ibv_cq>,
+    cq: ClassicCq,
     out: &mut [WorkCompletion],
 ) -> Result<usize, CompletionQueueError> {
     if let Ok(len) = c_int::try_from(out.len()) {
@@ -663,12 +707,12 @@ fn poll_classic_into(
 /// caller's.
 #[inline(always)]
 unsafe fn poll_cq(
-    cq: NonNull<ffi::ibv_cq>,
+    cq: ClassicCq,
     wc: *mut ffi::ibv_wc,
     len: c_int,
 ) -> Result<usize, CompletionQueueError> {
     // SAFETY: the CQ is live and wc has room for len entries (the caller's promise).
-    let got = unsafe { ffi::ibv_poll_cq(cq.as_ptr(), len, wc) };
+    let got = unsafe { (cq.poll_cq)(cq.raw.as_ptr(), len, wc) };
     if got < 0 {
         return Err(poll_error("ibv_poll_cq", got));
     }
@@ -711,6 +755,7 @@ pub struct ClaimedCq {
     /// `cq`'s pointers, copied here so that a loop keeps them in registers: the CQ, and an
     /// extended CQ's `ibv_cq_ex` and provider functions. Valid while `cq` is.
     raw: NonNull<ffi::ibv_cq>,
+    poll_cq: PollCqFn,
     ex: Option<(NonNull<ffi::ibv_cq_ex>, NonNull<ExFns>)>,
     /// The entry a classic CQ's pollers poll into (see [`poll_one`]), zeroed once per claim.
     slot: WorkCompletion,
@@ -747,7 +792,10 @@ impl ClaimedCq {
     #[inline(always)]
     fn parts(&mut self) -> (PollTarget<'_>, &mut WorkCompletion) {
         let target = match self.ex {
-            None => PollTarget::Classic(self.raw),
+            None => PollTarget::Classic(ClassicCq {
+                raw: self.raw,
+                poll_cq: self.poll_cq,
+            }),
             Some((raw, fns)) => PollTarget::Extended(ExPoll {
                 raw,
                 // SAFETY: fns points to the ExFns of self.cq, which lives as long as self
@@ -1131,7 +1179,7 @@ impl ExPoll<'_> {
 /// harmless); without one, a zeroed local per poll, three stores more than C.
 #[inline(always)]
 fn poll_one(
-    cq: NonNull<ffi::ibv_cq>,
+    cq: ClassicCq,
     slot: Option<&mut WorkCompletion>,
 ) -> Result<Option<WorkCompletion>, (&'static str, c_int)> {
     let mut local;
@@ -1144,7 +1192,7 @@ fn poll_one(
     };
     // SAFETY: cq is live (the caller borrows its CompletionQueue); wc is one initialised
     // ibv_wc of ours.
-    match unsafe { ffi::ibv_poll_cq(cq.as_ptr(), 1, &mut wc.raw) } {
+    match unsafe { (cq.poll_cq)(cq.raw.as_ptr(), 1, &mut wc.raw) } {
         0 => Ok(None),
         // Never more than asked, whatever the provider says.
         1.. => Ok(Some(*wc)),
@@ -1157,7 +1205,7 @@ fn poll_one(
 enum PollKind<'a> {
     /// A classic CQ: every completion is one `ibv_poll_cq`, into the claim's entry (a
     /// local one when `None`).
-    Classic(NonNull<ffi::ibv_cq>, Option<&'a mut WorkCompletion>),
+    Classic(ClassicCq, Option<&'a mut WorkCompletion>),
     /// An extended CQ: one `ibv_start_poll`..`ibv_end_poll` sequence.
     Extended(ExPoll<'a>),
 }
@@ -1589,6 +1637,16 @@ pub struct WorkCompletionError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_provider_without_poll_cq_fails_every_poll() {
+        let mut wc = WorkCompletion::default();
+        // SAFETY: the stub touches nothing.
+        let ret = unsafe { poll_cq_unsupported(std::ptr::null_mut(), 1, &mut wc.raw) };
+        assert_eq!(ret, -libc::EOPNOTSUPP);
+        let err = poll_error("ibv_poll_cq", ret).to_string();
+        assert!(err.contains("ibv_poll_cq"), "{err}");
+    }
 
     #[test]
     fn unknown_status_and_opcode_do_not_panic() {

@@ -569,6 +569,8 @@ impl QueuePairBuilder {
         };
         QueuePair {
             raw,
+            // SAFETY: raw is the live QP being wrapped, of an open context.
+            posts: unsafe { post::ProviderPosts::of(raw) },
             ex,
             qp_type: self.qp_type,
             // Batches are sized by what was asked: a larger batch could not be outstanding.
@@ -599,6 +601,9 @@ impl QueuePairBuilder {
 #[doc(alias = "ibv_qp_ex")]
 pub struct QueuePair {
     raw: NonNull<ffi::ibv_qp>,
+    /// The provider's `post_send` and `post_recv`, read once when the QP was wrapped
+    /// ([`post::ProviderPosts`]).
+    posts: post::ProviderPosts,
     ex: Option<NonNull<ffi::ibv_qp_ex>>,
     qp_type: QpType,
     cap: QpCapabilities,

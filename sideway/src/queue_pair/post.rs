@@ -372,6 +372,70 @@ impl Op {
 }
 
 /// Where a classic QP's send batches are built; allocated once, with the QP.
+/// A QP's provider `post_send` and `post_recv` (`ibv_context_ops`), read once when the QP
+/// is wrapped.
+///
+/// verbs.h's `ibv_post_send` and `ibv_post_recv` load `qp->context->ops.post_*` on every
+/// call (two dependent loads), and rdma-mummy-sys's also test the pointer for NULL. A
+/// provider fills its context's ops when the context opens and never changes them, so the
+/// pointers read here are the ones every call would load; a provider without one gets a
+/// function that refuses every post with `EOPNOTSUPP`, as the missing verb would.
+#[derive(Clone, Copy)]
+pub(super) struct ProviderPosts {
+    pub(super) post_send: unsafe extern "C" fn(
+        *mut ffi::ibv_qp,
+        *mut ffi::ibv_send_wr,
+        *mut *mut ffi::ibv_send_wr,
+    ) -> c_int,
+    pub(super) post_recv: unsafe extern "C" fn(
+        *mut ffi::ibv_qp,
+        *mut ffi::ibv_recv_wr,
+        *mut *mut ffi::ibv_recv_wr,
+    ) -> c_int,
+}
+
+impl ProviderPosts {
+    /// Reads `qp`'s provider functions.
+    ///
+    /// # Safety
+    ///
+    /// `qp` is a live QP of an open context.
+    pub(super) unsafe fn of(qp: NonNull<ffi::ibv_qp>) -> Self {
+        // SAFETY: the caller's promise: qp and its context are live.
+        let ops = unsafe { &(*(*qp.as_ptr()).context).ops };
+        ProviderPosts {
+            post_send: ops.post_send.unwrap_or(post_send_unsupported),
+            post_recv: ops.post_recv.unwrap_or(post_recv_unsupported),
+        }
+    }
+}
+
+/// `post_send` of a provider that has none: refuses the whole chain.
+unsafe extern "C" fn post_send_unsupported(
+    _qp: *mut ffi::ibv_qp,
+    wr: *mut ffi::ibv_send_wr,
+    bad: *mut *mut ffi::ibv_send_wr,
+) -> c_int {
+    if !bad.is_null() {
+        // SAFETY: bad is the caller's valid out-pointer.
+        unsafe { *bad = wr };
+    }
+    libc::EOPNOTSUPP
+}
+
+/// `post_recv` of a provider that has none: refuses the whole chain.
+unsafe extern "C" fn post_recv_unsupported(
+    _qp: *mut ffi::ibv_qp,
+    wr: *mut ffi::ibv_recv_wr,
+    bad: *mut *mut ffi::ibv_recv_wr,
+) -> c_int {
+    if !bad.is_null() {
+        // SAFETY: bad is the caller's valid out-pointer.
+        unsafe { *bad = wr };
+    }
+    libc::EOPNOTSUPP
+}
+
 pub(super) struct SendStorage {
     wrs: Box<[ffi::ibv_send_wr]>,
     /// `max_sge` entries per request, request `i` at `i * max_sge`.
@@ -1193,7 +1257,7 @@ impl<'a> PostSendGuard<'a> {
         // SAFETY: qp is live; wrs[..count] is a NULL-terminated chain whose sg_lists point
         // into `sges` (alive with the QP) at entries naming registered memory or inline bytes
         // borrowed for 'a; bad is a valid out-pointer.
-        let ret = unsafe { ffi::ibv_post_send(qp, wrs, &mut bad) };
+        let ret = unsafe { (self.qp.posts.post_send)(qp, wrs, &mut bad) };
         from_ret(ret).map_err(|e| {
             let st = &self.qp.send;
             let index = chain_index(st.wrs.as_ptr(), bad, count);
@@ -1389,7 +1453,7 @@ impl<'a> PostRecvGuard<'a> {
         // SAFETY: qp is live; head is a NULL-terminated chain of count receives whose
         // sg_lists point into the storage (alive with the QP); the device checks every
         // SGE's lkey and bounds.
-        let ret = unsafe { ffi::ibv_post_recv(qp, head, &mut bad) };
+        let ret = unsafe { (self.qp.posts.post_recv)(qp, head, &mut bad) };
         // The QP number is read only for an error, after the call (as in the send post).
         from_ret(ret).map_err(|source| {
             let located = self.qp.recv.locate(bad, count);
@@ -1408,6 +1472,20 @@ impl<'a> PostRecvGuard<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_provider_without_post_functions_refuses_every_post() {
+        let mut wr = zeroed_send_wr();
+        let mut bad: *mut ffi::ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: the stub touches only bad, a valid out-pointer.
+        let ret = unsafe { post_send_unsupported(std::ptr::null_mut(), &mut wr, &mut bad) };
+        assert_eq!((ret, bad), (libc::EOPNOTSUPP, &mut wr as *mut _));
+        let mut rwr = ffi::ibv_recv_wr::default();
+        let mut rbad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
+        // SAFETY: as above.
+        let ret = unsafe { post_recv_unsupported(std::ptr::null_mut(), &mut rwr, &mut rbad) };
+        assert_eq!((ret, rbad), (libc::EOPNOTSUPP, &mut rwr as *mut _));
+    }
 
     #[test]
     fn chain_index_finds_the_bad_request() {
