@@ -59,8 +59,8 @@ bitflags! {
 #[non_exhaustive]
 pub enum MemoryRegionError {
     /// The registration verb failed.
-    #[error("{call} of {len} bytes at {addr:#x} with access {access:?} failed on {device}: {source}{}",
-        hint(source, *access))]
+    #[error("{call} of {len} bytes at {}{addr:#x} with access {access:?} failed on {device}: {source}{}",
+        where_kind(call), hint(source, *access))]
     Register {
         /// `ibv_reg_mr` or `ibv_reg_dmabuf_mr`.
         call: &'static str,
@@ -81,6 +81,15 @@ pub enum MemoryRegionError {
         /// The size asked for.
         len: usize,
     },
+}
+
+/// How the error names `addr`: an address, or (dma-buf) an offset into the dma-buf.
+fn where_kind(call: &str) -> &'static str {
+    if call == "ibv_reg_dmabuf_mr" {
+        "dma-buf offset "
+    } else {
+        ""
+    }
 }
 
 fn hint(source: &io::Error, access: AccessFlags) -> &'static str {
@@ -455,5 +464,18 @@ mod tests {
             source: io::Error::from_raw_os_error(libc::ENOMEM),
         };
         assert!(e.to_string().contains("ulimit -l"));
+        let e = MemoryRegionError::Register {
+            call: "ibv_reg_dmabuf_mr",
+            device: "rxe0".into(),
+            addr: 0,
+            len: 65536,
+            access: AccessFlags::LOCAL_WRITE,
+            source: io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+        };
+        let text = e.to_string();
+        assert!(
+            text.starts_with("ibv_reg_dmabuf_mr of 65536 bytes at dma-buf offset 0x0 "),
+            "{text}"
+        );
     }
 }
