@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use benches::data_path::{null_provider_pairs, run_c, run_rust, COp, Pair, RawObjects, Write};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use sideway::queue_pair::{ConnectOptions, QueuePair};
-use sideway::{AccessFlags, CompletionQueue, DeviceContext, DeviceError, RegisteredBuffer};
+use sideway::{AccessFlags, CompletionQueue, DeviceContext, RegisteredBuffer};
 
 fn bench_pair(c: &mut Criterion, mut pair: Pair) {
     let mut group = c.benchmark_group(&pair.name);
@@ -51,24 +51,8 @@ struct Loopback {
 
 /// The device, or `None` (after printing why) when there is none and none is required.
 fn device_or_skip() -> Option<Arc<DeviceContext>> {
-    match std::env::var("RDMA_TEST_DEVICE") {
-        Ok(name) if !name.is_empty() => Some(
-            sideway::open_device(Some(&name))
-                .unwrap_or_else(|e| panic!("RDMA_TEST_DEVICE={name} is set but: {e}")),
-        ),
-        _ => match sideway::open_device(None) {
-            Ok(ctx) => Some(ctx),
-            Err(
-                e @ (DeviceError::NoDevice | DeviceError::Library(_) | DeviceError::List { .. }),
-            ) => {
-                println!(
-                    "skipped: device benchmarks (loopback WRITE + poll): no RDMA device ({e})"
-                );
-                None
-            }
-            Err(e) => panic!("device benchmarks: opening the first RDMA device failed: {e}"),
-        },
-    }
+    sideway::testing::device_or_skip("device benchmarks (loopback WRITE + poll)")
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn loopback(
@@ -97,13 +81,7 @@ fn loopback(
     let (qp, peer) = (make_qp(&cq)?, make_qp(&peer_cq)?);
     let mut opts = ConnectOptions::new();
     let port = ctx.query_port(1)?;
-    let gid_index = std::env::var("RDMA_TEST_GID_INDEX")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(match port.link_layer() {
-            sideway::device::LinkLayer::Ethernet => 1,
-            _ => 0,
-        });
+    let gid_index = u8::try_from(sideway::testing::gid_index(ctx))?;
     opts.gid_index(gid_index).path_mtu(port.active_mtu());
     let (a, b) = (qp.local_endpoint(&opts)?, peer.local_endpoint(&opts)?);
     qp.connect(&opts, &b)?;

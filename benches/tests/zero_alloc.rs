@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use benches::alloc_counter::{count_allocations, CountingAllocator};
 use sideway::queue_pair::{ConnectOptions, QueuePair, SendFlags};
-use sideway::{AccessFlags, CompletionQueue, DeviceContext, DeviceError, WorkCompletion};
+use sideway::{AccessFlags, CompletionQueue, DeviceContext, WorkCompletion};
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
@@ -21,35 +21,7 @@ const WARM_UP: u64 = 100;
 
 /// The device, or `None` (after printing why) when there is none and none is required.
 fn device_or_skip(test: &str) -> Option<Arc<DeviceContext>> {
-    match std::env::var("RDMA_TEST_DEVICE") {
-        Ok(name) if !name.is_empty() => Some(
-            sideway::open_device(Some(&name))
-                .unwrap_or_else(|e| panic!("RDMA_TEST_DEVICE={name} is set but: {e}")),
-        ),
-        _ => match sideway::open_device(None) {
-            Ok(ctx) => Some(ctx),
-            Err(
-                e @ (DeviceError::NoDevice | DeviceError::Library(_) | DeviceError::List { .. }),
-            ) => {
-                println!("skipped: {test}: no RDMA device ({e})");
-                None
-            }
-            Err(e) => panic!("{test}: opening the first RDMA device failed: {e}"),
-        },
-    }
-}
-
-fn gid_index(ctx: &DeviceContext) -> u8 {
-    if let Some(i) = std::env::var("RDMA_TEST_GID_INDEX")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        return i;
-    }
-    match ctx.query_port(1).map(|p| p.link_layer()) {
-        Ok(sideway::device::LinkLayer::Ethernet) => 1,
-        _ => 0,
-    }
+    sideway::testing::device_or_skip(test).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn qp(ctx: &Arc<DeviceContext>, extended: bool) -> (QueuePair, Arc<CompletionQueue>) {
@@ -88,7 +60,7 @@ fn run(test: &str, extended: bool) {
     let (mut a, cq_a) = qp(&ctx, extended);
     let (mut b, cq_b) = qp(&ctx, extended);
     let mut opts = ConnectOptions::new();
-    opts.gid_index(gid_index(&ctx))
+    opts.gid_index(sideway::testing::gid_index(&ctx) as u8)
         .path_mtu(ctx.query_port(1).unwrap().active_mtu());
     let (ea, eb) = (
         a.local_endpoint(&opts).unwrap(),

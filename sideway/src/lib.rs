@@ -48,6 +48,7 @@ pub mod queue_pair;
 pub mod rdmacm;
 #[allow(unsafe_code)]
 pub mod shared_receive_queue;
+pub mod testing;
 
 // The workspace README's Rust example is compiled as a doc test of this crate, so it cannot
 // drift from the API.

@@ -8,38 +8,14 @@
 
 use std::sync::Arc;
 
-use sideway::{DeviceContext, DeviceError};
+use sideway::DeviceContext;
 
 /// The device to test on, or `None` (after printing why) when the test must be skipped.
 pub(crate) fn device_or_skip(test: &str) -> Option<Arc<DeviceContext>> {
-    match std::env::var("RDMA_TEST_DEVICE") {
-        Ok(name) if !name.is_empty() => Some(
-            sideway::open_device(Some(&name))
-                .unwrap_or_else(|e| panic!("RDMA_TEST_DEVICE={name} is set but: {e}")),
-        ),
-        _ => match sideway::open_device(None) {
-            Ok(ctx) => Some(ctx),
-            Err(
-                e @ (DeviceError::NoDevice | DeviceError::Library(_) | DeviceError::List { .. }),
-            ) => {
-                println!("skipped: {test}: no RDMA device ({e})");
-                None
-            }
-            Err(e) => panic!("{test}: opening the first RDMA device failed: {e}"),
-        },
-    }
+    sideway::testing::device_or_skip(test).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The GID index tests use: `RDMA_TEST_GID_INDEX`, else 1 on RoCE ports and 0 elsewhere.
 pub(crate) fn gid_index(ctx: &DeviceContext) -> u32 {
-    if let Some(i) = std::env::var("RDMA_TEST_GID_INDEX")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        return i;
-    }
-    match ctx.query_port(1).map(|p| p.link_layer()) {
-        Ok(sideway::device::LinkLayer::Ethernet) => 1,
-        _ => 0,
-    }
+    sideway::testing::gid_index(ctx)
 }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use sideway::{DeviceContext, DeviceError};
+use sideway::DeviceContext;
 
 /// The test double's source, compiled into the test binary so that the library built from
 /// it is named after exactly this text.
@@ -196,24 +196,8 @@ impl FakeCounters {
     }
 }
 
-/// The RDMA device to test on, or `None` (after printing why) when the test must be skipped:
-/// with `RDMA_TEST_DEVICE` set the named device must open; without it the first device is
-/// used if there is one.
+/// The RDMA device to test on, or `None` (after printing why) when the test must be skipped
+/// (sideway's device-test convention, `sideway::testing`).
 pub(crate) fn device_or_skip(test: &str) -> Option<Arc<DeviceContext>> {
-    match std::env::var("RDMA_TEST_DEVICE") {
-        Ok(name) if !name.is_empty() => Some(
-            sideway::open_device(Some(&name))
-                .unwrap_or_else(|e| panic!("RDMA_TEST_DEVICE={name} is set but: {e}")),
-        ),
-        _ => match sideway::open_device(None) {
-            Ok(ctx) => Some(ctx),
-            Err(
-                e @ (DeviceError::NoDevice | DeviceError::Library(_) | DeviceError::List { .. }),
-            ) => {
-                println!("skipped: {test}: no RDMA device ({e})");
-                None
-            }
-            Err(e) => panic!("{test}: opening the first RDMA device failed: {e}"),
-        },
-    }
+    sideway::testing::device_or_skip(test).unwrap_or_else(|e| panic!("{e}"))
 }
