@@ -84,6 +84,11 @@ pub struct PingpongArgs {
     /// Give up when the peer sends nothing for this many seconds
     #[arg(long = "stall-timeout", default_value_t = 30)]
     pub stall_timeout: u64,
+
+    /// rdma-core's `-c` (validate the received buffer), for the programs that have it: set
+    /// by them, not parsed here. See [`stamp_pages`].
+    #[arg(skip)]
+    pub validate: bool,
 }
 
 /// How a side waits for completions: spinning on its CQ, or (`-e`) sleeping on the CQ's
@@ -162,6 +167,29 @@ impl Waiter {
 
 /// What the rest of the buffer holds, as in rdma-core's programs.
 const FILL: u8 = 0x7b;
+
+/// What `-c` writes to the first byte of every page of a client's buffer, and what the
+/// server checks there after the run. rdma-core's programs compute it as
+/// `i / page_size % sizeof(char)`, which is 0 for every page; the buffer around it holds
+/// [`FILL`], so a page whose message never arrived keeps 0x7b there.
+const STAMP: u8 = 0;
+
+/// `-c` on the client: stamps the first byte of every `page`-byte page of `buf`.
+pub fn stamp_pages(buf: &mut [u8], page: usize) {
+    for byte in buf.iter_mut().step_by(page.max(1)) {
+        *byte = STAMP;
+    }
+}
+
+/// `-c` on the server: the pages of `buf` whose first byte is not the client's stamp.
+pub fn invalid_pages(buf: &[u8], page: usize) -> Vec<usize> {
+    buf.iter()
+        .step_by(page.max(1))
+        .enumerate()
+        .filter(|&(_, &b)| b != STAMP)
+        .map(|(i, _)| i)
+        .collect()
+}
 
 const SEND_WRID: u64 = 1;
 const RECV_WRID: u64 = 2;
@@ -374,10 +402,21 @@ pub fn run_connected(args: &PingpongArgs, qp_type: QpType) -> Result<(), CliErro
     };
     print_endpoint("remote address:", &remote);
 
+    // The stride of -c's stamps, as in rdma-core's programs.
+    let page = sideway::memory_region::page_size();
+    if args.validate && args.server.is_some() {
+        stamp_pages(side.buf.as_mut_slice(), page);
+    }
     let start = Instant::now();
     exchange(&mut side, args)?;
     let elapsed = start.elapsed();
     report(args, elapsed)?;
+    if args.validate && args.server.is_none() {
+        // As rdma-core's programs: a line per bad page, and the exit status unchanged.
+        for n in invalid_pages(side.buf.as_slice(), page) {
+            println!("invalid data in page {n}");
+        }
+    }
     Ok(())
 }
 
@@ -867,6 +906,19 @@ fn report(args: &PingpongArgs, elapsed: Duration) -> Result<(), CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn validation_stamps_and_checks_the_first_byte_of_every_page() {
+        let mut buf = vec![FILL; 10_000];
+        assert_eq!(invalid_pages(&buf, 4096), [0, 1, 2]);
+        stamp_pages(&mut buf, 4096);
+        assert_eq!((buf[0], buf[4096], buf[8192]), (STAMP, STAMP, STAMP));
+        assert_eq!((buf[1], buf[4095], buf[9999]), (FILL, FILL, FILL));
+        assert!(invalid_pages(&buf, 4096).is_empty());
+        buf[4096] = FILL;
+        assert_eq!(invalid_pages(&buf, 4096), [1]);
+        assert!(sideway::memory_region::page_size() >= 4096);
+    }
 
     #[test]
     fn psn_fits_24_bits() {

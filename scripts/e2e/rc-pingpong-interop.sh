@@ -42,6 +42,32 @@ pair "ours with ours, extended API (-N)" \
 pair "ibv_rc_pingpong -N (client) with ours -N (server)" \
     "$ours" "${common[@]}" -N -- ibv_rc_pingpong "${common[@]}" -N
 
+# -c: the client stamps the first byte of every page, the server checks the stamps after the
+# run and prints "invalid data in page N" for each missing one. The pairs without -c on the
+# client show that each server's check really fails when the stamps are not there.
+no_invalid() {
+    if grep -q 'invalid data in page' "$1"; then
+        echo "FAILED: $2: $(grep 'invalid data' "$1" | head -1)" >&2
+        exit 1
+    fi
+    echo "  ok: $2"
+}
+pair "ours -c (client) with ibv_rc_pingpong -c (server)" \
+    ibv_rc_pingpong "${common[@]}" -c -- "$ours" "${common[@]}" -c
+no_invalid "$PAIR_DIR/server.log" "ibv_rc_pingpong finds our stamps"
+pair "ibv_rc_pingpong -c (client) with ours -c (server)" \
+    "$ours" "${common[@]}" -c -- ibv_rc_pingpong "${common[@]}" -c
+no_invalid "$PAIR_DIR/server.log" "we find ibv_rc_pingpong's stamps"
+pair "ours without -c (client) with ibv_rc_pingpong -c (server)" \
+    ibv_rc_pingpong "${common[@]}" -c -- "$ours" "${common[@]}"
+expect_in "$PAIR_DIR/server.log" '^invalid data in page 0$' \
+    "ibv_rc_pingpong reports the missing stamp"
+echo "  ok: ibv_rc_pingpong reports our missing stamp"
+pair "ibv_rc_pingpong without -c (client) with ours -c (server)" \
+    "$ours" "${common[@]}" -c -- ibv_rc_pingpong "${common[@]}"
+expect_in "$PAIR_DIR/server.log" '^invalid data in page 0$' "we report the missing stamp"
+echo "  ok: we report ibv_rc_pingpong's missing stamp"
+
 echo "bad input"
 out=$("$ours" -d "$dev" -g "$gid" -p 18699 127.0.0.1 2>&1) && { echo "FAILED: no server, yet exit 0" >&2; exit 1; }
 grep -q "is the server running" <<<"$out" || { echo "FAILED: no-server message: $out" >&2; exit 1; }

@@ -219,6 +219,13 @@ impl ProtectionDomain {
 
 const PAGE_ALIGN: usize = 4096;
 
+/// The system's page size (`sysconf(_SC_PAGESIZE)`); 4096 where the system does not say.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf only reads a system setting.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
+}
+
 impl MemoryRegion {
     /// The local key, for scatter/gather entries.
     pub fn lkey(&self) -> u32 {

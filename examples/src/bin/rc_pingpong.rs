@@ -21,9 +21,15 @@ use sideway_examples::pingpong::{run_connected, PingpongArgs};
 struct Args {
     #[command(flatten)]
     common: PingpongArgs,
+
+    /// Validate the received buffer: the client stamps the first byte of every page, and
+    /// the server prints "invalid data in page N" for each page without the stamp
+    #[arg(short = 'c', long = "chk")]
+    chk: bool,
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let mut args = Args::parse();
+    args.common.validate = args.chk;
     exit_status("rc_pingpong", run_connected(&args.common, QpType::Rc))
 }

@@ -86,6 +86,7 @@ fn main() -> ExitCode {
         new_send: a.new_send,
         events: a.events,
         stall_timeout: a.stall_timeout,
+        validate: false,
     };
     exit_status("ud_pingpong", run_ud(&common, a.size.is_some()))
 }
