@@ -91,6 +91,16 @@ pub struct PingpongArgs {
     pub validate: bool,
 }
 
+/// rdma-core's `-c` of `ibv_rc_pingpong` and `ibv_uc_pingpong`, for their twins to flatten
+/// into their options and copy into [`PingpongArgs::validate`].
+#[derive(Debug, Clone, Args)]
+pub struct ChkArg {
+    /// Validate the received buffer: the client stamps the first byte of every page, and
+    /// the server prints "invalid data in page N" for each page without the stamp
+    #[arg(short = 'c', long = "chk")]
+    pub chk: bool,
+}
+
 /// How a side waits for completions: spinning on its CQ, or (`-e`) sleeping on the CQ's
 /// completion channel.
 struct Waiter {

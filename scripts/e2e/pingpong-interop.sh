@@ -63,6 +63,19 @@ for p in ud uc srq; do
     pair "$p: ours -N -e with ours -N" "$bytes" "$qps" \
         "$ours" "${common[@]}" -N -e -- "$ours" "${common[@]}" -N
 done
+# -c on UC (rc_pingpong's is checked in rc-pingpong-interop.sh): stamps found both ways,
+# and a client without -c leaves the server to report page 0.
+uc_bytes=$((4096 * iters * 2))
+pair "uc: ours -c (client) with ibv_uc_pingpong -c (server)" "$uc_bytes" 1 \
+    ibv_uc_pingpong "${common[@]}" -c -- "$bin/uc_pingpong" "${common[@]}" -c
+if grep -q 'invalid data' "$PAIR_DIR/server.log"; then echo "FAILED: ibv_uc_pingpong -c rejects our stamps" >&2; exit 1; fi
+pair "uc: ibv_uc_pingpong -c (client) with ours -c (server)" "$uc_bytes" 1 \
+    "$bin/uc_pingpong" "${common[@]}" -c -- ibv_uc_pingpong "${common[@]}" -c
+if grep -q 'invalid data' "$PAIR_DIR/server.log"; then echo "FAILED: we reject ibv_uc_pingpong's stamps" >&2; exit 1; fi
+pair "uc: ibv_uc_pingpong without -c (client) with ours -c (server)" "$uc_bytes" 1 \
+    "$bin/uc_pingpong" "${common[@]}" -c -- ibv_uc_pingpong "${common[@]}"
+expect_in "$PAIR_DIR/server.log" '^invalid data in page 0$' "our report of the missing stamp"
+echo "  ok: -c on UC: stamps found both ways, a missing one reported"
 pair "rc: ours -e (client) with ibv_rc_pingpong -e (server)" 8192000 1 \
     ibv_rc_pingpong "${common[@]}" -e -- "$bin/rc_pingpong" "${common[@]}" -e
 pair "rc: ibv_rc_pingpong -e (client) with ours -e (server)" 8192000 1 \

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use sideway::QpType;
 use sideway_examples::cli::exit_status;
-use sideway_examples::pingpong::{run_connected, PingpongArgs};
+use sideway_examples::pingpong::{run_connected, ChkArg, PingpongArgs};
 
 /// Ping-pong SEND/RECV over an RC queue pair, wire-compatible with ibv_rc_pingpong. Without
 /// SERVER, waits for a client; with it, connects to that server.
@@ -22,14 +22,12 @@ struct Args {
     #[command(flatten)]
     common: PingpongArgs,
 
-    /// Validate the received buffer: the client stamps the first byte of every page, and
-    /// the server prints "invalid data in page N" for each page without the stamp
-    #[arg(short = 'c', long = "chk")]
-    chk: bool,
+    #[command(flatten)]
+    chk: ChkArg,
 }
 
 fn main() -> ExitCode {
     let mut args = Args::parse();
-    args.common.validate = args.chk;
+    args.common.validate = args.chk.chk;
     exit_status("rc_pingpong", run_connected(&args.common, QpType::Rc))
 }

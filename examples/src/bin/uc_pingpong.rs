@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use sideway::QpType;
 use sideway_examples::cli::exit_status;
-use sideway_examples::pingpong::{run_connected, PingpongArgs};
+use sideway_examples::pingpong::{run_connected, ChkArg, PingpongArgs};
 
 /// Ping-pong SEND/RECV over a UC queue pair, wire-compatible with ibv_uc_pingpong. Without
 /// SERVER, waits for a client; with it, connects to that server.
@@ -22,9 +22,13 @@ use sideway_examples::pingpong::{run_connected, PingpongArgs};
 struct Args {
     #[command(flatten)]
     common: PingpongArgs,
+
+    #[command(flatten)]
+    chk: ChkArg,
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let mut args = Args::parse();
+    args.common.validate = args.chk.chk;
     exit_status("uc_pingpong", run_connected(&args.common, QpType::Uc))
 }
