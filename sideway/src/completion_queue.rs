@@ -553,22 +553,27 @@ impl CompletionQueue {
     pub fn claim(self: &Arc<Self>) -> Result<ClaimedCq, CompletionQueueError> {
         self.take_flag()?;
         Ok(ClaimedCq {
-            raw: self.raw,
-            poll_cq: self.poll_cq,
+            classic: self.classic(),
             ex: self.ex.as_ref().map(|ex| (ex.raw, NonNull::from(&ex.fns))),
             slot: WorkCompletion::default(),
             cq: Arc::clone(self),
         })
     }
 
+    /// The CQ as a classic poll uses it.
+    #[inline(always)]
+    fn classic(&self) -> ClassicCq {
+        ClassicCq {
+            raw: self.raw,
+            poll_cq: self.poll_cq,
+        }
+    }
+
     /// What a poll of this CQ works with.
     #[inline(always)]
     fn target(&self) -> PollTarget<'_> {
         match &self.ex {
-            None => PollTarget::Classic(ClassicCq {
-                raw: self.raw,
-                poll_cq: self.poll_cq,
-            }),
+            None => PollTarget::Classic(self.classic()),
             Some(ex) => PollTarget::Extended(ex.poll()),
         }
     }
@@ -752,10 +757,10 @@ unsafe fn poll_cq(
 /// ```
 #[must_use = "the CQ stays claimed until this is dropped"]
 pub struct ClaimedCq {
-    /// `cq`'s pointers, copied here so that a loop keeps them in registers: the CQ, and an
-    /// extended CQ's `ibv_cq_ex` and provider functions. Valid while `cq` is.
-    raw: NonNull<ffi::ibv_cq>,
-    poll_cq: PollCqFn,
+    /// `cq`'s pointers, copied here so that a loop keeps them in registers: the CQ and its
+    /// `poll_cq`, and an extended CQ's `ibv_cq_ex` and provider functions. Valid while `cq`
+    /// is.
+    classic: ClassicCq,
     ex: Option<(NonNull<ffi::ibv_cq_ex>, NonNull<ExFns>)>,
     /// The entry a classic CQ's pollers poll into (see [`poll_one`]), zeroed once per claim.
     slot: WorkCompletion,
@@ -792,10 +797,7 @@ impl ClaimedCq {
     #[inline(always)]
     fn parts(&mut self) -> (PollTarget<'_>, &mut WorkCompletion) {
         let target = match self.ex {
-            None => PollTarget::Classic(ClassicCq {
-                raw: self.raw,
-                poll_cq: self.poll_cq,
-            }),
+            None => PollTarget::Classic(self.classic),
             Some((raw, fns)) => PollTarget::Extended(ExPoll {
                 raw,
                 // SAFETY: fns points to the ExFns of self.cq, which lives as long as self

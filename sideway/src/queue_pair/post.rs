@@ -404,30 +404,18 @@ impl ProviderPosts {
         // SAFETY: the caller's promise: qp and its context are live.
         let ops = unsafe { &(*(*qp.as_ptr()).context).ops };
         ProviderPosts {
-            post_send: ops.post_send.unwrap_or(post_send_unsupported),
-            post_recv: ops.post_recv.unwrap_or(post_recv_unsupported),
+            post_send: ops.post_send.unwrap_or(post_unsupported),
+            post_recv: ops.post_recv.unwrap_or(post_unsupported),
         }
     }
 }
 
-/// `post_send` of a provider that has none: refuses the whole chain.
-unsafe extern "C" fn post_send_unsupported(
+/// `post_send` or `post_recv` (`W` is the request type) of a provider that has none:
+/// refuses the whole chain.
+unsafe extern "C" fn post_unsupported<W>(
     _qp: *mut ffi::ibv_qp,
-    wr: *mut ffi::ibv_send_wr,
-    bad: *mut *mut ffi::ibv_send_wr,
-) -> c_int {
-    if !bad.is_null() {
-        // SAFETY: bad is the caller's valid out-pointer.
-        unsafe { *bad = wr };
-    }
-    libc::EOPNOTSUPP
-}
-
-/// `post_recv` of a provider that has none: refuses the whole chain.
-unsafe extern "C" fn post_recv_unsupported(
-    _qp: *mut ffi::ibv_qp,
-    wr: *mut ffi::ibv_recv_wr,
-    bad: *mut *mut ffi::ibv_recv_wr,
+    wr: *mut W,
+    bad: *mut *mut W,
 ) -> c_int {
     if !bad.is_null() {
         // SAFETY: bad is the caller's valid out-pointer.
@@ -1478,12 +1466,12 @@ mod tests {
         let mut wr = zeroed_send_wr();
         let mut bad: *mut ffi::ibv_send_wr = std::ptr::null_mut();
         // SAFETY: the stub touches only bad, a valid out-pointer.
-        let ret = unsafe { post_send_unsupported(std::ptr::null_mut(), &mut wr, &mut bad) };
+        let ret = unsafe { post_unsupported(std::ptr::null_mut(), &mut wr, &mut bad) };
         assert_eq!((ret, bad), (libc::EOPNOTSUPP, &mut wr as *mut _));
         let mut rwr = ffi::ibv_recv_wr::default();
         let mut rbad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
         // SAFETY: as above.
-        let ret = unsafe { post_recv_unsupported(std::ptr::null_mut(), &mut rwr, &mut rbad) };
+        let ret = unsafe { post_unsupported(std::ptr::null_mut(), &mut rwr, &mut rbad) };
         assert_eq!((ret, rbad), (libc::EOPNOTSUPP, &mut rwr as *mut _));
     }
 
