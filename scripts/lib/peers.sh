@@ -76,6 +76,14 @@ run_pair() {
     fi
 }
 
+# expect_not_in LOG PATTERN WHAT: fails with the first offending line unless LOG has no line
+# matching PATTERN.
+expect_not_in() {
+    grep -qE "$2" "$1" || return 0
+    echo "  FAIL: $3: $(grep -E -m1 "$2" "$1") in $(basename "$1")" >&2
+    return 1
+}
+
 # expect_in LOG PATTERN WHAT: fails with a message unless LOG has a line matching PATTERN.
 expect_in() {
     grep -qE "$2" "$1" && return 0
