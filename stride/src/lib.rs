@@ -10,6 +10,7 @@
 pub mod bandwidth;
 pub mod buffer;
 pub mod cli;
+pub mod clock;
 pub mod cuda;
 pub mod engine;
 pub mod gid_select;

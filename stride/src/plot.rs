@@ -316,6 +316,7 @@ mod tests {
             device: "rxe0".into(),
             gid_index: 1,
             buffer: None,
+            clock: None,
             results,
         };
         let report = Report {

@@ -57,6 +57,11 @@ pub struct SideReport {
     /// absent in files written before stride-perf recorded it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buffer: Option<String>,
+    /// The kernel's clocksource and what one clock reading cost (`tsc, 23 ns per read`),
+    /// and whether the clocksource changed during the run; absent in files written before
+    /// stride-perf recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<String>,
     /// One entry per size, in run order.
     pub results: Vec<SizeResult>,
 }
@@ -226,6 +231,7 @@ mod tests {
             device: "rxe0".into(),
             gid_index: 1,
             buffer: Some("huge pages (2048 KiB)".into()),
+            clock: Some("tsc, 23 ns per read".into()),
             results: vec![SizeResult::Bandwidth(bw())],
         };
         let report = Report {
@@ -241,16 +247,19 @@ mod tests {
         let path = dir.join("r.json");
         report.write_json(&path).unwrap();
         assert_eq!(Report::read_json(&path).unwrap(), report);
-        // A file from before the buffer kind was recorded still reads.
+        // A file from before the buffer kind and the clock were recorded still reads.
         let mut old: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(old["this_side"]["buffer"], "huge pages (2048 KiB)");
+        assert_eq!(old["peer"]["clock"], "tsc, 23 ns per read");
         for side in ["this_side", "peer"] {
             old[side].as_object_mut().unwrap().remove("buffer");
+            old[side].as_object_mut().unwrap().remove("clock");
         }
         std::fs::write(&path, old.to_string()).unwrap();
         let read = Report::read_json(&path).unwrap();
         assert_eq!(read.this_side.buffer, None);
+        assert_eq!(read.peer.as_ref().unwrap().clock, None);
         assert_eq!(read.this_side.results, report.this_side.results);
         std::fs::write(&path, "{ not json").unwrap();
         assert!(Report::read_json(&path)

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use crate::bandwidth::{BandwidthError, BandwidthTimes};
 use crate::buffer::{BufferError, BufferKind, Memory};
 use crate::cli::{RunArgs, Test, Verb};
+use crate::clock::{current_source, ClockCheck};
 use crate::latency::TooFewSamples;
 use crate::oob::{OobChannel, OobError, QpEndpoint};
 use crate::params::{ParamError, TestParams};
@@ -110,6 +111,11 @@ pub fn run(verb: Verb, args: &RunArgs) -> Result<(), RunError> {
     // First: with --use-cuda and no driver (or no such GPU) nothing else runs.
     let memory = Memory::prepare(BufferKind::from_args(args))?;
     let dev = DeviceSide::open(args, &params)?;
+    // Before anything connects: a few milliseconds, even with a slow clock.
+    let clock = ClockCheck::measure();
+    if let Some(warning) = clock.warning() {
+        eprintln!("{warning}");
+    }
     let mut oob = match &args.server {
         Some(host) => {
             let mut oob = OobChannel::connect(host, args.port, EXCHANGE_TIMEOUT)?;
@@ -126,7 +132,7 @@ pub fn run(verb: Verb, args: &RunArgs) -> Result<(), RunError> {
             oob
         }
     };
-    let result = run_connected(&dev, &memory, args, &params, &mut oob);
+    let result = run_connected(&dev, &memory, &clock, args, &params, &mut oob);
     if let Err(e) = &result {
         oob.abort(&e.to_string());
     }
@@ -146,6 +152,7 @@ fn verb_title(verb: Verb) -> &'static str {
 fn print_banner(
     dev: &DeviceSide,
     memory: &Memory,
+    clock: &ClockCheck,
     params: &TestParams,
     res: &Resources,
     ours: &QpEndpoint,
@@ -185,6 +192,7 @@ fn print_banner(
         format!("{} B", res.inline)
     );
     println!(" Buffers         : {}", memory.description());
+    println!(" Clock           : {}", clock.description());
     if params.verb == Verb::Send {
         println!(" RX depth        : {}", params.rx_depth);
     }
@@ -206,6 +214,7 @@ fn print_banner(
 fn run_connected(
     dev: &DeviceSide,
     memory: &Memory,
+    clock: &ClockCheck,
     args: &RunArgs,
     params: &TestParams,
     oob: &mut OobChannel,
@@ -244,6 +253,7 @@ fn run_connected(
     print_banner(
         dev,
         memory,
+        clock,
         params,
         &res,
         &our_first,
@@ -333,11 +343,21 @@ fn run_connected(
             results.push(r);
         }
     }
+    let mut clock_note = clock.description();
+    let source_now = current_source();
+    if let Some(warning) = clock.switched(source_now.as_deref()) {
+        eprintln!("{warning}");
+        clock_note.push_str(&format!(
+            "; switched to {} during the run",
+            source_now.as_deref().unwrap_or("another clocksource")
+        ));
+    }
     let this_side = SideReport {
         role: role_name.to_owned(),
         device: dev.name().to_owned(),
         gid_index: dev.gid.map_or(0, |g| g.index),
         buffer: Some(memory.description()),
+        clock: Some(clock_note),
         results,
     };
     let peer = oob.exchange_results(&this_side)?;
