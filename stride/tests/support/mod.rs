@@ -7,6 +7,7 @@
 use std::ffi::{c_int, CString, OsStr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use sideway::DeviceContext;
@@ -62,12 +63,19 @@ pub(crate) fn fake_libcuda(variant: Fake) -> PathBuf {
     }
     std::fs::create_dir_all(&dir)
         .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
-    let source = dir.join("fake_libcuda.c");
+    // Written and built under names of this build's own (tests of one process build on
+    // several threads at once), then renamed: no test compiles half a source or loads half
+    // a library, and the last of several identical builds wins.
+    static BUILDS: AtomicU32 = AtomicU32::new(0);
+    let unique = format!(
+        "{}.{}",
+        std::process::id(),
+        BUILDS.fetch_add(1, Ordering::Relaxed)
+    );
+    let source = dir.join(format!("fake_libcuda.{unique}.c"));
     std::fs::write(&source, FAKE_SOURCE)
         .unwrap_or_else(|e| panic!("cannot write {}: {e}", source.display()));
-    // Built under a name of this process's own, then renamed: tests building it at once
-    // never load half a file.
-    let partial = dir.join(format!("libcuda.so.1.{}.partial", std::process::id()));
+    let partial = dir.join(format!("libcuda.so.1.{unique}.partial"));
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
     let out = Command::new(&cc)
         .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-pthread"])
@@ -98,6 +106,8 @@ pub(crate) fn fake_libcuda(variant: Fake) -> PathBuf {
             lib.display()
         )
     });
+    // Only this build used it; a leftover would be harmless.
+    let _ = std::fs::remove_file(&source);
     lib
 }
 
