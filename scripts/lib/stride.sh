@@ -16,6 +16,19 @@ fail() {
     failures=$((failures + 1))
 }
 
+# must_say LOG PATTERN WHAT / must_not_say LOG PATTERN WHAT: expect_in and expect_not_in
+# (peers.sh), each miss counted among this script's failures.
+must_say() {
+    expect_in "$@" && return 0
+    failures=$((failures + 1))
+    return 1
+}
+must_not_say() {
+    expect_not_in "$@" && return 0
+    failures=$((failures + 1))
+    return 1
+}
+
 # rows LOG KIND SIZE ITERS: the number of sane result rows in LOG: KIND bw rows have the size,
 # the iteration count (or any positive count when ITERS is '+'), and a positive average and
 # message rate; lat rows the size, the count, and seven positive latencies in order

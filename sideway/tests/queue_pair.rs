@@ -446,18 +446,7 @@ fn batch_of_64_writes(test: &str, kind: Kind) {
     };
     let data = pattern(13, 64 * 256);
     p.buf_a.as_mut_slice()[..data.len()].copy_from_slice(&data);
-    let (rkey, base) = (p.buf_b.rkey(), p.buf_b.addr());
-    let mut batch = p.a.start_post_send();
-    for i in 0..64usize {
-        let sge = p.buf_a.sge(i * 256..(i + 1) * 256).unwrap();
-        batch.wr(1000 + i as u64, SendFlags::SIGNALED).rdma_write(
-            rkey,
-            base + (i * 256) as u64,
-            sge,
-        );
-    }
-    assert_eq!(batch.len(), 64);
-    batch.post().unwrap();
+    post_writes(&mut p, 64);
     let wcs = wait(&p.cq_a, 64);
     assert_eq!(wcs.len(), 64);
     let mut ids: Vec<u64> = wcs
@@ -473,7 +462,8 @@ fn batch_of_64_writes(test: &str, kind: Kind) {
     assert_eq!(&p.buf_b.as_slice()[..data.len()], &data[..]);
 }
 
-/// Posts `n` signaled 256-byte WRITEs from `p.a` to `p.b` (wr_ids 1000, 1001, ...).
+/// Posts `n` signaled 256-byte WRITEs from `p.a` to `p.b` (wr_ids 1000, 1001, ...) in one
+/// batch, checking that the batch holds all `n`.
 fn post_writes(p: &mut Pair, n: usize) {
     let (rkey, base) = (p.buf_b.rkey(), p.buf_b.addr());
     let mut batch = p.a.start_post_send();
@@ -485,6 +475,7 @@ fn post_writes(p: &mut Pair, n: usize) {
             sge,
         );
     }
+    assert_eq!(batch.len(), n);
     batch.post().unwrap();
 }
 

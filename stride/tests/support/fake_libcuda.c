@@ -108,6 +108,16 @@ static CUresult ready(void)
 	return FAKE_SUCCESS;
 }
 
+/* Common checks of a call about one GPU: initialised, and a GPU that exists. */
+static CUresult device_ready(CUdevice device)
+{
+	if (!initialised)
+		return FAKE_ERROR_NOT_INITIALIZED;
+	if (device < 0 || device >= gpu_count)
+		return FAKE_ERROR_INVALID_DEVICE;
+	return FAKE_SUCCESS;
+}
+
 CUresult cuInit(unsigned int flags)
 {
 	if (flags != 0)
@@ -146,10 +156,9 @@ CUresult cuDeviceGet(CUdevice *device, int ordinal)
 
 CUresult cuDeviceGetName(char *name, int len, CUdevice device)
 {
-	if (!initialised)
-		return FAKE_ERROR_NOT_INITIALIZED;
-	if (device < 0 || device >= gpu_count)
-		return FAKE_ERROR_INVALID_DEVICE;
+	CUresult ret = device_ready(device);
+	if (ret != FAKE_SUCCESS)
+		return ret;
 	if (!name || len <= 0)
 		return FAKE_ERROR_INVALID_VALUE;
 	snprintf(name, (size_t)len, "Fake GPU %d (stride test double)", device);
@@ -158,10 +167,9 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice device)
 
 CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device)
 {
-	if (!initialised)
-		return FAKE_ERROR_NOT_INITIALIZED;
-	if (device < 0 || device >= gpu_count)
-		return FAKE_ERROR_INVALID_DEVICE;
+	CUresult ret = device_ready(device);
+	if (ret != FAKE_SUCCESS)
+		return ret;
 	if (!value)
 		return FAKE_ERROR_INVALID_VALUE;
 	switch (attribute) {
@@ -184,10 +192,9 @@ CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device)
 
 CUresult cuDevicePrimaryCtxRetain(CUcontext *context, CUdevice device)
 {
-	if (!initialised)
-		return FAKE_ERROR_NOT_INITIALIZED;
-	if (device < 0 || device >= gpu_count)
-		return FAKE_ERROR_INVALID_DEVICE;
+	CUresult ret = device_ready(device);
+	if (ret != FAKE_SUCCESS)
+		return ret;
 	if (!context)
 		return FAKE_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&lock);
@@ -199,11 +206,9 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *context, CUdevice device)
 
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device)
 {
-	CUresult ret = FAKE_SUCCESS;
-	if (!initialised)
-		return FAKE_ERROR_NOT_INITIALIZED;
-	if (device < 0 || device >= gpu_count)
-		return FAKE_ERROR_INVALID_DEVICE;
+	CUresult ret = device_ready(device);
+	if (ret != FAKE_SUCCESS)
+		return ret;
 	pthread_mutex_lock(&lock);
 	if (context_refs[device] == 0)
 		ret = FAKE_ERROR_INVALID_CONTEXT;
