@@ -63,6 +63,12 @@ else
     else
         echo "skipped: no network namespace here (unshare -n not permitted) for the offline check"
     fi
+    # Without tsc=reliable the guest's clocksource watchdog, under load, trades the TSC for
+    # the emulated HPET mid-run (slow clock reads, skewed timings, a live kernel patch).
+    check "the guest keeps the TSC clocksource (booted with tsc=reliable)" 0 \
+        '^tsc tsc=reliable$' $rig run -- sh -c \
+        'echo "$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)" \
+            "$(grep -ow "tsc=reliable" /proc/cmdline)"'
 fi
 # Failures of the first-run steps must name the step and say what to do.
 if [ "$(id -u)" -eq 0 ]; then
