@@ -296,9 +296,11 @@ impl PingSide for Side {
         let size = self.size as usize;
         let mut guard = self.qp.start_post_send();
         if self.inline {
-            guard
-                .wr(SEND_WRID, SendFlags::SIGNALED)
-                .send(&self.buf.as_slice()[..size]);
+            let data = self
+                .buf
+                .inline(0..size)
+                .ok_or_else(|| CliError::run("the send buffer is smaller than -s"))?;
+            guard.wr(SEND_WRID, SendFlags::SIGNALED).send(data);
         } else {
             let sge = self
                 .buf
@@ -319,7 +321,7 @@ fn open_side(
     let mut buf = pd
         .reg_buffer(args.size as usize, AccessFlags::LOCAL_WRITE)
         .map_err(CliError::run)?;
-    buf.as_mut_slice().fill(FILL);
+    buf.fill(0..buf.len(), FILL).map_err(CliError::run)?;
     let waiter = Waiter::new(ctx, args.rx_depth + 1, args)?;
     let cq = Arc::clone(&waiter.cq);
     let mut qp_builder = pd.create_qp_builder();
@@ -415,7 +417,11 @@ pub fn run_connected(args: &PingpongArgs, qp_type: QpType) -> Result<(), CliErro
     // The stride of -c's stamps, as in rdma-core's programs.
     let page = sideway::memory_region::page_size();
     if args.validate && args.server.is_some() {
-        stamp_pages(side.buf.as_mut_slice(), page);
+        // Copied out and back: the device may write the buffer (receives are posted).
+        let buf = &mut side.buf;
+        let mut bytes = buf.to_vec(0..buf.len()).map_err(CliError::run)?;
+        stamp_pages(&mut bytes, page);
+        buf.write_at(0, &bytes).map_err(CliError::run)?;
     }
     let start = Instant::now();
     exchange(&mut side, args)?;
@@ -423,7 +429,8 @@ pub fn run_connected(args: &PingpongArgs, qp_type: QpType) -> Result<(), CliErro
     report(args, elapsed)?;
     if args.validate && args.server.is_none() {
         // As rdma-core's programs: a line per bad page, and the exit status unchanged.
-        for n in invalid_pages(side.buf.as_slice(), page) {
+        let bytes = side.buf.to_vec(0..side.buf.len()).map_err(CliError::run)?;
+        for n in invalid_pages(&bytes, page) {
             println!("invalid data in page {n}");
         }
     }
@@ -534,7 +541,11 @@ impl PingSide for UdSide {
             .wr(SEND_WRID, SendFlags::SIGNALED)
             .ud_addr(ah, self.remote_qpn, UD_QKEY);
         if self.inline {
-            wr.send(&self.buf.as_slice()[data]);
+            let bytes = self
+                .buf
+                .inline(data)
+                .ok_or_else(|| CliError::run("the send buffer is smaller than -s + 40"))?;
+            wr.send(bytes);
         } else {
             let sge = self
                 .buf
@@ -602,7 +613,7 @@ pub fn run_ud(args: &PingpongArgs, size_given: bool) -> Result<(), CliError> {
     let mut buf = pd
         .reg_buffer(GRH_LEN + size, AccessFlags::LOCAL_WRITE)
         .map_err(CliError::run)?;
-    buf.as_mut_slice().fill(FILL);
+    buf.fill(0..buf.len(), FILL).map_err(CliError::run)?;
     let waiter = Waiter::new(&ctx, args.rx_depth + 1, args)?;
     let mut qp_builder = pd.create_qp_builder();
     qp_builder
@@ -708,7 +719,10 @@ impl SrqSide {
             .sge(0..size)
             .ok_or_else(|| CliError::run("the send buffer is smaller than -s"))?;
         let inline = self.inline;
-        let data = &self.buf.as_slice()[..size];
+        let data = self
+            .buf
+            .inline(0..size)
+            .ok_or_else(|| CliError::run("the send buffer is smaller than -s"))?;
         let mut guard = self.qps[i].start_post_send();
         if inline {
             guard.wr(SEND_WRID, SendFlags::SIGNALED).send(data);
@@ -743,7 +757,7 @@ pub fn run_srq(args: &PingpongArgs, num_qp: u32) -> Result<(), CliError> {
     let mut buf = pd
         .reg_buffer(size, AccessFlags::LOCAL_WRITE)
         .map_err(CliError::run)?;
-    buf.as_mut_slice().fill(FILL);
+    buf.fill(0..buf.len(), FILL).map_err(CliError::run)?;
     let waiter = Waiter::new(&ctx, args.rx_depth + num_qp, args)?;
     let srq = pd
         .create_srq_builder()

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use rdma_mummy_sys as ffi;
 
 use crate::completion_queue::{WcFlags, WorkCompletion};
-use crate::errno::{from_ret, non_null};
+use crate::errno::{fresh, from_ret, non_null};
 use crate::gid::Gid;
 use crate::protection_domain::ProtectionDomain;
 use crate::queue_pair::AddressVector;
@@ -88,7 +88,7 @@ impl ProtectionDomain {
     ) -> Result<Arc<AddressHandle>, AddressHandleError> {
         let mut raw = *attr.as_raw();
         // SAFETY: the PD is alive; raw is a fully initialised ibv_ah_attr the verb reads.
-        let ah = unsafe { ffi::ibv_create_ah(self.as_raw(), &mut raw) };
+        let ah = fresh(|| unsafe { ffi::ibv_create_ah(self.as_raw(), &mut raw) });
         let raw_ah = non_null(ah).map_err(|source| AddressHandleError::Create {
             call: "ibv_create_ah",
             device: self.context().name().to_owned(),
@@ -161,7 +161,7 @@ impl crate::device::DeviceContext {
         let mut attr = *AddressVector::new().as_raw();
         // SAFETY: the context is open; wc_raw and attr are valid; raw_grh is GRH_LEN bytes,
         // the size of struct ibv_grh, and the verb only reads it.
-        let ret = unsafe {
+        let ret = fresh(|| unsafe {
             ffi::ibv_init_ah_from_wc(
                 self.as_raw(),
                 port_num,
@@ -169,7 +169,7 @@ impl crate::device::DeviceContext {
                 raw_grh.as_mut_ptr().cast::<ffi::ibv_grh>(),
                 &mut attr,
             )
-        };
+        });
         from_ret(ret).map_err(|source| AddressHandleError::InitFromWc {
             device: self.name().to_owned(),
             port_num,
@@ -216,7 +216,7 @@ impl Drop for AddressHandle {
     fn drop(&mut self) {
         // SAFETY: raw came from ibv_create_ah and is destroyed once, here. Posted sends
         // copied what they needed of it (the guard borrowed it until posting).
-        let ret = unsafe { ffi::ibv_destroy_ah(self.raw.as_ptr()) };
+        let ret = fresh(|| unsafe { ffi::ibv_destroy_ah(self.raw.as_ptr()) });
         if let Err(e) = from_ret(ret) {
             crate::report_drop_failure("ibv_destroy_ah", "an address handle", &e);
         }

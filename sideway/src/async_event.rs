@@ -17,7 +17,7 @@ use std::time::Duration;
 use rdma_mummy_sys as ffi;
 
 use crate::device::DeviceContext;
-use crate::errno::from_ret;
+use crate::errno::{fresh, from_ret};
 use crate::macros::c_enum;
 use crate::shared_receive_queue::{self, SharedReceiveQueue};
 
@@ -278,7 +278,7 @@ impl DeviceContext {
         set_nonblocking(self.async_fd(), ASYNC)?;
         let mut raw = MaybeUninit::<ffi::ibv_async_event>::zeroed();
         // SAFETY: the context is open; raw is a valid out-parameter.
-        let ret = unsafe { ffi::ibv_get_async_event(self.as_raw(), raw.as_mut_ptr()) };
+        let ret = fresh(|| unsafe { ffi::ibv_get_async_event(self.as_raw(), raw.as_mut_ptr()) });
         if let Err(source) = from_ret(ret) {
             if source.kind() == io::ErrorKind::WouldBlock {
                 return Ok(None);

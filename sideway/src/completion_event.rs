@@ -21,7 +21,7 @@ use rdma_mummy_sys as ffi;
 
 use crate::async_event::{set_nonblocking, wait_readable, EventError};
 use crate::completion_queue::{CompletionChannel, CompletionQueue};
-use crate::errno::from_ret;
+use crate::errno::{fresh, from_ret};
 
 /// Events acknowledged at once: `ibv_ack_cq_events` takes a lock, so it is not called per
 /// event.
@@ -105,7 +105,8 @@ impl CompletionChannel {
             let mut cq: *mut ffi::ibv_cq = std::ptr::null_mut();
             let mut context: *mut c_void = std::ptr::null_mut();
             // SAFETY: the channel is live; cq and context are valid out-parameters.
-            let ret = unsafe { ffi::ibv_get_cq_event(self.as_raw(), &mut cq, &mut context) };
+            let ret =
+                fresh(|| unsafe { ffi::ibv_get_cq_event(self.as_raw(), &mut cq, &mut context) });
             if let Err(source) = from_ret(ret) {
                 if source.kind() == std::io::ErrorKind::WouldBlock {
                     return Ok(None);
@@ -140,7 +141,8 @@ impl CompletionQueue {
     #[doc(alias = "ibv_req_notify_cq")]
     pub fn req_notify(&self, solicited_only: bool) -> Result<(), EventError> {
         // SAFETY: the CQ is live.
-        let ret = unsafe { ffi::ibv_req_notify_cq(self.as_raw(), i32::from(solicited_only)) };
+        let ret =
+            fresh(|| unsafe { ffi::ibv_req_notify_cq(self.as_raw(), i32::from(solicited_only)) });
         from_ret(ret).map_err(|source| EventError::Call {
             call: "ibv_req_notify_cq",
             what: COMPLETION,

@@ -22,7 +22,7 @@ use bitflags::bitflags;
 use rdma_mummy_sys as ffi;
 
 use crate::device::DeviceContext;
-use crate::errno::{from_ret, non_null};
+use crate::errno::{fresh, from_post_ret, from_ret, non_null};
 use crate::macros::c_enum;
 
 /// Why a completion queue or channel could not be created, or polled.
@@ -60,8 +60,8 @@ pub enum CompletionQueueError {
         /// The errno.
         source: io::Error,
     },
-    /// Another [`Poller`] or [`ClaimedCq`] of this extended CQ is still alive (classic CQs
-    /// may be polled from several places at once).
+    /// Another [`Poller`] or [`ClaimedCq`] of this CQ is still alive: one poller at a time,
+    /// classic or extended (see [`CompletionQueue`]'s "Threads").
     #[error("this CQ is already being polled (drop the other Poller or ClaimedCq first)")]
     Busy,
     /// The provider made an extended CQ without a function that polling it needs: one every
@@ -112,7 +112,7 @@ impl DeviceContext {
         self: &Arc<Self>,
     ) -> Result<Arc<CompletionChannel>, CompletionQueueError> {
         // SAFETY: the context is open.
-        let ch = unsafe { ffi::ibv_create_comp_channel(self.as_raw()) };
+        let ch = fresh(|| unsafe { ffi::ibv_create_comp_channel(self.as_raw()) });
         let raw = non_null(ch).map_err(|source| CompletionQueueError::CreateChannel {
             device: self.name().to_owned(),
             source,
@@ -151,7 +151,7 @@ impl CompletionChannel {
 impl Drop for CompletionChannel {
     fn drop(&mut self) {
         // SAFETY: every CQ using the channel holds an Arc of it, so none is left.
-        let ret = unsafe { ffi::ibv_destroy_comp_channel(self.raw.as_ptr()) };
+        let ret = fresh(|| unsafe { ffi::ibv_destroy_comp_channel(self.raw.as_ptr()) });
         if let Err(e) = from_ret(ret) {
             crate::report_drop_failure("ibv_destroy_comp_channel", "a completion channel", &e);
         }
@@ -271,7 +271,7 @@ impl CompletionQueueBuilder {
         })?;
         let vector = c_int::try_from(self.comp_vector).unwrap_or(c_int::MAX);
         // SAFETY: the context and the channel (if any) are alive; a NULL cq_context is allowed.
-        let cq = unsafe {
+        let cq = fresh(|| unsafe {
             ffi::ibv_create_cq(
                 self.ctx.as_raw(),
                 cqe,
@@ -279,7 +279,7 @@ impl CompletionQueueBuilder {
                 self.channel_raw(),
                 vector,
             )
-        };
+        });
         let raw = non_null(cq).map_err(|e| self.create_err("ibv_create_cq", e))?;
         self.wrap(raw, None, WcFlagsEx::empty())
     }
@@ -302,10 +302,10 @@ impl CompletionQueueBuilder {
             parent_domain: std::ptr::null_mut(),
         };
         // SAFETY: the context and channel are alive; attr is fully initialised.
-        let cq_ex = unsafe { ffi::ibv_create_cq_ex(self.ctx.as_raw(), &mut attr) };
+        let cq_ex = fresh(|| unsafe { ffi::ibv_create_cq_ex(self.ctx.as_raw(), &mut attr) });
         let ex = non_null(cq_ex).map_err(|e| self.create_err("ibv_create_cq_ex", e))?;
         // SAFETY: ex is a live extended CQ; the conversion is a pointer cast inside the shim.
-        let cq = unsafe { ffi::ibv_cq_ex_to_cq(ex.as_ptr()) };
+        let cq = fresh(|| unsafe { ffi::ibv_cq_ex_to_cq(ex.as_ptr()) });
         let raw = non_null(cq).map_err(|e| self.create_err("ibv_cq_ex_to_cq", e))?;
         self.wrap(raw, Some(ex), self.wc_flags)
     }
@@ -358,7 +358,7 @@ impl CompletionQueueBuilder {
                 Err(function) => {
                     if self.ctx.owns_objects() {
                         // SAFETY: raw is the CQ just created, known to nothing else.
-                        let ret = unsafe { ffi::ibv_destroy_cq(raw.as_ptr()) };
+                        let ret = fresh(|| unsafe { ffi::ibv_destroy_cq(raw.as_ptr()) });
                         if let Err(e) = from_ret(ret) {
                             crate::report_drop_failure("ibv_destroy_cq", "an unusable CQ", &e);
                         }
@@ -390,6 +390,27 @@ impl CompletionQueueBuilder {
 }
 
 /// A completion queue, classic or extended. Holds its device context and channel.
+///
+/// # Threads
+///
+/// A `CompletionQueue` is `Send` and `Sync`: share it between threads in an `Arc` (queue
+/// pairs hold one). One poll runs at a time: [`poll`](Self::poll) and
+/// [`poll_into`](Self::poll_into) claim the CQ for their duration and fail with
+/// [`CompletionQueueError::Busy`] while another thread's poll or [`ClaimedCq`] holds it.
+/// That holds for classic CQs too, although libibverbs calls `ibv_poll_cq` thread-safe: it
+/// is only while the provider locks the CQ, and mlx5's single-threaded mode and thread
+/// domains do not. To poll one CQ from several threads, give it to one polling thread
+/// that hands completions on, or retry on `Busy`; the usual design is one CQ per thread.
+///
+/// ```
+/// # fn demo(cq: &std::sync::Arc<sideway::CompletionQueue>) -> Result<(), Box<dyn std::error::Error>> {
+/// let claimed = cq.claim()?; // this thread's loop owns the polling now
+/// assert!(matches!(cq.poll(), Err(sideway::CompletionQueueError::Busy)));
+/// drop(claimed);
+/// # Ok(())
+/// # }
+/// # let _ = demo;
+/// ```
 #[doc(alias = "ibv_cq")]
 #[doc(alias = "ibv_cq_ex")]
 pub struct CompletionQueue {
@@ -407,8 +428,9 @@ pub struct CompletionQueue {
     ctx: Arc<DeviceContext>,
 }
 
-// SAFETY: verbs CQs may be used from any thread; extended polling is serialised by
-// `polling`, and `ibv_poll_cq` on a classic CQ is thread-safe in libibverbs.
+// SAFETY: verbs CQs may be used from any thread; every poll, classic or extended, is
+// serialised by `polling`, so the provider never sees two polls of one CQ at once, whatever
+// its locking mode (mlx5's single-threaded mode and thread domains take no CQ lock).
 unsafe impl Send for CompletionQueue {}
 // SAFETY: as above.
 unsafe impl Sync for CompletionQueue {}
@@ -427,7 +449,7 @@ impl Drop for CompletionQueue {
         );
         // SAFETY: every QP using this CQ holds an Arc of it, so none is left; raw is the CQ
         // (for an extended CQ, the same object seen as ibv_cq).
-        let ret = unsafe { ffi::ibv_destroy_cq(self.raw.as_ptr()) };
+        let ret = fresh(|| unsafe { ffi::ibv_destroy_cq(self.raw.as_ptr()) });
         if let Err(e) = from_ret(ret) {
             crate::report_drop_failure("ibv_destroy_cq", "a completion queue", &e);
         }
@@ -445,9 +467,7 @@ impl fmt::Debug for CompletionQueue {
 }
 
 /// Releases the CQ's polling flag when a poll ends, however it ends.
-/// `None` when there is no flag to release: for a classic CQ, which needs none (each
-/// `ibv_poll_cq` call is complete in itself, and libibverbs allows concurrent calls), and for
-/// a poll of a [`ClaimedCq`], which holds the flag itself.
+/// `None` for a poll of a [`ClaimedCq`], which holds the flag itself.
 struct PollGuard<'a>(Option<&'a AtomicBool>);
 
 impl Drop for PollGuard<'_> {
@@ -492,13 +512,16 @@ impl CompletionQueue {
         &self.ctx
     }
 
-    /// Takes the polling flag of an extended CQ: one atomic swap, `Busy` when another
-    /// poller holds it. Classic CQs have no flag to take.
+    /// Takes the polling flag: one atomic swap, `Busy` when another poller holds it.
+    ///
+    /// Classic CQs take it too. libibverbs documents `ibv_poll_cq` as thread-safe, but that
+    /// holds only while the provider locks the CQ: mlx5 in single-threaded mode
+    /// (`MLX5_SINGLE_THREADED`) and CQs of a thread domain take no lock, and two concurrent
+    /// polls there corrupt the CQ. `CompletionQueue` is `Sync`, so it must be sound whatever
+    /// the provider does; a hot loop [`claim`](Self::claim)s once and pays nothing per poll.
     #[inline(always)]
     fn take_flag(&self) -> Result<(), CompletionQueueError> {
-        // Classic polling has no start..end sequence to protect, and the atomic swap
-        // would cost as much as the poll itself.
-        if self.ex.is_some() && self.polling.swap(true, Ordering::Acquire) {
+        if self.polling.swap(true, Ordering::Acquire) {
             return Err(CompletionQueueError::Busy);
         }
         Ok(())
@@ -507,16 +530,16 @@ impl CompletionQueue {
     #[inline(always)]
     fn begin_poll(&self) -> Result<PollGuard<'_>, CompletionQueueError> {
         self.take_flag()?;
-        Ok(PollGuard(self.ex.is_some().then_some(&self.polling)))
+        Ok(PollGuard(Some(&self.polling)))
     }
 
     /// Starts polling: the [`Poller`] yields the completions that are ready, then `None`.
     /// For an extended CQ this is `ibv_start_poll` (and `ibv_end_poll` when the poller is
     /// dropped); for a classic one, `ibv_poll_cq` one completion at a time.
     ///
-    /// An extended CQ is claimed for the poller's life (an atomic swap and a store per
-    /// call; [`CompletionQueueError::Busy`] while another poller holds it): a loop that
-    /// polls the same CQ again and again should [`claim`](Self::claim) it once instead.
+    /// The CQ is claimed for the poller's life (an atomic swap and a store per call;
+    /// [`CompletionQueueError::Busy`] while another poller holds it): a loop that polls the
+    /// same CQ again and again should [`claim`](Self::claim) it once instead.
     #[doc(alias = "ibv_start_poll")]
     #[doc(alias = "ibv_poll_cq")]
     #[inline(always)]
@@ -547,8 +570,8 @@ impl CompletionQueue {
     ///
     /// # Errors
     ///
-    /// [`CompletionQueueError::Busy`] when another [`Poller`] or [`ClaimedCq`] of this
-    /// extended CQ is alive. Claiming a classic CQ never fails.
+    /// [`CompletionQueueError::Busy`] when another [`Poller`] or [`ClaimedCq`] of this CQ
+    /// is alive.
     #[inline]
     pub fn claim(self: &Arc<Self>) -> Result<ClaimedCq, CompletionQueueError> {
         self.take_flag()?;
@@ -735,9 +758,9 @@ unsafe fn poll_cq(
 /// sequences apart and they touch no flag. The price: while it lives, every other poll of
 /// the CQ fails with [`CompletionQueueError::Busy`] (dropping it releases the CQ).
 ///
-/// A classic CQ needs no claim (`ibv_poll_cq` is thread-safe): claiming one takes nothing
-/// and never fails, and others may still poll it. The claim only lets one hot loop serve
-/// both kinds.
+/// Classic CQs are claimed the same way: `ibv_poll_cq` is thread-safe only where the
+/// provider locks the CQ, and a `CompletionQueue` must be sound whatever the provider does
+/// (see [`CompletionQueue`]'s "Threads").
 ///
 /// It holds an `Arc` of the CQ, as every sideway object holds what it uses, so it can live
 /// in a struct beside the queue pair with no lifetime to name.
@@ -817,9 +840,7 @@ impl ClaimedCq {
 impl Drop for ClaimedCq {
     #[inline]
     fn drop(&mut self) {
-        if self.ex.is_some() {
-            self.cq.polling.store(false, Ordering::Release);
-        }
+        self.cq.polling.store(false, Ordering::Release);
     }
 }
 
@@ -985,7 +1006,7 @@ impl ExCq {
 fn poll_error(call: &'static str, ret: c_int) -> CompletionQueueError {
     CompletionQueueError::Poll {
         call,
-        source: from_ret(ret)
+        source: from_post_ret(ret)
             .err()
             .unwrap_or_else(|| io::Error::from_raw_os_error(libc::EIO)),
     }

@@ -17,7 +17,7 @@ use bitflags::bitflags;
 use rdma_mummy_sys as ffi;
 use rdma_mummy_sys::{Library, LoadError};
 
-use crate::errno::{from_ret, non_null};
+use crate::errno::{count_from_ret, fresh, from_ret, non_null};
 use crate::gid::Gid;
 use crate::macros::c_enum;
 
@@ -138,7 +138,7 @@ impl DeviceList {
         ensure_ibverbs()?;
         let mut n: c_int = 0;
         // SAFETY: n is a valid out-pointer; the returned array is owned by RawList.
-        let list = unsafe { ffi::ibv_get_device_list(&mut n) };
+        let list = fresh(|| unsafe { ffi::ibv_get_device_list(&mut n) });
         let list = match non_null(list) {
             Ok(list) => list,
             // A kernel without RDMA support (no /sys/class/infiniband) answers ENOSYS: that
@@ -255,7 +255,7 @@ impl Device {
     #[doc(alias = "ibv_open_device")]
     pub fn open(&self) -> DeviceResult<Arc<DeviceContext>> {
         // SAFETY: raw is a live device of the list we hold.
-        let ctx = unsafe { ffi::ibv_open_device(self.raw) };
+        let ctx = fresh(|| unsafe { ffi::ibv_open_device(self.raw) });
         let ctx = non_null(ctx).map_err(|source| DeviceError::Open {
             device: self.name(),
             source,
@@ -325,7 +325,7 @@ impl Drop for DeviceContext {
         }
         // SAFETY: raw came from ibv_open_device and every child object holding an Arc of
         // this context is gone, so this is the last use.
-        let ret = unsafe { ffi::ibv_close_device(self.raw.as_ptr()) };
+        let ret = fresh(|| unsafe { ffi::ibv_close_device(self.raw.as_ptr()) });
         if let Err(e) = from_ret(ret) {
             crate::report_drop_failure("ibv_close_device", &self.name, &e);
         }
@@ -446,8 +446,9 @@ impl DeviceContext {
         let mut attr = MaybeUninit::<ffi::ibv_device_attr_ex>::zeroed();
         // SAFETY: the context is open; a NULL input asks for the default query; attr is a
         // valid, zeroed out-parameter of the right type.
-        let ret =
-            unsafe { ffi::ibv_query_device_ex(self.as_raw(), std::ptr::null(), attr.as_mut_ptr()) };
+        let ret = fresh(|| unsafe {
+            ffi::ibv_query_device_ex(self.as_raw(), std::ptr::null(), attr.as_mut_ptr())
+        });
         from_ret(ret).map_err(|e| self.query_err("ibv_query_device_ex", None, e))?;
         // SAFETY: zero is a valid bit pattern for this plain C struct, and the verb filled it.
         let raw = unsafe { attr.assume_init() };
@@ -477,7 +478,8 @@ impl DeviceContext {
         let port_num = self.check_port(port)?;
         let mut attr = MaybeUninit::<ffi::ibv_port_attr>::zeroed();
         // SAFETY: the context is open, the port exists, attr is a valid out-parameter.
-        let ret = unsafe { ffi::ibv_query_port(self.as_raw(), port_num, attr.as_mut_ptr()) };
+        let ret =
+            fresh(|| unsafe { ffi::ibv_query_port(self.as_raw(), port_num, attr.as_mut_ptr()) });
         from_ret(ret).map_err(|e| self.query_err("ibv_query_port", Some(port), e))?;
         // SAFETY: plain C struct, zero-initialised and filled by the verb.
         let raw = unsafe { attr.assume_init() };
@@ -504,8 +506,9 @@ impl DeviceContext {
         let mut entry = MaybeUninit::<ffi::ibv_gid_entry>::zeroed();
         // SAFETY: the context is open, port and index are in range, entry is a valid
         // out-parameter; flags must be 0.
-        let ret =
-            unsafe { ffi::ibv_query_gid_ex(self.as_raw(), port, index, entry.as_mut_ptr(), 0) };
+        let ret = fresh(|| unsafe {
+            ffi::ibv_query_gid_ex(self.as_raw(), port, index, entry.as_mut_ptr(), 0)
+        });
         match from_ret(ret) {
             // SAFETY: plain C struct, filled by the verb.
             Ok(()) => Ok(GidEntry::from_raw(&unsafe { entry.assume_init() })),
@@ -531,18 +534,19 @@ impl DeviceContext {
         }
         let mut entries: Vec<ffi::ibv_gid_entry> = vec![Default::default(); max];
         // SAFETY: entries has room for max entries; flags must be 0.
-        let n = unsafe { ffi::ibv_query_gid_table(self.as_raw(), entries.as_mut_ptr(), max, 0) };
-        if n >= 0 {
-            entries.truncate(n as usize);
-            return Ok(entries.iter().map(GidEntry::from_raw).collect());
-        }
-        let errno = i32::try_from(-n).unwrap_or(libc::EIO);
-        if errno != libc::EOPNOTSUPP {
-            return Err(self.query_err(
-                "ibv_query_gid_table",
-                None,
-                io::Error::from_raw_os_error(errno),
-            ));
+        let n = fresh(|| unsafe {
+            ffi::ibv_query_gid_table(self.as_raw(), entries.as_mut_ptr(), max, 0)
+        });
+        match count_from_ret(n) {
+            Ok(n) => {
+                entries.truncate(n);
+                return Ok(entries.iter().map(GidEntry::from_raw).collect());
+            }
+            Err(e) if e.raw_os_error() != Some(libc::EOPNOTSUPP) => {
+                return Err(self.query_err("ibv_query_gid_table", None, e));
+            }
+            // An older provider: entry by entry below.
+            Err(_) => {}
         }
         let mut out = Vec::new();
         for port in 1..=ports {
@@ -560,7 +564,8 @@ impl DeviceContext {
         let port_num = self.check_port(port)?;
         let index_c = c_int::try_from(index).unwrap_or(c_int::MAX);
         // SAFETY: the context is open, gid is a valid out-parameter.
-        let ret = unsafe { ffi::ibv_query_gid(self.as_raw(), port_num, index_c, &mut gid) };
+        let ret =
+            fresh(|| unsafe { ffi::ibv_query_gid(self.as_raw(), port_num, index_c, &mut gid) });
         from_ret(ret).map_err(|e| self.query_err("ibv_query_gid", Some(port), e))?;
         // SAFETY: every bit pattern of the union's raw bytes is valid.
         let gid = Gid::from_raw(unsafe { gid.raw });
@@ -593,8 +598,9 @@ impl DeviceContext {
         let port_num = self.check_port(port)?;
         let mut pkey: u16 = 0;
         // SAFETY: the context is open, the port exists, pkey is a valid out-parameter.
-        let ret =
-            unsafe { ffi::ibv_query_pkey(self.as_raw(), port_num, c_int::from(index), &mut pkey) };
+        let ret = fresh(|| unsafe {
+            ffi::ibv_query_pkey(self.as_raw(), port_num, c_int::from(index), &mut pkey)
+        });
         from_ret(ret).map_err(|e| self.query_err("ibv_query_pkey", Some(port), e))?;
         Ok(u16::from_be(pkey))
     }
@@ -613,7 +619,7 @@ impl DeviceContext {
             },
         };
         // SAFETY: the context is open, values is valid and asks for the raw clock only.
-        let ret = unsafe { ffi::ibv_query_rt_values_ex(self.as_raw(), &mut values) };
+        let ret = fresh(|| unsafe { ffi::ibv_query_rt_values_ex(self.as_raw(), &mut values) });
         from_ret(ret).map_err(|e| self.query_err("ibv_query_rt_values_ex", None, e))?;
         if values.comp_mask & ffi::ibv_values_mask::IBV_VALUES_MASK_RAW_CLOCK == 0 {
             return Err(self.query_err(

@@ -68,7 +68,10 @@ pub use completion_queue::{
 };
 pub use device::{open_device, Device, DeviceContext, DeviceError, DeviceList};
 pub use gid::{Gid, ParseGidError};
-pub use memory_region::{AccessFlags, MemoryRegion, MemoryRegionError, RegisteredBuffer};
+pub use memory_region::{
+    leaked_memory, AccessFlags, BufferAccess, BufferError, DeviceReadOnly, DeviceWritable,
+    LeakedMemory, MemoryRegion, MemoryRegionError, Plain, RegisteredBuffer,
+};
 pub use memory_window::{MemoryWindow, MemoryWindowError, MwType};
 pub use protection_domain::ProtectionDomain;
 pub use queue_pair::{

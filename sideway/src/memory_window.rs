@@ -15,17 +15,25 @@
 //!
 //! The region a window is bound to must be registered with
 //! [`AccessFlags::MW_BIND`](crate::AccessFlags::MW_BIND).
+//!
+//! A window holds an `Arc` of the region it was last bound to, from the moment the bind is
+//! posted until it is bound again or dropped: the region's owner may drop every handle it
+//! has, and a peer's access through the window's rkey still lands in live, registered memory
+//! (the kernel refuses to deregister a region with bound windows, and a failed
+//! deregistration would leak the memory). To retire a region from a window, rebind the
+//! window elsewhere (or drop it) and wait for that bind's completion before dropping the
+//! region.
 
 use std::fmt;
 use std::io;
 use std::ops::Range;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use rdma_mummy_sys as ffi;
 
 use crate::device::DeviceCapFlags;
-use crate::errno::{from_ret, non_null};
+use crate::errno::{fresh, from_ret, non_null};
 use crate::macros::c_enum;
 use crate::memory_region::{AccessFlags, MemoryRegion};
 use crate::protection_domain::ProtectionDomain;
@@ -119,12 +127,13 @@ impl ProtectionDomain {
             });
         }
         // SAFETY: the PD is alive (the window holds its Arc).
-        let mw = unsafe { ffi::ibv_alloc_mw(self.as_raw(), u32::from(mw_type)) };
+        let mw = fresh(|| unsafe { ffi::ibv_alloc_mw(self.as_raw(), u32::from(mw_type)) });
         let raw = non_null(mw).map_err(|source| alloc_error(device(), mw_type, source))?;
         Ok(Arc::new(MemoryWindow {
             raw,
             mw_type,
             pd: Arc::clone(self),
+            bound: Mutex::new(None),
         }))
     }
 }
@@ -161,6 +170,9 @@ pub struct MemoryWindow {
     raw: NonNull<ffi::ibv_mw>,
     mw_type: MwType,
     pd: Arc<ProtectionDomain>,
+    /// The region of the last bind posted: kept alive (and registered) while the window may
+    /// grant access to it.
+    bound: Mutex<Option<Arc<MemoryRegion>>>,
 }
 
 // SAFETY: libibverbs memory windows may be used from any thread; binds go through a QP
@@ -193,6 +205,23 @@ impl MemoryWindow {
         &self.pd
     }
 
+    /// The region the window was last bound to, if any: it stays alive at least as long as
+    /// the window or its next bind.
+    pub fn bound_region(&self) -> Option<Arc<MemoryRegion>> {
+        self.bound
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Keeps `mr` alive as the window's region, from the moment a bind to it is posted.
+    pub(crate) fn hold(&self, mr: &Arc<MemoryRegion>) {
+        let mut bound = self.bound.lock().unwrap_or_else(PoisonError::into_inner);
+        if !bound.as_ref().is_some_and(|b| Arc::ptr_eq(b, mr)) {
+            *bound = Some(Arc::clone(mr));
+        }
+    }
+
     /// A fresh rkey for the first type 2 bind: [`inc_rkey`] of [`rkey`](Self::rkey).
     /// For each later bind, pass the previous bind's rkey to [`inc_rkey`].
     #[doc(alias = "ibv_inc_rkey")]
@@ -203,14 +232,15 @@ impl MemoryWindow {
     /// Binds a type 1 window to `range` (addresses) of `mr` with `access`
     /// (`ibv_bind_mw`), posting the bind on `qp` with `wr_id` and `flags` (a completion
     /// follows when signaled). An empty range unbinds it. Returns the window's new rkey,
-    /// valid once the bind completes.
+    /// valid once the bind completes. The window holds `mr` from now on (see the
+    /// [module](self)).
     #[doc(alias = "ibv_bind_mw")]
     pub fn bind(
         &self,
         qp: &mut QueuePair,
         wr_id: u64,
         flags: SendFlags,
-        mr: &MemoryRegion,
+        mr: &Arc<MemoryRegion>,
         range: Range<u64>,
         access: AccessFlags,
     ) -> Result<u32, MemoryWindowError> {
@@ -226,9 +256,11 @@ impl MemoryWindow {
             },
         };
         let old = self.rkey();
+        // Held before the device can act on the bind, so the region outlives it.
+        self.hold(mr);
         // SAFETY: qp is live and borrowed mutably (no batch is open on it); the window and
         // region are live; bind is fully initialised and read during the call.
-        let ret = unsafe { ffi::ibv_bind_mw(qp.as_raw(), self.raw.as_ptr(), &mut bind) };
+        let ret = fresh(|| unsafe { ffi::ibv_bind_mw(qp.as_raw(), self.raw.as_ptr(), &mut bind) });
         from_ret(ret).map_err(|source| MemoryWindowError::Bind {
             rkey: old,
             lkey: mr.lkey(),
@@ -243,7 +275,8 @@ impl MemoryWindow {
 impl MemoryWindow {
     /// Unbinds a type 1 window: `ibv_bind_mw` to an empty range of `mr`, the region it
     /// was bound to, posted on `qp` like [`bind`](Self::bind); the old rkey stops working
-    /// once it completes. Returns the window's new rkey.
+    /// once it completes. Returns the window's new rkey. The window keeps holding `mr`
+    /// until it is bound elsewhere or dropped.
     ///
     /// verbs.h also allows a NULL region for this, but rxe's provider (rdma-core 56)
     /// dereferences it, so the region is always passed.
@@ -253,7 +286,7 @@ impl MemoryWindow {
         qp: &mut QueuePair,
         wr_id: u64,
         flags: SendFlags,
-        mr: &MemoryRegion,
+        mr: &Arc<MemoryRegion>,
     ) -> Result<u32, MemoryWindowError> {
         let start = mr.addr();
         self.bind(qp, wr_id, flags, mr, start..start, AccessFlags::empty())
@@ -263,10 +296,21 @@ impl MemoryWindow {
 impl Drop for MemoryWindow {
     fn drop(&mut self) {
         // SAFETY: raw came from ibv_alloc_mw and is deallocated once, here.
-        let ret = unsafe { ffi::ibv_dealloc_mw(self.raw.as_ptr()) };
+        let ret = fresh(|| unsafe { ffi::ibv_dealloc_mw(self.raw.as_ptr()) });
         if let Err(e) = from_ret(ret) {
-            crate::report_drop_failure("ibv_dealloc_mw", "a memory window", &e);
+            // The window may still grant access to its region: keep the region (and its
+            // memory) registered for ever rather than let it be freed.
+            let bound = self.bound.get_mut().unwrap_or_else(PoisonError::into_inner);
+            if let Some(region) = bound.take() {
+                std::mem::forget(region);
+            }
+            crate::report_drop_failure(
+                "ibv_dealloc_mw",
+                "a memory window (the region it was bound to is kept, never freed)",
+                &e,
+            );
         }
+        // Otherwise the region's Arc drops with the window, now that the window is gone.
     }
 }
 

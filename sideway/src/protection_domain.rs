@@ -9,7 +9,7 @@ use std::sync::Arc;
 use rdma_mummy_sys as ffi;
 
 use crate::device::DeviceContext;
-use crate::errno::{from_ret, non_null};
+use crate::errno::{fresh, from_ret, non_null};
 
 /// `ibv_alloc_pd` failed.
 #[derive(Debug, thiserror::Error)]
@@ -39,7 +39,7 @@ impl DeviceContext {
     #[doc(alias = "ibv_alloc_pd")]
     pub fn alloc_pd(self: &Arc<Self>) -> Result<Arc<ProtectionDomain>, AllocPdError> {
         // SAFETY: the context is open for as long as self lives.
-        let pd = unsafe { ffi::ibv_alloc_pd(self.as_raw()) };
+        let pd = fresh(|| unsafe { ffi::ibv_alloc_pd(self.as_raw()) });
         let raw = non_null(pd).map_err(|source| AllocPdError {
             device: self.name().to_owned(),
             source,
@@ -89,7 +89,7 @@ impl Drop for ProtectionDomain {
             return;
         }
         // SAFETY: raw came from ibv_alloc_pd; every object holding an Arc of this PD is gone.
-        let ret = unsafe { ffi::ibv_dealloc_pd(self.raw.as_ptr()) };
+        let ret = fresh(|| unsafe { ffi::ibv_dealloc_pd(self.raw.as_ptr()) });
         if let Err(e) = from_ret(ret) {
             crate::report_drop_failure("ibv_dealloc_pd", "a protection domain", &e);
         }

@@ -58,7 +58,7 @@ use rdma_mummy_sys::{Library, LoadError};
 
 use crate::completion_queue::CompletionQueue;
 use crate::device::{DeviceContext, Mtu, TransportType};
-use crate::errno::{from_ret, non_null};
+use crate::errno::{fresh, from_ret, non_null, out_ptr, Fresh};
 use crate::macros::c_enum;
 use crate::protection_domain::ProtectionDomain;
 use crate::queue_pair::{QpAttrMask, QueuePairAttribute};
@@ -658,13 +658,14 @@ impl EventChannel {
     pub fn new() -> Result<Arc<EventChannel>, CmError> {
         ensure_loaded()?;
         // SAFETY: no arguments; returns NULL with errno on failure.
-        let raw = non_null(unsafe { ffi::rdma_create_event_channel() }).map_err(|source| {
-            CmError::Call {
-                call: "rdma_create_event_channel",
-                endpoints: Endpoints::default(),
-                source,
-            }
-        })?;
+        let raw =
+            non_null(fresh(|| unsafe { ffi::rdma_create_event_channel() })).map_err(|source| {
+                CmError::Call {
+                    call: "rdma_create_event_channel",
+                    endpoints: Endpoints::default(),
+                    source,
+                }
+            })?;
         let channel = EventChannel {
             raw,
             lock: Mutex::new(()),
@@ -700,15 +701,15 @@ impl EventChannel {
         let mut raw = ptr::null_mut();
         // SAFETY: the channel is open; raw is a valid out-pointer; the context is set below,
         // before any call on the id can produce an event.
-        let ret = unsafe {
+        let ret = fresh(|| unsafe {
             ffi::rdma_create_id(self.as_raw(), &mut raw, ptr::null_mut(), port_space.raw())
-        };
+        });
         from_ret(ret).map_err(|source| CmError::Call {
             call: "rdma_create_id",
             endpoints: Endpoints::default(),
             source,
         })?;
-        let raw = non_null(raw).map_err(|source| CmError::Call {
+        let raw = out_ptr(raw).map_err(|source| CmError::Call {
             call: "rdma_create_id",
             endpoints: Endpoints::default(),
             source,
@@ -805,7 +806,7 @@ impl EventChannel {
         let mut raw: *mut ffi::rdma_cm_event = ptr::null_mut();
         // SAFETY: the channel is open and its descriptor non-blocking, so this returns at once;
         // raw is a valid out-pointer.
-        let ret = unsafe { ffi::rdma_get_cm_event(self.as_raw(), &mut raw) };
+        let ret = fresh(|| unsafe { ffi::rdma_get_cm_event(self.as_raw(), &mut raw) });
         if let Err(source) = from_ret(ret) {
             return match source.raw_os_error() {
                 Some(libc::EAGAIN | libc::EINTR) => Ok(Fetched::Nothing),
@@ -824,7 +825,7 @@ impl EventChannel {
         let fetched = unsafe { Event::copy_from(raw.as_ptr()) };
         // SAFETY: raw is the event just retrieved; it is acknowledged exactly once, here, and
         // nothing read from it is used afterwards (everything was copied).
-        let ret = unsafe { ffi::rdma_ack_cm_event(raw.as_ptr()) };
+        let ret = fresh(|| unsafe { ffi::rdma_ack_cm_event(raw.as_ptr()) });
         drop(guard);
         match from_ret(ret) {
             Ok(()) => Ok(fetched),
@@ -956,7 +957,7 @@ impl UdParam {
     pub fn create_ah(&self, pd: &Arc<ProtectionDomain>) -> Result<CmAddressHandle, CmError> {
         let mut attr = self.ah_attr;
         // SAFETY: the PD is alive; attr is a valid ah_attr the call only reads.
-        let ah = unsafe { ffi::ibv_create_ah(pd.as_raw(), &mut attr) };
+        let ah = fresh(|| unsafe { ffi::ibv_create_ah(pd.as_raw(), &mut attr) });
         let raw = non_null(ah).map_err(|source| CmError::Call {
             call: "ibv_create_ah",
             endpoints: Endpoints::default(),
@@ -997,7 +998,7 @@ impl CmAddressHandle {
 impl Drop for CmAddressHandle {
     fn drop(&mut self) {
         // SAFETY: raw came from ibv_create_ah and is destroyed once, here.
-        let ret = unsafe { ffi::ibv_destroy_ah(self.raw.as_ptr()) };
+        let ret = fresh(|| unsafe { ffi::ibv_destroy_ah(self.raw.as_ptr()) });
         if let Err(e) = from_ret(ret) {
             crate::report_drop_failure("ibv_destroy_ah", "an address handle", &e);
         }
@@ -1630,7 +1631,7 @@ impl Drop for CmId {
         for group in std::mem::take(&mut *lock(&self.groups)) {
             let mut sa = RawSockAddr::new(group);
             // SAFETY: the id is alive and joined this group; librdmacm detaches the QP.
-            let ret = unsafe { ffi::rdma_leave_multicast(raw, sa.as_mut_ptr()) };
+            let ret = fresh(|| unsafe { ffi::rdma_leave_multicast(raw, sa.as_mut_ptr()) });
             if let Err(e) = from_ret(ret) {
                 crate::report_drop_failure("rdma_leave_multicast", &group.to_string(), &e);
             }
@@ -1643,7 +1644,7 @@ impl Drop for CmId {
         // Every event retrieved for this id was acknowledged before the channel lock was
         // released, so this does not wait on any.
         // SAFETY: the id is alive, and no Rust value refers to it after this.
-        let ret = unsafe { ffi::rdma_destroy_id(raw) };
+        let ret = fresh(|| unsafe { ffi::rdma_destroy_id(raw) });
         match from_ret(ret) {
             Ok(()) => {
                 // The id is gone, so no event can name this object any more: give back the
@@ -1757,7 +1758,7 @@ impl CmId {
         }
     }
 
-    fn check(&self, call: &'static str, ret: c_int) -> Result<(), CmError> {
+    fn check(&self, call: &'static str, ret: Fresh<c_int>) -> Result<(), CmError> {
         from_ret(ret).map_err(|source| self.call_err(call, source))
     }
 
@@ -1768,7 +1769,7 @@ impl CmId {
         let _guard = self.channel.guard();
         let mut sa = RawSockAddr::new(addr);
         // SAFETY: the id is alive; sa is a valid sockaddr the call copies.
-        let ret = unsafe { ffi::rdma_bind_addr(self.raw.as_ptr(), sa.as_mut_ptr()) };
+        let ret = fresh(|| unsafe { ffi::rdma_bind_addr(self.raw.as_ptr(), sa.as_mut_ptr()) });
         from_ret(ret).map_err(|source| CmError::Call {
             call: "rdma_bind_addr",
             endpoints: Endpoints {
@@ -1796,14 +1797,14 @@ impl CmId {
             .as_mut()
             .map_or(ptr::null_mut(), RawSockAddr::as_mut_ptr);
         // SAFETY: the id is alive; both addresses are valid sockaddrs (or NULL) the call copies.
-        let ret = unsafe {
+        let ret = fresh(|| unsafe {
             ffi::rdma_resolve_addr(
                 self.raw.as_ptr(),
                 src_ptr,
                 dst_sa.as_mut_ptr(),
                 millis(timeout),
             )
-        };
+        });
         from_ret(ret).map_err(|source| {
             if addr_hint(&source).is_empty() {
                 CmError::Call {
@@ -1834,7 +1835,7 @@ impl CmId {
             });
         }
         // SAFETY: the id is alive and bound to a device.
-        let ret = unsafe { ffi::rdma_resolve_route(raw, millis(timeout)) };
+        let ret = fresh(|| unsafe { ffi::rdma_resolve_route(raw, millis(timeout)) });
         from_ret(ret).map_err(|source| {
             if route_hint(&source).is_empty() {
                 self.call_err("rdma_resolve_route", source)
@@ -1853,7 +1854,7 @@ impl CmId {
     pub fn listen(&self, backlog: i32) -> Result<(), CmError> {
         let _guard = self.channel.guard();
         // SAFETY: the id is alive.
-        let ret = unsafe { ffi::rdma_listen(self.raw.as_ptr(), backlog) };
+        let ret = fresh(|| unsafe { ffi::rdma_listen(self.raw.as_ptr(), backlog) });
         self.check("rdma_listen", ret)
     }
 
@@ -1911,7 +1912,7 @@ impl CmId {
         let mut raw_param = param.raw();
         // SAFETY: the id is alive; raw_param and the private data it points to live through
         // the call, which copies them.
-        let ret = unsafe { ffi::rdma_connect(self.raw.as_ptr(), &mut raw_param) };
+        let ret = fresh(|| unsafe { ffi::rdma_connect(self.raw.as_ptr(), &mut raw_param) });
         self.check("rdma_connect", ret)
     }
 
@@ -1924,7 +1925,7 @@ impl CmId {
         self.check_private_data(PrivateDataCall::Accept, param.private_data.len())?;
         let mut raw_param = param.raw();
         // SAFETY: the id is alive; raw_param and its private data live through the call.
-        let ret = unsafe { ffi::rdma_accept(self.raw.as_ptr(), &mut raw_param) };
+        let ret = fresh(|| unsafe { ffi::rdma_accept(self.raw.as_ptr(), &mut raw_param) });
         self.check("rdma_accept", ret)
     }
 
@@ -1944,7 +1945,7 @@ impl CmId {
             )
         };
         // SAFETY: the id is alive; data points to len bytes the call copies.
-        let ret = unsafe { ffi::rdma_reject(self.raw.as_ptr(), data, len) };
+        let ret = fresh(|| unsafe { ffi::rdma_reject(self.raw.as_ptr(), data, len) });
         self.check("rdma_reject", ret)
     }
 
@@ -1954,7 +1955,7 @@ impl CmId {
     pub fn establish(&self) -> Result<(), CmError> {
         let _guard = self.channel.guard();
         // SAFETY: the id is alive.
-        let ret = unsafe { ffi::rdma_establish(self.raw.as_ptr()) };
+        let ret = fresh(|| unsafe { ffi::rdma_establish(self.raw.as_ptr()) });
         self.check("rdma_establish", ret)
     }
 
@@ -1964,7 +1965,7 @@ impl CmId {
     pub fn disconnect(&self) -> Result<(), CmError> {
         let _guard = self.channel.guard();
         // SAFETY: the id is alive.
-        let ret = unsafe { ffi::rdma_disconnect(self.raw.as_ptr()) };
+        let ret = fresh(|| unsafe { ffi::rdma_disconnect(self.raw.as_ptr()) });
         self.check("rdma_disconnect", ret)
     }
 
@@ -1975,7 +1976,7 @@ impl CmId {
     pub fn notify(&self, event: ffi::ibv_event_type::Type) -> Result<(), CmError> {
         let _guard = self.channel.guard();
         // SAFETY: the id is alive.
-        let ret = unsafe { ffi::rdma_notify(self.raw.as_ptr(), event) };
+        let ret = fresh(|| unsafe { ffi::rdma_notify(self.raw.as_ptr(), event) });
         match from_ret(ret) {
             Err(e) if e.raw_os_error() == Some(libc::EISCONN) => Ok(()),
             r => r.map_err(|source| self.call_err("rdma_notify", source)),
@@ -2001,7 +2002,8 @@ impl CmId {
         let mut mask: c_int = 0;
         // SAFETY: the id is alive; attr (input qp_state, output the rest) and mask are valid
         // out-parameters.
-        let ret = unsafe { ffi::rdma_init_qp_attr(self.raw.as_ptr(), &mut attr, &mut mask) };
+        let ret =
+            fresh(|| unsafe { ffi::rdma_init_qp_attr(self.raw.as_ptr(), &mut attr, &mut mask) });
         self.check("rdma_init_qp_attr", ret)?;
         Ok(CmQpAttr {
             raw: attr,
@@ -2048,7 +2050,7 @@ impl CmId {
         };
         // SAFETY: the id is alive and bound to the device of the PD and CQs (checked above);
         // init is valid for the call, which writes back the granted capacities.
-        let ret = unsafe { ffi::rdma_create_qp(raw, attr.pd.as_raw(), &mut init) };
+        let ret = fresh(|| unsafe { ffi::rdma_create_qp(raw, attr.pd.as_raw(), &mut init) });
         self.check("rdma_create_qp", ret)?;
         *lock(&self.qp) = Some(IdQp {
             _pd: Arc::clone(&attr.pd),
@@ -2101,9 +2103,9 @@ impl CmId {
         let _guard = self.channel.guard();
         let mut sa = RawSockAddr::new(group);
         // SAFETY: the id is alive; sa is a valid sockaddr the call copies; no join context.
-        let ret = unsafe {
+        let ret = fresh(|| unsafe {
             ffi::rdma_join_multicast(self.raw.as_ptr(), sa.as_mut_ptr(), ptr::null_mut())
-        };
+        });
         from_ret(ret).map_err(|source| CmError::Call {
             call: "rdma_join_multicast",
             endpoints: Endpoints {
@@ -2123,7 +2125,8 @@ impl CmId {
         let _guard = self.channel.guard();
         let mut sa = RawSockAddr::new(group);
         // SAFETY: the id is alive; sa is a valid sockaddr.
-        let ret = unsafe { ffi::rdma_leave_multicast(self.raw.as_ptr(), sa.as_mut_ptr()) };
+        let ret =
+            fresh(|| unsafe { ffi::rdma_leave_multicast(self.raw.as_ptr(), sa.as_mut_ptr()) });
         from_ret(ret).map_err(|source| CmError::Call {
             call: "rdma_leave_multicast",
             endpoints: Endpoints {
@@ -2218,7 +2221,7 @@ fn lent_context(verbs: NonNull<ffi::ibv_context>) -> Result<Arc<DeviceContext>, 
     }
     let mut n: c_int = 0;
     // SAFETY: n is a valid out-pointer; the list is owned by RdmacmDevices below.
-    let list = non_null(unsafe { ffi::rdma_get_devices(&mut n) })?;
+    let list = non_null(fresh(|| unsafe { ffi::rdma_get_devices(&mut n) }))?;
     let devices = RdmacmDevices { list };
     let len = usize::try_from(n).unwrap_or(0);
     // SAFETY: the list holds n context pointers (then NULL).

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use rdma_mummy_sys as ffi;
 
-use crate::errno::{from_ret, non_null};
+use crate::errno::{fresh, from_post_ret, from_ret, non_null};
 use crate::memory_region::Sge;
 use crate::protection_domain::ProtectionDomain;
 use crate::queue_pair::post::RecvStorage;
@@ -161,7 +161,7 @@ impl SharedReceiveQueueBuilder {
         };
         // SAFETY: the PD is alive (the SRQ holds its Arc); init is fully initialised and the
         // verb writes the granted sizes back.
-        let srq = unsafe { ffi::ibv_create_srq(self.pd.as_raw(), &mut init) };
+        let srq = fresh(|| unsafe { ffi::ibv_create_srq(self.pd.as_raw(), &mut init) });
         let raw = non_null(srq).map_err(|source| SharedReceiveQueueError::Create {
             device: self.pd.context().name().to_owned(),
             max_wr: self.max_wr,
@@ -243,7 +243,7 @@ impl SharedReceiveQueue {
         };
         let mask = ffi::ibv_srq_attr_mask::IBV_SRQ_LIMIT as c_int;
         // SAFETY: raw is live; attr is valid and the verb reads only srq_limit.
-        let ret = unsafe { ffi::ibv_modify_srq(self.raw.as_ptr(), &mut attr, mask) };
+        let ret = fresh(|| unsafe { ffi::ibv_modify_srq(self.raw.as_ptr(), &mut attr, mask) });
         from_ret(ret).map_err(|source| SharedReceiveQueueError::Modify {
             srq: self.handle(),
             what: format!("srq_limit {limit}"),
@@ -257,7 +257,7 @@ impl SharedReceiveQueue {
     pub fn query(&self) -> Result<(u32, u32, u32), SharedReceiveQueueError> {
         let mut attr = ffi::ibv_srq_attr::default();
         // SAFETY: raw is live; attr is a valid out-parameter.
-        let ret = unsafe { ffi::ibv_query_srq(self.raw.as_ptr(), &mut attr) };
+        let ret = fresh(|| unsafe { ffi::ibv_query_srq(self.raw.as_ptr(), &mut attr) });
         from_ret(ret).map_err(|source| SharedReceiveQueueError::Query {
             srq: self.handle(),
             source,
@@ -290,7 +290,7 @@ impl Drop for SharedReceiveQueue {
         }
         // SAFETY: raw came from ibv_create_srq and is destroyed once; every QP attached holds
         // this SRQ's Arc, so none is left.
-        let ret = unsafe { ffi::ibv_destroy_srq(self.raw.as_ptr()) };
+        let ret = fresh(|| unsafe { ffi::ibv_destroy_srq(self.raw.as_ptr()) });
         if let Err(e) = from_ret(ret) {
             crate::report_drop_failure("ibv_destroy_srq", "a shared receive queue", &e);
         }
@@ -376,7 +376,7 @@ impl SrqPostRecvGuard<'_> {
         // into `sges` (alive with the SRQ, locked by this guard); the device checks every
         // SGE's lkey and bounds.
         let ret = unsafe { ffi::ibv_post_srq_recv(raw, head, &mut bad) };
-        from_ret(ret).map_err(|source| {
+        from_post_ret(ret).map_err(|source| {
             let index = st.locate(bad, count).map(|(i, _)| i);
             SharedReceiveQueueError::Post {
                 srq,

@@ -102,8 +102,8 @@ fn memory_registration() {
     assert_eq!(buf.len(), 8192);
     assert_eq!(buf.addr() % 4096, 0);
     assert_eq!(buf.mr().len(), 8192);
-    buf.as_mut_slice()[..4].copy_from_slice(b"ping");
-    assert_eq!(&buf.as_slice()[..4], b"ping");
+    buf.write_at(0, b"ping").unwrap();
+    assert_eq!(&common::bytes(&buf)[..4], b"ping");
     let sge = buf.sge(4096..8192).unwrap();
     assert_eq!(sge.addr(), buf.addr() + 4096);
     assert_eq!(sge.length(), 4096);

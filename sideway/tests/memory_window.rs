@@ -84,7 +84,7 @@ fn memory_window_type1_bind_and_unbind() {
         .reg_buffer(4096, AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND)
         .unwrap();
     let mut src = pd.reg_buffer(64, AccessFlags::LOCAL_WRITE).unwrap();
-    src.as_mut_slice()[..8].copy_from_slice(b"viawin01");
+    src.write_at(0, b"viawin01").unwrap();
     let mw = pd.alloc_mw(MwType::Type1).unwrap();
     assert_eq!(mw.mw_type(), MwType::Type1);
     let base = target.addr() + 1024;
@@ -105,7 +105,7 @@ fn memory_window_type1_bind_and_unbind() {
         remote_write(&mut rc, &src, rkey, base + 8),
         WcStatus::Success
     );
-    assert_eq!(&target.as_slice()[1032..1040], b"viawin01");
+    assert_eq!(&common::bytes(&target)[1032..1040], b"viawin01");
 
     mw.unbind(&mut rc.a, 6, SendFlags::SIGNALED, target.mr())
         .unwrap();
@@ -137,7 +137,7 @@ fn type2(test: &str, extended: bool) {
         .reg_buffer(4096, AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND)
         .unwrap();
     let mut src = pd.reg_buffer(64, AccessFlags::LOCAL_WRITE).unwrap();
-    src.as_mut_slice()[..8].copy_from_slice(b"window2!");
+    src.write_at(0, b"window2!").unwrap();
     let recv = pd.reg_buffer(64, AccessFlags::LOCAL_WRITE).unwrap();
 
     // Two windows: one invalidated locally, one by the peer's send with invalidate.
@@ -175,7 +175,7 @@ fn type2(test: &str, extended: bool) {
         remote_write(&mut rc, &src, k_remote, base + 256),
         WcStatus::Success
     );
-    assert_eq!(&target.as_slice()[256..264], b"window2!");
+    assert_eq!(&common::bytes(&target)[256..264], b"window2!");
 
     // Local invalidate of the first.
     let mut s = rc.a.start_post_send();
@@ -203,7 +203,7 @@ fn type2(test: &str, extended: bool) {
         // invalidation.
         None => println!("note: the device did not flag the invalidation: {wc:?}"),
     }
-    assert_eq!(&recv.as_slice()[..8], b"window2!");
+    assert_eq!(&common::bytes(&recv)[..8], b"window2!");
 
     // Both rkeys are dead now (the first failure moves b's QP to error: check one).
     let status = remote_write(&mut rc, &src, k_remote, base + 256);

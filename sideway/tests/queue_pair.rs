@@ -184,7 +184,7 @@ fn rdma_write(test: &str, kind: Kind) {
         return;
     };
     let data = pattern(7, 4096);
-    p.buf_a.as_mut_slice()[..4096].copy_from_slice(&data);
+    p.buf_a.write_at(0, &data).unwrap();
     let (rkey, raddr) = (p.buf_b.rkey(), p.buf_b.addr() + 512);
     let mut batch = p.a.start_post_send();
     batch
@@ -194,8 +194,8 @@ fn rdma_write(test: &str, kind: Kind) {
     batch.post().unwrap();
     let wc = wait_ok(&p.cq_a);
     assert_eq!((wc.wr_id(), wc.opcode()), (11, WcOpcode::RdmaWrite));
-    assert_eq!(&p.buf_b.as_slice()[512..512 + 4096], &data[..]);
-    assert!(p.buf_b.as_slice()[..512].iter().all(|&b| b == 0));
+    assert_eq!(&common::bytes(&p.buf_b)[512..512 + 4096], &data[..]);
+    assert!(common::bytes(&p.buf_b)[..512].iter().all(|&b| b == 0));
 }
 
 fn rdma_read(test: &str, kind: Kind) {
@@ -203,7 +203,7 @@ fn rdma_read(test: &str, kind: Kind) {
         return;
     };
     let data = pattern(3, 3000);
-    p.buf_b.as_mut_slice()[100..3100].copy_from_slice(&data);
+    p.buf_b.write_at(100, &data).unwrap();
     let (rkey, raddr) = (p.buf_b.rkey(), p.buf_b.addr() + 100);
     let mut batch = p.a.start_post_send();
     batch
@@ -212,7 +212,7 @@ fn rdma_read(test: &str, kind: Kind) {
     batch.post().unwrap();
     let wc = wait_ok(&p.cq_a);
     assert_eq!((wc.wr_id(), wc.opcode()), (5, WcOpcode::RdmaRead));
-    assert_eq!(&p.buf_a.as_slice()[8192..11192], &data[..]);
+    assert_eq!(&common::bytes(&p.buf_a)[8192..11192], &data[..]);
 }
 
 fn send_recv(test: &str, kind: Kind) {
@@ -223,7 +223,7 @@ fn send_recv(test: &str, kind: Kind) {
     recv.recv(21, &[p.buf_b.sge(1000..1256).unwrap()]);
     recv.post().unwrap();
     let data = pattern(9, 100);
-    p.buf_a.as_mut_slice()[..100].copy_from_slice(&data);
+    p.buf_a.write_at(0, &data).unwrap();
     let mut batch = p.a.start_post_send();
     batch
         .wr(20, SendFlags::SIGNALED | SendFlags::SOLICITED)
@@ -238,7 +238,7 @@ fn send_recv(test: &str, kind: Kind) {
     );
     assert_eq!(r.qp_num(), p.b.qp_num());
     assert_eq!(r.imm_data(), None);
-    assert_eq!(&p.buf_b.as_slice()[1000..1100], &data[..]);
+    assert_eq!(&common::bytes(&p.buf_b)[1000..1100], &data[..]);
 }
 
 fn immediate_data(test: &str, kind: Kind) {
@@ -250,8 +250,8 @@ fn immediate_data(test: &str, kind: Kind) {
     assert_eq!(recv.len(), 2);
     recv.post().unwrap();
     let (rkey, raddr) = (p.buf_b.rkey(), p.buf_b.addr() + 4096);
-    p.buf_a.as_mut_slice()[..32].copy_from_slice(&pattern(1, 32));
-    p.buf_a.as_mut_slice()[32..64].copy_from_slice(&pattern(2, 32));
+    p.buf_a.write_at(0, &pattern(1, 32)).unwrap();
+    p.buf_a.write_at(32, &pattern(2, 32)).unwrap();
     let mut batch = p.a.start_post_send();
     batch
         .wr(10, SendFlags::SIGNALED)
@@ -271,22 +271,22 @@ fn immediate_data(test: &str, kind: Kind) {
     assert_eq!((r1.wr_id(), r1.opcode()), (1, WcOpcode::Recv));
     assert!(r1.wc_flags().contains(WcFlags::WITH_IMM));
     assert_eq!(r1.imm_data(), Some(0xdead_beef));
-    assert_eq!(&p.buf_b.as_slice()[..32], &pattern(1, 32)[..]);
+    assert_eq!(&common::bytes(&p.buf_b)[..32], &pattern(1, 32)[..]);
     assert_eq!((r2.wr_id(), r2.opcode()), (2, WcOpcode::RecvRdmaWithImm));
     assert_eq!(r2.imm_data(), Some(0x1234_5678));
     assert_eq!(r2.byte_len(), 32);
-    assert_eq!(&p.buf_b.as_slice()[4096..4128], &pattern(2, 32)[..]);
+    assert_eq!(&common::bytes(&p.buf_b)[4096..4128], &pattern(2, 32)[..]);
 }
 
 fn read_u64(buf: &RegisteredBuffer, at: usize) -> u64 {
-    u64::from_ne_bytes(buf.as_slice()[at..at + 8].try_into().unwrap())
+    u64::from_ne_bytes(common::bytes(buf)[at..at + 8].try_into().unwrap())
 }
 
 fn atomics(test: &str, kind: Kind) {
     let Some(mut p) = pair(test, kind) else {
         return;
     };
-    p.buf_b.as_mut_slice()[64..72].copy_from_slice(&5u64.to_ne_bytes());
+    p.buf_b.write_at(64, &5u64.to_ne_bytes()).unwrap();
     let (rkey, raddr) = (p.buf_b.rkey(), p.buf_b.addr() + 64);
 
     // Compare-and-swap that matches: 5 -> 9, old value 5 comes back.
@@ -357,10 +357,10 @@ fn inline_data(test: &str, kind: Kind) {
     }
     let got = wait(&p.cq_b, 2);
     assert_eq!(got[0].byte_len(), msg.len() as u32);
-    assert_eq!(&p.buf_b.as_slice()[..msg.len()], &msg[..]);
+    assert_eq!(&common::bytes(&p.buf_b)[..msg.len()], &msg[..]);
     assert_eq!(got[1].byte_len(), 13);
-    assert_eq!(&p.buf_b.as_slice()[64..64 + 13], b"one,two,three");
-    assert_eq!(&p.buf_b.as_slice()[1024..1024 + 48], &written[..]);
+    assert_eq!(&common::bytes(&p.buf_b)[64..64 + 13], b"one,two,three");
+    assert_eq!(&common::bytes(&p.buf_b)[1024..1024 + 48], &written[..]);
 }
 
 fn sge_lists(test: &str, kind: Kind) {
@@ -368,7 +368,7 @@ fn sge_lists(test: &str, kind: Kind) {
         return;
     };
     let data = pattern(11, 1024);
-    p.buf_a.as_mut_slice()[..1024].copy_from_slice(&data);
+    p.buf_a.write_at(0, &data).unwrap();
     let (rkey, raddr) = (p.buf_b.rkey(), p.buf_b.addr());
 
     // Equal-length entries from three places: a gathered WRITE lands contiguously, and a
@@ -398,12 +398,12 @@ fn sge_lists(test: &str, kind: Kind) {
     for wc in wait(&p.cq_a, 2) {
         wc.ok().unwrap();
     }
-    assert_eq!(&p.buf_b.as_slice()[2048..2048 + 60], &expect[..]);
-    assert_eq!(p.buf_b.as_slice()[2048 + 60], 0);
+    assert_eq!(&common::bytes(&p.buf_b)[2048..2048 + 60], &expect[..]);
+    assert_eq!(common::bytes(&p.buf_b)[2048 + 60], 0);
     let r = wait_ok(&p.cq_b);
     assert_eq!(r.byte_len(), 60);
-    assert_eq!(&p.buf_b.as_slice()[8000..8025], &expect[..25]);
-    assert_eq!(&p.buf_b.as_slice()[9000..9035], &expect[25..]);
+    assert_eq!(&common::bytes(&p.buf_b)[8000..8025], &expect[..25]);
+    assert_eq!(&common::bytes(&p.buf_b)[9000..9035], &expect[25..]);
 
     // Entries of different lengths.
     let rxe = p.a.pd().context().query_device().unwrap().vendor_id() == RXE_VENDOR_ID;
@@ -433,8 +433,8 @@ fn sge_lists(test: &str, kind: Kind) {
         .rdma_write(rkey, raddr + 4096, &unequal);
     batch.post().unwrap();
     wait_ok(&p.cq_a);
-    assert_eq!(&p.buf_b.as_slice()[4096..4096 + 61], &expect[..]);
-    assert_eq!(p.buf_b.as_slice()[4096 + 61], 0);
+    assert_eq!(&common::bytes(&p.buf_b)[4096..4096 + 61], &expect[..]);
+    assert_eq!(common::bytes(&p.buf_b)[4096 + 61], 0);
 }
 
 /// `vendor_id` of SoftRoCE devices.
@@ -445,7 +445,7 @@ fn batch_of_64_writes(test: &str, kind: Kind) {
         return;
     };
     let data = pattern(13, 64 * 256);
-    p.buf_a.as_mut_slice()[..data.len()].copy_from_slice(&data);
+    p.buf_a.write_at(0, &data).unwrap();
     post_writes(&mut p, 64);
     let wcs = wait(&p.cq_a, 64);
     assert_eq!(wcs.len(), 64);
@@ -459,7 +459,7 @@ fn batch_of_64_writes(test: &str, kind: Kind) {
         .collect();
     ids.sort_unstable();
     assert_eq!(ids, (1000..1064).collect::<Vec<u64>>());
-    assert_eq!(&p.buf_b.as_slice()[..data.len()], &data[..]);
+    assert_eq!(&common::bytes(&p.buf_b)[..data.len()], &data[..]);
 }
 
 /// Posts `n` signaled 256-byte WRITEs from `p.a` to `p.b` (wr_ids 1000, 1001, ...) in one
@@ -596,7 +596,7 @@ fn wrong_rkey_is_a_remote_access_error(test: &str, kind: Kind) {
     let err = wc[0].ok().unwrap_err();
     assert_eq!(err.status, WcStatus::RemAccessErr);
     assert!(err.to_string().contains("remote key"), "{err}");
-    assert!(p.buf_b.as_slice()[..64].iter().all(|&b| b == 0));
+    assert!(common::bytes(&p.buf_b)[..64].iter().all(|&b| b == 0));
 }
 
 fn invalid_requests_post_nothing(test: &str, kind: Kind) {
@@ -605,7 +605,7 @@ fn invalid_requests_post_nothing(test: &str, kind: Kind) {
     };
     let five = [p.buf_a.sge(0..8).unwrap(); 5];
     let (rkey, raddr) = (p.buf_b.rkey(), p.buf_b.addr());
-    p.buf_a.as_mut_slice()[..8].copy_from_slice(&[0xAA; 8]);
+    p.buf_a.write_at(0, &[0xAA; 8]).unwrap();
     let mut batch = p.a.start_post_send();
     batch
         .wr(1, SendFlags::SIGNALED)
@@ -644,7 +644,7 @@ fn invalid_requests_post_nothing(test: &str, kind: Kind) {
             .unwrap(),
         0
     );
-    assert!(p.buf_b.as_slice()[..8].iter().all(|&b| b == 0));
+    assert!(common::bytes(&p.buf_b)[..8].iter().all(|&b| b == 0));
     // The QP still works.
     let mut batch = p.a.start_post_send();
     batch
@@ -652,7 +652,7 @@ fn invalid_requests_post_nothing(test: &str, kind: Kind) {
         .rdma_write(rkey, raddr, p.buf_a.sge(0..8).unwrap());
     batch.post().unwrap();
     assert_eq!(wait_ok(&p.cq_a).wr_id(), 6);
-    assert_eq!(&p.buf_b.as_slice()[..8], &[0xAA; 8]);
+    assert_eq!(&common::bytes(&p.buf_b)[..8], &[0xAA; 8]);
 }
 
 #[test]
@@ -758,7 +758,7 @@ fn uc_writes_land_and_ud_reaches_rts() {
         assert_eq!(a.state().unwrap(), QpState::Rts);
         let mut src = a.pd().reg_buffer(4096, access()).unwrap();
         let dst = b.pd().reg_buffer(4096, access()).unwrap();
-        src.as_mut_slice()[..256].copy_from_slice(&pattern(17, 256));
+        src.write_at(0, &pattern(17, 256)).unwrap();
         let mut batch = a.start_post_send();
         batch.wr(1, SendFlags::SIGNALED).rdma_write(
             dst.rkey(),
@@ -769,7 +769,7 @@ fn uc_writes_land_and_ud_reaches_rts() {
         wait_ok(&cq_a);
         // UC has no acknowledgements: the sender's completion does not prove arrival.
         let deadline = Instant::now() + Duration::from_secs(10);
-        while dst.as_slice()[..256] != pattern(17, 256)[..] {
+        while common::bytes(&dst)[..256] != pattern(17, 256)[..] {
             assert!(Instant::now() < deadline, "UC write did not land in 10 s");
             std::thread::sleep(Duration::from_millis(1));
         }

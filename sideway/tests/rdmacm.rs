@@ -572,7 +572,7 @@ fn ud_ids_exchange_datagrams() {
     drop(req);
     assert_eq!(sid.port_space(), PortSpace::Udp);
     let sqp = give_qp(&sid);
-    let mut srecv = sqp
+    let srecv = sqp
         .pd
         .reg_buffer(GRH + 64, AccessFlags::LOCAL_WRITE)
         .unwrap();
@@ -595,7 +595,7 @@ fn ud_ids_exchange_datagrams() {
     post_recv(cid.qp_as_raw(), &crecv, GRH + 64, 2);
     let msg = b"a datagram from the client";
     let mut csend = cqp.pd.reg_buffer(64, AccessFlags::LOCAL_WRITE).unwrap();
-    csend.as_mut_slice()[..msg.len()].copy_from_slice(msg);
+    csend.write_at(0, msg).unwrap();
     post_ud_send(
         cid.qp_as_raw(),
         &csend,
@@ -609,7 +609,7 @@ fn ud_ids_exchange_datagrams() {
     let wc = completion(&sqp.cq, "server receive");
     assert_eq!(wc.byte_len() as usize, GRH + msg.len());
     assert_eq!(Some(wc.src_qp()), cid.qp_num());
-    assert_eq!(&srecv.as_slice()[GRH..GRH + msg.len()], msg);
+    assert_eq!(&common::bytes(&srecv)[GRH..GRH + msg.len()], msg);
 
     // Server -> client: the server learns the client's address from the datagram itself.
     let mut wc_raw = *wc.as_raw();
@@ -619,14 +619,14 @@ fn ud_ids_exchange_datagrams() {
         ffi::ibv_create_ah_from_wc(
             sqp.pd.as_raw(),
             &mut wc_raw,
-            srecv.as_mut_slice().as_mut_ptr().cast(),
+            srecv.as_ptr().cast(),
             sid.port_num(),
         )
     };
     assert!(!reply_ah.is_null(), "ibv_create_ah_from_wc");
     let reply = b"and one back from the server";
     let mut ssend = sqp.pd.reg_buffer(64, AccessFlags::LOCAL_WRITE).unwrap();
-    ssend.as_mut_slice()[..reply.len()].copy_from_slice(reply);
+    ssend.write_at(0, reply).unwrap();
     post_ud_send(
         sid.qp_as_raw(),
         &ssend,
@@ -638,7 +638,7 @@ fn ud_ids_exchange_datagrams() {
     completion(&sqp.cq, "server send");
     let wc = completion(&cqp.cq, "client receive");
     assert_eq!(wc.byte_len() as usize, GRH + reply.len());
-    assert_eq!(&crecv.as_slice()[GRH..GRH + reply.len()], reply);
+    assert_eq!(&common::bytes(&crecv)[GRH..GRH + reply.len()], reply);
     // SAFETY: the reply's send completed; nothing uses the handle any more.
     assert_eq!(unsafe { ffi::ibv_destroy_ah(reply_ah) }, 0);
     let _ = &mut crecv;
@@ -672,7 +672,7 @@ fn multicast_join_sends_and_receives() {
     post_recv(rid.qp_as_raw(), &recv, GRH + 64, 3);
     let msg = b"to everyone in the group";
     let mut send = sqp.pd.reg_buffer(64, AccessFlags::LOCAL_WRITE).unwrap();
-    send.as_mut_slice()[..msg.len()].copy_from_slice(msg);
+    send.write_at(0, msg).unwrap();
     let ah = ud.create_ah(&sqp.pd).unwrap();
     post_ud_send(
         sid.qp_as_raw(),
@@ -685,7 +685,7 @@ fn multicast_join_sends_and_receives() {
     completion(&sqp.cq, "multicast send");
     let wc = completion(&rqp.cq, "multicast receive");
     assert_eq!(wc.byte_len() as usize, GRH + msg.len());
-    assert_eq!(&recv.as_slice()[GRH..GRH + msg.len()], msg);
+    assert_eq!(&common::bytes(&recv)[GRH..GRH + msg.len()], msg);
     rid.leave_multicast(group).unwrap();
     let _ = &mut recv;
 }
@@ -785,7 +785,7 @@ fn own_qps_follow_the_connection_through_init_qp_attr() {
     let mut sdata = spd
         .reg_buffer(64, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
         .unwrap();
-    sdata.as_mut_slice()[..5].copy_from_slice(b"fetch");
+    sdata.write_at(0, b"fetch").unwrap();
     sid.accept(ConnParam::new().qp_num(sqp.qp_num())).unwrap();
 
     let resp = cch.wait_for(EventType::ConnectResponse, WAIT).unwrap();
@@ -808,7 +808,7 @@ fn own_qps_follow_the_connection_through_init_qp_attr() {
 
     // A SEND, and an RDMA READ, over the QPs the ids never owned.
     let mut cbuf = cpd.reg_buffer(64, AccessFlags::LOCAL_WRITE).unwrap();
-    cbuf.as_mut_slice()[..5].copy_from_slice(b"hello");
+    cbuf.write_at(0, b"hello").unwrap();
     let mut batch = cqp.start_post_send();
     batch
         .wr(2, SendFlags::SIGNALED)
@@ -820,14 +820,14 @@ fn own_qps_follow_the_connection_through_init_qp_attr() {
     assert_eq!(completion(cqp.send_cq(), "client read").wr_id(), 3);
     let wc = completion(sqp.recv_cq(), "server receive");
     assert_eq!(wc.byte_len(), 5);
-    assert_eq!(&srecv.as_slice()[..5], b"hello");
-    assert_eq!(&cbuf.as_slice()[8..13], b"fetch");
+    assert_eq!(&common::bytes(&srecv)[..5], b"hello");
+    assert_eq!(&common::bytes(&cbuf)[8..13], b"fetch");
 
     // And the other way: the server READs the client's memory.
     let mut cdata = cpd
         .reg_buffer(64, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
         .unwrap();
-    cdata.as_mut_slice()[..4].copy_from_slice(b"back");
+    cdata.write_at(0, b"back").unwrap();
     let mut batch = sqp.start_post_send();
     batch.wr(4, SendFlags::SIGNALED).rdma_read(
         cdata.rkey(),
@@ -836,6 +836,6 @@ fn own_qps_follow_the_connection_through_init_qp_attr() {
     );
     batch.post().unwrap();
     assert_eq!(completion(sqp.send_cq(), "server read").wr_id(), 4);
-    assert_eq!(&srecv.as_slice()[16..20], b"back");
+    assert_eq!(&common::bytes(&srecv)[16..20], b"back");
     let _ = (&mut srecv, &mut sdata, &mut cbuf);
 }

@@ -72,7 +72,7 @@ fn srq_shared_by_four_qps_and_its_limit_event() {
     // Each sender sends two messages naming itself.
     for (i, s) in senders.iter_mut().enumerate() {
         let text = format!("from sender {i}");
-        send_buf.as_mut_slice()[i * SLOT..i * SLOT + text.len()].copy_from_slice(text.as_bytes());
+        send_buf.write_at(i * SLOT, text.as_bytes()).unwrap();
         let sge = send_buf.sge(i * SLOT..i * SLOT + text.len()).unwrap();
         let mut p = s.start_post_send();
         p.wr(i as u64, SendFlags::SIGNALED)
@@ -98,7 +98,7 @@ fn srq_shared_by_four_qps_and_its_limit_event() {
         assert!(slots.insert(slot), "slot {slot} used twice");
         let text = format!("from sender {idx}");
         assert_eq!(
-            &recv_buf.as_slice()[slot * SLOT..slot * SLOT + text.len()],
+            &common::bytes(&recv_buf)[slot * SLOT..slot * SLOT + text.len()],
             text.as_bytes(),
             "receiver {idx} got its own sender's message"
         );

@@ -55,7 +55,7 @@ fn ud_round_trip(test: &str, extended: bool) {
     r.post().unwrap();
 
     let ah = pd.create_ah(&pairs::loopback_av(&ctx)).unwrap();
-    buf_a.as_mut_slice()[1024..1024 + msg.len()].copy_from_slice(msg);
+    buf_a.write_at(1024, msg).unwrap();
     let mut s = a.start_post_send();
     s.wr(1, SendFlags::SIGNALED)
         .ud_addr(&ah, b.qp_num(), QKEY)
@@ -76,8 +76,8 @@ fn ud_round_trip(test: &str, extended: bool) {
     );
     assert_eq!(wc.src_qp(), a.qp_num());
     assert!(wc.wc_flags().contains(WcFlags::GRH), "{wc:?}");
-    assert_eq!(&buf_b.as_slice()[GRH_LEN..GRH_LEN + msg.len()], msg);
-    let raw_grh = &buf_b.as_slice()[..GRH_LEN];
+    assert_eq!(&common::bytes(&buf_b)[GRH_LEN..GRH_LEN + msg.len()], msg);
+    let raw_grh = &common::bytes(&buf_b)[..GRH_LEN];
     let grh = Grh::parse(raw_grh).unwrap_or_else(|e| panic!("{e}: {raw_grh:02x?}"));
     assert_eq!(grh.sgid(), pairs::local_gid(&ctx), "GRH source: {grh:?}");
     if pairs::local_gid(&ctx).to_ipv4_mapped().is_some() {
@@ -86,10 +86,10 @@ fn ud_round_trip(test: &str, extended: bool) {
 
     // Answer the sender through an AH made from the completion.
     let reply_ah = pd
-        .create_ah_from_wc(1, &wc, &buf_b.as_slice()[..GRH_LEN])
+        .create_ah_from_wc(1, &wc, &common::bytes(&buf_b)[..GRH_LEN])
         .unwrap();
     assert_eq!(reply_ah.attr().dgid(), pairs::local_gid(&ctx));
-    buf_b.as_mut_slice()[2048..2053].copy_from_slice(b"reply");
+    buf_b.write_at(2048, b"reply").unwrap();
     let mut s = b.start_post_send();
     s.wr(2, SendFlags::SIGNALED)
         .ud_addr(&reply_ah, wc.src_qp(), QKEY)
@@ -99,7 +99,7 @@ fn ud_round_trip(test: &str, extended: bool) {
     let wc = pairs::wait_for(&cq_a, 1)[0];
     wc.ok().unwrap();
     assert_eq!((wc.wr_id(), wc.byte_len() as usize), (8, GRH_LEN + 5));
-    assert_eq!(&buf_a.as_slice()[GRH_LEN..GRH_LEN + 5], b"reply");
+    assert_eq!(&common::bytes(&buf_a)[GRH_LEN..GRH_LEN + 5], b"reply");
     assert_eq!(wc.src_qp(), b.qp_num());
 
     // A GRH too short for ibv_init_ah_from_wc is refused before the call.
@@ -163,7 +163,7 @@ fn uc_sends_and_writes_but_refuses_reads() {
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     let mut buf_a = pd.reg_buffer(4096, access).unwrap();
     let buf_b = pd.reg_buffer(4096, access).unwrap();
-    buf_a.as_mut_slice()[..5].copy_from_slice(b"write");
+    buf_a.write_at(0, b"write").unwrap();
     let mut r = b.start_post_recv();
     r.recv(9, &[buf_b.sge(1024..2048).unwrap()]);
     r.post().unwrap();
@@ -177,8 +177,8 @@ fn uc_sends_and_writes_but_refuses_reads() {
     for wc in &wcs {
         wc.ok().unwrap();
     }
-    assert_eq!(&buf_b.as_slice()[..5], b"write");
-    assert_eq!(&buf_b.as_slice()[1024..1029], b"write");
+    assert_eq!(&common::bytes(&buf_b)[..5], b"write");
+    assert_eq!(&common::bytes(&buf_b)[1024..1029], b"write");
 
     let mut s = a.start_post_send();
     s.wr(3, SendFlags::SIGNALED)

@@ -20,11 +20,12 @@
 use std::fmt;
 use std::io;
 use std::ops::Range;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
 use sideway::memory_region::{MemoryRegion, Sge};
+use sideway::queue_pair::SendData;
 use sideway::{AccessFlags, MemoryRegionError, ProtectionDomain, RegisteredBuffer};
 
 use crate::cli::RunArgs;
@@ -196,6 +197,9 @@ pub enum BufferError {
         /// mmap's errno.
         source: io::Error,
     },
+    /// Copying in or out of host memory.
+    #[error(transparent)]
+    Access(#[from] sideway::BufferError),
     /// A byte range outside the buffer.
     #[error("bytes {start}..{end} lie outside the {len}-byte test buffer")]
     OutOfRange {
@@ -301,6 +305,10 @@ impl Memory {
     }
 
     /// Allocates `len` zeroed bytes of this memory and registers them on `pd` with `access`.
+    ///
+    /// Each kind's memory is owned by its memory region (sideway's rule: freed only after a
+    /// successful deregistration, leaked after a failed one), so no failure can let the NIC
+    /// reach freed memory.
     pub fn allocate(
         &self,
         pd: &Arc<ProtectionDomain>,
@@ -308,43 +316,65 @@ impl Memory {
         access: AccessFlags,
     ) -> Result<TestBuffer, BufferError> {
         let inner = match self {
-            Memory::Host => Inner::Host(pd.reg_buffer(len, access)?),
+            Memory::Host => Inner::Host {
+                buf: pd.reg_buffer(len, access)?,
+                huge_page: None,
+            },
             Memory::HugePages { page_size } => {
                 let mapping = HugePageMapping::map(len, *page_size)?;
-                // SAFETY: the mapping is owned by the same HugePageBuffer as the region, which
-                // drops (deregisters) first; no Rust reference to the bytes outlives a borrow of
-                // the buffer.
-                let mr = unsafe { pd.reg_mr(mapping.ptr.as_ptr(), mapping.len, access)? };
-                Inner::HugePages(HugePageBuffer { mr, mapping })
+                let (ptr, mapped) = (mapping.ptr, mapping.len);
+                // SAFETY: the mapping is `mapped` zero-filled bytes at a fixed address, owned
+                // by `mapping` alone and unmapped only when it drops; the region takes it over.
+                let buf = unsafe { pd.reg_buffer_owned(mapping, ptr, mapped, access)? };
+                Inner::Host {
+                    buf,
+                    huge_page: Some(*page_size),
+                }
             }
             Memory::Gpu { gpu, registration } => {
-                let mut memory = gpu.alloc(len)?;
+                let memory = gpu.alloc(len)?;
                 memory.set_sync_memops()?;
                 let span = memory.len();
                 memory.fill(0..span, 0)?;
+                let memory = Arc::new(memory);
                 let registered = match registration {
                     GpuRegistration::RegMr => {
-                        // SAFETY: device memory the GpuBuffer owns together with the region,
-                        // which drops (deregisters) before the memory is freed; the CPU never
-                        // addresses it.
-                        unsafe { pd.reg_mr(memory.addr() as *mut u8, span, access) }
-                            .map(|mr| (mr, None))
+                        // SAFETY: device memory that stays allocated while the region's clone
+                        // of `memory` lives; the CPU never addresses it.
+                        unsafe {
+                            pd.reg_mr_owned(
+                                Arc::clone(&memory),
+                                memory.addr() as *mut u8,
+                                span,
+                                access,
+                            )
+                        }
                     }
                     GpuRegistration::DmaBuf => {
                         let fd = memory.export_dma_buf()?;
                         // Offset 0 of the dma-buf is memory.addr(), which is also the address
-                        // (iova) the work requests use.
-                        pd.reg_dmabuf_mr(fd.as_fd(), 0, span, memory.addr(), access)
-                            .map(|mr| (mr, Some(fd)))
+                        // (iova) the work requests use. The region keeps the descriptor and the
+                        // memory until it is deregistered.
+                        let raw = fd.as_raw_fd();
+                        // SAFETY: raw is `fd`, open until the region (its owner) drops it,
+                        // which is after this call.
+                        let fd_ref = unsafe { BorrowedFd::borrow_raw(raw) };
+                        pd.reg_dmabuf_mr_owned(
+                            (Arc::clone(&memory), fd),
+                            fd_ref,
+                            0,
+                            span,
+                            memory.addr(),
+                            access,
+                        )
                     }
                 };
-                let (mr, dma_buf) = registered.map_err(|source| BufferError::GpuRegister {
+                let mr = registered.map_err(|source| BufferError::GpuRegister {
                     source,
                     cause: registration.failure_cause(),
                 })?;
                 Inner::Gpu(GpuBuffer {
                     mr,
-                    _dma_buf: dma_buf,
                     memory,
                     registration: *registration,
                 })
@@ -354,18 +384,18 @@ impl Memory {
     }
 }
 
-/// Anonymous huge page memory; unmapped on drop.
+/// Anonymous huge page memory; unmapped on drop (by the memory region that owns it, once
+/// deregistered).
 struct HugePageMapping {
     ptr: NonNull<u8>,
     /// Bytes mapped: whole huge pages.
     len: usize,
-    page_size: usize,
 }
 
-// SAFETY: the mapping is owned exclusively by its buffer; moving it between threads moves
-// only the right to unmap it.
+// SAFETY: the mapping is owned exclusively by its region; moving or sharing this value moves
+// or shares only the right to unmap it, which needs `&mut` (drop).
 unsafe impl Send for HugePageMapping {}
-// SAFETY: shared access hands out only shared slices and volatile reads.
+// SAFETY: as above: `&HugePageMapping` gives no access to the bytes.
 unsafe impl Sync for HugePageMapping {}
 
 impl HugePageMapping {
@@ -410,18 +440,14 @@ impl HugePageMapping {
             source: io::Error::from_raw_os_error(libc::EFAULT),
         })?;
         // Anonymous mappings are zero-filled.
-        Ok(HugePageMapping {
-            ptr,
-            len: mapped,
-            page_size,
-        })
+        Ok(HugePageMapping { ptr, len: mapped })
     }
 }
 
 impl Drop for HugePageMapping {
     fn drop(&mut self) {
-        // SAFETY: the mapping made in map(), unmapped exactly once; its region was
-        // deregistered before (field order of HugePageBuffer).
+        // SAFETY: the mapping made in map(), unmapped exactly once; the region that owns it
+        // drops it only after a successful deregistration.
         if unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) } != 0 {
             eprintln!(
                 "stride-perf: warning: munmap of {} bytes of huge pages failed: {}",
@@ -432,24 +458,20 @@ impl Drop for HugePageMapping {
     }
 }
 
-/// Field order is the safety argument: the region drops (deregisters) before the mapping.
-struct HugePageBuffer {
-    mr: Arc<MemoryRegion>,
-    mapping: HugePageMapping,
-}
-
-/// Field order is the safety argument: the region drops (deregisters) first, then the
-/// dma-buf descriptor closes, then the GPU memory is freed.
+/// GPU memory, shared with the region that owns it: the region's clone keeps it (and, for a
+/// dma-buf, the descriptor) until deregistration succeeded; this one serves the copies.
 struct GpuBuffer {
     mr: Arc<MemoryRegion>,
-    _dma_buf: Option<OwnedFd>,
-    memory: DeviceMemory,
+    memory: Arc<DeviceMemory>,
     registration: GpuRegistration,
 }
 
 enum Inner {
-    Host(RegisteredBuffer),
-    HugePages(HugePageBuffer),
+    /// Host memory: the heap, or huge pages of `huge_page` bytes.
+    Host {
+        buf: RegisteredBuffer,
+        huge_page: Option<usize>,
+    },
     Gpu(GpuBuffer),
 }
 
@@ -497,16 +519,15 @@ impl TestBuffer {
     /// address, or a GPU device address.
     pub fn addr(&self) -> u64 {
         match &self.inner {
-            Inner::Host(b) => b.addr(),
-            Inner::HugePages(b) => b.mapping.ptr.as_ptr() as u64,
+            Inner::Host { buf, .. } => buf.addr(),
             Inner::Gpu(b) => b.memory.addr(),
         }
     }
 
-    fn mr(&self) -> &MemoryRegion {
+    /// The memory region, which owns the memory.
+    pub fn mr(&self) -> &Arc<MemoryRegion> {
         match &self.inner {
-            Inner::Host(b) => b.mr(),
-            Inner::HugePages(b) => &b.mr,
+            Inner::Host { buf, .. } => buf.mr(),
             Inner::Gpu(b) => &b.mr,
         }
     }
@@ -524,8 +545,13 @@ impl TestBuffer {
     /// What memory this is, as [`Memory::description`] says it.
     pub fn description(&self) -> String {
         match &self.inner {
-            Inner::Host(_) => "host".to_owned(),
-            Inner::HugePages(b) => huge_description(b.mapping.page_size),
+            Inner::Host {
+                huge_page: None, ..
+            } => "host".to_owned(),
+            Inner::Host {
+                huge_page: Some(page_size),
+                ..
+            } => huge_description(*page_size),
             Inner::Gpu(b) => gpu_description(b.memory.gpu(), b.registration),
         }
     }
@@ -545,32 +571,13 @@ impl TestBuffer {
         self.mr().sge(range)
     }
 
-    /// The bytes, when the CPU can address them. With remote or receive access granted the
-    /// NIC may change them at any moment.
-    pub fn host_slice(&self) -> Option<&[u8]> {
+    /// `range` as inline data for a send, when the CPU can address the bytes (copied
+    /// straight from registered memory while posting); `None` for GPU memory or out of
+    /// bounds.
+    pub fn inline(&self, range: Range<usize>) -> Option<SendData<'_>> {
         match &self.inner {
-            Inner::Host(b) => Some(&b.as_slice()[..self.len]),
-            Inner::HugePages(b) => {
-                // SAFETY: the mapping holds at least len initialised (zero-filled) bytes and
-                // lives as long as self.
-                let bytes = unsafe { std::slice::from_raw_parts(b.mapping.ptr.as_ptr(), self.len) };
-                Some(bytes)
-            }
-            Inner::Gpu(_) => None,
-        }
-    }
-
-    /// The bytes for writing, when the CPU can address them.
-    pub fn host_slice_mut(&mut self) -> Option<&mut [u8]> {
-        let len = self.len;
-        match &mut self.inner {
-            Inner::Host(b) => Some(&mut b.as_mut_slice()[..len]),
-            Inner::HugePages(b) => {
-                // SAFETY: as in host_slice; &mut self excludes every other Rust reference.
-                let bytes = unsafe { std::slice::from_raw_parts_mut(b.mapping.ptr.as_ptr(), len) };
-                Some(bytes)
-            }
-            Inner::Gpu(_) => None,
+            Inner::Host { buf, .. } if range.end <= self.len => buf.inline(range),
+            _ => None,
         }
     }
 
@@ -578,53 +585,38 @@ impl TestBuffer {
     /// memory every turn); `None` for GPU memory or past the end.
     #[inline(always)]
     pub fn peek(&self, index: usize) -> Option<u8> {
-        let base: *const u8 = match &self.inner {
-            Inner::Host(b) => b.as_slice().as_ptr(),
-            Inner::HugePages(b) => b.mapping.ptr.as_ptr(),
-            Inner::Gpu(_) => return None,
-        };
-        if index >= self.len {
-            return None;
+        match &self.inner {
+            Inner::Host { buf, .. } if index < self.len => buf.read_volatile::<u8>(index).ok(),
+            _ => None,
         }
-        // SAFETY: index < len, so the byte lies inside the live memory; a peer's RDMA WRITE
-        // may change it behind the compiler's back, hence the volatile read.
-        Some(unsafe { std::ptr::read_volatile(base.add(index)) })
     }
 
     /// Sets every byte of `range` to `byte`.
     pub fn fill(&mut self, range: Range<usize>, byte: u8) -> Result<(), BufferError> {
         check_range(&range, self.len)?;
-        if let Inner::Gpu(b) = &mut self.inner {
-            return Ok(b.memory.fill(range, byte)?);
+        match &mut self.inner {
+            Inner::Gpu(b) => Ok(b.memory.fill(range, byte)?),
+            Inner::Host { buf, .. } => Ok(buf.fill(range, byte)?),
         }
-        if let Some(bytes) = self.host_slice_mut() {
-            bytes[range].fill(byte);
-        }
-        Ok(())
     }
 
     /// Copies `data` into the buffer at `offset`.
     pub fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), BufferError> {
         let range = offset..offset.saturating_add(data.len());
         check_range(&range, self.len)?;
-        if let Inner::Gpu(b) = &mut self.inner {
-            return Ok(b.memory.write(offset, data)?);
+        match &mut self.inner {
+            Inner::Gpu(b) => Ok(b.memory.write(offset, data)?),
+            Inner::Host { buf, .. } => Ok(buf.write_at(offset, data)?),
         }
-        if let Some(bytes) = self.host_slice_mut() {
-            bytes[range].copy_from_slice(data);
-        }
-        Ok(())
     }
 
     /// Copies `range` out of the buffer (for validation).
     pub fn read(&self, range: Range<usize>) -> Result<Vec<u8>, BufferError> {
         check_range(&range, self.len)?;
-        if let Inner::Gpu(b) = &self.inner {
-            return Ok(b.memory.read(range)?);
+        match &self.inner {
+            Inner::Gpu(b) => Ok(b.memory.read(range)?),
+            Inner::Host { buf, .. } => Ok(buf.to_vec(range)?),
         }
-        Ok(self
-            .host_slice()
-            .map_or_else(Vec::new, |bytes| bytes[range].to_vec()))
     }
 }
 

@@ -705,7 +705,7 @@ impl DeviceMemory {
 
     /// Copies `data` to `offset` (`cuMemcpyHtoD`).
     #[doc(alias = "cuMemcpyHtoD")]
-    pub fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), CudaError> {
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), CudaError> {
         let range = offset..offset.saturating_add(data.len());
         check_range(&range, self.len)?;
         if data.is_empty() {
@@ -760,7 +760,7 @@ impl DeviceMemory {
 
     /// Sets every byte of `range` to `byte` (`cuMemsetD8`).
     #[doc(alias = "cuMemsetD8")]
-    pub fn fill(&mut self, range: Range<usize>, byte: u8) -> Result<(), CudaError> {
+    pub fn fill(&self, range: Range<usize>, byte: u8) -> Result<(), CudaError> {
         check_range(&range, self.len)?;
         let n = range.end - range.start;
         if n == 0 {

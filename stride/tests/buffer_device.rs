@@ -55,8 +55,10 @@ fn host_buffers() {
     exercise(&mut buf, len);
     assert_eq!(buf.peek(0), Some(0x77));
     assert_eq!(buf.peek(len), None);
-    buf.host_slice_mut().unwrap()[5] = 9;
-    assert_eq!(buf.host_slice().unwrap()[5], 9);
+    buf.write(5, &[9]).unwrap();
+    assert_eq!(buf.peek(5), Some(9));
+    assert!(buf.inline(0..16).is_some(), "host bytes can be sent inline");
+    assert!(buf.inline(0..len + 1).is_none());
 }
 
 #[test]
@@ -105,7 +107,10 @@ fn gpu_buffers_through_the_test_double() {
             let len = 2 * 65536;
             let mut buf = memory.allocate(&pd, len, ACCESS).unwrap();
             assert!(!buf.is_host());
-            assert!(buf.host_slice().is_none());
+            assert!(
+                buf.inline(0..16).is_none(),
+                "GPU bytes cannot be sent inline"
+            );
             assert_eq!(buf.peek(0), None);
             assert_eq!(buf.addr() % GPU_PAGE as u64, 0);
             assert!(buf.description().ends_with("), GPUDirect reg_mr"));

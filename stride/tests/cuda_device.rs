@@ -35,7 +35,7 @@ fn real_gpu_memory_round_trip_and_dma_buf_export() {
         driver.can_export_dma_buf()
     );
 
-    let mut mem = gpu.alloc((1 << 20) + 3).expect("cuMemAlloc");
+    let mem = gpu.alloc((1 << 20) + 3).expect("cuMemAlloc");
     assert_eq!(mem.addr() % GPU_PAGE as u64, 0);
     assert!(mem.len() >= (1 << 20) + 3);
     mem.set_sync_memops().expect("SYNC_MEMOPS");

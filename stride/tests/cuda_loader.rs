@@ -48,7 +48,7 @@ fn one_gpu_allocates_copies_fills_and_exports() {
 
             // 100,000 bytes: two GPU pages, starting on a GPU page boundary although the
             // double hands out addresses 256 bytes past a page.
-            let mut mem = gpu.alloc(100_000).unwrap();
+            let mem = gpu.alloc(100_000).unwrap();
             assert_eq!(mem.len(), 2 * GPU_PAGE);
             assert_eq!(mem.addr() % GPU_PAGE as u64, 0);
             assert_eq!(fake.live_allocations(), 1);

@@ -133,7 +133,9 @@ impl MessageBuffers {
 
     /// Posts a SEND of `advert`; wait for [`WR_SEND`] to know it went.
     fn post_send(&mut self, conn: &mut CmConnection, advert: BufferAdvert) -> Result<(), CliError> {
-        self.send.as_mut_slice()[..ADVERT_LEN].copy_from_slice(&advert.to_bytes());
+        self.send
+            .write_at(0, &advert.to_bytes())
+            .map_err(CliError::run)?;
         let sge = self.send.sge(0..ADVERT_LEN).ok_or_else(short_buffer)?;
         let mut guard = conn.qp.start_post_send();
         guard.wr(WR_SEND, SendFlags::SIGNALED).send(sge);
@@ -146,8 +148,8 @@ impl MessageBuffers {
         if len != ADVERT_LEN {
             return Err(CliError::run(ShortAdvert(len)));
         }
-        let bytes = self.recv.as_slice().get(..len).ok_or_else(short_buffer)?;
-        BufferAdvert::from_bytes(bytes).map_err(CliError::run)
+        let bytes = self.recv.to_vec(0..len).map_err(|_| short_buffer())?;
+        BufferAdvert::from_bytes(&bytes).map_err(CliError::run)
     }
 }
 
@@ -221,9 +223,13 @@ fn client(run: &mut Run<'_>) -> Result<(), CliError> {
     run.debug(|| format!("connected to {dst}, QP {:#x}", conn.qp.qp_num()));
 
     let mut ping = 0u64;
+    // The ping data, built here and copied in: the NIC may touch both buffers at any time.
+    let mut sent = vec![0; size];
+    let mut got = vec![0; size];
     while args.count.is_none_or(|c| ping < c) {
-        fill_ping(start.as_mut_slice(), ping);
-        sink.as_mut_slice().fill(0);
+        fill_ping(&mut sent, ping);
+        start.write_at(0, &sent).map_err(CliError::run)?;
+        sink.fill(0..size, 0).map_err(CliError::run)?;
         for (what, buf) in [("source", &start), ("sink", &sink)] {
             let a = advert(buf);
             run.debug(|| {
@@ -239,14 +245,15 @@ fn client(run: &mut Run<'_>) -> Result<(), CliError> {
             )?;
             msgs.post_recv(&mut conn)?;
         }
+        sink.read_at(0, &mut got).map_err(CliError::run)?;
         if args.verbose {
-            writeln!(run.out, "ping data: {}", ping_text(sink.as_slice()))?;
+            writeln!(run.out, "ping data: {}", ping_text(&got))?;
         }
-        if args.validate && sink.as_slice() != start.as_slice() {
+        if args.validate && got != sent {
             return Err(CliError::run(format!(
                 "ping {ping}: data mismatch: sent {:?}, got back {:?}",
-                ping_text(start.as_slice()),
-                ping_text(sink.as_slice())
+                ping_text(&sent),
+                ping_text(&got)
             )));
         }
         ping += 1;
@@ -341,7 +348,7 @@ fn serve(run: &mut Run<'_>, id: &Arc<sideway::rdmacm::CmId>) -> Result<(), CliEr
                 guard.post().map_err(CliError::run)?;
                 conn.wait(&[WR_RDMA], "the RDMA READ")?;
                 read_len = Some(len);
-                let data = &rdma_buf.as_slice()[..len];
+                let data = &rdma_buf.to_vec(0..len).map_err(|_| short_buffer())?;
                 if args.verbose {
                     writeln!(run.out, "server ping data: {}", ping_text(data))?;
                     run.out.flush()?;

@@ -50,7 +50,7 @@ use rdma_mummy_sys as ffi;
 
 use crate::completion_queue::CompletionQueue;
 use crate::device::{DeviceError, Mtu};
-use crate::errno::{from_ret, non_null};
+use crate::errno::{fresh, from_ret, non_null};
 use crate::gid::Gid;
 use crate::memory_region::AccessFlags;
 use crate::protection_domain::ProtectionDomain;
@@ -59,7 +59,7 @@ pub use attr::{
     AddressVector, MigState, QpAttrMask, QpCapabilities, QpState, QpType, QueuePairAttribute,
 };
 pub use post::{
-    InvalidWorkRequest, PostError, PostRecvGuard, PostSendGuard, SendData, SendFlags,
+    BufferBytes, InvalidWorkRequest, PostError, PostRecvGuard, PostSendGuard, SendData, SendFlags,
     WorkRequestBuilder,
 };
 pub use state_table::{diagnose, transition_rule, MaskDiagnosis, TransitionRule};
@@ -468,7 +468,7 @@ impl QueuePairBuilder {
         };
         // SAFETY: the PD and CQs are alive (the QP will hold their Arcs); init is fully
         // initialised and the verb writes the granted sizes back into init.cap.
-        let qp = unsafe { ffi::ibv_create_qp(self.pd.as_raw(), &mut init) };
+        let qp = fresh(|| unsafe { ffi::ibv_create_qp(self.pd.as_raw(), &mut init) });
         let raw = non_null(qp).map_err(|e| self.create_err("ibv_create_qp", e))?;
         Ok(self.wrap(raw, None, init.cap.into(), send_cq, recv_cq))
     }
@@ -508,10 +508,10 @@ impl QueuePairBuilder {
         let ctx = self.pd.context();
         // SAFETY: the context, PD and CQs are alive; init is fully initialised, and comp_mask
         // names exactly the extended fields that are meaningful.
-        let qp = unsafe { ffi::ibv_create_qp_ex(ctx.as_raw(), &mut init) };
+        let qp = fresh(|| unsafe { ffi::ibv_create_qp_ex(ctx.as_raw(), &mut init) });
         let raw = non_null(qp).map_err(|e| self.create_err("ibv_create_qp_ex", e))?;
         // SAFETY: raw is a live QP created with send_ops_flags, so it has an ibv_qp_ex.
-        let ex = unsafe { ffi::ibv_qp_to_qp_ex(raw.as_ptr()) };
+        let ex = fresh(|| unsafe { ffi::ibv_qp_to_qp_ex(raw.as_ptr()) });
         let ex = match non_null(ex) {
             Ok(ex) => ex,
             Err(e) => {
@@ -630,7 +630,7 @@ impl Drop for QueuePair {
         }
         // SAFETY: raw came from a create verb and is destroyed exactly once; no guard can be
         // alive (they borrow the QP mutably). The CQs and PD outlive this call (fields).
-        let ret = unsafe { ffi::ibv_destroy_qp(self.raw.as_ptr()) };
+        let ret = fresh(|| unsafe { ffi::ibv_destroy_qp(self.raw.as_ptr()) });
         if let Err(e) = from_ret(ret) {
             crate::report_drop_failure("ibv_destroy_qp", "a queue pair", &e);
         }
@@ -711,7 +711,7 @@ impl QueuePair {
         let mask = attr.mask();
         let mask_c = c_int::from_ne_bytes(mask.bits().to_ne_bytes());
         // SAFETY: raw is a live QP; attr is a fully initialised ibv_qp_attr the verb reads.
-        let ret = unsafe { ffi::ibv_modify_qp(self.raw.as_ptr(), &mut raw, mask_c) };
+        let ret = fresh(|| unsafe { ffi::ibv_modify_qp(self.raw.as_ptr(), &mut raw, mask_c) });
         from_ret(ret).map_err(|source| self.modify_error(attr, source))
     }
 
@@ -753,8 +753,9 @@ impl QueuePair {
         let mask_c = c_int::from_ne_bytes(mask.bits().to_ne_bytes());
         // SAFETY: raw is a live QP; attr and init are valid out-parameters (init zeroed, a
         // valid bit pattern for this plain C struct).
-        let ret =
-            unsafe { ffi::ibv_query_qp(self.raw.as_ptr(), &mut attr, mask_c, init.as_mut_ptr()) };
+        let ret = fresh(|| unsafe {
+            ffi::ibv_query_qp(self.raw.as_ptr(), &mut attr, mask_c, init.as_mut_ptr())
+        });
         from_ret(ret).map_err(|source| QueryQpError {
             qp_num: self.qp_num(),
             mask,

@@ -15,6 +15,7 @@
 
 use std::fmt;
 use std::io;
+use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 use std::os::raw::{c_int, c_void};
 use std::ptr::NonNull;
@@ -24,7 +25,7 @@ use rdma_mummy_sys as ffi;
 
 use super::{QpType, QueuePair, SendOpsFlags};
 use crate::address_handle::AddressHandle;
-use crate::errno::from_ret;
+use crate::errno::from_post_ret;
 use crate::memory_region::Sge;
 
 bitflags! {
@@ -69,6 +70,57 @@ pub enum SendData<'a> {
     Inline(&'a [u8]),
     /// Several buffers copied back to back into the request.
     InlineList(&'a [&'a [u8]]),
+    /// Bytes of a registered buffer copied into the request while posting, from
+    /// [`RegisteredBuffer::inline`](crate::RegisteredBuffer::inline): inline data straight
+    /// from memory the device may write, where no `&[u8]` may be formed.
+    InlineBuffer(BufferBytes<'a>),
+}
+
+/// A stretch of a [`RegisteredBuffer`](crate::RegisteredBuffer), borrowed for `'a`, that the
+/// CPU copies as inline data while posting; from
+/// [`RegisteredBuffer::inline`](crate::RegisteredBuffer::inline). It holds a pointer rather
+/// than a slice: the device may write the buffer, so no reference to its bytes is formed.
+#[derive(Clone, Copy)]
+pub struct BufferBytes<'a> {
+    ptr: NonNull<u8>,
+    len: usize,
+    _buffer: PhantomData<&'a [u8]>,
+}
+
+// SAFETY: it stands for a shared borrow of a RegisteredBuffer, which is Sync; the bytes are
+// only read (copied by the provider while posting).
+unsafe impl Send for BufferBytes<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for BufferBytes<'_> {}
+
+impl BufferBytes<'_> {
+    /// `len` bytes at `ptr`, inside a buffer borrowed for the returned lifetime.
+    pub(crate) fn new(ptr: NonNull<u8>, len: usize) -> Self {
+        BufferBytes {
+            ptr,
+            len,
+            _buffer: PhantomData,
+        }
+    }
+
+    /// The length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl fmt::Debug for BufferBytes<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BufferBytes")
+            .field("addr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
+    }
 }
 
 impl From<Sge> for SendData<'_> {
@@ -111,7 +163,10 @@ impl<'a> From<&'a [&'a [u8]]> for SendData<'a> {
 impl SendData<'_> {
     #[inline]
     fn is_inline(&self) -> bool {
-        matches!(self, SendData::Inline(_) | SendData::InlineList(_))
+        matches!(
+            self,
+            SendData::Inline(_) | SendData::InlineList(_) | SendData::InlineBuffer(_)
+        )
     }
 
     /// Scatter/gather entries (or inline buffers) it takes.
@@ -119,7 +174,7 @@ impl SendData<'_> {
     fn entries(&self) -> usize {
         match self {
             SendData::Empty => 0,
-            SendData::Sge(_) | SendData::Inline(_) => 1,
+            SendData::Sge(_) | SendData::Inline(_) | SendData::InlineBuffer(_) => 1,
             SendData::SgeList(l) => l.len(),
             SendData::InlineList(l) => l.len(),
         }
@@ -130,6 +185,7 @@ impl SendData<'_> {
         match self {
             SendData::Inline(b) => b.len(),
             SendData::InlineList(l) => l.iter().map(|b| b.len()).sum(),
+            SendData::InlineBuffer(b) => b.len,
             _ => 0,
         }
     }
@@ -705,17 +761,20 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
     /// `mr` with `access`, under the new rkey `rkey` (from
     /// [`MemoryWindow::next_rkey`](crate::memory_window::MemoryWindow::next_rkey)). The
     /// window and region are borrowed until posting; the bind's completion says whether it
-    /// took effect. `mr` must be registered with `AccessFlags::MW_BIND`.
+    /// took effect. `mr` must be registered with `AccessFlags::MW_BIND`. From this call on,
+    /// the window holds `mr` (an `Arc` clone) until it is bound again or dropped, so the
+    /// region outlives the binding (see [`crate::memory_window`]).
     #[doc(alias = "ibv_wr_bind_mw")]
     #[inline]
     pub fn bind_mw(
         self,
         mw: &'a crate::memory_window::MemoryWindow,
         rkey: u32,
-        mr: &'a crate::memory_region::MemoryRegion,
+        mr: &'a std::sync::Arc<crate::memory_region::MemoryRegion>,
         range: std::ops::Range<u64>,
         access: crate::memory_region::AccessFlags,
     ) -> &'g mut PostSendGuard<'a> {
+        mw.hold(mr);
         let info = ffi::ibv_mw_bind_info {
             mr: mr.as_raw(),
             addr: range.start,
@@ -1030,6 +1089,17 @@ impl<'a> PostSendGuard<'a> {
                 unsafe { entries.write(inline(b)) };
                 1
             }
+            SendData::InlineBuffer(b) => {
+                let entry = ffi::ibv_sge {
+                    addr: b.ptr.as_ptr() as u64,
+                    // check() bounded inline lengths by max_inline_data, a u32.
+                    length: b.len as u32,
+                    lkey: 0,
+                };
+                // SAFETY: entry 0 of at most max_sge, as for Sge.
+                unsafe { entries.write(entry) };
+                1
+            }
             SendData::InlineList(list) => {
                 for (j, src) in list.iter().enumerate() {
                     // SAFETY: j < list.len() <= max_sge, as above.
@@ -1182,6 +1252,11 @@ impl<'a> PostSendGuard<'a> {
             SendData::Inline(b) => unsafe {
                 ffi::ibv_wr_set_inline_data(ex, b.as_ptr() as *mut c_void, b.len())
             },
+            // SAFETY: as above; the bytes lie in a buffer borrowed for 'a, and the provider
+            // copies them through the pointer, forming no reference.
+            SendData::InlineBuffer(b) => unsafe {
+                ffi::ibv_wr_set_inline_data(ex, b.ptr.as_ptr().cast(), b.len)
+            },
             SendData::InlineList(list) => {
                 let scratch = &mut self.qp.send.inline;
                 let mut len = 0;
@@ -1234,7 +1309,8 @@ impl<'a> PostSendGuard<'a> {
             // SAFETY: ex is live and inside the batch this guard started (count > 0);
             // complete ends it.
             let ret = unsafe { ffi::ibv_wr_complete(ex.as_ptr()) };
-            return from_ret(ret).map_err(|e| post_err(self.qp, "ibv_wr_complete", None, None, e));
+            return from_post_ret(ret)
+                .map_err(|e| post_err(self.qp, "ibv_wr_complete", None, None, e));
         }
         let qp = self.qp.raw.as_ptr();
         let wrs = self.qp.send.wrs.as_mut_ptr();
@@ -1246,7 +1322,7 @@ impl<'a> PostSendGuard<'a> {
         // into `sges` (alive with the QP) at entries naming registered memory or inline bytes
         // borrowed for 'a; bad is a valid out-pointer.
         let ret = unsafe { (self.qp.posts.post_send)(qp, wrs, &mut bad) };
-        from_ret(ret).map_err(|e| {
+        from_post_ret(ret).map_err(|e| {
             let st = &self.qp.send;
             let index = chain_index(st.wrs.as_ptr(), bad, count);
             let wr_id = index.map(|i| st.wrs[i].wr_id);
@@ -1343,7 +1419,9 @@ impl ExReady {
             SendData::Empty => 0,
             SendData::Sge(_) => Self::SGE,
             SendData::SgeList(_) => Self::SGE_LIST,
-            SendData::Inline(_) | SendData::InlineList(_) => Self::INLINE,
+            SendData::Inline(_) | SendData::InlineList(_) | SendData::InlineBuffer(_) => {
+                Self::INLINE
+            }
         };
         let need = op.send_ops_flag().bits() | data_bit | if ud { Self::UD_ADDR } else { 0 };
         self.0 & need == need
@@ -1443,7 +1521,7 @@ impl<'a> PostRecvGuard<'a> {
         // SGE's lkey and bounds.
         let ret = unsafe { (self.qp.posts.post_recv)(qp, head, &mut bad) };
         // The QP number is read only for an error, after the call (as in the send post).
-        from_ret(ret).map_err(|source| {
+        from_post_ret(ret).map_err(|source| {
             let located = self.qp.recv.locate(bad, count);
             PostError::Post {
                 call: "ibv_post_recv",

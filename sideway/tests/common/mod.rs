@@ -19,3 +19,9 @@ pub(crate) fn device_or_skip(test: &str) -> Option<Arc<DeviceContext>> {
 pub(crate) fn gid_index(ctx: &DeviceContext) -> u32 {
     sideway::testing::gid_index(ctx)
 }
+
+/// A copy of all of `buf`'s bytes: the device may write a registered buffer, so tests read
+/// it by copy, never through a slice.
+pub(crate) fn bytes<A: sideway::BufferAccess>(buf: &sideway::RegisteredBuffer<A>) -> Vec<u8> {
+    buf.to_vec(0..buf.len()).expect("the whole buffer")
+}

@@ -207,6 +207,9 @@ pub(crate) fn run_size(
         inline: *inline,
     };
     let ops: Vec<WrOpOwned<'_>> = (0..n).map(|q| wr_op(&targets, q, size, params)).collect();
+    // Claimed for the whole loop: its polls then take no claim of their own.
+    let mut send_poll = send_cq.claim()?;
+    let mut recv_poll = recv_cq.claim()?;
     let mut wcs = [WorkCompletion::default(); 32];
     let mut watch = Watch::new(STALL);
     let mut total_done = 0u64;
@@ -259,7 +262,7 @@ pub(crate) fn run_size(
                     idle = false;
                 }
             }
-            let got = send_cq.poll_into(&mut wcs)?;
+            let got = send_poll.poll_into(&mut wcs)?;
             if got > 0 {
                 let t = now(base);
                 for wc in &wcs[..got] {
@@ -278,7 +281,7 @@ pub(crate) fn run_size(
             }
         }
         if role.receives {
-            let got = recv_cq.poll_into(&mut wcs)?;
+            let got = recv_poll.poll_into(&mut wcs)?;
             if got > 0 {
                 let t = now(base);
                 for wc in &wcs[..got] {

@@ -17,7 +17,7 @@
 
 use std::time::{Duration, Instant};
 
-use sideway::{CompletionChannel, CompletionQueue, QueuePair, SendFlags, WorkCompletion};
+use sideway::{ClaimedCq, CompletionChannel, QueuePair, SendFlags, WorkCompletion};
 
 use sideway::memory_region::Sge;
 
@@ -34,8 +34,9 @@ use crate::report::LatencyResult;
 /// The state of a ping-pong's one QP.
 struct PingPong<'r> {
     qp: &'r mut QueuePair,
-    send_cq: &'r CompletionQueue,
-    recv_cq: &'r CompletionQueue,
+    /// Claimed for the whole run: polls take no claim of their own.
+    send_cq: ClaimedCq,
+    recv_cq: ClaimedCq,
     recv_sge: Sge,
     wcs: [WorkCompletion; 4],
     /// A signaled send not yet seen complete.
@@ -115,9 +116,9 @@ impl PingPong<'_> {
     fn nap(&self) -> Result<(), RunError> {
         if let Some(channel) = self.events {
             match (self.outstanding, self.receives) {
-                (true, true) => sleep_on(channel, &[self.send_cq, self.recv_cq])?,
-                (true, false) => sleep_on(channel, &[self.send_cq])?,
-                (false, true) => sleep_on(channel, &[self.recv_cq])?,
+                (true, true) => sleep_on(channel, &[&**self.send_cq.cq(), &**self.recv_cq.cq()])?,
+                (true, false) => sleep_on(channel, &[&**self.send_cq.cq()])?,
+                (false, true) => sleep_on(channel, &[&**self.recv_cq.cq()])?,
                 (false, false) => {}
             }
         }
@@ -182,8 +183,8 @@ pub(crate) fn run_size(
         .ok_or_else(|| RunError::new("a latency test needs one QP"))?;
     let mut pp = PingPong {
         qp: &mut qps[0],
-        send_cq,
-        recv_cq,
+        send_cq: send_cq.claim()?,
+        recv_cq: recv_cq.claim()?,
         recv_sge,
         wcs: [WorkCompletion::default(); 4],
         outstanding: false,

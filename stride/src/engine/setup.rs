@@ -423,8 +423,8 @@ pub(crate) fn local_data(
 ) -> SendData<'_> {
     let size = usize::try_from(size).unwrap_or(half).min(half);
     let inline_ok = matches!(verb, Verb::Send | Verb::Write) && size <= inline as usize;
-    match buf.host_slice() {
-        Some(bytes) if inline_ok => SendData::from(&bytes[..size]),
+    match buf.inline(0..size) {
+        Some(bytes) if inline_ok => bytes,
         // size <= half, and the buffer holds two halves.
         _ => SendData::from(buf.sge(0..size).expect("size fits the first half")),
     }
