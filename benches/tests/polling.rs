@@ -26,12 +26,11 @@ fn classic_poll_into_hands_the_callers_slice_to_the_provider() {
         for claimed in [false, true] {
             let np = NullProvider::new();
             let (_qp, cq) = np.sideway(false);
-            let mut claim = cq.claim().unwrap();
             np.add_completions(n as u32);
             // Room for three more than are ready: the verb must leave those alone.
             let mut out = vec![sentinel(); n + 3];
             let got = if claimed {
-                claim.poll_into(&mut out).unwrap()
+                cq.claim().unwrap().poll_into(&mut out).unwrap()
             } else {
                 cq.poll_into(&mut out).unwrap()
             };
@@ -54,6 +53,7 @@ fn classic_poll_into_hands_the_callers_slice_to_the_provider() {
             // A slice shorter than what is ready takes only its length.
             np.add_completions(n as u32);
             let mut short = vec![sentinel(); n];
+            let mut claim = cq.claim().unwrap();
             assert_eq!(claim.poll_into(&mut short[..n - n / 2]).unwrap(), n - n / 2);
             assert_eq!(short[0].wr_id(), n as u64, "{what}");
         }
@@ -87,10 +87,18 @@ fn claimed_and_unclaimed_polls_see_the_same_completions() {
     }
 }
 
+/// Classic CQs too: `ibv_poll_cq` is thread-safe only where the provider locks the CQ (not
+/// mlx5's single-threaded mode, not a thread domain's CQ), and a `CompletionQueue` is `Sync`.
 #[test]
-fn a_claimed_extended_cq_refuses_other_pollers_until_dropped() {
+fn a_claimed_cq_refuses_other_pollers_until_dropped() {
+    for extended in [false, true] {
+        refuses_other_pollers(extended);
+    }
+}
+
+fn refuses_other_pollers(extended: bool) {
     let np = NullProvider::new();
-    let (_qp, cq) = np.sideway(true);
+    let (_qp, cq) = np.sideway(extended);
     let mut claim = cq.claim().unwrap();
     assert!(matches!(cq.claim(), Err(CompletionQueueError::Busy)));
     assert!(matches!(cq.poll(), Err(CompletionQueueError::Busy)));
@@ -115,16 +123,34 @@ fn a_claimed_extended_cq_refuses_other_pollers_until_dropped() {
     assert!(cq.claim().is_ok());
 }
 
+/// Two threads polling one classic CQ never reach the provider at once: while one holds it
+/// (a live poller), the other's polls are refused, and the provider sees one poll at a time.
 #[test]
-fn a_classic_cq_needs_no_claim() {
+fn threads_sharing_a_classic_cq_poll_it_one_at_a_time() {
     let np = NullProvider::new();
     let (_qp, cq) = np.sideway(false);
-    let mut first = cq.claim().unwrap();
-    let mut second = cq.claim().unwrap();
-    np.add_completions(2);
-    assert_eq!(first.poll().unwrap().next().map(|wc| wc.wr_id()), Some(0));
-    assert_eq!(second.poll().unwrap().next().map(|wc| wc.wr_id()), Some(1));
-    assert!(cq.poll().is_ok());
+    let poller = cq.poll().unwrap();
+    let busy = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut out = [sentinel(); 4];
+            (
+                matches!(cq.poll(), Err(CompletionQueueError::Busy)),
+                matches!(cq.poll_into(&mut out), Err(CompletionQueueError::Busy)),
+                matches!(cq.claim(), Err(CompletionQueueError::Busy)),
+            )
+        })
+        .join()
+        .unwrap()
+    });
+    assert_eq!(busy, (true, true, true), "another thread polled a held CQ");
+    drop(poller);
+    np.add_completions(1);
+    let got = std::thread::scope(|s| {
+        s.spawn(|| cq.poll().unwrap().next().map(|wc| wc.wr_id()))
+            .join()
+            .unwrap()
+    });
+    assert_eq!(got, Some(0), "released, the CQ polls from any thread");
 }
 
 #[test]

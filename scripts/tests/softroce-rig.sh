@@ -63,6 +63,13 @@ else
     else
         echo "skipped: no network namespace here (unshare -n not permitted) for the offline check"
     fi
+    # A guest kernel that crashes while booting (seen: int3 oopses under TCG) is booted again,
+    # and only while the command has not started; with one try it is the rig's failure.
+    check "a guest that dies while booting is booted again" 0 \
+        'booting again \(attempt 2 of 3\)' env SOFTROCE_TEST_DIE_AT_BOOT=1 $rig run -- true
+    check "a boot that keeps dying ends the run: exit 125" 125 \
+        'the guest stopped \(QEMU exit status 0\) before the command finished' \
+        env SOFTROCE_TEST_DIE_AT_BOOT=1 SOFTROCE_BOOT_TRIES=1 $rig run -- true
     # Without tsc=reliable the guest's clocksource watchdog, under load, trades the TSC for
     # the emulated HPET mid-run (slow clock reads, skewed timings, a live kernel patch).
     check "the guest keeps the TSC clocksource (booted with tsc=reliable)" 0 \
