@@ -161,6 +161,49 @@ pub enum OobError {
     /// The peer stopped with an error.
     #[error("the peer stopped: {0}")]
     PeerAborted(String),
+    /// The peer sent another number of QP endpoints than this side has QPs.
+    #[error("the peer sent {sent} QP endpoints, but this run has {expected} QPs (-q {expected}): the peer is broken or runs another test; run the same stride-perf version with the same options on both sides")]
+    EndpointCount {
+        /// How many endpoints the peer sent.
+        sent: usize,
+        /// How many this side has (one per QP).
+        expected: usize,
+    },
+    /// A peer endpoint's buffer does not fit the 64-bit address space.
+    #[error("the peer's QP {qp} advertised a {len}-byte buffer at address {addr:#x}, which runs past the end of the 64-bit address space: the peer is broken; run the same stride-perf version on both sides")]
+    EndpointAddress {
+        /// The QP's index in the peer's list.
+        qp: usize,
+        /// The address the peer sent.
+        addr: u64,
+        /// The buffer's length in bytes (the same on both sides).
+        len: u64,
+    },
+}
+
+/// Checks the peer's endpoints: `expected` of them, each buffer of `buffer_len` bytes ending
+/// within the 64-bit address space.
+fn check_endpoints(
+    theirs: &[QpEndpoint],
+    expected: usize,
+    buffer_len: u64,
+) -> Result<(), OobError> {
+    if theirs.len() != expected {
+        return Err(OobError::EndpointCount {
+            sent: theirs.len(),
+            expected,
+        });
+    }
+    for (qp, ep) in theirs.iter().enumerate() {
+        if ep.addr.checked_add(buffer_len).is_none() {
+            return Err(OobError::EndpointAddress {
+                qp,
+                addr: ep.addr,
+                len: buffer_len,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A connected out-of-band channel.
@@ -386,16 +429,26 @@ impl OobChannel {
         ))
     }
 
-    /// Trades endpoints: sends ours, returns the peer's.
-    pub fn exchange_endpoints(&mut self, ours: &[QpEndpoint]) -> Result<Vec<QpEndpoint>, OobError> {
+    /// Trades endpoints: sends ours, returns the peer's, checked: one per QP of ours (the two
+    /// sides agreed on `-q`), and each buffer, `buffer_len` bytes long on both sides, within
+    /// the address space, so that no address computed from them can overflow.
+    pub fn exchange_endpoints(
+        &mut self,
+        ours: &[QpEndpoint],
+        buffer_len: u64,
+    ) -> Result<Vec<QpEndpoint>, OobError> {
         self.send(&Message::Endpoints { qps: ours.to_vec() })?;
-        match self.recv("queue pair endpoints")? {
-            Message::Endpoints { qps } => Ok(qps),
-            other => Err(OobError::Unexpected {
-                expected: "endpoints",
-                got: other.name(),
-            }),
-        }
+        let theirs = match self.recv("queue pair endpoints")? {
+            Message::Endpoints { qps } => qps,
+            other => {
+                return Err(OobError::Unexpected {
+                    expected: "endpoints",
+                    got: other.name(),
+                })
+            }
+        };
+        check_endpoints(&theirs, ours.len(), buffer_len)?;
+        Ok(theirs)
     }
 
     /// A barrier: both sides send `step` and wait for the other's, which must match.
@@ -476,13 +529,13 @@ mod tests {
         };
         let client = thread::spawn(move || {
             c.client_handshake(&pc).unwrap();
-            let theirs = c.exchange_endpoints(&[ep]).unwrap();
+            let theirs = c.exchange_endpoints(&[ep], 128).unwrap();
             c.barrier("start").unwrap();
             theirs
         });
         s.server_handshake(&p).unwrap();
         let theirs = s
-            .exchange_endpoints(&[QpEndpoint { qpn: 18, ..ep }])
+            .exchange_endpoints(&[QpEndpoint { qpn: 18, ..ep }], 128)
             .unwrap();
         s.barrier("start").unwrap();
         assert_eq!(theirs, [ep]);
@@ -605,6 +658,65 @@ mod tests {
             );
             thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    fn endpoint(qpn: u32, addr: u64) -> QpEndpoint {
+        QpEndpoint {
+            lid: 0,
+            qpn,
+            psn: 1,
+            gid: [0; 16],
+            rkey: 7,
+            addr,
+            mtu: 1024,
+        }
+    }
+
+    /// What `exchange_endpoints` on this side says when the peer sends `theirs`.
+    fn trade(ours: Vec<QpEndpoint>, theirs: Vec<QpEndpoint>, len: u64) -> Result<usize, String> {
+        let (mut c, mut s) = pair();
+        let peer = thread::spawn(move || {
+            // The peer sends its list whatever ours says.
+            let _ = s.recv("endpoints");
+            s.send(&Message::Endpoints { qps: theirs }).unwrap();
+        });
+        let got = c.exchange_endpoints(&ours, len);
+        peer.join().unwrap();
+        got.map(|v| v.len()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_peer_with_too_few_or_too_many_endpoints_is_refused() {
+        let four: Vec<_> = (0..4).map(|q| endpoint(q, 0x1000)).collect();
+        let e = trade(four.clone(), four[..1].to_vec(), 128).unwrap_err();
+        assert!(
+            e.contains("the peer sent 1 QP endpoints, but this run has 4 QPs (-q 4)"),
+            "{e}"
+        );
+        let e = trade(four[..2].to_vec(), Vec::new(), 128).unwrap_err();
+        assert!(e.contains("the peer sent 0 QP endpoints"), "{e}");
+        let e = trade(four[..1].to_vec(), four.clone(), 128).unwrap_err();
+        assert!(
+            e.contains("sent 4 QP endpoints, but this run has 1 QPs"),
+            "{e}"
+        );
+        assert_eq!(trade(four.clone(), four, 128), Ok(4));
+    }
+
+    #[test]
+    fn a_peer_buffer_past_the_address_space_is_refused() {
+        let ours = vec![endpoint(1, 0x1000), endpoint(2, 0x1000)];
+        let theirs = vec![endpoint(3, 0x1000), endpoint(4, u64::MAX - 100)];
+        let e = trade(ours.clone(), theirs, 128).unwrap_err();
+        assert!(
+            e.contains("QP 1 advertised a 128-byte buffer at address 0xffffffffffffff9b"),
+            "{e}"
+        );
+        // The largest address whose end (address + length) still fits in 64 bits is fine.
+        let theirs = vec![endpoint(3, 0x1000), endpoint(4, u64::MAX - 127)];
+        assert!(trade(ours.clone(), theirs, 128).is_err());
+        let theirs = vec![endpoint(3, 0x1000), endpoint(4, u64::MAX - 128)];
+        assert_eq!(trade(ours, theirs, 128), Ok(2));
     }
 
     #[test]

@@ -22,7 +22,7 @@ use sideway::{CompletionChannel, CompletionQueue, QueuePair, SendFlags, WorkComp
 use sideway::memory_region::Sge;
 
 use super::bw::{wr_op, Targets};
-use super::setup::{local_data, sleep_on, Resources};
+use super::setup::{local_data, remote_target, sleep_on, RemoteTarget, Resources};
 use super::watch::Watch;
 use super::{RunError, STALL};
 use crate::cli::Verb;
@@ -200,8 +200,9 @@ pub(crate) fn run_size(
     match params.verb {
         Verb::Write => {
             let last = usize::try_from(size - 1).unwrap_or(half - 1).min(half - 1);
-            let rkey = remotes[0].rkey;
-            let raddr = remotes[0].addr + half as u64;
+            let RemoteTarget {
+                rkey, addr: raddr, ..
+            } = remote_target(remotes, 0, half)?;
             let mut i = 0u64;
             while i < iterations {
                 let value = (i as u8).wrapping_add(1);
@@ -237,7 +238,7 @@ pub(crate) fn run_size(
                 half,
                 inline,
             };
-            let op = wr_op(&targets, 0, size, params);
+            let op = wr_op(&targets, 0, size, params)?;
             let mut i = 0u64;
             while i < iterations {
                 if !is_client {
@@ -271,7 +272,7 @@ pub(crate) fn run_size(
                 half,
                 inline,
             };
-            let op = wr_op(&targets, 0, size, params);
+            let op = wr_op(&targets, 0, size, params)?;
             let mut i = 0u64;
             while i < iterations && !past_deadline() {
                 let mut guard = pp.qp.start_post_send();

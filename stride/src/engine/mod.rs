@@ -229,7 +229,9 @@ fn run_connected(
         (true, false) => Some(cm::CmListener::listen(args.port, params.qps)?),
         _ => None,
     };
-    let theirs = oob.exchange_endpoints(&ours)?;
+    // Checked as it comes (one endpoint per QP, every buffer within the address space):
+    // both the -R and the plain path index and offset into it.
+    let theirs = oob.exchange_endpoints(&ours, res.buffer_len())?;
     let (our_first, their_first) = match (ours.first(), theirs.first()) {
         (Some(a), Some(b)) => (*a, *b),
         _ => return Err(RunError::new("the peer sent no QP endpoints")),
