@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::params::TestParams;
+use crate::peer_text::{printable, PEER_TEXT_MAX};
 use crate::report::SideReport;
 
 /// Frame magic.
@@ -34,6 +35,8 @@ pub const FRAME_LIMIT: Duration = Duration::from_secs(5);
 const HEADER_LEN: usize = 10;
 /// The most bytes one read asks for.
 const READ_CHUNK: usize = 64 << 10;
+/// The most lines of a refusal shown (the two sides agree on a dozen settings).
+const MISMATCH_LINES_MAX: usize = 32;
 
 /// One queue pair's address, for the peer to connect to and to target with RDMA.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -230,6 +233,29 @@ fn check_endpoints(
     Ok(())
 }
 
+/// The error for the server's refusal lines, which say "here" for the server and "peer"
+/// for the client: turned round for either side's reader, made printable (a client's refusal
+/// came from the server) and cut to [`MISMATCH_LINES_MAX`] lines.
+fn mismatch_error(lines: &[String]) -> OobError {
+    let mut shown: Vec<String> = lines
+        .iter()
+        .take(MISMATCH_LINES_MAX)
+        .map(|m| {
+            printable(
+                &m.replace("here ", "server ").replace("peer ", "client "),
+                PEER_TEXT_MAX,
+            )
+        })
+        .collect();
+    if lines.len() > MISMATCH_LINES_MAX {
+        shown.push(format!(
+            "... and {} more lines not shown",
+            lines.len() - MISMATCH_LINES_MAX
+        ));
+    }
+    OobError::Mismatch(shown)
+}
+
 /// A connected out-of-band channel.
 #[derive(Debug)]
 pub struct OobChannel {
@@ -255,8 +281,8 @@ fn frame_needs(buf: &[u8]) -> Result<usize, OobError> {
     if buf.iter().zip(MAGIC).any(|(got, want)| got != want) {
         let head = buf.get(..MAGIC.len()).unwrap_or(buf);
         return Err(OobError::Garbage(format!(
-            "the first bytes were {:?}, not the stride-perf frame magic",
-            String::from_utf8_lossy(head)
+            "the first bytes were \"{}\", not the stride-perf frame magic",
+            printable(&String::from_utf8_lossy(head), PEER_TEXT_MAX)
         )));
     }
     let Some(&[_, _, _, _, v0, v1, l0, l1, l2, l3]) = buf.first_chunk::<HEADER_LEN>() else {
@@ -372,10 +398,15 @@ impl OobChannel {
         let decoded = serde_json::from_slice(self.partial.get(HEADER_LEN..).unwrap_or_default());
         self.partial.clear();
         self.partial_since = None;
-        let msg: Message =
-            decoded.map_err(|e| OobError::Garbage(format!("undecodable message: {e}")))?;
+        // serde's messages quote what they could not decode, which is the peer's text.
+        let msg: Message = decoded.map_err(|e| {
+            OobError::Garbage(format!(
+                "undecodable message: {}",
+                printable(&e.to_string(), PEER_TEXT_MAX)
+            ))
+        })?;
         if let Message::Abort { reason } = msg {
-            return Err(OobError::PeerAborted(reason));
+            return Err(OobError::PeerAborted(printable(&reason, PEER_TEXT_MAX)));
         }
         Ok(msg)
     }
@@ -538,13 +569,7 @@ impl OobChannel {
         })?;
         match self.recv("agreement to the test parameters")? {
             Message::Agree => Ok(()),
-            Message::Refuse { mismatches } => Err(OobError::Mismatch(
-                // The server wrote "here" for itself: turn it round for the client's reader.
-                mismatches
-                    .iter()
-                    .map(|m| m.replace("here ", "server ").replace("peer ", "client "))
-                    .collect(),
-            )),
+            Message::Refuse { mismatches } => Err(mismatch_error(&mismatches)),
             other => Err(OobError::Unexpected {
                 expected: "agree",
                 got: other.name(),
@@ -572,12 +597,7 @@ impl OobChannel {
         let _ = self.send(&Message::Refuse {
             mismatches: mismatches.clone(),
         });
-        Err(OobError::Mismatch(
-            mismatches
-                .iter()
-                .map(|m| m.replace("here ", "server ").replace("peer ", "client "))
-                .collect(),
-        ))
+        Err(mismatch_error(&mismatches))
     }
 
     /// Trades endpoints: sends ours, returns the peer's, checked: one per QP of ours (the two
@@ -608,7 +628,8 @@ impl OobChannel {
         match self.recv(step)? {
             Message::Ready { step: theirs } if theirs == step => Ok(()),
             Message::Ready { step: theirs } => Err(OobError::Garbage(format!(
-                "out of step: we reached {step:?}, the peer {theirs:?}"
+                "out of step: we reached \"{step}\", the peer \"{}\"",
+                printable(&theirs, PEER_TEXT_MAX)
             ))),
             other => Err(OobError::Unexpected {
                 expected: "ready",
@@ -961,6 +982,73 @@ mod tests {
         let e = s.recv("results").unwrap_err().to_string();
         assert!(e.contains("closed the connection"), "{e}");
         assert!(e.contains("4 bytes of a message had come"), "{e}");
+    }
+
+    /// Whether `text` would reach a terminal with no control character in it.
+    fn is_printable(text: &str) -> bool {
+        !text
+            .chars()
+            .any(|c| c.is_control() || ('\u{80}'..='\u{9f}').contains(&c))
+    }
+
+    #[test]
+    fn peer_text_reaches_the_terminal_printable_and_cut() {
+        let evil = format!(
+            "\u{1b}]0;owned\u{7}\u{1b}[2J\u{9b}1A{}",
+            "x".repeat(100_000)
+        );
+        let (mut c, mut s) = pair();
+        c.abort(&evil);
+        let e = s.recv("endpoints").unwrap_err().to_string();
+        assert!(is_printable(&e), "{e:?}");
+        assert!(
+            e.starts_with("the peer stopped: \\x1b]0;owned\\x07\\x1b[2J\\u{9b}1Axxx"),
+            "{e}"
+        );
+        assert!(e.len() < 1000, "{} bytes", e.len());
+        let cut = evil.chars().count() - PEER_TEXT_MAX;
+        assert!(
+            e.ends_with(&format!("({cut} more characters not shown)")),
+            "{e}"
+        );
+
+        // A refusal's lines, a step name, and what the decoder quotes.
+        let (mut c, mut s) = pair();
+        let client = thread::spawn(move || {
+            c.client_handshake(&params(&["write", "bw"]))
+                .unwrap_err()
+                .to_string()
+        });
+        let _ = s.recv("hello");
+        // 100 lines of 2,000 characters fit one message.
+        let mut mismatches = vec![evil.chars().take(2000).collect::<String>(); 100];
+        mismatches.push("last".into());
+        s.send(&Message::Refuse { mismatches }).unwrap();
+        let e = client.join().unwrap();
+        assert!(is_printable(&e.replace('\n', "")), "{e:?}");
+        assert!(e.contains("... and 69 more lines not shown"), "{e}");
+        assert!(e.len() < 40_000, "{} bytes", e.len());
+
+        let (mut c, mut s) = pair();
+        let peer = thread::spawn(move || {
+            let _ = c.recv("start");
+            c.send(&Message::Ready { step: evil }).unwrap();
+        });
+        let e = s.barrier("start").unwrap_err().to_string();
+        peer.join().unwrap();
+        assert!(is_printable(&e), "{e:?}");
+        assert!(e.contains("the peer \"\\x1b]0;owned"), "{e}");
+
+        let (mut c, mut s) = pair();
+        let payload = br#"{"type":"\u001b[2J\u009b31m"}"#;
+        let mut frame = MAGIC.to_vec();
+        frame.extend_from_slice(&VERSION.to_be_bytes());
+        frame.extend_from_slice(&u32::try_from(payload.len()).unwrap().to_be_bytes());
+        frame.extend_from_slice(payload);
+        c.stream.write_all(&frame).unwrap();
+        let e = s.recv("hello").unwrap_err().to_string();
+        assert!(is_printable(&e), "{e:?}");
+        assert!(e.contains("\\x1b[2J"), "{e}");
     }
 
     #[test]

@@ -34,6 +34,7 @@ use crate::clock::{current_source, ClockCheck};
 use crate::latency::TooFewSamples;
 use crate::oob::{OobChannel, OobError, QpEndpoint};
 use crate::params::{ParamError, TestParams};
+use crate::peer_text::{printable, PEER_TEXT_MAX};
 use crate::progress::Progress;
 use crate::report::{self, Report, SideReport, SizeResult};
 
@@ -367,7 +368,7 @@ fn run_connected(
         println!(
             " This side only served the peer's one-sided operations and measured nothing; \
              the {}'s results:",
-            peer.role
+            printable(&peer.role, PEER_TEXT_MAX)
         );
         println!("{header}");
         for r in &peer.results {
