@@ -17,6 +17,8 @@ use std::time::Duration;
 
 use sideway::Gid;
 
+use crate::peer_text::{printable, PEER_TEXT_MAX};
+
 /// Size of one endpoint message on the wire, the terminating NUL included.
 pub const MESSAGE_LEN: usize = 52;
 
@@ -88,16 +90,23 @@ impl Endpoint {
             )));
         }
         let text_len = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
-        let text =
-            std::str::from_utf8(&msg[..text_len]).map_err(|_| fail("not ASCII text".to_owned()))?;
+        let text = std::str::from_utf8(msg.get(..text_len).unwrap_or(msg)).map_err(|_| {
+            fail(format!(
+                "not ASCII text: \"{}\"",
+                printable(&String::from_utf8_lossy(msg), PEER_TEXT_MAX)
+            ))
+        })?;
+        // Every piece of the peer's line that an error quotes goes through `printable`.
+        let quote = |s: &str| format!("\"{}\"", printable(s, PEER_TEXT_MAX));
         let mut fields = text.split(':');
         let mut field = |name: &str, width: usize| -> Result<&str, WireError> {
             match fields.next() {
                 Some(f) if f.len() == width => Ok(f),
                 Some(f) => Err(fail(format!(
-                    "{name} field {f:?} is not {width} hex digits"
+                    "{name} field {} is not {width} hex digits",
+                    quote(f)
                 ))),
-                None => Err(fail(format!("{name} field missing in {text:?}"))),
+                None => Err(fail(format!("{name} field missing in {}", quote(text)))),
             }
         };
         let lid = field("LID", 4)?;
@@ -105,16 +114,17 @@ impl Endpoint {
         let psn = field("PSN", 6)?;
         let gid = field("GID", 32)?;
         if fields.next().is_some() {
-            return Err(fail(format!("trailing fields in {text:?}")));
+            return Err(fail(format!("trailing fields in {}", quote(text))));
         }
         let hex = |name: &str, s: &str| {
-            u32::from_str_radix(s, 16).map_err(|_| fail(format!("{name} {s:?} is not hex")))
+            u32::from_str_radix(s, 16).map_err(|_| fail(format!("{name} {} is not hex", quote(s))))
         };
         Ok(Endpoint {
             lid: u16::try_from(hex("LID", lid)?).expect("4 hex digits fit in u16"),
             qpn: hex("QPN", qpn)?,
             psn: hex("PSN", psn)?,
-            gid: Gid::from_wire_hex(gid).map_err(|e| fail(e.to_string()))?,
+            gid: Gid::from_wire_hex(gid)
+                .map_err(|_| fail(format!("GID {} is not 32 hex digits", quote(gid))))?,
         })
     }
 }
@@ -384,6 +394,20 @@ mod tests {
             Endpoint::from_wire(&done).is_err(),
             "the closing word is not an endpoint"
         );
+    }
+
+    #[test]
+    fn errors_quote_the_peer_printable() {
+        let good = sample().to_wire().unwrap();
+        let mut bad = good;
+        bad[19..23].copy_from_slice(b"\x1b[2J");
+        let err = Endpoint::from_wire(&bad).unwrap_err().to_string();
+        assert!(err.contains(r#"GID "\x1b[2J0000"#), "{err}");
+        let mut bad = good;
+        bad[0..2].copy_from_slice(b"\xc2\x9b");
+        let err = Endpoint::from_wire(&bad).unwrap_err().to_string();
+        assert!(err.contains(r#"LID "\u{9b}01" is not hex"#), "{err}");
+        assert!(!err.chars().any(char::is_control), "{err:?}");
     }
 
     fn free_port() -> u16 {

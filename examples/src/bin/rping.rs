@@ -15,6 +15,7 @@ use sideway::rdmacm::{ConnParam, EventChannel, EventType, PortSpace, QpTargetSta
 use sideway::{AccessFlags, RegisteredBuffer, SendFlags};
 use sideway_examples::cli::{exit_status, select_devices, CliError};
 use sideway_examples::cm_connection::{move_qp, socket_addr, CmConnection, Waited};
+use sideway_examples::peer_text::PEER_TEXT_MAX;
 use sideway_examples::rping_wire::{
     fill_ping, ping_text, BufferAdvert, ShortAdvert, ADVERT_LEN, MAX_SIZE, MIN_SIZE,
 };
@@ -240,13 +241,17 @@ fn client(run: &mut Run<'_>) -> Result<(), CliError> {
             msgs.post_recv(&mut conn)?;
         }
         if args.verbose {
-            writeln!(run.out, "ping data: {}", ping_text(sink.as_slice()))?;
+            writeln!(
+                run.out,
+                "ping data: {}",
+                ping_text(sink.as_slice(), MAX_SIZE)
+            )?;
         }
         if args.validate && sink.as_slice() != start.as_slice() {
             return Err(CliError::run(format!(
-                "ping {ping}: data mismatch: sent {:?}, got back {:?}",
-                ping_text(start.as_slice()),
-                ping_text(sink.as_slice())
+                "ping {ping}: data mismatch: sent \"{}\", got back \"{}\"",
+                ping_text(start.as_slice(), PEER_TEXT_MAX),
+                ping_text(sink.as_slice(), PEER_TEXT_MAX)
             )));
         }
         ping += 1;
@@ -343,7 +348,7 @@ fn serve(run: &mut Run<'_>, id: &Arc<sideway::rdmacm::CmId>) -> Result<(), CliEr
                 read_len = Some(len);
                 let data = &rdma_buf.as_slice()[..len];
                 if args.verbose {
-                    writeln!(run.out, "server ping data: {}", ping_text(data))?;
+                    writeln!(run.out, "server ping data: {}", ping_text(data, MAX_SIZE))?;
                     run.out.flush()?;
                 }
                 if args.validate {
@@ -351,9 +356,9 @@ fn serve(run: &mut Run<'_>, id: &Arc<sideway::rdmacm::CmId>) -> Result<(), CliEr
                     fill_ping(&mut want, ping);
                     if data != want.as_slice() {
                         return Err(CliError::run(format!(
-                            "ping {ping}: data mismatch: expected {:?}, read {:?}",
-                            ping_text(&want),
-                            ping_text(data)
+                            "ping {ping}: data mismatch: expected \"{}\", read \"{}\"",
+                            ping_text(&want, PEER_TEXT_MAX),
+                            ping_text(data, PEER_TEXT_MAX)
                         )));
                     }
                 }
