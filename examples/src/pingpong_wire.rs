@@ -17,6 +17,8 @@ use std::time::Duration;
 
 use sideway::Gid;
 
+use crate::peer_text::{printable, PEER_TEXT_MAX};
+
 /// Size of one endpoint message on the wire, the terminating NUL included.
 pub const MESSAGE_LEN: usize = 52;
 
@@ -88,16 +90,24 @@ impl Endpoint {
             )));
         }
         let text_len = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
-        let text =
-            std::str::from_utf8(&msg[..text_len]).map_err(|_| fail("not ASCII text".to_owned()))?;
+        let text = std::str::from_utf8(msg.get(..text_len).unwrap_or(msg)).map_err(|_| {
+            fail(format!(
+                "not ASCII text: \"{}\"",
+                printable(&String::from_utf8_lossy(msg), PEER_TEXT_MAX)
+            ))
+        })?;
+        // Every piece of the peer's line that an error quotes goes through `printable`.
+        let quote = |s: &str| format!("\"{}\"", printable(s, PEER_TEXT_MAX));
         let mut fields = text.split(':');
+        // Exactly `width` hex digits and nothing else: rdma-core prints them zero-padded.
         let mut field = |name: &str, width: usize| -> Result<&str, WireError> {
             match fields.next() {
-                Some(f) if f.len() == width => Ok(f),
+                Some(f) if f.len() == width && f.bytes().all(|b| b.is_ascii_hexdigit()) => Ok(f),
                 Some(f) => Err(fail(format!(
-                    "{name} field {f:?} is not {width} hex digits"
+                    "{name} field {} is not {width} hex digits",
+                    quote(f)
                 ))),
-                None => Err(fail(format!("{name} field missing in {text:?}"))),
+                None => Err(fail(format!("{name} field missing in {}", quote(text)))),
             }
         };
         let lid = field("LID", 4)?;
@@ -105,18 +115,29 @@ impl Endpoint {
         let psn = field("PSN", 6)?;
         let gid = field("GID", 32)?;
         if fields.next().is_some() {
-            return Err(fail(format!("trailing fields in {text:?}")));
+            return Err(fail(format!("trailing fields in {}", quote(text))));
         }
         let hex = |name: &str, s: &str| {
-            u32::from_str_radix(s, 16).map_err(|_| fail(format!("{name} {s:?} is not hex")))
+            hex_value(s).ok_or_else(|| fail(format!("{name} {} is not hex", quote(s))))
         };
         Ok(Endpoint {
-            lid: u16::try_from(hex("LID", lid)?).expect("4 hex digits fit in u16"),
+            lid: u16::try_from(hex("LID", lid)?)
+                .map_err(|_| fail(format!("LID {} does not fit in 16 bits", quote(lid))))?,
             qpn: hex("QPN", qpn)?,
             psn: hex("PSN", psn)?,
-            gid: Gid::from_wire_hex(gid).map_err(|e| fail(e.to_string()))?,
+            gid: Gid::from_wire_hex(gid)
+                .map_err(|_| fail(format!("GID {} is not 32 hex digits", quote(gid))))?,
         })
     }
+}
+
+/// The value of `s`, when every byte of it is a hex digit `[0-9a-fA-F]` (and it fits in
+/// 32 bits). Not `from_str_radix`: that also takes a leading `+`.
+fn hex_value(s: &str) -> Option<u32> {
+    s.bytes().try_fold(0u32, |value, b| {
+        let digit = char::from(b).to_digit(16)?;
+        value.checked_mul(16)?.checked_add(digit)
+    })
 }
 
 /// The closing word the client sends, NUL included, as rdma-core's programs send it.
@@ -384,6 +405,53 @@ mod tests {
             Endpoint::from_wire(&done).is_err(),
             "the closing word is not an endpoint"
         );
+    }
+
+    #[test]
+    fn hex_fields_take_exactly_their_digits() {
+        let good = sample().to_wire().unwrap();
+        // Each field's first two digits (LID, QPN, PSN, GID) turned into a sign or a space.
+        for (at, name) in [(0, "LID"), (5, "QPN"), (12, "PSN"), (19, "GID")] {
+            for junk in [b"+f", b"-f", b" f", b"0x", b"f ", b"\t1"] {
+                let mut bad = good;
+                bad[at..at + 2].copy_from_slice(junk);
+                let err = Endpoint::from_wire(&bad)
+                    .map(|ep| format!("accepted as {ep:?}"))
+                    .unwrap_or_else(|e| e.to_string());
+                assert!(
+                    err.contains(&format!("{name} field \"")) && err.contains("hex digits"),
+                    "{:?}: {err}",
+                    std::str::from_utf8(&bad[..51])
+                );
+            }
+        }
+        // Upper- and lower-case digits are both hex.
+        let mut upper = good;
+        upper[12..18].copy_from_slice(b"ABCDEF");
+        assert_eq!(Endpoint::from_wire(&upper), Ok(sample()));
+        let mut lid = good;
+        lid[..4].copy_from_slice(b"fFfF");
+        assert_eq!(Endpoint::from_wire(&lid).unwrap().lid, 0xffff);
+        assert_eq!(hex_value("+fff"), None);
+        assert_eq!(hex_value("ffffffff"), Some(u32::MAX));
+        assert_eq!(hex_value("100000000"), None);
+    }
+
+    #[test]
+    fn errors_quote_the_peer_printable() {
+        let good = sample().to_wire().unwrap();
+        let mut bad = good;
+        bad[19..23].copy_from_slice(b"\x1b[2J");
+        let err = Endpoint::from_wire(&bad).unwrap_err().to_string();
+        assert!(err.contains(r#"GID field "\x1b[2J0000"#), "{err}");
+        let mut bad = good;
+        bad[0..2].copy_from_slice(b"\xc2\x9b");
+        let err = Endpoint::from_wire(&bad).unwrap_err().to_string();
+        assert!(
+            err.contains(r#"LID field "\u{9b}01" is not 4 hex digits"#),
+            "{err}"
+        );
+        assert!(!err.chars().any(char::is_control), "{err:?}");
     }
 
     fn free_port() -> u16 {

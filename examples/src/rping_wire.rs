@@ -14,6 +14,8 @@
 
 use std::fmt;
 
+use crate::peer_text::printable;
+
 /// The bytes of a [`BufferAdvert`] on the wire.
 pub const ADVERT_LEN: usize = 16;
 
@@ -99,10 +101,15 @@ pub fn fill_ping(buf: &mut [u8], ping: u64) {
     buf[last] = 0;
 }
 
-/// The ping data in `buf` as text: up to the first NUL, as rping prints it.
-pub fn ping_text(buf: &[u8]) -> String {
+/// The ping data in `buf` as text: up to the first NUL, as rping prints it, and at most
+/// `max_chars` characters of it. The data came from the peer: its control characters are
+/// written out as escapes ([`printable`]), so that it cannot drive the terminal.
+pub fn ping_text(buf: &[u8], max_chars: usize) -> String {
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
+    printable(
+        &String::from_utf8_lossy(buf.get(..end).unwrap_or(buf)),
+        max_chars,
+    )
 }
 
 #[cfg(test)]
@@ -132,22 +139,34 @@ mod tests {
         let mut buf = [0xffu8; 64];
         fill_ping(&mut buf, 0);
         assert_eq!(
-            ping_text(&buf),
+            ping_text(&buf, MAX_SIZE),
             "rdma-ping-0: ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqr"
         );
         assert_eq!(buf[63], 0);
         fill_ping(&mut buf, 1);
         assert_eq!(
-            ping_text(&buf),
+            ping_text(&buf, MAX_SIZE),
             "rdma-ping-1: BCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrs"
         );
         // After z the pattern starts over at A; ping 58 starts at A again.
         let mut buf = [0u8; 150];
         fill_ping(&mut buf, 58);
-        let text = ping_text(&buf);
+        let text = ping_text(&buf, MAX_SIZE);
         assert_eq!(text.len(), 149);
         assert!(text.starts_with("rdma-ping-58: ABC"), "{text}");
         assert!(text.ends_with("xyzABCDEFGHIJKLMNOPQRS"), "{text}");
+    }
+
+    #[test]
+    fn ping_text_cannot_drive_the_terminal() {
+        let mut buf = *b"rdma-ping-0: \x1b]0;owned\x07\x1b[2J\x7f\xc2\x9b1A\0junk";
+        assert_eq!(
+            ping_text(&buf, MAX_SIZE),
+            "rdma-ping-0: \\x1b]0;owned\\x07\\x1b[2J\\x7f\\u{9b}1A"
+        );
+        assert_eq!(ping_text(&buf, 4), "rdma... (27 more characters not shown)");
+        buf.fill(b'A');
+        assert_eq!(ping_text(&buf, MAX_SIZE).len(), buf.len());
     }
 
     #[test]

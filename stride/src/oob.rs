@@ -6,14 +6,21 @@
 //! stride-perf, speaks another protocol version, or sends garbage is refused with a message
 //! that says so; every read after the connection is up waits at most the channel's timeout,
 //! so a peer that dies mid-run is an error, not a hang.
+//!
+//! Bytes are gathered into a reassembly buffer that never holds more than one frame, and a
+//! frame is decoded only once it is whole. The measured loops' look at the channel
+//! ([`OobChannel::peer_spoke`]) reads only what has already arrived, so a peer that sends part
+//! of a frame cannot stall them; the rest of a begun frame must come within [`FRAME_LIMIT`]
+//! (the peer writes each frame at once), or the run ends with an error naming the bytes.
 
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use crate::params::TestParams;
+use crate::peer_text::{printable, PEER_TEXT_MAX};
 use crate::report::SideReport;
 
 /// Frame magic.
@@ -22,6 +29,14 @@ pub const MAGIC: &[u8; 4] = b"STRD";
 pub const VERSION: u16 = 1;
 /// Largest payload accepted, to refuse garbage early.
 pub const MAX_PAYLOAD: u32 = 1 << 20;
+/// How long the rest of a frame may take once its first bytes came.
+pub const FRAME_LIMIT: Duration = Duration::from_secs(5);
+/// A frame's header: the magic, the version and the payload length.
+const HEADER_LEN: usize = 10;
+/// The most bytes one read asks for.
+const READ_CHUNK: usize = 64 << 10;
+/// The most lines of a refusal shown (the two sides agree on a dozen settings).
+const MISMATCH_LINES_MAX: usize = 32;
 
 /// One queue pair's address, for the peer to connect to and to target with RDMA.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -161,6 +176,84 @@ pub enum OobError {
     /// The peer stopped with an error.
     #[error("the peer stopped: {0}")]
     PeerAborted(String),
+    /// The peer began a message and did not finish it in time.
+    #[error("the peer at {peer} sent {got} bytes of a message (starting {head}) and not the rest within {limit:?}: it is not stride-perf, or it broke or hung mid-message; check its output")]
+    PartialFrame {
+        /// The peer's address.
+        peer: String,
+        /// How many bytes of the frame came.
+        got: usize,
+        /// The first of them, in hex.
+        head: String,
+        /// How long the rest had.
+        limit: Duration,
+    },
+    /// The peer sent another number of QP endpoints than this side has QPs.
+    #[error("the peer sent {sent} QP endpoints, but this run has {expected} QPs (-q {expected}): the peer is broken or runs another test; run the same stride-perf version with the same options on both sides")]
+    EndpointCount {
+        /// How many endpoints the peer sent.
+        sent: usize,
+        /// How many this side has (one per QP).
+        expected: usize,
+    },
+    /// A peer endpoint's buffer does not fit the 64-bit address space.
+    #[error("the peer's QP {qp} advertised a {len}-byte buffer at address {addr:#x}, which runs past the end of the 64-bit address space: the peer is broken; run the same stride-perf version on both sides")]
+    EndpointAddress {
+        /// The QP's index in the peer's list.
+        qp: usize,
+        /// The address the peer sent.
+        addr: u64,
+        /// The buffer's length in bytes (the same on both sides).
+        len: u64,
+    },
+}
+
+/// Checks the peer's endpoints: `expected` of them, each buffer of `buffer_len` bytes ending
+/// within the 64-bit address space.
+fn check_endpoints(
+    theirs: &[QpEndpoint],
+    expected: usize,
+    buffer_len: u64,
+) -> Result<(), OobError> {
+    if theirs.len() != expected {
+        return Err(OobError::EndpointCount {
+            sent: theirs.len(),
+            expected,
+        });
+    }
+    for (qp, ep) in theirs.iter().enumerate() {
+        if ep.addr.checked_add(buffer_len).is_none() {
+            return Err(OobError::EndpointAddress {
+                qp,
+                addr: ep.addr,
+                len: buffer_len,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The error for the server's refusal lines, which say "here" for the server and "peer"
+/// for the client: turned round for either side's reader, made printable (a client's refusal
+/// came from the server) and cut to [`MISMATCH_LINES_MAX`] lines.
+fn mismatch_error(lines: &[String]) -> OobError {
+    let mut shown: Vec<String> = lines
+        .iter()
+        .take(MISMATCH_LINES_MAX)
+        .map(|m| {
+            printable(
+                &m.replace("here ", "server ").replace("peer ", "client "),
+                PEER_TEXT_MAX,
+            )
+        })
+        .collect();
+    if lines.len() > MISMATCH_LINES_MAX {
+        shown.push(format!(
+            "... and {} more lines not shown",
+            lines.len() - MISMATCH_LINES_MAX
+        ));
+    }
+    OobError::Mismatch(shown)
 }
 
 /// A connected out-of-band channel.
@@ -168,8 +261,45 @@ pub enum OobError {
 pub struct OobChannel {
     stream: TcpStream,
     timeout: Duration,
+    /// The peer's address, for error messages.
+    peer: String,
     /// A message [`OobChannel::peer_spoke`] read ahead, handed out by the next `recv`.
     pending: Option<Message>,
+    /// The bytes of the next frame received so far: never more than one frame.
+    partial: Vec<u8>,
+    /// When the first of them came.
+    partial_since: Option<Instant>,
+    /// How long the rest of a begun frame may take: [`FRAME_LIMIT`] (shorter in tests).
+    frame_limit: Duration,
+    /// The read timeout the socket has now.
+    read_wait: Duration,
+}
+
+/// How many more bytes the frame at the start of `buf` needs (0: it is whole); an error as
+/// soon as its header shows it is not a frame of ours.
+fn frame_needs(buf: &[u8]) -> Result<usize, OobError> {
+    if buf.iter().zip(MAGIC).any(|(got, want)| got != want) {
+        let head = buf.get(..MAGIC.len()).unwrap_or(buf);
+        return Err(OobError::Garbage(format!(
+            "the first bytes were \"{}\", not the stride-perf frame magic",
+            printable(&String::from_utf8_lossy(head), PEER_TEXT_MAX)
+        )));
+    }
+    let Some(&[_, _, _, _, v0, v1, l0, l1, l2, l3]) = buf.first_chunk::<HEADER_LEN>() else {
+        return Ok(HEADER_LEN - buf.len());
+    };
+    let version = u16::from_be_bytes([v0, v1]);
+    if version != VERSION {
+        return Err(OobError::Version { peer: version });
+    }
+    let len = u32::from_be_bytes([l0, l1, l2, l3]);
+    if len > MAX_PAYLOAD {
+        return Err(OobError::Garbage(format!(
+            "a {len}-byte message is too large"
+        )));
+    }
+    // len <= MAX_PAYLOAD: the sum fits any usize.
+    Ok((HEADER_LEN + len as usize).saturating_sub(buf.len()))
 }
 
 impl OobChannel {
@@ -214,22 +344,125 @@ impl OobChannel {
         set(stream.set_nodelay(true))?;
         set(stream.set_read_timeout(Some(timeout)))?;
         set(stream.set_write_timeout(Some(timeout)))?;
+        let peer = stream
+            .peer_addr()
+            .map_or_else(|_| "(address unknown)".to_owned(), |a| a.to_string());
         Ok(OobChannel {
             stream,
             timeout,
+            peer,
             pending: None,
+            partial: Vec::new(),
+            partial_since: None,
+            frame_limit: FRAME_LIMIT,
+            read_wait: timeout,
         })
     }
 
     /// Changes how long a read may wait (a long measurement on the peer needs longer).
     pub fn set_timeout(&mut self, timeout: Duration) -> Result<(), OobError> {
         self.timeout = timeout;
+        self.set_read_wait(timeout)
+    }
+
+    /// Sets the socket's read timeout, when it differs from what it is.
+    fn set_read_wait(&mut self, wait: Duration) -> Result<(), OobError> {
+        if wait == self.read_wait {
+            return Ok(());
+        }
         self.stream
-            .set_read_timeout(Some(timeout))
+            .set_read_timeout(Some(wait))
             .map_err(|source| OobError::Io {
                 what: "setting the timeout".into(),
                 source,
-            })
+            })?;
+        self.read_wait = wait;
+        Ok(())
+    }
+
+    /// Reads at most `want` bytes (one read) onto the end of the frame being gathered.
+    fn read_some(&mut self, want: usize) -> io::Result<usize> {
+        let old = self.partial.len();
+        self.partial.resize(old + want.min(READ_CHUNK), 0);
+        let read = self.stream.read(&mut self.partial[old..]);
+        let got = *read.as_ref().unwrap_or(&0);
+        self.partial.truncate(old + got);
+        if old == 0 && got > 0 {
+            self.partial_since = Some(Instant::now());
+        }
+        read
+    }
+
+    /// Decodes the whole frame gathered, and starts gathering the next.
+    fn take_frame(&mut self) -> Result<Message, OobError> {
+        let decoded = serde_json::from_slice(self.partial.get(HEADER_LEN..).unwrap_or_default());
+        self.partial.clear();
+        self.partial_since = None;
+        // serde's messages quote what they could not decode, which is the peer's text.
+        let msg: Message = decoded.map_err(|e| {
+            OobError::Garbage(format!(
+                "undecodable message: {}",
+                printable(&e.to_string(), PEER_TEXT_MAX)
+            ))
+        })?;
+        if let Message::Abort { reason } = msg {
+            return Err(OobError::PeerAborted(printable(&reason, PEER_TEXT_MAX)));
+        }
+        Ok(msg)
+    }
+
+    /// The error for a frame begun and not finished within the frame limit.
+    fn partial_error(&self) -> OobError {
+        let head: Vec<String> = self
+            .partial
+            .iter()
+            .take(16)
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        OobError::PartialFrame {
+            peer: self.peer.clone(),
+            got: self.partial.len(),
+            head: head.join(" "),
+            limit: self.frame_limit,
+        }
+    }
+
+    /// The error for a peer that closed the connection, mid-frame or not.
+    fn closed(&self, what: &str) -> OobError {
+        match self.partial.len() {
+            0 => OobError::Closed { what: what.into() },
+            n => OobError::Closed {
+                what: format!("{what} ({n} bytes of a message had come)"),
+            },
+        }
+    }
+
+    /// Without waiting: reads what the peer has sent, up to the end of the next frame, and
+    /// decodes that frame into `pending` once it is whole (when `pending` is free; else the
+    /// whole frame waits in the buffer for a later `recv`).
+    fn read_available(&mut self, what: &str) -> Result<(), OobError> {
+        loop {
+            let need = frame_needs(&self.partial)?;
+            if need == 0 {
+                if self.pending.is_some() {
+                    return Ok(());
+                }
+                let msg = self.take_frame()?;
+                self.pending = Some(msg);
+                continue;
+            }
+            match self.read_some(need) {
+                Ok(0) => return Err(self.closed(what)),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.io_error(what, e)),
+            }
+        }
+        match self.partial_since {
+            Some(since) if since.elapsed() >= self.frame_limit => Err(self.partial_error()),
+            _ => Ok(()),
+        }
     }
 
     fn io_error(&self, what: &str, e: io::Error) -> OobError {
@@ -270,71 +503,63 @@ impl OobChannel {
     }
 
     /// Checks, without waiting, whether the peer has said something or gone away: `Ok(true)`
-    /// when a message is waiting (kept for the next [`OobChannel::recv`]), `Ok(false)` when
-    /// the peer is quiet, an error when it closed the connection or aborted. Measured loops
-    /// call this now and then, so that a peer that died is noticed instead of waited for.
+    /// when a whole message is waiting (kept for the next [`OobChannel::recv`]), `Ok(false)`
+    /// when the peer is quiet or the message it began is not whole yet, an error when it
+    /// closed the connection, aborted, sent garbage, or left a message unfinished past
+    /// [`FRAME_LIMIT`]. Measured loops call this now and then, so that a peer that died is
+    /// noticed instead of waited for; it never blocks.
     pub fn peer_spoke(&mut self) -> Result<bool, OobError> {
         let what = "watching the peer during the run";
-        let mut byte = [0u8; 1];
         self.stream
             .set_nonblocking(true)
             .map_err(|e| self.io_error(what, e))?;
-        let peeked = self.stream.peek(&mut byte);
+        let read = self.read_available(what);
         self.stream
             .set_nonblocking(false)
             .map_err(|e| self.io_error(what, e))?;
-        match peeked {
-            Ok(0) => Err(OobError::Closed { what: what.into() }),
-            // A message is already kept: the peer is still there, and what follows waits.
-            Ok(_) if self.pending.is_some() => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.pending.is_some() => Ok(true),
-            Ok(_) => {
-                // A whole frame follows promptly: the peer writes each one at once.
-                let msg = self.recv("message")?;
-                self.pending = Some(msg);
-                Ok(true)
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
-            Err(e) => Err(self.io_error(what, e)),
-        }
+        read?;
+        Ok(self.pending.is_some())
     }
 
-    /// Receives one message; `expecting` names it for error messages.
+    /// Receives one message; `expecting` names it for error messages. Waits at most the
+    /// channel's timeout for a message to begin, and then at most [`FRAME_LIMIT`] from its
+    /// first byte for the rest.
     pub fn recv(&mut self, expecting: &str) -> Result<Message, OobError> {
         if let Some(msg) = self.pending.take() {
             return Ok(msg);
         }
         let what = format!("waiting for the peer's {expecting}");
-        let mut head = [0u8; 10];
-        self.stream
-            .read_exact(&mut head)
-            .map_err(|e| self.io_error(&what, e))?;
-        if &head[..4] != MAGIC {
-            return Err(OobError::Garbage(format!(
-                "the first bytes were {:?}, not the stride-perf frame magic",
-                String::from_utf8_lossy(&head[..4])
-            )));
+        loop {
+            let need = frame_needs(&self.partial)?;
+            if need == 0 {
+                return self.take_frame();
+            }
+            let wait = match self.partial_since {
+                None => self.timeout,
+                Some(since) => {
+                    let left = self.frame_limit.saturating_sub(since.elapsed());
+                    if left.is_zero() {
+                        return Err(self.partial_error());
+                    }
+                    left.min(self.timeout)
+                }
+            };
+            self.set_read_wait(wait)?;
+            match self.read_some(need) {
+                Ok(0) => return Err(self.closed(&what)),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) && !self.partial.is_empty() =>
+                {
+                    return Err(self.partial_error())
+                }
+                Err(e) => return Err(self.io_error(&what, e)),
+            }
         }
-        let version = u16::from_be_bytes([head[4], head[5]]);
-        if version != VERSION {
-            return Err(OobError::Version { peer: version });
-        }
-        let len = u32::from_be_bytes([head[6], head[7], head[8], head[9]]);
-        if len > MAX_PAYLOAD {
-            return Err(OobError::Garbage(format!(
-                "a {len}-byte message is too large"
-            )));
-        }
-        let mut payload = vec![0u8; len as usize];
-        self.stream
-            .read_exact(&mut payload)
-            .map_err(|e| self.io_error(&what, e))?;
-        let msg: Message = serde_json::from_slice(&payload)
-            .map_err(|e| OobError::Garbage(format!("undecodable message: {e}")))?;
-        if let Message::Abort { reason } = msg {
-            return Err(OobError::PeerAborted(reason));
-        }
-        Ok(msg)
     }
 
     /// Client side of the opening: sends the parameters, returns when the server agrees.
@@ -344,13 +569,7 @@ impl OobChannel {
         })?;
         match self.recv("agreement to the test parameters")? {
             Message::Agree => Ok(()),
-            Message::Refuse { mismatches } => Err(OobError::Mismatch(
-                // The server wrote "here" for itself: turn it round for the client's reader.
-                mismatches
-                    .iter()
-                    .map(|m| m.replace("here ", "server ").replace("peer ", "client "))
-                    .collect(),
-            )),
+            Message::Refuse { mismatches } => Err(mismatch_error(&mismatches)),
             other => Err(OobError::Unexpected {
                 expected: "agree",
                 got: other.name(),
@@ -378,24 +597,29 @@ impl OobChannel {
         let _ = self.send(&Message::Refuse {
             mismatches: mismatches.clone(),
         });
-        Err(OobError::Mismatch(
-            mismatches
-                .iter()
-                .map(|m| m.replace("here ", "server ").replace("peer ", "client "))
-                .collect(),
-        ))
+        Err(mismatch_error(&mismatches))
     }
 
-    /// Trades endpoints: sends ours, returns the peer's.
-    pub fn exchange_endpoints(&mut self, ours: &[QpEndpoint]) -> Result<Vec<QpEndpoint>, OobError> {
+    /// Trades endpoints: sends ours, returns the peer's, checked: one per QP of ours (the two
+    /// sides agreed on `-q`), and each buffer, `buffer_len` bytes long on both sides, within
+    /// the address space, so that no address computed from them can overflow.
+    pub fn exchange_endpoints(
+        &mut self,
+        ours: &[QpEndpoint],
+        buffer_len: u64,
+    ) -> Result<Vec<QpEndpoint>, OobError> {
         self.send(&Message::Endpoints { qps: ours.to_vec() })?;
-        match self.recv("queue pair endpoints")? {
-            Message::Endpoints { qps } => Ok(qps),
-            other => Err(OobError::Unexpected {
-                expected: "endpoints",
-                got: other.name(),
-            }),
-        }
+        let theirs = match self.recv("queue pair endpoints")? {
+            Message::Endpoints { qps } => qps,
+            other => {
+                return Err(OobError::Unexpected {
+                    expected: "endpoints",
+                    got: other.name(),
+                })
+            }
+        };
+        check_endpoints(&theirs, ours.len(), buffer_len)?;
+        Ok(theirs)
     }
 
     /// A barrier: both sides send `step` and wait for the other's, which must match.
@@ -404,7 +628,8 @@ impl OobChannel {
         match self.recv(step)? {
             Message::Ready { step: theirs } if theirs == step => Ok(()),
             Message::Ready { step: theirs } => Err(OobError::Garbage(format!(
-                "out of step: we reached {step:?}, the peer {theirs:?}"
+                "out of step: we reached \"{step}\", the peer \"{}\"",
+                printable(&theirs, PEER_TEXT_MAX)
             ))),
             other => Err(OobError::Unexpected {
                 expected: "ready",
@@ -476,13 +701,13 @@ mod tests {
         };
         let client = thread::spawn(move || {
             c.client_handshake(&pc).unwrap();
-            let theirs = c.exchange_endpoints(&[ep]).unwrap();
+            let theirs = c.exchange_endpoints(&[ep], 128).unwrap();
             c.barrier("start").unwrap();
             theirs
         });
         s.server_handshake(&p).unwrap();
         let theirs = s
-            .exchange_endpoints(&[QpEndpoint { qpn: 18, ..ep }])
+            .exchange_endpoints(&[QpEndpoint { qpn: 18, ..ep }], 128)
             .unwrap();
         s.barrier("start").unwrap();
         assert_eq!(theirs, [ep]);
@@ -605,6 +830,225 @@ mod tests {
             );
             thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    fn endpoint(qpn: u32, addr: u64) -> QpEndpoint {
+        QpEndpoint {
+            lid: 0,
+            qpn,
+            psn: 1,
+            gid: [0; 16],
+            rkey: 7,
+            addr,
+            mtu: 1024,
+        }
+    }
+
+    /// What `exchange_endpoints` on this side says when the peer sends `theirs`.
+    fn trade(ours: Vec<QpEndpoint>, theirs: Vec<QpEndpoint>, len: u64) -> Result<usize, String> {
+        let (mut c, mut s) = pair();
+        let peer = thread::spawn(move || {
+            // The peer sends its list whatever ours says.
+            let _ = s.recv("endpoints");
+            s.send(&Message::Endpoints { qps: theirs }).unwrap();
+        });
+        let got = c.exchange_endpoints(&ours, len);
+        peer.join().unwrap();
+        got.map(|v| v.len()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_peer_with_too_few_or_too_many_endpoints_is_refused() {
+        let four: Vec<_> = (0..4).map(|q| endpoint(q, 0x1000)).collect();
+        let e = trade(four.clone(), four[..1].to_vec(), 128).unwrap_err();
+        assert!(
+            e.contains("the peer sent 1 QP endpoints, but this run has 4 QPs (-q 4)"),
+            "{e}"
+        );
+        let e = trade(four[..2].to_vec(), Vec::new(), 128).unwrap_err();
+        assert!(e.contains("the peer sent 0 QP endpoints"), "{e}");
+        let e = trade(four[..1].to_vec(), four.clone(), 128).unwrap_err();
+        assert!(
+            e.contains("sent 4 QP endpoints, but this run has 1 QPs"),
+            "{e}"
+        );
+        assert_eq!(trade(four.clone(), four, 128), Ok(4));
+    }
+
+    #[test]
+    fn a_peer_buffer_past_the_address_space_is_refused() {
+        let ours = vec![endpoint(1, 0x1000), endpoint(2, 0x1000)];
+        let theirs = vec![endpoint(3, 0x1000), endpoint(4, u64::MAX - 100)];
+        let e = trade(ours.clone(), theirs, 128).unwrap_err();
+        assert!(
+            e.contains("QP 1 advertised a 128-byte buffer at address 0xffffffffffffff9b"),
+            "{e}"
+        );
+        // The largest address whose end (address + length) still fits in 64 bits is fine.
+        let theirs = vec![endpoint(3, 0x1000), endpoint(4, u64::MAX - 127)];
+        assert!(trade(ours.clone(), theirs, 128).is_err());
+        let theirs = vec![endpoint(3, 0x1000), endpoint(4, u64::MAX - 128)];
+        assert_eq!(trade(ours, theirs, 128), Ok(2));
+    }
+
+    /// Calls `peer_spoke` every few milliseconds until it fails, checking that no call
+    /// blocks and that it says nothing was spoken; returns the error.
+    fn spoke_until_error(s: &mut OobChannel) -> String {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let call = Instant::now();
+            let spoke = s.peer_spoke();
+            let took = call.elapsed();
+            assert!(
+                took < Duration::from_millis(100),
+                "peer_spoke blocked for {took:?}"
+            );
+            match spoke {
+                Ok(spoke) => assert!(!spoke, "no whole message was sent"),
+                Err(e) => return e.to_string(),
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the stray bytes were never reported"
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_stray_byte_does_not_block_the_measured_loop() {
+        // A byte that may begin a frame, then nothing: the loop goes on until the rest is
+        // overdue, then stops with an error that shows the byte.
+        let (mut c, mut s) = pair();
+        s.frame_limit = Duration::from_millis(300);
+        let start = Instant::now();
+        c.stream.write_all(b"S").unwrap();
+        let e = spoke_until_error(&mut s);
+        assert!(start.elapsed() >= Duration::from_millis(300), "{e}");
+        assert!(
+            e.contains("sent 1 bytes of a message (starting 53) and not the rest within 300ms"),
+            "{e}"
+        );
+        assert!(e.contains("the peer at 127.0.0.1:"), "{e}");
+
+        // A byte that cannot begin a frame is refused at once.
+        let (mut c, mut s) = pair();
+        c.stream.write_all(b"x").unwrap();
+        let e = spoke_until_error(&mut s);
+        assert!(e.contains("not stride-perf"), "{e}");
+
+        // Half a header and half a payload, each finished later, are waited for.
+        let (mut c, mut s) = pair();
+        let mut frame = MAGIC.to_vec();
+        frame.extend_from_slice(&VERSION.to_be_bytes());
+        let payload = serde_json::to_vec(&Message::Ready {
+            step: "done 8".into(),
+        })
+        .unwrap();
+        frame.extend_from_slice(&u32::try_from(payload.len()).unwrap().to_be_bytes());
+        frame.extend_from_slice(&payload);
+        for piece in [&frame[..3], &frame[3..14], &frame[14..]] {
+            assert!(!s.peer_spoke().unwrap());
+            c.stream.write_all(piece).unwrap();
+            thread::sleep(Duration::from_millis(20));
+        }
+        assert!(s.peer_spoke().unwrap());
+        assert_eq!(
+            s.recv("done").unwrap(),
+            Message::Ready {
+                step: "done 8".into()
+            }
+        );
+    }
+
+    #[test]
+    fn recv_waits_for_the_rest_of_a_frame_only_so_long() {
+        let (mut c, mut s) = pair();
+        s.frame_limit = Duration::from_millis(300);
+        c.stream.write_all(b"STR").unwrap();
+        let start = Instant::now();
+        // The channel's timeout is 5 s: the begun frame gets only the frame limit.
+        let e = s.recv("results").unwrap_err().to_string();
+        assert!(start.elapsed() < Duration::from_secs(2), "{e}");
+        assert!(
+            e.contains("sent 3 bytes of a message (starting 53 54 52)"),
+            "{e}"
+        );
+
+        // A peer that closes mid-frame says so.
+        let (mut c, mut s) = pair();
+        c.stream.write_all(b"STRD").unwrap();
+        drop(c);
+        let e = s.recv("results").unwrap_err().to_string();
+        assert!(e.contains("closed the connection"), "{e}");
+        assert!(e.contains("4 bytes of a message had come"), "{e}");
+    }
+
+    /// Whether `text` would reach a terminal with no control character in it.
+    fn is_printable(text: &str) -> bool {
+        !text
+            .chars()
+            .any(|c| c.is_control() || ('\u{80}'..='\u{9f}').contains(&c))
+    }
+
+    #[test]
+    fn peer_text_reaches_the_terminal_printable_and_cut() {
+        let evil = format!(
+            "\u{1b}]0;owned\u{7}\u{1b}[2J\u{9b}1A{}",
+            "x".repeat(100_000)
+        );
+        let (mut c, mut s) = pair();
+        c.abort(&evil);
+        let e = s.recv("endpoints").unwrap_err().to_string();
+        assert!(is_printable(&e), "{e:?}");
+        assert!(
+            e.starts_with("the peer stopped: \\x1b]0;owned\\x07\\x1b[2J\\u{9b}1Axxx"),
+            "{e}"
+        );
+        assert!(e.len() < 1000, "{} bytes", e.len());
+        let cut = evil.chars().count() - PEER_TEXT_MAX;
+        assert!(
+            e.ends_with(&format!("({cut} more characters not shown)")),
+            "{e}"
+        );
+
+        // A refusal's lines, a step name, and what the decoder quotes.
+        let (mut c, mut s) = pair();
+        let client = thread::spawn(move || {
+            c.client_handshake(&params(&["write", "bw"]))
+                .unwrap_err()
+                .to_string()
+        });
+        let _ = s.recv("hello");
+        // 100 lines of 2,000 characters fit one message.
+        let mut mismatches = vec![evil.chars().take(2000).collect::<String>(); 100];
+        mismatches.push("last".into());
+        s.send(&Message::Refuse { mismatches }).unwrap();
+        let e = client.join().unwrap();
+        assert!(is_printable(&e.replace('\n', "")), "{e:?}");
+        assert!(e.contains("... and 69 more lines not shown"), "{e}");
+        assert!(e.len() < 40_000, "{} bytes", e.len());
+
+        let (mut c, mut s) = pair();
+        let peer = thread::spawn(move || {
+            let _ = c.recv("start");
+            c.send(&Message::Ready { step: evil }).unwrap();
+        });
+        let e = s.barrier("start").unwrap_err().to_string();
+        peer.join().unwrap();
+        assert!(is_printable(&e), "{e:?}");
+        assert!(e.contains("the peer \"\\x1b]0;owned"), "{e}");
+
+        let (mut c, mut s) = pair();
+        let payload = br#"{"type":"\u001b[2J\u009b31m"}"#;
+        let mut frame = MAGIC.to_vec();
+        frame.extend_from_slice(&VERSION.to_be_bytes());
+        frame.extend_from_slice(&u32::try_from(payload.len()).unwrap().to_be_bytes());
+        frame.extend_from_slice(payload);
+        c.stream.write_all(&frame).unwrap();
+        let e = s.recv("hello").unwrap_err().to_string();
+        assert!(is_printable(&e), "{e:?}");
+        assert!(e.contains("\\x1b[2J"), "{e}");
     }
 
     #[test]

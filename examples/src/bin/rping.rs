@@ -15,6 +15,7 @@ use sideway::rdmacm::{ConnParam, EventChannel, EventType, PortSpace, QpTargetSta
 use sideway::{AccessFlags, RegisteredBuffer, SendFlags};
 use sideway_examples::cli::{exit_status, select_devices, CliError};
 use sideway_examples::cm_connection::{move_qp, socket_addr, CmConnection, Waited};
+use sideway_examples::peer_text::PEER_TEXT_MAX;
 use sideway_examples::rping_wire::{
     fill_ping, ping_text, BufferAdvert, ShortAdvert, ADVERT_LEN, MAX_SIZE, MIN_SIZE,
 };
@@ -247,13 +248,13 @@ fn client(run: &mut Run<'_>) -> Result<(), CliError> {
         }
         sink.read_at(0, &mut got).map_err(CliError::run)?;
         if args.verbose {
-            writeln!(run.out, "ping data: {}", ping_text(&got))?;
+            writeln!(run.out, "ping data: {}", ping_text(&got, MAX_SIZE))?;
         }
         if args.validate && got != sent {
             return Err(CliError::run(format!(
-                "ping {ping}: data mismatch: sent {:?}, got back {:?}",
-                ping_text(&sent),
-                ping_text(&got)
+                "ping {ping}: data mismatch: sent \"{}\", got back \"{}\"",
+                ping_text(&sent, PEER_TEXT_MAX),
+                ping_text(&got, PEER_TEXT_MAX)
             )));
         }
         ping += 1;
@@ -350,7 +351,7 @@ fn serve(run: &mut Run<'_>, id: &Arc<sideway::rdmacm::CmId>) -> Result<(), CliEr
                 read_len = Some(len);
                 let data = &rdma_buf.to_vec(0..len).map_err(|_| short_buffer())?;
                 if args.verbose {
-                    writeln!(run.out, "server ping data: {}", ping_text(data))?;
+                    writeln!(run.out, "server ping data: {}", ping_text(data, MAX_SIZE))?;
                     run.out.flush()?;
                 }
                 if args.validate {
@@ -358,9 +359,9 @@ fn serve(run: &mut Run<'_>, id: &Arc<sideway::rdmacm::CmId>) -> Result<(), CliEr
                     fill_ping(&mut want, ping);
                     if data != want.as_slice() {
                         return Err(CliError::run(format!(
-                            "ping {ping}: data mismatch: expected {:?}, read {:?}",
-                            ping_text(&want),
-                            ping_text(data)
+                            "ping {ping}: data mismatch: expected \"{}\", read \"{}\"",
+                            ping_text(&want, PEER_TEXT_MAX),
+                            ping_text(data, PEER_TEXT_MAX)
                         )));
                     }
                 }

@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 use sideway::memory_region::Sge;
 use sideway::{AddressHandle, SendData, SendFlags, WorkCompletion};
 
-use super::setup::{local_data, sleep_on, Resources, QP_INDEX_MASK, UD_QKEY};
+use super::setup::{
+    local_data, remote_target, sleep_on, RemoteTarget, Resources, QP_INDEX_MASK, UD_QKEY,
+};
 use super::watch::Watch;
 use super::{RunError, STALL};
 use crate::bandwidth::{BandwidthResult, BandwidthTimes};
@@ -60,23 +62,27 @@ pub(super) struct Targets<'a> {
     pub(super) inline: u32,
 }
 
-/// Builds QP `q`'s operation for `size`-byte messages.
+/// Builds QP `q`'s operation for `size`-byte messages; fails when the peer sent no usable
+/// endpoint for it.
 pub(super) fn wr_op<'a>(
     t: &Targets<'a>,
     q: usize,
     size: u64,
     params: &TestParams,
-) -> WrOpOwned<'a> {
-    let rkey = t.remotes[q].rkey;
+) -> Result<WrOpOwned<'a>, RunError> {
     // The peer's operations target the second half of its buffer.
-    let raddr = t.remotes[q].addr + t.half as u64;
+    let RemoteTarget {
+        rkey,
+        addr: raddr,
+        qpn,
+    } = remote_target(t.remotes, q, t.half)?;
     let data = local_data(&t.bufs[q], t.half, t.inline, size, params.verb);
     // half >= 64 bytes by construction: the first 8 always exist.
     let sge8 = t.bufs[q]
         .sge(0..8)
         .expect("a buffer half holds at least 8 bytes");
-    let ud = t.ahs.get(q).map(|ah| (&**ah, t.remotes[q].qpn));
-    WrOpOwned(match params.verb {
+    let ud = t.ahs.get(q).map(|ah| (&**ah, qpn));
+    Ok(WrOpOwned(match params.verb {
         Verb::Write => WrOp::Write(rkey, raddr, data),
         Verb::Read => WrOp::Read(rkey, raddr, data),
         Verb::Send => WrOp::Send(data, ud),
@@ -84,7 +90,7 @@ pub(super) fn wr_op<'a>(
             WrOp::FetchAdd(rkey, raddr, sge8)
         }
         Verb::Atomic => WrOp::CmpSwap(rkey, raddr, sge8),
-    })
+    }))
 }
 
 /// A QP's operation, ready to post.
@@ -206,7 +212,9 @@ pub(crate) fn run_size(
         half: *half,
         inline: *inline,
     };
-    let ops: Vec<WrOpOwned<'_>> = (0..n).map(|q| wr_op(&targets, q, size, params)).collect();
+    let ops = (0..n)
+        .map(|q| wr_op(&targets, q, size, params))
+        .collect::<Result<Vec<_>, _>>()?;
     // Claimed for the whole loop: its polls then take no claim of their own.
     let mut send_poll = send_cq.claim()?;
     let mut recv_poll = recv_cq.claim()?;

@@ -22,7 +22,7 @@ use sideway::{ClaimedCq, CompletionChannel, QueuePair, SendFlags, WorkCompletion
 use sideway::memory_region::Sge;
 
 use super::bw::{wr_op, Targets};
-use super::setup::{local_data, sleep_on, Resources};
+use super::setup::{local_data, remote_target, sleep_on, RemoteTarget, Resources};
 use super::watch::Watch;
 use super::{RunError, STALL};
 use crate::cli::Verb;
@@ -201,8 +201,9 @@ pub(crate) fn run_size(
     match params.verb {
         Verb::Write => {
             let last = usize::try_from(size - 1).unwrap_or(half - 1).min(half - 1);
-            let rkey = remotes[0].rkey;
-            let raddr = remotes[0].addr + half as u64;
+            let RemoteTarget {
+                rkey, addr: raddr, ..
+            } = remote_target(remotes, 0, half)?;
             let mut i = 0u64;
             while i < iterations {
                 let value = (i as u8).wrapping_add(1);
@@ -238,7 +239,7 @@ pub(crate) fn run_size(
                 half,
                 inline,
             };
-            let op = wr_op(&targets, 0, size, params);
+            let op = wr_op(&targets, 0, size, params)?;
             let mut i = 0u64;
             while i < iterations {
                 if !is_client {
@@ -272,7 +273,7 @@ pub(crate) fn run_size(
                 half,
                 inline,
             };
-            let op = wr_op(&targets, 0, size, params);
+            let op = wr_op(&targets, 0, size, params)?;
             let mut i = 0u64;
             while i < iterations && !past_deadline() {
                 let mut guard = pp.qp.start_post_send();

@@ -34,6 +34,7 @@ use crate::clock::{current_source, ClockCheck};
 use crate::latency::TooFewSamples;
 use crate::oob::{OobChannel, OobError, QpEndpoint};
 use crate::params::{ParamError, TestParams};
+use crate::peer_text::{printable, PEER_TEXT_MAX};
 use crate::progress::Progress;
 use crate::report::{self, Report, SideReport, SizeResult};
 
@@ -229,7 +230,9 @@ fn run_connected(
         (true, false) => Some(cm::CmListener::listen(args.port, params.qps)?),
         _ => None,
     };
-    let theirs = oob.exchange_endpoints(&ours)?;
+    // Checked as it comes (one endpoint per QP, every buffer within the address space):
+    // both the -R and the plain path index and offset into it.
+    let theirs = oob.exchange_endpoints(&ours, res.buffer_len())?;
     let (our_first, their_first) = match (ours.first(), theirs.first()) {
         (Some(a), Some(b)) => (*a, *b),
         _ => return Err(RunError::new("the peer sent no QP endpoints")),
@@ -365,7 +368,7 @@ fn run_connected(
         println!(
             " This side only served the peer's one-sided operations and measured nothing; \
              the {}'s results:",
-            peer.role
+            printable(&peer.role, PEER_TEXT_MAX)
         );
         println!("{header}");
         for r in &peer.results {

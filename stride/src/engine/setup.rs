@@ -358,6 +358,11 @@ impl Resources {
         Ok(())
     }
 
+    /// The length of each QP's buffer, the same on both sides: two halves.
+    pub(crate) fn buffer_len(&self) -> u64 {
+        u64::try_from(self.half).map_or(u64::MAX, |h| h.saturating_mul(2))
+    }
+
     /// The receive entry of QP `q`: its buffer's second half.
     pub(crate) fn recv_sge(&self, q: usize) -> Sge {
         // The buffer is 2 * half bytes by construction.
@@ -430,6 +435,47 @@ pub(crate) fn local_data(
     }
 }
 
+/// Where one QP's operations land on the peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RemoteTarget {
+    /// The remote key of the peer's buffer.
+    pub(crate) rkey: u32,
+    /// The address of its second half, which this side's operations target.
+    pub(crate) addr: u64,
+    /// The peer's QP number (UD sends name it).
+    pub(crate) qpn: u32,
+}
+
+/// The target of QP `q` in the peer's endpoints. The channel checked the list when it came
+/// (one endpoint per QP, each buffer within the address space); this checks again rather
+/// than index or add, so that no peer value can make the run panic.
+pub(crate) fn remote_target(
+    remotes: &[QpEndpoint],
+    q: usize,
+    half: usize,
+) -> Result<RemoteTarget, RunError> {
+    let ep = remotes.get(q).ok_or_else(|| {
+        RunError::new(format!(
+            "the peer sent {} QP endpoints, but this run has more QPs (none for QP {q}): the              peer is broken or runs another test; run the same options on both sides",
+            remotes.len()
+        ))
+    })?;
+    let addr = u64::try_from(half)
+        .ok()
+        .and_then(|h| ep.addr.checked_add(h))
+        .ok_or_else(|| {
+            RunError::new(format!(
+                "the peer's QP {q} advertised its buffer at address {:#x}, too close to the end                  of the 64-bit address space for its {half}-byte halves: the peer is broken;                  run the same stride-perf version on both sides",
+                ep.addr
+            ))
+        })?;
+    Ok(RemoteTarget {
+        rkey: ep.rkey,
+        addr,
+        qpn: ep.qpn,
+    })
+}
+
 /// How long one sleep on the completion channel lasts before the loop looks around again.
 const EVENT_NAP: Duration = Duration::from_millis(5);
 
@@ -479,6 +525,39 @@ mod tests {
         assert_eq!(half_for(8), 64);
         assert_eq!(half_for(65), 128);
         assert_eq!(half_for(8 << 20), 8 << 20);
+    }
+
+    fn remote(addr: u64) -> QpEndpoint {
+        QpEndpoint {
+            lid: 0,
+            qpn: 0x42,
+            psn: 0,
+            gid: [0; 16],
+            rkey: 0x99,
+            addr,
+            mtu: 1024,
+        }
+    }
+
+    #[test]
+    fn remote_targets_are_checked_not_indexed() {
+        let remotes = [remote(0x1000), remote(u64::MAX - 63)];
+        assert_eq!(
+            remote_target(&remotes, 0, 64),
+            Ok(RemoteTarget {
+                rkey: 0x99,
+                addr: 0x1040,
+                qpn: 0x42
+            })
+        );
+        let e = remote_target(&remotes, 1, 64).unwrap_err().to_string();
+        assert!(
+            e.contains("QP 1 advertised its buffer at address 0xffffffffffffffc0"),
+            "{e}"
+        );
+        let e = remote_target(&remotes, 2, 64).unwrap_err().to_string();
+        assert!(e.contains("the peer sent 2 QP endpoints"), "{e}");
+        assert!(remote_target(&[], 0, 64).is_err());
     }
 
     #[test]
