@@ -12,6 +12,25 @@
 //! - C enums that a newer rdma-core may grow are `#[non_exhaustive]` with an `Unknown` arm;
 //!   flags keep bits this crate does not know.
 //!
+//! # Soundness
+//!
+//! Safe code built on this crate cannot cause undefined behaviour, whatever the device or
+//! the peer does. The rules that make it so, and the tests that would catch a breach:
+//!
+//! | rule | how it holds | checked by |
+//! | --- | --- | --- |
+//! | Registered memory outlives its registration. | A [`MemoryRegion`] owns its memory and frees it only after `ibv_dereg_mr` succeeded; clones of its `Arc` keep both. | `sideway/tests/soundness.rs`: `a_region_clone_keeps_the_memory_after_its_buffer_is_dropped` |
+//! | A failed deregistration never frees memory the device can reach. | The owner is leaked on purpose, reported, and counted by [`leaked_memory`]. | `a_failed_deregistration_leaks_instead_of_freeing` |
+//! | A registration outlives every window bound to it. | A [`MemoryWindow`] holds its region's `Arc` from the bind's posting until it is bound again or dropped. | `a_type1_window_keeps_its_region_alive`, `a_type2_window_keeps_its_region_alive` |
+//! | A posted request cannot reach memory after its region is gone. | The device checks every local and remote key; a deregistered key fails the request. | the same tests: the rkey of a dropped region is refused |
+//! | No safe `&[u8]`/`&mut [u8]` over memory the device may write. | [`RegisteredBuffer`] (device-writable) has copies, volatile reads, [`RegisteredBuffer::inline`] and an `unsafe` [`RegisteredBuffer::view`]; only `RegisteredBuffer<DeviceReadOnly>` has slices. | compile-fail doc tests in [`memory_region`] |
+//! | A `Sync` type is sound whatever the provider's locking mode. | Every CQ poll, classic or extended, takes the CQ's polling claim; posting needs `&mut QueuePair`; SRQ batches are behind a lock. | `benches/tests/polling.rs`: `a_claimed_cq_refuses_other_pollers_until_dropped`, `threads_sharing_a_classic_cq_poll_it_one_at_a_time` |
+//! | Every C return convention reads right. | One rule in the `errno` module: `errno` cleared before each control-path verb; NULL, -1, positive and negative error numbers. | its unit tests (`a_stale_errno_is_not_read_as_the_cause_of_minus_eperm`) |
+//!
+//! Registering memory nobody hands over ([`ProtectionDomain::reg_mr`]) and pointing an SGE at
+//! raw memory ([`memory_region::Sge::from_raw_parts`]) stay `unsafe`: GPU and device memory need
+//! that freedom, and their `# Safety` sections say what the caller keeps.
+//!
 //! ```no_run
 //! let ctx = sideway::open_device(None)?; // the first device
 //! let port = ctx.query_port(1)?;

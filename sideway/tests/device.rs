@@ -135,3 +135,67 @@ fn memory_registration() {
         assert!(e.to_string().contains("ibv_reg_mr"), "{e}");
     }
 }
+
+/// The CPU's ways into a device-writable buffer: copies with bounds, fills, volatile reads
+/// with alignment, and the read-only kind's slices (refused for write access).
+#[test]
+fn registered_buffer_access() {
+    use sideway::{AccessFlags, BufferError, MemoryRegionError};
+    let Some(ctx) = common::device_or_skip("registered_buffer_access") else {
+        return;
+    };
+    let pd = ctx.alloc_pd().unwrap();
+    let mut buf = pd.reg_buffer(100, AccessFlags::LOCAL_WRITE).unwrap();
+    assert!(buf.mr().access().contains(AccessFlags::LOCAL_WRITE));
+    assert_eq!(common::bytes(&buf), vec![0; 100], "zeroed");
+    buf.fill(10..20, 0xab).unwrap();
+    buf.write_at(96, &[1, 2, 3, 4]).unwrap();
+    assert_eq!(buf.to_vec(8..12).unwrap(), [0, 0, 0xab, 0xab]);
+    assert_eq!(buf.read_volatile::<u8>(10).unwrap(), 0xab);
+    assert_eq!(
+        buf.read_volatile::<u32>(96).unwrap(),
+        u32::from_ne_bytes([1, 2, 3, 4])
+    );
+    let mut out = [0u8; 4];
+    buf.read_at(96, &mut out).unwrap();
+    assert_eq!(out, [1, 2, 3, 4]);
+    let past = BufferError::OutOfRange {
+        start: 98,
+        end: 102,
+        len: 100,
+    };
+    assert_eq!(buf.write_at(98, &[0; 4]).unwrap_err(), past);
+    assert_eq!(buf.read_at(98, &mut out).unwrap_err(), past);
+    assert_eq!(buf.read_volatile::<u32>(98).unwrap_err(), past);
+    let (start, end) = (20, 10);
+    assert!(buf.to_vec(start..end).is_err(), "a reversed range");
+    assert!(buf.fill(90..101, 0).is_err());
+    assert!(buf.write_at(usize::MAX, &[1]).is_err(), "no overflow");
+    assert_eq!(
+        buf.read_volatile::<u64>(4).unwrap_err(),
+        BufferError::Misaligned {
+            offset: 4,
+            align: 8
+        }
+    );
+
+    // Memory the device only reads keeps its slices; write access is refused for it.
+    let mut src = pd
+        .reg_read_only_buffer(64, AccessFlags::REMOTE_READ)
+        .unwrap();
+    src.as_mut_slice()[..5].copy_from_slice(b"bytes");
+    assert_eq!(&src.as_slice()[..5], b"bytes");
+    for access in [
+        AccessFlags::LOCAL_WRITE,
+        AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE,
+        AccessFlags::REMOTE_ATOMIC,
+        AccessFlags::from_bits_retain(1 << 29),
+    ] {
+        let err = pd.reg_read_only_buffer(64, access).unwrap_err();
+        assert!(
+            matches!(err, MemoryRegionError::WritableAccess { .. }),
+            "{access:?}: {err}"
+        );
+        assert!(err.to_string().contains("use reg_buffer"), "{err}");
+    }
+}

@@ -278,8 +278,12 @@ fn immediate_data(test: &str, kind: Kind) {
     assert_eq!(&common::bytes(&p.buf_b)[4096..4128], &pattern(2, 32)[..]);
 }
 
+/// The atomic's result or target, read in place as a program spinning on it would.
 fn read_u64(buf: &RegisteredBuffer, at: usize) -> u64 {
-    u64::from_ne_bytes(common::bytes(buf)[at..at + 8].try_into().unwrap())
+    let in_place = buf.read_volatile::<u64>(at).unwrap();
+    let copied = u64::from_ne_bytes(common::bytes(buf)[at..at + 8].try_into().unwrap());
+    assert_eq!(in_place, copied, "a volatile read and a copy disagree");
+    in_place
 }
 
 fn atomics(test: &str, kind: Kind) {
@@ -361,6 +365,25 @@ fn inline_data(test: &str, kind: Kind) {
     assert_eq!(got[1].byte_len(), 13);
     assert_eq!(&common::bytes(&p.buf_b)[64..64 + 13], b"one,two,three");
     assert_eq!(&common::bytes(&p.buf_b)[1024..1024 + 48], &written[..]);
+
+    // Inline straight from a registered buffer the device may write (no slice is formed).
+    p.buf_a.write_at(200, b"from the buffer").unwrap();
+    let mut recv = p.b.start_post_recv();
+    recv.recv(3, &[p.buf_b.sge(128..192).unwrap()]);
+    recv.post().unwrap();
+    let mut batch = p.a.start_post_send();
+    batch
+        .wr(4, SendFlags::SIGNALED)
+        .send(p.buf_a.inline(200..215).unwrap());
+    batch.post().unwrap();
+    wait_ok(&p.cq_a);
+    let got = wait(&p.cq_b, 1);
+    assert_eq!(got[0].byte_len(), 15);
+    assert_eq!(&common::bytes(&p.buf_b)[128..143], b"from the buffer");
+    assert!(
+        p.buf_a.inline(200..p.buf_a.len() + 1).is_none(),
+        "bounds are checked"
+    );
 }
 
 fn sge_lists(test: &str, kind: Kind) {
