@@ -63,6 +63,18 @@ else
     else
         echo "skipped: no network namespace here (unshare -n not permitted) for the offline check"
     fi
+    # A caller that gives up on the rig (its own `timeout`, a kill) takes the guest with it.
+    check "killing the rig's caller ends its guest" 0 '^guest gone$' sh -c '
+        tmp=$(mktemp -d)
+        TMPDIR=$tmp timeout -s TERM 25 '"$rig"' run -- sleep 300
+        sleep 3
+        if pgrep -f "path=$tmp/softroce-run" >/dev/null; then
+            echo "the guest still runs after its caller was killed"
+            pkill -f "path=$tmp/softroce-run"
+            exit 1
+        fi
+        rm -rf "$tmp"
+        echo guest gone'
     # A guest kernel that crashes while booting (seen: int3 oopses under TCG) is booted again,
     # and only while the command has not started; with one try it is the rig's failure.
     check "a guest that dies while booting is booted again" 0 \
