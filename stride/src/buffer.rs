@@ -7,13 +7,15 @@
 //! [`TestBuffer`]: allocated, zeroed and registered with the NIC.
 //!
 //! The engine uses a buffer through its address and keys and [`TestBuffer::sge`]; the CPU
-//! reaches the bytes only through [`TestBuffer::host_slice`] (host kinds), [`TestBuffer::peek`]
+//! reaches the bytes only by copy or in place, never through a slice (the NIC may write them
+//! at any moment): [`TestBuffer::inline`] (inline sends, host kinds), [`TestBuffer::peek`]
 //! (the WRITE latency spin), and [`TestBuffer::fill`], [`TestBuffer::write`] and
 //! [`TestBuffer::read`], which go through the CUDA driver for GPU memory.
 //!
-//! Drop order is the safety argument: every kind deregisters its memory region before it
-//! frees the memory (munmap, cuMemFree), so the NIC can never reach freed memory, and a
-//! dma-buf's file descriptor stays open until after its region is deregistered.
+//! Ownership is the safety argument: each kind's memory (heap, huge page mapping, GPU
+//! allocation and its dma-buf descriptor) is owned by its memory region, which frees it only
+//! after a successful deregistration and leaks it after a failed one (sideway's rule), so the
+//! NIC can never reach freed memory, whatever fails.
 
 #![allow(unsafe_code)]
 
