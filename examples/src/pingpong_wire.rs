@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use sideway::Gid;
 
-use crate::peer_text::{printable, PEER_TEXT_MAX};
+use sideway::peer_text::{printable, PEER_TEXT_MAX};
 
 /// Size of one endpoint message on the wire, the terminating NUL included.
 pub const MESSAGE_LEN: usize = 52;

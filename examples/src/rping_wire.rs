@@ -14,7 +14,7 @@
 
 use std::fmt;
 
-use crate::peer_text::printable;
+use sideway::peer_text::printable;
 
 /// The bytes of a [`BufferAdvert`] on the wire.
 pub const ADVERT_LEN: usize = 16;

@@ -59,6 +59,7 @@ pub mod gid;
 pub mod memory_region;
 #[allow(unsafe_code)]
 pub mod memory_window;
+pub mod peer_text;
 #[allow(unsafe_code)]
 pub mod protection_domain;
 #[allow(unsafe_code)]

@@ -823,6 +823,21 @@ impl<A: BufferAccess> RegisteredBuffer<A> {
         }
     }
 
+    /// `range`'s length, when it lies inside the buffer.
+    #[inline]
+    fn check_range(&self, range: &Range<usize>) -> Result<usize, BufferError> {
+        let n = range
+            .end
+            .checked_sub(range.start)
+            .ok_or(BufferError::OutOfRange {
+                start: range.start,
+                end: range.end,
+                len: self.len,
+            })?;
+        self.check(range.start, n)?;
+        Ok(n)
+    }
+
     /// Copies `data` into the buffer at `offset` (what the device will send, or what a peer
     /// may READ).
     pub fn write_at(&mut self, offset: usize, data: &[u8]) -> Result<(), BufferError> {
@@ -838,15 +853,7 @@ impl<A: BufferAccess> RegisteredBuffer<A> {
 
     /// Sets every byte of `range` to `byte`.
     pub fn fill(&mut self, range: Range<usize>, byte: u8) -> Result<(), BufferError> {
-        let n = range
-            .end
-            .checked_sub(range.start)
-            .ok_or(BufferError::OutOfRange {
-                start: range.start,
-                end: range.end,
-                len: self.len,
-            })?;
-        self.check(range.start, n)?;
+        let n = self.check_range(&range)?;
         // SAFETY: the range lies inside the live memory (checked); `&mut self` excludes every
         // other CPU access through the buffer.
         unsafe { std::ptr::write_bytes(self.ptr.as_ptr().add(range.start), byte, n) };
@@ -873,14 +880,7 @@ impl<A: BufferAccess> RegisteredBuffer<A> {
 
     /// A copy of `range`, as [`read_at`](Self::read_at) reads it.
     pub fn to_vec(&self, range: Range<usize>) -> Result<Vec<u8>, BufferError> {
-        let n = range
-            .end
-            .checked_sub(range.start)
-            .ok_or(BufferError::OutOfRange {
-                start: range.start,
-                end: range.end,
-                len: self.len,
-            })?;
+        let n = self.check_range(&range)?;
         let mut out = vec![0; n];
         self.read_at(range.start, &mut out)?;
         Ok(out)
@@ -912,8 +912,7 @@ impl<A: BufferAccess> RegisteredBuffer<A> {
     /// straight from registered memory. `None` when out of bounds.
     #[inline]
     pub fn inline(&self, range: Range<usize>) -> Option<SendData<'_>> {
-        let n = range.end.checked_sub(range.start)?;
-        self.check(range.start, n).ok()?;
+        let n = self.check_range(&range).ok()?;
         // SAFETY: inside the live memory (checked).
         let ptr = unsafe { NonNull::new_unchecked(self.ptr.as_ptr().add(range.start)) };
         Some(SendData::InlineBuffer(crate::queue_pair::BufferBytes::new(

@@ -17,7 +17,6 @@ pub mod gid_select;
 pub mod latency;
 pub mod oob;
 pub mod params;
-pub mod peer_text;
 pub mod plot;
 pub mod progress;
 pub mod report;

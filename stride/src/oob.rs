@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::params::TestParams;
-use crate::peer_text::{printable, PEER_TEXT_MAX};
 use crate::report::SideReport;
+use sideway::peer_text::{printable, PEER_TEXT_MAX};
 
 /// Frame magic.
 pub const MAGIC: &[u8; 4] = b"STRD";

@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use sideway::peer_text::PEER_TEXT_MAX;
 use sideway::rdmacm::{ConnParam, EventChannel, EventType, PortSpace, QpTargetState};
 use sideway::{AccessFlags, RegisteredBuffer, SendFlags};
 use sideway_examples::cli::{exit_status, select_devices, CliError};
 use sideway_examples::cm_connection::{move_qp, socket_addr, CmConnection, Waited};
-use sideway_examples::peer_text::PEER_TEXT_MAX;
 use sideway_examples::rping_wire::{
     fill_ping, ping_text, BufferAdvert, ShortAdvert, ADVERT_LEN, MAX_SIZE, MIN_SIZE,
 };

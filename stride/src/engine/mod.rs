@@ -34,9 +34,9 @@ use crate::clock::{current_source, ClockCheck};
 use crate::latency::TooFewSamples;
 use crate::oob::{OobChannel, OobError, QpEndpoint};
 use crate::params::{ParamError, TestParams};
-use crate::peer_text::{printable, PEER_TEXT_MAX};
 use crate::progress::Progress;
 use crate::report::{self, Report, SideReport, SizeResult};
+use sideway::peer_text::{printable, PEER_TEXT_MAX};
 
 use setup::{path_mtu, DeviceSide, Resources};
 

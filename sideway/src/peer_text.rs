@@ -1,10 +1,16 @@
-//! Text that came from the peer, made safe to print.
+//! Text that came from a peer, made safe to print.
 //!
-//! Whatever the peer writes into a message (an abort reason, a refusal, a step name, its
-//! role) may end up on this side's terminal. A broken or hostile peer could put terminal
-//! escape sequences there (clear the screen, retitle the window, rewrite earlier lines) or
-//! megabytes of text; [`printable`] is the one place every such string goes through before
-//! it is printed or put into an error.
+//! Whatever a peer sends (an endpoint line, private data, an abort reason, ping data) may
+//! end up on this side's terminal, in verbose output or in an error. A broken or hostile peer
+//! could put terminal escape sequences there (clear the screen, retitle the window, rewrite
+//! earlier lines) or megabytes of text; [`printable`] is the one place such text goes through
+//! before it is printed or put into an error. This workspace's programs (stride-perf, the
+//! examples) all use it.
+//!
+//! ```
+//! use sideway::peer_text::printable;
+//! assert_eq!(printable("bye\u{1b}[2J", 64), "bye\\x1b[2J");
+//! ```
 
 use std::fmt::Write as _;
 
