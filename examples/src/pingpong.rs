@@ -23,9 +23,9 @@ use sideway::completion_queue::WcOpcode;
 use sideway::device::Mtu;
 use sideway::queue_pair::AddressVector;
 use sideway::{
-    AccessFlags, AddressHandle, CompletionChannel, CompletionQueue, ConnectOptions, DeviceContext,
-    Endpoint, EventError, Gid, QpType, QueuePair, RegisteredBuffer, SendFlags, SharedReceiveQueue,
-    WorkCompletion, GRH_LEN,
+    AccessFlags, AddressHandle, ClaimedCq, CompletionChannel, CompletionQueue, ConnectOptions,
+    DeviceContext, Endpoint, EventError, Gid, QpType, QueuePair, RegisteredBuffer, SendFlags,
+    SharedReceiveQueue, WorkCompletion, GRH_LEN,
 };
 
 use crate::cli::CliError;
@@ -105,6 +105,8 @@ pub struct ChkArg {
 /// completion channel.
 struct Waiter {
     cq: Arc<CompletionQueue>,
+    /// The CQ claimed once for the whole run, so its polls take no claim each.
+    polls: ClaimedCq,
     channel: Option<Arc<CompletionChannel>>,
     stall: Duration,
 }
@@ -132,6 +134,7 @@ impl Waiter {
             cq.req_notify(false).map_err(CliError::run)?;
         }
         Ok(Waiter {
+            polls: cq.claim().map_err(CliError::run)?,
             cq,
             channel,
             stall: Duration::from_secs(args.stall_timeout),
@@ -142,7 +145,7 @@ impl Waiter {
     /// every sleep and re-arms after every event, so none is missed. Fails when nothing
     /// comes for the stall timeout; `progress` says how far the run got.
     fn wait(
-        &self,
+        &mut self,
         wcs: &mut [WorkCompletion],
         progress: impl Fn() -> String,
     ) -> Result<usize, CliError> {
@@ -155,7 +158,7 @@ impl Waiter {
             ))
         };
         loop {
-            let n = self.cq.poll_into(wcs).map_err(CliError::run)?;
+            let n = self.polls.poll_into(wcs).map_err(CliError::run)?;
             if n > 0 {
                 return Ok(n);
             }
