@@ -81,8 +81,10 @@ pub struct PingpongArgs {
     #[arg(short = 'e', long = "events")]
     pub events: bool,
 
-    /// Give up when the peer sends nothing for this many seconds
-    #[arg(long = "stall-timeout", default_value_t = 30)]
+    /// Give up when the peer sends nothing for this many seconds (also bounds each step of
+    /// the TCP exchange of endpoints, the client's connect included)
+    #[arg(long = "stall-timeout", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub stall_timeout: u64,
 
     /// rdma-core's `-c` (validate the received buffer), for the programs that have it: set
@@ -204,10 +206,12 @@ pub fn invalid_pages(buf: &[u8], page: usize) -> Vec<usize> {
 const SEND_WRID: u64 = 1;
 const RECV_WRID: u64 = 2;
 
-/// How long the TCP exchange may wait for the peer at each step.
-const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
-
 impl PingpongArgs {
+    /// How long each step of the TCP exchange may wait for the peer: `--stall-timeout`.
+    pub fn exchange_timeout(&self) -> Duration {
+        Duration::from_secs(self.stall_timeout)
+    }
+
     /// Checks what clap cannot: the MTU value and the depth.
     pub fn check(&self) -> Result<Mtu, CliError> {
         if self.rx_depth == 0 || self.iters == 0 || self.size == 0 {
@@ -386,9 +390,13 @@ pub fn run_connected(args: &PingpongArgs, qp_type: QpType) -> Result<(), CliErro
 
     let remote = match &args.server {
         Some(host) => {
-            let remote =
-                pingpong_wire::client_exchange(host, args.port, &to_wire(&local), EXCHANGE_TIMEOUT)
-                    .map_err(CliError::run)?;
+            let remote = pingpong_wire::client_exchange(
+                host,
+                args.port,
+                &to_wire(&local),
+                args.exchange_timeout(),
+            )
+            .map_err(CliError::run)?;
             let remote = from_wire(&remote);
             side.qp.connect(&opts, &remote).map_err(CliError::run)?;
             side.post_recvs(args.rx_depth)?;
@@ -398,7 +406,7 @@ pub fn run_connected(args: &PingpongArgs, qp_type: QpType) -> Result<(), CliErro
             let remote = pingpong_wire::server_exchange(
                 args.port,
                 &to_wire(&local),
-                EXCHANGE_TIMEOUT,
+                args.exchange_timeout(),
                 |peer| {
                     // The receives must be up before the client learns our endpoint.
                     side.qp
@@ -650,9 +658,13 @@ pub fn run_ud(args: &PingpongArgs, size_given: bool) -> Result<(), CliError> {
     print_ud_endpoint("local address:", &local);
     let remote = match &args.server {
         Some(host) => {
-            let remote =
-                pingpong_wire::client_exchange(host, args.port, &to_wire(&local), EXCHANGE_TIMEOUT)
-                    .map_err(CliError::run)?;
+            let remote = pingpong_wire::client_exchange(
+                host,
+                args.port,
+                &to_wire(&local),
+                args.exchange_timeout(),
+            )
+            .map_err(CliError::run)?;
             let remote = from_wire(&remote);
             side.connect(args, psn, &remote)?;
             side.post_recvs(args.rx_depth)?;
@@ -662,7 +674,7 @@ pub fn run_ud(args: &PingpongArgs, size_given: bool) -> Result<(), CliError> {
             let remote = pingpong_wire::server_exchange(
                 args.port,
                 &to_wire(&local),
-                EXCHANGE_TIMEOUT,
+                args.exchange_timeout(),
                 |peer| {
                     side.connect(args, psn, &from_wire(peer))
                         .and_then(|()| side.post_recvs(args.rx_depth))
@@ -832,9 +844,13 @@ pub fn run_srq(args: &PingpongArgs, num_qp: u32) -> Result<(), CliError> {
     );
     let remote: Vec<Endpoint> = match &args.server {
         Some(host) => {
-            let remote =
-                pingpong_wire::client_exchange_many(host, args.port, &wire_local, EXCHANGE_TIMEOUT)
-                    .map_err(CliError::run)?;
+            let remote = pingpong_wire::client_exchange_many(
+                host,
+                args.port,
+                &wire_local,
+                args.exchange_timeout(),
+            )
+            .map_err(CliError::run)?;
             let remote: Vec<Endpoint> = remote.iter().take(n_qp).map(from_wire).collect();
             connect_all(&side.qps, &remote)?;
             remote
@@ -843,7 +859,7 @@ pub fn run_srq(args: &PingpongArgs, num_qp: u32) -> Result<(), CliError> {
             let remote = pingpong_wire::server_exchange_many(
                 args.port,
                 &wire_local,
-                EXCHANGE_TIMEOUT,
+                args.exchange_timeout(),
                 |peer| {
                     let peer: Vec<Endpoint> = peer.iter().take(n_qp).map(from_wire).collect();
                     connect_all(&side.qps, &peer).map_err(|e| e.to_string().into())
