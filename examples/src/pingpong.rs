@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use sideway::completion_queue::WcOpcode;
+use sideway::completion_queue::{WcOpcode, WcStatus};
 use sideway::device::Mtu;
 use sideway::queue_pair::AddressVector;
 use sideway::{
@@ -149,13 +149,7 @@ impl Waiter {
         progress: impl Fn() -> String,
     ) -> Result<usize, CliError> {
         let started = Instant::now();
-        let stalled = || {
-            CliError::run(format!(
-                "no completion for {} s after {}: the peer stopped or is unreachable",
-                self.stall.as_secs(),
-                progress()
-            ))
-        };
+        let stalled = || CliError::run(stall_message(self.stall, &progress()));
         loop {
             let n = self.cq.poll_into(wcs).map_err(CliError::run)?;
             if n > 0 {
@@ -175,6 +169,40 @@ impl Waiter {
             }
         }
     }
+}
+
+/// Why a side that waited `stall` for a completion gives up, after `progress`.
+fn stall_message(stall: Duration, progress: &str) -> String {
+    format!(
+        "no completion for {} s after {progress}: the peer stopped, is unreachable, or drops \
+         our messages (a UD message longer than the peer's receive buffer is dropped); check \
+         the peer's output, and that both sides use the same message size (-s)",
+        stall.as_secs()
+    )
+}
+
+/// Checks a completion of the ping-pong: a failure, or a message of another size than
+/// `-s` (`payload_len`: the received bytes without any GRH), ends the run with its likely
+/// cause. rdma-core's endpoint line does not carry the size, so two sides with different
+/// `-s` meet here: the smaller side's receive fails (or, on UD, the message is dropped),
+/// the larger side's send fails, or it receives short messages.
+fn check_completion(wc: &WorkCompletion, size: u32, payload_len: u32) -> Result<(), CliError> {
+    if let Err(e) = wc.ok() {
+        return Err(CliError::run(match e.status {
+            WcStatus::LocLenErr
+            | WcStatus::LocQpOpErr
+            | WcStatus::RemInvReqErr
+            | WcStatus::RemOpErr => format!("{e} (this side runs with -s {size})"),
+            _ => e.to_string(),
+        }));
+    }
+    if wc.wr_id() == RECV_WRID && wc.opcode() == WcOpcode::Recv && payload_len != size {
+        return Err(CliError::run(format!(
+            "received a {payload_len}-byte message where this side expects {size} (-s {size}): \
+             the peer runs with another message size; run both sides with the same -s"
+        )));
+    }
+    Ok(())
 }
 
 /// What the rest of the buffer holds, as in rdma-core's programs.
@@ -269,6 +297,10 @@ trait PingSide {
     fn post_recvs(&mut self, n: u32) -> Result<(), CliError>;
     /// How the side waits for its completions.
     fn waiter(&mut self) -> &mut Waiter;
+    /// The message bytes of a receive that wrote `byte_len` bytes (UD's include the GRH).
+    fn payload_len(&self, byte_len: u32) -> u32 {
+        byte_len
+    }
 }
 
 struct Side {
@@ -462,7 +494,7 @@ fn exchange(side: &mut impl PingSide, args: &PingpongArgs) -> Result<(), CliErro
             .waiter()
             .wait(&mut wcs, || format!("{scnt} sends and {rcnt} receives"))?;
         for wc in &wcs[..n] {
-            wc.ok().map_err(CliError::run)?;
+            check_completion(wc, args.size, side.payload_len(wc.byte_len()))?;
             match (wc.wr_id(), wc.opcode()) {
                 (SEND_WRID, _) => scnt += 1,
                 (RECV_WRID, WcOpcode::Recv) => {
@@ -524,6 +556,11 @@ struct UdSide {
 impl PingSide for UdSide {
     fn waiter(&mut self) -> &mut Waiter {
         &mut self.waiter
+    }
+
+    fn payload_len(&self, byte_len: u32) -> u32 {
+        // GRH_LEN is 40.
+        byte_len.saturating_sub(GRH_LEN as u32)
     }
 
     fn post_recvs(&mut self, n: u32) -> Result<(), CliError> {
@@ -889,7 +926,7 @@ pub fn run_srq(args: &PingpongArgs, num_qp: u32) -> Result<(), CliError> {
             .waiter
             .wait(&mut wcs, || format!("{scnt} sends and {rcnt} receives"))?;
         for wc in &wcs[..n] {
-            wc.ok().map_err(CliError::run)?;
+            check_completion(wc, args.size, wc.byte_len())?;
             let i = side
                 .qps
                 .iter()
@@ -958,6 +995,61 @@ mod tests {
         buf[4096] = FILL;
         assert_eq!(invalid_pages(&buf, 4096), [1]);
         assert!(sideway::memory_region::page_size() >= 4096);
+    }
+
+    fn completion(status: u32, wr_id: u64, byte_len: u32) -> WorkCompletion {
+        WorkCompletion::from(sideway::sys::ibv_wc {
+            status,
+            wr_id,
+            byte_len,
+            opcode: sideway::sys::ibv_wc_opcode::IBV_WC_RECV,
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn a_size_mismatch_is_named_from_the_completion() {
+        use sideway::sys::ibv_wc_status::*;
+        // The peer's -s is smaller: its messages arrive short.
+        let short = completion(IBV_WC_SUCCESS, RECV_WRID, 1024);
+        let err = check_completion(&short, 4096, 1024)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "received a 1024-byte message where this side expects 4096 (-s 4096): the peer \
+             runs with another message size; run both sides with the same -s"
+        );
+        assert!(check_completion(&completion(IBV_WC_SUCCESS, RECV_WRID, 4096), 4096, 4096).is_ok());
+        // The peer's -s is larger: the receive or the send fails.
+        for status in [
+            IBV_WC_LOC_LEN_ERR,
+            IBV_WC_LOC_QP_OP_ERR,
+            IBV_WC_REM_INV_REQ_ERR,
+            IBV_WC_REM_OP_ERR,
+        ] {
+            let err = check_completion(&completion(status, SEND_WRID, 0), 1024, 0)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.ends_with(
+                    "check that both sides use the same message size (this side runs with -s 1024)"
+                ),
+                "{err}"
+            );
+        }
+        let err = check_completion(&completion(IBV_WC_RETRY_EXC_ERR, SEND_WRID, 0), 1024, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("-s"), "{err}");
+        let stall = stall_message(Duration::from_secs(30), "1 sends and 0 receives");
+        assert!(
+            stall.starts_with("no completion for 30 s after 1 sends and 0 receives")
+                && stall.ends_with(
+                    "check the peer's output, and that both sides use the same message size (-s)"
+                ),
+            "{stall}"
+        );
     }
 
     #[test]
