@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use sideway::completion_queue::WcOpcode;
+use sideway::completion_queue::{WcOpcode, WcStatus};
 use sideway::device::Mtu;
 use sideway::queue_pair::AddressVector;
 use sideway::{
@@ -81,8 +81,10 @@ pub struct PingpongArgs {
     #[arg(short = 'e', long = "events")]
     pub events: bool,
 
-    /// Give up when the peer sends nothing for this many seconds
-    #[arg(long = "stall-timeout", default_value_t = 30)]
+    /// Give up when the peer sends nothing for this many seconds (also bounds each step of
+    /// the TCP exchange of endpoints, the client's connect included)
+    #[arg(long = "stall-timeout", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub stall_timeout: u64,
 
     /// rdma-core's `-c` (validate the received buffer), for the programs that have it: set
@@ -150,13 +152,7 @@ impl Waiter {
         progress: impl Fn() -> String,
     ) -> Result<usize, CliError> {
         let started = Instant::now();
-        let stalled = || {
-            CliError::run(format!(
-                "no completion for {} s after {}: the peer stopped or is unreachable",
-                self.stall.as_secs(),
-                progress()
-            ))
-        };
+        let stalled = || CliError::run(stall_message(self.stall, &progress()));
         loop {
             let n = self.polls.poll_into(wcs).map_err(CliError::run)?;
             if n > 0 {
@@ -176,6 +172,40 @@ impl Waiter {
             }
         }
     }
+}
+
+/// Why a side that waited `stall` for a completion gives up, after `progress`.
+fn stall_message(stall: Duration, progress: &str) -> String {
+    format!(
+        "no completion for {} s after {progress}: the peer stopped, is unreachable, or drops \
+         our messages (a UD message longer than the peer's receive buffer is dropped); check \
+         the peer's output, and that both sides use the same message size (-s)",
+        stall.as_secs()
+    )
+}
+
+/// Checks a completion of the ping-pong: a failure, or a message of another size than
+/// `-s` (`payload_len`: the received bytes without any GRH), ends the run with its likely
+/// cause. rdma-core's endpoint line does not carry the size, so two sides with different
+/// `-s` meet here: the smaller side's receive fails (or, on UD, the message is dropped),
+/// the larger side's send fails, or it receives short messages.
+fn check_completion(wc: &WorkCompletion, size: u32, payload_len: u32) -> Result<(), CliError> {
+    if let Err(e) = wc.ok() {
+        return Err(CliError::run(match e.status {
+            WcStatus::LocLenErr
+            | WcStatus::LocQpOpErr
+            | WcStatus::RemInvReqErr
+            | WcStatus::RemOpErr => format!("{e} (this side runs with -s {size})"),
+            _ => e.to_string(),
+        }));
+    }
+    if wc.wr_id() == RECV_WRID && wc.opcode() == WcOpcode::Recv && payload_len != size {
+        return Err(CliError::run(format!(
+            "received a {payload_len}-byte message where this side expects {size} (-s {size}): \
+             the peer runs with another message size; run both sides with the same -s"
+        )));
+    }
+    Ok(())
 }
 
 /// What the rest of the buffer holds, as in rdma-core's programs.
@@ -207,10 +237,12 @@ pub fn invalid_pages(buf: &[u8], page: usize) -> Vec<usize> {
 const SEND_WRID: u64 = 1;
 const RECV_WRID: u64 = 2;
 
-/// How long the TCP exchange may wait for the peer at each step.
-const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
-
 impl PingpongArgs {
+    /// How long each step of the TCP exchange may wait for the peer: `--stall-timeout`.
+    pub fn exchange_timeout(&self) -> Duration {
+        Duration::from_secs(self.stall_timeout)
+    }
+
     /// Checks what clap cannot: the MTU value and the depth.
     pub fn check(&self) -> Result<Mtu, CliError> {
         if self.rx_depth == 0 || self.iters == 0 || self.size == 0 {
@@ -268,6 +300,10 @@ trait PingSide {
     fn post_recvs(&mut self, n: u32) -> Result<(), CliError>;
     /// How the side waits for its completions.
     fn waiter(&mut self) -> &mut Waiter;
+    /// The message bytes of a receive that wrote `byte_len` bytes (UD's include the GRH).
+    fn payload_len(&self, byte_len: u32) -> u32 {
+        byte_len
+    }
 }
 
 struct Side {
@@ -389,9 +425,13 @@ pub fn run_connected(args: &PingpongArgs, qp_type: QpType) -> Result<(), CliErro
 
     let remote = match &args.server {
         Some(host) => {
-            let remote =
-                pingpong_wire::client_exchange(host, args.port, &to_wire(&local), EXCHANGE_TIMEOUT)
-                    .map_err(CliError::run)?;
+            let remote = pingpong_wire::client_exchange(
+                host,
+                args.port,
+                &to_wire(&local),
+                args.exchange_timeout(),
+            )
+            .map_err(CliError::run)?;
             let remote = from_wire(&remote);
             side.qp.connect(&opts, &remote).map_err(CliError::run)?;
             side.post_recvs(args.rx_depth)?;
@@ -401,7 +441,7 @@ pub fn run_connected(args: &PingpongArgs, qp_type: QpType) -> Result<(), CliErro
             let remote = pingpong_wire::server_exchange(
                 args.port,
                 &to_wire(&local),
-                EXCHANGE_TIMEOUT,
+                args.exchange_timeout(),
                 |peer| {
                     // The receives must be up before the client learns our endpoint.
                     side.qp
@@ -457,7 +497,7 @@ fn exchange(side: &mut impl PingSide, args: &PingpongArgs) -> Result<(), CliErro
             .waiter()
             .wait(&mut wcs, || format!("{scnt} sends and {rcnt} receives"))?;
         for wc in &wcs[..n] {
-            wc.ok().map_err(CliError::run)?;
+            check_completion(wc, args.size, side.payload_len(wc.byte_len()))?;
             match (wc.wr_id(), wc.opcode()) {
                 (SEND_WRID, _) => scnt += 1,
                 (RECV_WRID, WcOpcode::Recv) => {
@@ -519,6 +559,11 @@ struct UdSide {
 impl PingSide for UdSide {
     fn waiter(&mut self) -> &mut Waiter {
         &mut self.waiter
+    }
+
+    fn payload_len(&self, byte_len: u32) -> u32 {
+        // GRH_LEN is 40.
+        byte_len.saturating_sub(GRH_LEN as u32)
     }
 
     fn post_recvs(&mut self, n: u32) -> Result<(), CliError> {
@@ -653,9 +698,13 @@ pub fn run_ud(args: &PingpongArgs, size_given: bool) -> Result<(), CliError> {
     print_ud_endpoint("local address:", &local);
     let remote = match &args.server {
         Some(host) => {
-            let remote =
-                pingpong_wire::client_exchange(host, args.port, &to_wire(&local), EXCHANGE_TIMEOUT)
-                    .map_err(CliError::run)?;
+            let remote = pingpong_wire::client_exchange(
+                host,
+                args.port,
+                &to_wire(&local),
+                args.exchange_timeout(),
+            )
+            .map_err(CliError::run)?;
             let remote = from_wire(&remote);
             side.connect(args, psn, &remote)?;
             side.post_recvs(args.rx_depth)?;
@@ -665,7 +714,7 @@ pub fn run_ud(args: &PingpongArgs, size_given: bool) -> Result<(), CliError> {
             let remote = pingpong_wire::server_exchange(
                 args.port,
                 &to_wire(&local),
-                EXCHANGE_TIMEOUT,
+                args.exchange_timeout(),
                 |peer| {
                     side.connect(args, psn, &from_wire(peer))
                         .and_then(|()| side.post_recvs(args.rx_depth))
@@ -835,9 +884,13 @@ pub fn run_srq(args: &PingpongArgs, num_qp: u32) -> Result<(), CliError> {
     );
     let remote: Vec<Endpoint> = match &args.server {
         Some(host) => {
-            let remote =
-                pingpong_wire::client_exchange_many(host, args.port, &wire_local, EXCHANGE_TIMEOUT)
-                    .map_err(CliError::run)?;
+            let remote = pingpong_wire::client_exchange_many(
+                host,
+                args.port,
+                &wire_local,
+                args.exchange_timeout(),
+            )
+            .map_err(CliError::run)?;
             let remote: Vec<Endpoint> = remote.iter().take(n_qp).map(from_wire).collect();
             connect_all(&side.qps, &remote)?;
             remote
@@ -846,7 +899,7 @@ pub fn run_srq(args: &PingpongArgs, num_qp: u32) -> Result<(), CliError> {
             let remote = pingpong_wire::server_exchange_many(
                 args.port,
                 &wire_local,
-                EXCHANGE_TIMEOUT,
+                args.exchange_timeout(),
                 |peer| {
                     let peer: Vec<Endpoint> = peer.iter().take(n_qp).map(from_wire).collect();
                     connect_all(&side.qps, &peer).map_err(|e| e.to_string().into())
@@ -876,7 +929,7 @@ pub fn run_srq(args: &PingpongArgs, num_qp: u32) -> Result<(), CliError> {
             .waiter
             .wait(&mut wcs, || format!("{scnt} sends and {rcnt} receives"))?;
         for wc in &wcs[..n] {
-            wc.ok().map_err(CliError::run)?;
+            check_completion(wc, args.size, wc.byte_len())?;
             let i = side
                 .qps
                 .iter()
@@ -945,6 +998,61 @@ mod tests {
         buf[4096] = FILL;
         assert_eq!(invalid_pages(&buf, 4096), [1]);
         assert!(sideway::memory_region::page_size() >= 4096);
+    }
+
+    fn completion(status: u32, wr_id: u64, byte_len: u32) -> WorkCompletion {
+        WorkCompletion::from(sideway::sys::ibv_wc {
+            status,
+            wr_id,
+            byte_len,
+            opcode: sideway::sys::ibv_wc_opcode::IBV_WC_RECV,
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn a_size_mismatch_is_named_from_the_completion() {
+        use sideway::sys::ibv_wc_status::*;
+        // The peer's -s is smaller: its messages arrive short.
+        let short = completion(IBV_WC_SUCCESS, RECV_WRID, 1024);
+        let err = check_completion(&short, 4096, 1024)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "received a 1024-byte message where this side expects 4096 (-s 4096): the peer \
+             runs with another message size; run both sides with the same -s"
+        );
+        assert!(check_completion(&completion(IBV_WC_SUCCESS, RECV_WRID, 4096), 4096, 4096).is_ok());
+        // The peer's -s is larger: the receive or the send fails.
+        for status in [
+            IBV_WC_LOC_LEN_ERR,
+            IBV_WC_LOC_QP_OP_ERR,
+            IBV_WC_REM_INV_REQ_ERR,
+            IBV_WC_REM_OP_ERR,
+        ] {
+            let err = check_completion(&completion(status, SEND_WRID, 0), 1024, 0)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.ends_with(
+                    "check that both sides use the same message size (this side runs with -s 1024)"
+                ),
+                "{err}"
+            );
+        }
+        let err = check_completion(&completion(IBV_WC_RETRY_EXC_ERR, SEND_WRID, 0), 1024, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("-s"), "{err}");
+        let stall = stall_message(Duration::from_secs(30), "1 sends and 0 receives");
+        assert!(
+            stall.starts_with("no completion for 30 s after 1 sends and 0 receives")
+                && stall.ends_with(
+                    "check the peer's output, and that both sides use the same message size (-s)"
+                ),
+            "{stall}"
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@
 use std::error::Error;
 use std::fmt;
 use std::io::{self, Read, Write};
-use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use sideway::Gid;
@@ -151,6 +151,8 @@ pub enum ExchangeError {
     Connect {
         /// `host:port`.
         addr: String,
+        /// How long the connect could wait.
+        timeout: Duration,
         /// What the connect said.
         source: io::Error,
     },
@@ -165,6 +167,10 @@ pub enum ExchangeError {
     Io {
         /// What was being done.
         what: &'static str,
+        /// The peer's address, when connected.
+        peer: Option<SocketAddr>,
+        /// How long each step could wait.
+        timeout: Duration,
         /// The error.
         source: io::Error,
     },
@@ -179,23 +185,52 @@ pub enum ExchangeError {
 impl fmt::Display for ExchangeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ExchangeError::Connect { addr, source } => write!(
-                f,
-                "could not connect to the server at {addr}: {source} (is the server running, \
-                 and on this port?)"
-            ),
+            ExchangeError::Connect {
+                addr,
+                timeout,
+                source,
+            } => {
+                write!(f, "TCP connect to the server at {addr}: ")?;
+                match source.kind() {
+                    io::ErrorKind::ConnectionRefused => write!(
+                        f,
+                        "connection refused: is the server running, and on this port (-p)?"
+                    ),
+                    io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => write!(
+                        f,
+                        "no answer within {} s: the address routes nowhere or a firewall drops \
+                         it; check the address and -p, or raise --stall-timeout",
+                        timeout.as_secs()
+                    ),
+                    _ => write!(f, "{source} (is the server running, and on this port?)"),
+                }
+            }
             ExchangeError::Listen { port, source } => {
                 write!(f, "could not listen on TCP port {port}: {source}")
             }
-            ExchangeError::Io { what, source } => match source.kind() {
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
-                    write!(f, "{what}: the peer did not answer in time")
+            ExchangeError::Io {
+                what,
+                peer,
+                timeout,
+                source,
+            } => {
+                f.write_str(what)?;
+                if let Some(peer) = peer {
+                    write!(f, " ({peer})")?;
                 }
-                io::ErrorKind::UnexpectedEof => {
-                    write!(f, "{what}: the peer closed the connection")
+                match source.kind() {
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => write!(
+                        f,
+                        ": nothing within {} s: is the peer the same pingpong program (with \
+                         the same -p), and still running? raise --stall-timeout if it is slow",
+                        timeout.as_secs()
+                    ),
+                    io::ErrorKind::UnexpectedEof => {
+                        f.write_str(": the peer closed the connection (see its output)")
+                    }
+                    _ => write!(f, ": {source}"),
                 }
-                _ => write!(f, "{what}: {source}"),
-            },
+            }
             ExchangeError::Wire(e) => e.fmt(f),
             ExchangeError::BadDone => {
                 f.write_str("the client's closing message was not \"done\": not a pingpong client?")
@@ -220,13 +255,30 @@ impl Error for ExchangeError {
     }
 }
 
-fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> ExchangeError {
-    move |source| ExchangeError::Io { what, source }
+/// The error of step `what` on `stream`, for `map_err`.
+fn io_err(
+    stream: &TcpStream,
+    timeout: Duration,
+    what: &'static str,
+) -> impl FnOnce(io::Error) -> ExchangeError {
+    let peer = stream.peer_addr().ok();
+    move |source| ExchangeError::Io {
+        what,
+        peer,
+        timeout,
+        source,
+    }
 }
 
-fn read_endpoint(stream: &mut TcpStream, what: &'static str) -> Result<Endpoint, ExchangeError> {
+fn read_endpoint(
+    stream: &mut TcpStream,
+    timeout: Duration,
+    what: &'static str,
+) -> Result<Endpoint, ExchangeError> {
     let mut msg = [0u8; MESSAGE_LEN];
-    stream.read_exact(&mut msg).map_err(io_err(what))?;
+    stream
+        .read_exact(&mut msg)
+        .map_err(io_err(stream, timeout, what))?;
     Endpoint::from_wire(&msg).map_err(ExchangeError::Wire)
 }
 
@@ -255,6 +307,7 @@ pub fn client_exchange_many(
     let addr = format!("{host}:{port}");
     let connect_err = |source| ExchangeError::Connect {
         addr: addr.clone(),
+        timeout,
         source,
     };
     let mut last = io::Error::new(io::ErrorKind::NotFound, "the name resolved to no address");
@@ -272,20 +325,28 @@ pub fn client_exchange_many(
     stream
         .set_read_timeout(Some(timeout))
         .and_then(|()| stream.set_write_timeout(Some(timeout)))
-        .map_err(io_err("setting socket timeouts"))?;
+        .map_err(io_err(&stream, timeout, "setting socket timeouts"))?;
     for ep in local {
         let wire = ep.to_wire().map_err(ExchangeError::Wire)?;
-        stream
-            .write_all(&wire)
-            .map_err(io_err("sending our endpoint to the server"))?;
+        stream.write_all(&wire).map_err(io_err(
+            &stream,
+            timeout,
+            "sending our endpoint line to the server",
+        ))?;
     }
     let remote = local
         .iter()
-        .map(|_| read_endpoint(&mut stream, "reading the server's endpoint"))
+        .map(|_| {
+            read_endpoint(
+                &mut stream,
+                timeout,
+                "waiting for the server's endpoint line",
+            )
+        })
         .collect::<Result<Vec<_>, _>>()?;
     stream
         .write_all(DONE)
-        .map_err(io_err("sending \"done\" to the server"))?;
+        .map_err(io_err(&stream, timeout, "sending \"done\" to the server"))?;
     Ok(remote)
 }
 
@@ -321,27 +382,42 @@ pub fn server_exchange_many(
     let listener = TcpListener::bind(("::", port))
         .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
         .map_err(|source| ExchangeError::Listen { port, source })?;
-    let (mut stream, _) = listener.accept().map_err(io_err("waiting for a client"))?;
+    let (mut stream, _) = listener.accept().map_err(|source| ExchangeError::Io {
+        what: "waiting for a client",
+        peer: None,
+        timeout,
+        source,
+    })?;
     drop(listener);
     stream
         .set_read_timeout(Some(timeout))
         .and_then(|()| stream.set_write_timeout(Some(timeout)))
-        .map_err(io_err("setting socket timeouts"))?;
+        .map_err(io_err(&stream, timeout, "setting socket timeouts"))?;
     let remote = local
         .iter()
-        .map(|_| read_endpoint(&mut stream, "reading the client's endpoint"))
+        .map(|_| {
+            read_endpoint(
+                &mut stream,
+                timeout,
+                "waiting for the client's endpoint line",
+            )
+        })
         .collect::<Result<Vec<_>, _>>()?;
     connect(&remote).map_err(ExchangeError::QpConnect)?;
     for ep in local {
         let wire = ep.to_wire().map_err(ExchangeError::Wire)?;
-        stream
-            .write_all(&wire)
-            .map_err(io_err("sending our endpoint to the client"))?;
+        stream.write_all(&wire).map_err(io_err(
+            &stream,
+            timeout,
+            "sending our endpoint line to the client",
+        ))?;
     }
     let mut done = [0u8; DONE.len()];
-    stream
-        .read_exact(&mut done)
-        .map_err(io_err("reading the client's \"done\""))?;
+    stream.read_exact(&mut done).map_err(io_err(
+        &stream,
+        timeout,
+        "waiting for the client's \"done\"",
+    ))?;
     if &done != DONE {
         return Err(ExchangeError::BadDone);
     }
@@ -540,10 +616,18 @@ mod tests {
     #[test]
     fn no_server_is_a_clear_error() {
         let port = free_port();
+        let started = std::time::Instant::now();
         let err = client_exchange("127.0.0.1", port, &sample(), Duration::from_secs(2))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("is the server running"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert_eq!(
+            err,
+            format!(
+                "TCP connect to the server at 127.0.0.1:{port}: connection refused: is the \
+                 server running, and on this port (-p)?"
+            )
+        );
     }
 
     #[test]
@@ -571,10 +655,23 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1500));
             drop(s);
         });
-        let err = client_exchange("127.0.0.1", port, &sample(), Duration::from_millis(300))
+        let started = std::time::Instant::now();
+        let err = client_exchange("127.0.0.1", port, &sample(), Duration::from_secs(1))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("did not answer in time"), "{err}");
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_secs(1) && waited < Duration::from_millis(1400),
+            "{waited:?}"
+        );
+        assert_eq!(
+            err,
+            format!(
+                "waiting for the server's endpoint line (127.0.0.1:{port}): nothing within 1 s: \
+                 is the peer the same pingpong program (with the same -p), and still running? \
+                 raise --stall-timeout if it is slow"
+            )
+        );
         silent.join().unwrap();
     }
 }

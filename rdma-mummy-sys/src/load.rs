@@ -42,6 +42,15 @@ impl Library {
         }
     }
 
+    /// A function every version of the library exports: a file that loads but lacks it is
+    /// some other library (a wrong [`Library::env_var`]).
+    pub fn marker(self) -> &'static CStr {
+        match self {
+            Library::Ibverbs => c"ibv_get_device_list",
+            Library::Rdmacm => c"rdma_create_event_channel",
+        }
+    }
+
     fn raw(self) -> ffi::rdma_mummy_library::Type {
         match self {
             Library::Ibverbs => ffi::rdma_mummy_library::RDMA_MUMMY_LIB_IBVERBS,
@@ -50,6 +59,8 @@ impl Library {
     }
 
     /// Loads the library if no call has yet, and reports the outcome (`rdma_mummy_load`).
+    /// A file that loads but lacks the library's [`Library::marker`] is an error too: every
+    /// verb would fail with `EOPNOTSUPP`, and the error says the file is the wrong one.
     ///
     /// The outcome is fixed for the life of the process: a failed load is not retried.
     #[doc(alias = "rdma_mummy_load")]
@@ -58,7 +69,20 @@ impl Library {
         // SAFETY: rdma_mummy_load takes a library number, which raw() makes valid, and
         // synchronises with concurrent first uses through pthread_once.
         if unsafe { ffi::rdma_mummy_load(self.raw()) } == 0 {
-            return Ok(());
+            if self.has_symbol(self.marker()) {
+                return Ok(());
+            }
+            // SAFETY: as below: NULL or a string the shim keeps for the life of the process.
+            let path = unsafe { owned(ffi::rdma_mummy_load_path(self.raw())) };
+            return Err(LoadError {
+                library: self,
+                path: path.unwrap_or_else(|| self.soname().to_owned()),
+                message: format!(
+                    "it loaded, but it has no {}",
+                    self.marker().to_string_lossy()
+                ),
+                wrong_library: true,
+            });
         }
         // SAFETY: both return NULL or a NUL-terminated string the shim never frees or
         // changes after loading, which the call above completed.
@@ -75,6 +99,7 @@ impl Library {
             // SAFETY: as above.
             message: unsafe { owned(message) }
                 .unwrap_or_else(|| "no reason recorded by the loader".to_owned()),
+            wrong_library: false,
         })
     }
 
@@ -119,6 +144,8 @@ pub struct LoadError {
     library: Library,
     path: String,
     message: String,
+    /// The file loaded but is not this library (it lacks [`Library::marker`]).
+    wrong_library: bool,
 }
 
 impl LoadError {
@@ -132,14 +159,48 @@ impl LoadError {
         &self.path
     }
 
-    /// The dynamic loader's reason, as `dlerror()` reported it.
+    /// The dynamic loader's reason, as `dlerror()` reported it; for a file that loaded but
+    /// is not the library ([`LoadError::is_wrong_library`]), which function it lacks.
     pub fn dlerror(&self) -> &str {
         &self.message
+    }
+
+    /// Whether the file loaded but is some other library than this one (most often a
+    /// [`Library::env_var`] naming the wrong file).
+    pub fn is_wrong_library(&self) -> bool {
+        self.wrong_library
     }
 }
 
 impl fmt::Display for LoadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lib = self.library;
+        if self.wrong_library {
+            let marker = lib.marker().to_string_lossy();
+            return if self.path == lib.soname() {
+                write!(
+                    f,
+                    "{} loaded, but it has no {marker}: it is not {lib}; reinstall \
+                     rdma-core's {lib} (Debian/Ubuntu: `apt install --reinstall {}`) or set \
+                     {} to the real library's path",
+                    self.path,
+                    match lib {
+                        Library::Ibverbs => "libibverbs1",
+                        Library::Rdmacm => "librdmacm1",
+                    },
+                    lib.env_var()
+                )
+            } else {
+                write!(
+                    f,
+                    "{}={} loaded, but it has no {marker}: it is not {lib}; unset it or point \
+                     it at {}",
+                    lib.env_var(),
+                    self.path,
+                    lib.soname()
+                )
+            };
+        }
         write!(
             f,
             "cannot load {} from `{}`: {}; install rdma-core's libraries \
@@ -174,6 +235,7 @@ mod tests {
             library: Library::Rdmacm,
             path: "/opt/x/librdmacm.so.1".to_owned(),
             message: "file not found".to_owned(),
+            wrong_library: false,
         };
         let text = err.to_string();
         for needle in [
@@ -185,6 +247,35 @@ mod tests {
         ] {
             assert!(text.contains(needle), "{needle:?} missing from {text:?}");
         }
+    }
+
+    #[test]
+    fn a_wrong_library_is_named_as_such() {
+        let err = LoadError {
+            library: Library::Ibverbs,
+            path: "libc.so.6".to_owned(),
+            message: "it loaded, but it has no ibv_get_device_list".to_owned(),
+            wrong_library: true,
+        };
+        assert_eq!(
+            err.to_string(),
+            "RDMA_MUMMY_LIBIBVERBS=libc.so.6 loaded, but it has no ibv_get_device_list: it is \
+             not libibverbs; unset it or point it at libibverbs.so.1"
+        );
+        let err = LoadError {
+            path: "librdmacm.so.1".to_owned(),
+            library: Library::Rdmacm,
+            ..err
+        };
+        let text = err.to_string();
+        assert!(
+            text.starts_with("librdmacm.so.1 loaded, but it has no rdma_create_event_channel"),
+            "{text}"
+        );
+        assert!(
+            text.contains("apt install --reinstall librdmacm1"),
+            "{text}"
+        );
     }
 
     #[test]

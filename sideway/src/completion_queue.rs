@@ -1415,10 +1415,23 @@ impl WcStatus {
             WcStatus::RnrRetryExcErr => "the peer had no receive buffer posted in time",
             WcStatus::RemAccessErr => {
                 "the remote key, address or length does not match a region the peer \
-                 registered with the needed access"
+                 registered with the needed access; if it matched until now, the peer process \
+                 is gone or deregistered its memory: check the peer's output"
             }
             WcStatus::LocProtErr => "a scatter/gather entry is outside its memory region",
-            WcStatus::LocLenErr => "the message is longer than the receive buffer",
+            WcStatus::LocLenErr => {
+                "the message is longer than the receive buffer posted for it (or, on a send, \
+                 than the path allows): check that both sides use the same message size"
+            }
+            WcStatus::LocQpOpErr => {
+                "the QP could not carry out the request, most often a message longer than the \
+                 receive buffer posted for it: check that both sides use the same message size"
+            }
+            WcStatus::RemInvReqErr | WcStatus::RemOpErr => {
+                "the peer could not take the request, most often a send longer than the \
+                 receive buffer the peer posted for it: check that both sides use the same \
+                 message size"
+            }
             WcStatus::WrFlushErr => "the QP entered the error state; an earlier error caused it",
             _ => "",
         }
@@ -1692,6 +1705,39 @@ mod tests {
         );
         assert!(
             err.contains("(12)") && err.contains("did not acknowledge"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn size_mismatch_statuses_say_so() {
+        for status in [
+            WcStatus::LocLenErr,
+            WcStatus::LocQpOpErr,
+            WcStatus::RemInvReqErr,
+            WcStatus::RemOpErr,
+        ] {
+            let err = WorkCompletionError {
+                status,
+                wr_id: 1,
+                qp_num: 0x11,
+                vendor_err: 0,
+            }
+            .to_string();
+            assert!(
+                err.ends_with("check that both sides use the same message size"),
+                "{err}"
+            );
+        }
+        let err = WorkCompletionError {
+            status: WcStatus::RemAccessErr,
+            wr_id: 1,
+            qp_num: 0x11,
+            vendor_err: 0,
+        }
+        .to_string();
+        assert!(
+            err.contains("the peer process is gone or deregistered its memory"),
             "{err}"
         );
     }

@@ -32,12 +32,12 @@
 //! let server = "198.18.0.1:7471".parse()?;
 //! let wait = Some(Duration::from_secs(10));
 //! id.resolve_addr(None, server, Duration::from_secs(2))?;
-//! channel.wait_for(EventType::AddrResolved, wait)?;
+//! id.wait_for(EventType::AddrResolved, wait)?;
 //! id.resolve_route(Duration::from_secs(2))?;
-//! channel.wait_for(EventType::RouteResolved, wait)?;
+//! id.wait_for(EventType::RouteResolved, wait)?;
 //! // ... create a QP with id.create_qp(..), or set ConnParam::qp_num for one of your own ...
 //! id.connect(ConnParam::new().private_data(b"hello"))?;
-//! let established = channel.wait_for(EventType::Established, wait)?;
+//! let established = id.wait_for(EventType::Established, wait)?;
 //! println!("the server said {:?}", established.private_data());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -166,11 +166,17 @@ pub enum CmError {
         /// The id's local address.
         local: Option<SocketAddr>,
     },
-    /// No event arrived in time.
-    #[error("no rdma_cm event arrived within {timeout:?}")]
+    /// No event arrived in time. The message names the step when the wait was for one
+    /// event ([`EventChannel::wait_for`], [`CmId::wait_for`]), the addresses when the id is
+    /// known ([`CmId::wait_for`]), and what most often causes that step to hang.
+    #[error("{}", timeout_text(*timeout, *waiting_for, endpoints))]
     Timeout {
         /// How long was waited.
         timeout: Duration,
+        /// The event waited for, when the wait was for one.
+        waiting_for: Option<EventType>,
+        /// The addresses of the id waited on, as far as they are known.
+        endpoints: Endpoints,
     },
     /// Another event arrived than the one waited for.
     #[error("expected {expected:?}, got {got:?} (status {status})")]
@@ -222,6 +228,76 @@ pub enum CmError {
         /// The device of the object passed in.
         other_device: String,
     },
+}
+
+/// A wait's length as a person reads it: whole seconds as "10 s", anything else in ms.
+fn show_wait(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}
+
+/// The step an event ends, and what most often keeps it from coming.
+fn step_of(event: EventType) -> (&'static str, &'static str, &'static str) {
+    match event {
+        EventType::AddrResolved => (
+            "address resolution",
+            "ADDR_RESOLVED",
+            "is the address right, and on a subnet an RDMA interface reaches?",
+        ),
+        EventType::RouteResolved => (
+            "route resolution",
+            "ROUTE_RESOLVED",
+            "on InfiniBand, is a subnet manager running?",
+        ),
+        EventType::ConnectRequest => (
+            "waiting for a client",
+            "CONNECT_REQUEST",
+            "no client asked to connect; is the client pointed at this address and port?",
+        ),
+        EventType::ConnectResponse | EventType::Established => (
+            "rdma_cm connect",
+            if matches!(event, EventType::Established) {
+                "ESTABLISHED"
+            } else {
+                "CONNECT_RESPONSE"
+            },
+            "the peer did not answer: is the server running and listening on that address \
+             and port, and reachable over RDMA?",
+        ),
+        EventType::Disconnected => (
+            "disconnect",
+            "DISCONNECTED",
+            "the peer did not disconnect: is it still running?",
+        ),
+        EventType::MulticastJoin => (
+            "multicast join",
+            "MULTICAST_JOIN",
+            "on InfiniBand, is a subnet manager running?",
+        ),
+        _ => ("waiting for an rdma_cm event", "", ""),
+    }
+}
+
+fn timeout_text(timeout: Duration, waiting_for: Option<EventType>, ends: &Endpoints) -> String {
+    let wait = show_wait(timeout);
+    let Some(event) = waiting_for else {
+        return format!("no rdma_cm event arrived within {wait}{ends}");
+    };
+    let (step, name, hint) = step_of(event);
+    let name = if name.is_empty() {
+        format!("{event:?}")
+    } else {
+        name.to_owned()
+    };
+    let hint = if hint.is_empty() {
+        String::new()
+    } else {
+        format!(": {hint}")
+    };
+    format!("{step}{ends}: no {name} event within {wait}{hint}")
 }
 
 fn show(addr: &Option<SocketAddr>) -> String {
@@ -738,6 +814,8 @@ impl EventChannel {
                     if now >= deadline {
                         return Err(CmError::Timeout {
                             timeout: timeout.unwrap_or_default(),
+                            waiting_for: None,
+                            endpoints: Endpoints::default(),
                         });
                     }
                     // Round up, so a sub-millisecond remainder still sleeps instead of spinning.
@@ -782,13 +860,25 @@ impl EventChannel {
     /// Waits like [`get_event`](Self::get_event) for an event of type `expected`; an event
     /// that reports a failure becomes its typed error ([`Event::into_result`]), any other type
     /// a [`CmError::UnexpectedEvent`]. Meant for channels whose events come in a known order
-    /// (one id per channel, or one connection step at a time).
+    /// (one id per channel, or one connection step at a time). A [`CmError::Timeout`] names
+    /// the event waited for; [`CmId::wait_for`] adds the id's addresses.
     pub fn wait_for(
         &self,
         expected: EventType,
         timeout: Option<Duration>,
     ) -> Result<Event, CmError> {
-        let event = self.get_event(timeout)?.into_result()?;
+        let event = match self.get_event(timeout) {
+            Err(CmError::Timeout {
+                timeout, endpoints, ..
+            }) => {
+                return Err(CmError::Timeout {
+                    timeout,
+                    waiting_for: Some(expected),
+                    endpoints,
+                })
+            }
+            other => other?.into_result()?,
+        };
         if event.event_type() != expected {
             return Err(CmError::UnexpectedEvent {
                 expected,
@@ -1750,6 +1840,30 @@ impl CmId {
         unsafe { (*self.raw.as_ptr()).port_num }
     }
 
+    /// Waits on this id's channel like [`EventChannel::wait_for`]; a timeout also names
+    /// this id's addresses. For a channel whose next event is this id's (one id per channel,
+    /// or one connection step at a time).
+    pub fn wait_for(
+        &self,
+        expected: EventType,
+        timeout: Option<Duration>,
+    ) -> Result<Event, CmError> {
+        self.channel()
+            .wait_for(expected, timeout)
+            .map_err(|e| match e {
+                CmError::Timeout {
+                    timeout,
+                    waiting_for,
+                    ..
+                } => CmError::Timeout {
+                    timeout,
+                    waiting_for,
+                    endpoints: self.endpoints(),
+                },
+                e => e,
+            })
+    }
+
     fn call_err(&self, call: &'static str, source: io::Error) -> CmError {
         CmError::Call {
             call,
@@ -2285,6 +2399,63 @@ mod tests {
         let r = RejectReason { status: 8 };
         assert!(r.to_string().contains("nobody listens"), "{r}");
         assert_eq!(RejectReason { status: -111 }.ib_reason(), None);
+    }
+
+    #[test]
+    fn timeouts_name_the_step_the_addresses_and_the_wait() {
+        let ends = Endpoints {
+            local: Some("127.0.0.1:40000".parse().unwrap()),
+            remote: Some("127.0.0.2:7174".parse().unwrap()),
+        };
+        let e = CmError::Timeout {
+            timeout: Duration::from_secs(10),
+            waiting_for: Some(EventType::ConnectResponse),
+            endpoints: ends,
+        };
+        assert_eq!(
+            e.to_string(),
+            "rdma_cm connect (127.0.0.1:40000 -> 127.0.0.2:7174): no CONNECT_RESPONSE event \
+             within 10 s: the peer did not answer: is the server running and listening on that \
+             address and port, and reachable over RDMA?"
+        );
+        let e = CmError::Timeout {
+            timeout: Duration::from_millis(2500),
+            waiting_for: Some(EventType::AddrResolved),
+            endpoints: Endpoints {
+                local: None,
+                ..ends
+            },
+        };
+        let s = e.to_string();
+        assert!(
+            s.starts_with(
+                "address resolution (to 127.0.0.2:7174): no ADDR_RESOLVED event within 2500 ms: "
+            ),
+            "{s}"
+        );
+        let e = CmError::Timeout {
+            timeout: Duration::from_secs(1),
+            waiting_for: Some(EventType::RouteResolved),
+            endpoints: Endpoints::default(),
+        };
+        assert!(e
+            .to_string()
+            .starts_with("route resolution: no ROUTE_RESOLVED event within 1 s"));
+        let e = CmError::Timeout {
+            timeout: Duration::from_secs(1),
+            waiting_for: None,
+            endpoints: Endpoints::default(),
+        };
+        assert_eq!(e.to_string(), "no rdma_cm event arrived within 1 s");
+        let e = CmError::Timeout {
+            timeout: Duration::from_secs(1),
+            waiting_for: Some(EventType::Unknown(77)),
+            endpoints: Endpoints::default(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "waiting for an rdma_cm event: no Unknown(77) event within 1 s"
+        );
     }
 
     #[test]

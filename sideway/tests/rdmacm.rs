@@ -445,7 +445,7 @@ fn get_event_with_a_timeout_and_no_events_times_out() {
     assert!(ch.try_get_event().unwrap().is_none());
     let start = Instant::now();
     match ch.get_event(Some(Duration::from_millis(200))) {
-        Err(CmError::Timeout { timeout }) => assert_eq!(timeout, Duration::from_millis(200)),
+        Err(CmError::Timeout { timeout, .. }) => assert_eq!(timeout, Duration::from_millis(200)),
         other => panic!("{other:?}"),
     }
     let waited = start.elapsed();

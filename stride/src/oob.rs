@@ -114,12 +114,14 @@ impl Message {
 #[non_exhaustive]
 pub enum OobError {
     /// The client could not reach the server.
-    #[error("could not connect to the stride-perf server at {addr}: {source} (is the server running, on port {port}? start it first with the same options and no address)")]
+    #[error("TCP connect to the stride-perf server at {addr}: {}", connect_text(source, *port, *limit))]
     Connect {
         /// `host:port`.
         addr: String,
         /// The TCP port.
         port: u16,
+        /// How long the connect could wait.
+        limit: Duration,
         /// The error.
         source: io::Error,
     },
@@ -132,12 +134,14 @@ pub enum OobError {
         source: io::Error,
     },
     /// The peer went silent past the timeout.
-    #[error("{what}: the peer did not answer within {secs} s (did it die or hang?)")]
+    #[error("{what} (peer {peer}): no answer within {} (did it die or hang? see its output)", show_wait(*limit))]
     Timeout {
         /// What was being done.
         what: String,
+        /// The peer's address.
+        peer: String,
         /// The timeout.
-        secs: u64,
+        limit: Duration,
     },
     /// The peer closed the connection.
     #[error("{what}: the peer closed the connection (did it exit with an error? see its output)")]
@@ -206,6 +210,31 @@ pub enum OobError {
         /// The buffer's length in bytes (the same on both sides).
         len: u64,
     },
+}
+
+/// A wait's length as a person reads it: "15 s", "200 ms".
+fn show_wait(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}
+
+/// What a failed connect to the server means, and what to do.
+fn connect_text(source: &io::Error, port: u16, limit: Duration) -> String {
+    let start = "start it first with the same options and no address";
+    match source.kind() {
+        io::ErrorKind::ConnectionRefused => {
+            format!("connection refused: is the server running, on port {port}? {start}")
+        }
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => format!(
+            "no answer within {}: the address routes nowhere or a firewall drops it; check \
+             the address and -p {port}",
+            show_wait(limit)
+        ),
+        _ => format!("{source} (is the server running, on port {port}? {start})"),
+    }
 }
 
 /// Checks the peer's endpoints: `expected` of them, each buffer of `buffer_len` bytes ending
@@ -309,6 +338,7 @@ impl OobChannel {
         let fail = |source| OobError::Connect {
             addr: addr.clone(),
             port,
+            limit: timeout,
             source,
         };
         let mut last = io::Error::new(io::ErrorKind::NotFound, "the name resolved to no address");
@@ -469,7 +499,8 @@ impl OobChannel {
         match e.kind() {
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => OobError::Timeout {
                 what: what.into(),
-                secs: self.timeout.as_secs(),
+                peer: self.peer.clone(),
+                limit: self.timeout,
             },
             io::ErrorKind::UnexpectedEof
             | io::ErrorKind::ConnectionReset
@@ -686,6 +717,40 @@ mod tests {
     }
 
     #[test]
+    fn no_server_is_refused_at_once_with_the_step_and_address() {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let started = std::time::Instant::now();
+        let e = OobChannel::connect("127.0.0.1", port, Duration::from_secs(15))
+            .unwrap_err()
+            .to_string();
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert_eq!(
+            e,
+            format!(
+                "TCP connect to the stride-perf server at 127.0.0.1:{port}: connection refused: \
+                 is the server running, on port {port}? start it first with the same options \
+                 and no address"
+            )
+        );
+        let timed_out = OobError::Connect {
+            addr: format!("127.0.0.1:{port}"),
+            port,
+            limit: Duration::from_secs(15),
+            source: io::ErrorKind::TimedOut.into(),
+        };
+        let text = timed_out.to_string();
+        let want = format!(
+            ": no answer within 15 s: the address routes nowhere or a firewall drops it; \
+             check the address and -p {port}"
+        );
+        assert!(text.ends_with(&want), "{text}");
+    }
+
+    #[test]
     fn agreeing_sides_trade_endpoints_and_meet_at_barriers() {
         let (mut c, mut s) = pair();
         let p = params(&["write", "bw"]);
@@ -754,7 +819,14 @@ mod tests {
         let (c, mut s) = pair();
         s.set_timeout(Duration::from_millis(200)).unwrap();
         let e = s.recv("results").unwrap_err().to_string();
-        assert!(e.contains("did not answer within"), "{e}");
+        let peer = c.stream.local_addr().unwrap();
+        assert_eq!(
+            e,
+            format!(
+                "waiting for the peer's results (peer {peer}): no answer within 200 ms (did it \
+                 die or hang? see its output)"
+            )
+        );
         drop(c);
         let e = s.recv("results").unwrap_err().to_string();
         assert!(e.contains("closed the connection"), "{e}");

@@ -60,7 +60,8 @@ struct Args {
     #[arg(short = 'r', long = "retries", default_value_t = 2)]
     retries: u32,
 
-    /// Milliseconds an address or route resolution may take
+    /// Milliseconds an address or route resolution may take; the client's TCP connection to
+    /// the server and the server's first answer on it may take as long
     #[arg(short = 't', long = "timeout", value_name = "MS", default_value_t = 2000,
           value_parser = clap::value_parser!(u32).range(1..))]
     timeout_ms: u32,
@@ -111,7 +112,7 @@ const STEPS: [(Step, &str); 17] = [
 ];
 
 /// How long the connections of a round may take for one asynchronous step (connecting,
-/// disconnecting), and the server to answer in the TCP exchange.
+/// disconnecting), and the server to answer in the TCP exchange once it has answered once.
 const STEP_LIMIT: Duration = Duration::from_secs(60);
 
 /// The three rounds of a run.
@@ -336,8 +337,9 @@ impl Connections {
                 Err(CmError::Timeout { .. }) => {
                     let missing = self.conns.iter().filter(|c| !c.done).count();
                     return Err(CliError::run(format!(
-                        "{what}: {missing} of {} connections did not finish within {limit:?}",
-                        self.conns.len()
+                        "{what}: {missing} of {} connections did not finish within {}",
+                        self.conns.len(),
+                        show_wait(limit)
                     )));
                 }
                 Err(e) => return Err(CliError::run(e)),
@@ -353,26 +355,84 @@ impl Connections {
 /// The TCP connection that keeps client and server in step.
 struct ClientSync {
     stream: TcpStream,
+    /// The server's address, for messages.
+    dst: SocketAddr,
+    /// How long the server may take to agree to the next step.
+    limit: Duration,
+}
+
+/// A wait's length as a person reads it: "2 s", "1500 ms".
+fn show_wait(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
 }
 
 impl ClientSync {
+    /// Connects to the server's TCP port at `dst`. The connection and the server's answer to
+    /// the first step may each take at most `limit` (the -t timeout): a server that is there
+    /// answers both at once. Later steps wait for the server's connections, up to
+    /// [`STEP_LIMIT`].
+    fn connect(dst: SocketAddr, limit: Duration) -> Result<Self, CliError> {
+        let step = format!("TCP connect to the cmtime server at {dst}");
+        let stream = TcpStream::connect_timeout(&dst, limit).map_err(|e| {
+            CliError::run(match e.kind() {
+                ErrorKind::ConnectionRefused => format!(
+                    "{step}: connection refused: is cmtime running there as the server, with \
+                     -p {}?",
+                    dst.port()
+                ),
+                ErrorKind::TimedOut | ErrorKind::WouldBlock => format!(
+                    "{step}: no answer within {} (-t): the address routes nowhere or a \
+                     firewall drops it; check -s and -p, or raise -t",
+                    show_wait(limit)
+                ),
+                _ => format!("{step}: {e}"),
+            })
+        })?;
+        stream
+            .set_read_timeout(Some(limit))
+            .map_err(|e| CliError::run(format!("{step}: setting the read timeout: {e}")))?;
+        Ok(ClientSync { stream, dst, limit })
+    }
+
     /// Client: tells the server this side is done with `step` and waits for it to agree.
     fn step(&mut self, step: Step) -> Result<(), CliError> {
         let byte = step as u8;
-        self.stream
-            .write_all(&[byte])
-            .map_err(|e| CliError::run(format!("telling the server of step {byte}: {e}")))?;
+        let dst = self.dst;
+        self.stream.write_all(&[byte]).map_err(|e| {
+            CliError::run(format!(
+                "telling the cmtime server at {dst} of step {byte}: {e}"
+            ))
+        })?;
         let mut echo = [0u8];
         self.stream.read_exact(&mut echo).map_err(|e| {
-            CliError::run(format!(
-                "waiting for the server to agree to step {byte}: {e}"
-            ))
+            let waiting = format!("waiting for the cmtime server at {dst} to agree to step {byte}");
+            CliError::run(match e.kind() {
+                ErrorKind::TimedOut | ErrorKind::WouldBlock => format!(
+                    "{waiting}: no answer within {}: is it a cmtime server, and still running?",
+                    show_wait(self.limit)
+                ),
+                ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset => {
+                    format!("{waiting}: the server closed the connection (see its output)")
+                }
+                _ => format!("{waiting}: {e}"),
+            })
         })?;
         if echo[0] != byte {
             return Err(CliError::run(format!(
                 "the server answered step {byte} with {}: is it a cmtime server?",
                 echo[0]
             )));
+        }
+        if self.limit != STEP_LIMIT {
+            // It answered: from now on it may be busy with many connections.
+            self.stream
+                .set_read_timeout(Some(STEP_LIMIT))
+                .map_err(|e| CliError::run(format!("setting the read timeout: {e}")))?;
+            self.limit = STEP_LIMIT;
         }
         Ok(())
     }
@@ -385,15 +445,7 @@ fn client(args: &Args, host: &str) -> Result<(), CliError> {
         .as_deref()
         .map(|h| socket_addr(h, 0))
         .transpose()?;
-    let stream = TcpStream::connect_timeout(&dst, STEP_LIMIT).map_err(|e| {
-        CliError::run(format!(
-            "cannot reach the cmtime server at {dst} over TCP (is it running?): {e}"
-        ))
-    })?;
-    stream
-        .set_read_timeout(Some(STEP_LIMIT))
-        .map_err(CliError::run)?;
-    let mut sync = ClientSync { stream };
+    let mut sync = ClientSync::connect(dst, Duration::from_millis(u64::from(args.timeout_ms)))?;
     let mut verbs = None;
     for round in ROUNDS {
         say(&round.title(true, args.connections))?;
@@ -459,21 +511,25 @@ fn client_round(
         c.id.resolve_addr(src, dst, resolve)
             .map_err(CliError::run)?;
     }
-    r.until_done("resolving addresses", resolve_limit, |c, e| {
-        match e.event_type() {
-            EventType::AddrResolved => {
-                c.times.set(Step::ResolveAddr, c.started, Instant::now());
-                c.done = true;
+    r.until_done(
+        &format!("resolving the address {dst}"),
+        resolve_limit,
+        |c, e| {
+            match e.event_type() {
+                EventType::AddrResolved => {
+                    c.times.set(Step::ResolveAddr, c.started, Instant::now());
+                    c.done = true;
+                }
+                EventType::AddrError if c.retries > 0 => {
+                    c.retries -= 1;
+                    c.id.resolve_addr(src, dst, resolve)
+                        .map_err(CliError::run)?;
+                }
+                _ => return Err(unexpected(e, "ADDR_RESOLVED")),
             }
-            EventType::AddrError if c.retries > 0 => {
-                c.retries -= 1;
-                c.id.resolve_addr(src, dst, resolve)
-                    .map_err(CliError::run)?;
-            }
-            _ => return Err(unexpected(e, "ADDR_RESOLVED")),
-        }
-        Ok(())
-    })?;
+            Ok(())
+        },
+    )?;
 
     say("\tResolving routes")?;
     for c in &mut r.conns {
@@ -481,20 +537,24 @@ fn client_round(
         c.retries = args.retries;
         c.id.resolve_route(resolve).map_err(CliError::run)?;
     }
-    r.until_done("resolving routes", resolve_limit, |c, e| {
-        match e.event_type() {
-            EventType::RouteResolved => {
-                c.times.set(Step::ResolveRoute, c.started, Instant::now());
-                c.done = true;
+    r.until_done(
+        &format!("resolving the route to {dst}"),
+        resolve_limit,
+        |c, e| {
+            match e.event_type() {
+                EventType::RouteResolved => {
+                    c.times.set(Step::ResolveRoute, c.started, Instant::now());
+                    c.done = true;
+                }
+                EventType::RouteError if c.retries > 0 => {
+                    c.retries -= 1;
+                    c.id.resolve_route(resolve).map_err(CliError::run)?;
+                }
+                _ => return Err(unexpected(e, "ROUTE_RESOLVED")),
             }
-            EventType::RouteError if c.retries > 0 => {
-                c.retries -= 1;
-                c.id.resolve_route(resolve).map_err(CliError::run)?;
-            }
-            _ => return Err(unexpected(e, "ROUTE_RESOLVED")),
-        }
-        Ok(())
-    })?;
+            Ok(())
+        },
+    )?;
 
     say("\tCreating QPs")?;
     if round.has_qps() {
@@ -518,7 +578,7 @@ fn client_round(
         c.id.connect(ConnParam::new().qp_num(qp_num))
             .map_err(CliError::run)?;
     }
-    r.until_done("connecting", STEP_LIMIT, |c, e| {
+    r.until_done(&format!("rdma_cm connect to {dst}"), STEP_LIMIT, |c, e| {
         if e.event_type() != EventType::ConnectResponse {
             return Err(unexpected(e, "CONNECT_RESPONSE"));
         }
@@ -840,6 +900,60 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A loopback port nothing listens on (bound, then closed).
+    fn closed_port() -> SocketAddr {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+    }
+
+    #[test]
+    fn no_server_is_refused_at_once_with_the_address() {
+        let dst = closed_port();
+        let started = Instant::now();
+        let err = ClientSync::connect(dst, Duration::from_secs(2))
+            .err()
+            .expect("nothing listens there")
+            .to_string();
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert_eq!(
+            err,
+            format!(
+                "TCP connect to the cmtime server at {dst}: connection refused: is cmtime \
+                 running there as the server, with -p {}?",
+                dst.port()
+            )
+        );
+    }
+
+    #[test]
+    fn a_silent_server_is_given_up_on_after_the_timeout_flag() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let dst = listener.local_addr().unwrap();
+        let silent = std::thread::spawn(move || {
+            let (s, _) = listener.accept().unwrap();
+            std::thread::sleep(Duration::from_secs(2));
+            drop(s);
+        });
+        let started = Instant::now();
+        let mut sync = ClientSync::connect(dst, Duration::from_millis(300)).unwrap();
+        let err = sync.step(Step::FullConnect).unwrap_err().to_string();
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(300) && waited < Duration::from_millis(1500),
+            "{waited:?}"
+        );
+        assert_eq!(
+            err,
+            format!(
+                "waiting for the cmtime server at {dst} to agree to step 0: no answer within \
+                 300 ms: is it a cmtime server, and still running?"
+            )
+        );
+        silent.join().unwrap();
+    }
 
     #[test]
     fn sync_bytes_are_rdma_core_step_numbers() {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use sideway::peer_text::PEER_TEXT_MAX;
-use sideway::rdmacm::{ConnParam, EventChannel, EventType, PortSpace, QpTargetState};
+use sideway::rdmacm::{CmId, ConnParam, Event, EventChannel, EventType, PortSpace, QpTargetState};
 use sideway::{AccessFlags, RegisteredBuffer, SendFlags};
 use sideway_examples::cli::{exit_status, select_devices, CliError};
 use sideway_examples::cm_connection::{move_qp, socket_addr, CmConnection, Waited};
@@ -103,7 +103,28 @@ impl Run<'_> {
     fn timeout(&self) -> Duration {
         Duration::from_secs(self.args.timeout)
     }
+
+    /// Waits for `event` on `id` (see [`CmId::wait_for`]); with `-d`, a wait longer than
+    /// [`SAY_WAIT_OVER`] first says what it waits for (`what`) and how long it may take.
+    fn wait_for(
+        &self,
+        id: &CmId,
+        event: EventType,
+        timeout: Option<Duration>,
+        what: impl FnOnce() -> String,
+    ) -> Result<Event, CliError> {
+        if timeout.is_none_or(|t| t > SAY_WAIT_OVER) {
+            self.debug(|| match timeout {
+                Some(t) => format!("waiting up to {} s for {}", t.as_secs(), what()),
+                None => format!("waiting for {}", what()),
+            });
+        }
+        id.wait_for(event, timeout).map_err(CliError::run)
+    }
 }
+
+/// Waits longer than this are announced with `-d`.
+const SAY_WAIT_OVER: Duration = Duration::from_secs(2);
 
 /// The buffers the SENDs and RECVs use: one advertisement each way.
 struct MessageBuffers {
@@ -184,13 +205,13 @@ fn client(run: &mut Run<'_>) -> Result<(), CliError> {
     let channel = EventChannel::new().map_err(CliError::run)?;
     let id = channel.create_id(PortSpace::Tcp).map_err(CliError::run)?;
     id.resolve_addr(src, dst, RESOLVE).map_err(CliError::run)?;
-    channel
-        .wait_for(EventType::AddrResolved, wait)
-        .map_err(CliError::run)?;
+    run.wait_for(&id, EventType::AddrResolved, wait, || {
+        format!("address resolution of {dst}")
+    })?;
     id.resolve_route(RESOLVE).map_err(CliError::run)?;
-    channel
-        .wait_for(EventType::RouteResolved, wait)
-        .map_err(CliError::run)?;
+    run.wait_for(&id, EventType::RouteResolved, wait, || {
+        format!("route resolution to {dst}")
+    })?;
     run.debug(|| format!("resolved {dst} on port {} of its device", id.port_num()));
 
     let mut conn = CmConnection::new(&id, 4, run.timeout())?;
@@ -209,9 +230,9 @@ fn client(run: &mut Run<'_>) -> Result<(), CliError> {
 
     id.connect(ConnParam::new().qp_num(conn.qp.qp_num()))
         .map_err(CliError::run)?;
-    channel
-        .wait_for(EventType::ConnectResponse, wait)
-        .map_err(CliError::run)?;
+    run.wait_for(&id, EventType::ConnectResponse, wait, || {
+        format!("the server at {dst} to answer the connection request")
+    })?;
     // Init again first: the access flags for the server's RDMA READ come with the
     // responder resources, which the id knows only now (librdmacm does the same for QPs
     // it owns).
@@ -278,7 +299,7 @@ fn server(run: &mut Run<'_>) -> Result<(), CliError> {
     run.debug(|| format!("listening on {bind}"));
     loop {
         // Waiting for a client has no limit: that is what a server does.
-        let request = channel
+        let request = listener
             .wait_for(EventType::ConnectRequest, None)
             .map_err(CliError::run)?;
         let id = Arc::clone(request.id());
@@ -311,9 +332,9 @@ fn serve(run: &mut Run<'_>, id: &Arc<sideway::rdmacm::CmId>) -> Result<(), CliEr
     msgs.post_recv(&mut conn)?;
     id.accept(ConnParam::new().qp_num(conn.qp.qp_num()))
         .map_err(CliError::run)?;
-    conn.channel
-        .wait_for(EventType::Established, Some(run.timeout()))
-        .map_err(CliError::run)?;
+    run.wait_for(id, EventType::Established, Some(run.timeout()), || {
+        format!("the connection from {peer:?} to be established")
+    })?;
     run.debug(|| format!("connection from {peer:?} established"));
 
     let mut ping = 0u64;

@@ -64,8 +64,10 @@ struct Args {
     #[arg(short = 'N', long = "new_send")]
     new_send: bool,
 
-    /// Give up when the peer sends nothing for this many seconds
-    #[arg(long = "stall-timeout", default_value_t = 30)]
+    /// Give up when the peer sends nothing for this many seconds (also bounds each step of
+    /// the TCP exchange of endpoints, the client's connect included)
+    #[arg(long = "stall-timeout", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..))]
     stall_timeout: u64,
 }
 

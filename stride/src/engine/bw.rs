@@ -23,7 +23,7 @@ use super::setup::{
     local_data, remote_target, sleep_on, RemoteTarget, Resources, QP_INDEX_MASK, UD_QKEY,
 };
 use super::watch::Watch;
-use super::{RunError, STALL};
+use super::{op_name, wc_failed, RunError, STALL};
 use crate::bandwidth::{BandwidthResult, BandwidthTimes};
 use crate::buffer::TestBuffer;
 use crate::cli::{AtomicType, Connection, Verb};
@@ -274,8 +274,12 @@ pub(crate) fn run_size(
             if got > 0 {
                 let t = now(base);
                 for wc in &wcs[..got] {
-                    wc.ok()?;
                     let q = (wc.wr_id() & QP_INDEX_MASK) as usize;
+                    if let Err(e) = wc.ok() {
+                        // The first message of those this completion covers.
+                        let at = counts.get(q).map_or(0, |c| c.completed) + 1;
+                        return Err(wc_failed(&e, op_name(params.verb), q, at));
+                    }
                     let covered = wc.wr_id() >> 32;
                     counts[q].completed += covered;
                     total_done += covered;
@@ -293,8 +297,11 @@ pub(crate) fn run_size(
             if got > 0 {
                 let t = now(base);
                 for wc in &wcs[..got] {
-                    wc.ok()?;
                     let q = (wc.wr_id() & QP_INDEX_MASK) as usize;
+                    if let Err(e) = wc.ok() {
+                        let at = rx_per_qp.get(q).map_or(0, |&n| n) + 1;
+                        return Err(wc_failed(&e, "receive", q, at));
+                    }
                     rx_per_qp[q] += 1;
                     if duration_mode || rx_per_qp[q] + rx_depth <= params.iterations {
                         let mut guard = qps[q].start_post_recv();

@@ -96,7 +96,7 @@ impl CmListener {
         let mut ids = Vec::with_capacity(res.qps.len());
         for qp in &res.qps {
             let request = self
-                .channel
+                .id
                 .wait_for(EventType::ConnectRequest, Some(CM_TIMEOUT))?;
             let id = Arc::clone(request.id());
             check_device(&id, device)?;
@@ -106,8 +106,7 @@ impl CmListener {
                 &[QpTargetState::Init, QpTargetState::Rtr, QpTargetState::Rts],
             )?;
             id.accept(&conn_param(qp, params))?;
-            self.channel
-                .wait_for(EventType::Established, Some(CM_TIMEOUT))?;
+            id.wait_for(EventType::Established, Some(CM_TIMEOUT))?;
             ids.push(id);
         }
         Ok(CmLinks {
@@ -141,15 +140,15 @@ pub(crate) fn connect_all(
     for qp in &res.qps {
         let id = channel.create_id(PortSpace::Tcp)?;
         id.resolve_addr(None, server, Duration::from_secs(2))?;
-        channel.wait_for(EventType::AddrResolved, Some(CM_TIMEOUT))?;
+        id.wait_for(EventType::AddrResolved, Some(CM_TIMEOUT))?;
         check_device(&id, device)?;
         id.resolve_route(Duration::from_secs(2))?;
-        channel.wait_for(EventType::RouteResolved, Some(CM_TIMEOUT))?;
+        id.wait_for(EventType::RouteResolved, Some(CM_TIMEOUT))?;
         move_qp(&id, qp, &[QpTargetState::Init])?;
         id.connect(&conn_param(qp, params))?;
         // The QP is ours, not the id's: rdma_cm reports the server's answer, and the QP
         // follows it to RTR and RTS here before the connection is declared established.
-        channel.wait_for(EventType::ConnectResponse, Some(CM_TIMEOUT))?;
+        id.wait_for(EventType::ConnectResponse, Some(CM_TIMEOUT))?;
         move_qp(&id, qp, &[QpTargetState::Rtr, QpTargetState::Rts])?;
         id.establish()?;
         ids.push(id);

@@ -24,7 +24,7 @@ use sideway::memory_region::Sge;
 use super::bw::{wr_op, Targets};
 use super::setup::{local_data, remote_target, sleep_on, RemoteTarget, Resources};
 use super::watch::Watch;
-use super::{RunError, STALL};
+use super::{op_name, wc_failed, RunError, STALL};
 use crate::cli::Verb;
 use crate::latency::LatencySummary;
 use crate::oob::OobChannel;
@@ -48,6 +48,8 @@ struct PingPong<'r> {
     events: Option<&'r CompletionChannel>,
     /// Whether waits are for receives too (SEND).
     receives: bool,
+    /// What the sends are, for error messages.
+    send_op: &'static str,
 }
 
 /// How a wait ended.
@@ -65,7 +67,9 @@ impl PingPong<'_> {
         if self.outstanding {
             let got = self.send_cq.poll_into(&mut self.wcs[..1])?;
             if got > 0 {
-                self.wcs[0].ok()?;
+                if let Err(e) = self.wcs[0].ok() {
+                    return Err(wc_failed(&e, self.send_op, 0, self.progress + 1));
+                }
                 self.outstanding = false;
                 return Ok(true);
             }
@@ -132,7 +136,9 @@ impl PingPong<'_> {
         if got == 0 {
             return Ok(false);
         }
-        self.wcs[1].ok()?;
+        if let Err(e) = self.wcs[1].ok() {
+            return Err(wc_failed(&e, "receive", 0, self.progress + 1));
+        }
         let mut guard = self.qp.start_post_recv();
         guard.recv(0, &[self.recv_sge]);
         guard.post()?;
@@ -193,6 +199,7 @@ pub(crate) fn run_size(
         progress: 0,
         events: events.as_deref(),
         receives: params.verb == Verb::Send,
+        send_op: op_name(params.verb),
     };
     let rtt_factor = match params.verb {
         Verb::Write | Verb::Send => 2.0,

@@ -94,6 +94,35 @@ run_error_from!(
     sideway::async_event::EventError,
 );
 
+/// The operation a verb's work requests carry, as a person names it.
+pub(crate) fn op_name(verb: Verb) -> &'static str {
+    match verb {
+        Verb::Send => "SEND",
+        Verb::Write => "RDMA WRITE",
+        Verb::Read => "RDMA READ",
+        Verb::Atomic => "atomic",
+    }
+}
+
+/// A failed completion as stride reports it: `what` failed on QP `qp` (its index in this
+/// run, 0 to -q - 1) at message `message` of that QP (counted from 1), with the status and
+/// its likely cause. Never the wr_id: stride packs the QP index and batch counts into it,
+/// which means nothing to a reader.
+pub(crate) fn wc_failed(
+    e: &sideway::WorkCompletionError,
+    what: &str,
+    qp: usize,
+    message: u64,
+) -> RunError {
+    let hint = e.status.hint();
+    RunError(format!(
+        "{what} on QP {qp} (QPN {:#x}) failed at message {message} of that QP: {}{}{hint}",
+        e.qp_num,
+        e.status,
+        if hint.is_empty() { "" } else { ": " }
+    ))
+}
+
 /// Refuses what this version cannot do yet, before touching anything.
 fn check_supported(params: &TestParams) -> Result<(), RunError> {
     if params.events && params.verb == Verb::Write && params.test == Test::Lat {
@@ -408,6 +437,29 @@ mod tests {
         let cli = Cli::try_parse_from(argv).unwrap();
         let (verb, a) = cli.command.run_args().unwrap();
         TestParams::resolve(verb, a).unwrap()
+    }
+
+    #[test]
+    fn failed_completions_show_the_qp_and_message_not_the_wr_id() {
+        let e = sideway::WorkCompletionError {
+            status: sideway::completion_queue::WcStatus::RemAccessErr,
+            wr_id: 4_294_967_296,
+            qp_num: 0x11,
+            vendor_err: 0,
+        };
+        let text = wc_failed(&e, op_name(Verb::Write), 0, 1).to_string();
+        assert!(
+            text.starts_with("RDMA WRITE on QP 0 (QPN 0x11) failed at message 1 of that QP: "),
+            "{text}"
+        );
+        assert!(
+            text.contains("(10)")
+                && text.contains(
+                    "the peer process is gone or deregistered its memory: check the peer's output"
+                ),
+            "{text}"
+        );
+        assert!(!text.contains("4294967296"), "{text}");
     }
 
     #[test]
