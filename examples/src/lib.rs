@@ -11,6 +11,7 @@
 
 pub mod cli;
 pub mod cm_connection;
+pub mod cmtime_wire;
 pub mod device_text;
 pub mod pingpong;
 pub mod pingpong_wire;

@@ -36,7 +36,7 @@ const HEADER_LEN: usize = 10;
 /// The most bytes one read asks for.
 const READ_CHUNK: usize = 64 << 10;
 /// The most lines of a refusal shown (the two sides agree on a dozen settings).
-const MISMATCH_LINES_MAX: usize = 32;
+pub const MISMATCH_LINES_MAX: usize = 32;
 
 /// One queue pair's address, for the peer to connect to and to target with RDMA.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -239,7 +239,7 @@ fn connect_text(source: &io::Error, port: u16, limit: Duration) -> String {
 
 /// Checks the peer's endpoints: `expected` of them, each buffer of `buffer_len` bytes ending
 /// within the 64-bit address space.
-fn check_endpoints(
+pub fn check_endpoints(
     theirs: &[QpEndpoint],
     expected: usize,
     buffer_len: u64,
@@ -265,7 +265,7 @@ fn check_endpoints(
 /// The error for the server's refusal lines, which say "here" for the server and "peer"
 /// for the client: turned round for either side's reader, made printable (a client's refusal
 /// came from the server) and cut to [`MISMATCH_LINES_MAX`] lines.
-fn mismatch_error(lines: &[String]) -> OobError {
+pub fn mismatch_error(lines: &[String]) -> OobError {
     let mut shown: Vec<String> = lines
         .iter()
         .take(MISMATCH_LINES_MAX)
@@ -295,7 +295,7 @@ pub struct OobChannel {
     /// A message [`OobChannel::peer_spoke`] read ahead, handed out by the next `recv`.
     pending: Option<Message>,
     /// The bytes of the next frame received so far: never more than one frame.
-    partial: Vec<u8>,
+    partial: FrameBuffer,
     /// When the first of them came.
     partial_since: Option<Instant>,
     /// How long the rest of a begun frame may take: [`FRAME_LIMIT`] (shorter in tests).
@@ -329,6 +329,91 @@ fn frame_needs(buf: &[u8]) -> Result<usize, OobError> {
     }
     // len <= MAX_PAYLOAD: the sum fits any usize.
     Ok((HEADER_LEN + len as usize).saturating_sub(buf.len()))
+}
+
+/// The frame a message travels in: the header, then the message as JSON.
+pub fn encode_frame(msg: &Message) -> Result<Vec<u8>, OobError> {
+    let payload = serde_json::to_vec(msg).map_err(|e| OobError::Io {
+        what: "encoding a message".into(),
+        source: io::Error::other(e),
+    })?;
+    let len = u32::try_from(payload.len())
+        .ok()
+        .filter(|&l| l <= MAX_PAYLOAD)
+        .ok_or_else(|| OobError::Garbage("a message of ours is too large".into()))?;
+    let mut frame = Vec::with_capacity(HEADER_LEN + payload.len());
+    frame.extend_from_slice(MAGIC);
+    frame.extend_from_slice(&VERSION.to_be_bytes());
+    frame.extend_from_slice(&len.to_be_bytes());
+    frame.extend_from_slice(&payload);
+    Ok(frame)
+}
+
+/// The peer's byte stream cut back into frames: gathers the bytes of one frame at a time,
+/// never more (a read asks for at most what the frame still needs), and decodes the frame
+/// once it is whole. [`OobChannel`] reads through it; it holds no socket, so anything that
+/// implements [`Read`] can feed it.
+#[derive(Debug, Default)]
+pub struct FrameBuffer {
+    bytes: Vec<u8>,
+}
+
+impl FrameBuffer {
+    /// An empty buffer, waiting for the first byte of a frame.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many more bytes the frame being gathered needs (0: it is whole, call
+    /// [`FrameBuffer::take`]); an error as soon as the bytes show that it is not a frame of
+    /// ours (wrong magic or version, a payload over [`MAX_PAYLOAD`]).
+    pub fn needs(&self) -> Result<usize, OobError> {
+        frame_needs(&self.bytes)
+    }
+
+    /// One read from `source` of at most `want` bytes (pass [`FrameBuffer::needs`]),
+    /// appended to the frame; returns what the read returned.
+    pub fn read_from(&mut self, source: &mut impl Read, want: usize) -> io::Result<usize> {
+        let old = self.bytes.len();
+        self.bytes.resize(old + want.min(READ_CHUNK), 0);
+        let read = source.read(&mut self.bytes[old..]);
+        let got = *read.as_ref().unwrap_or(&0);
+        self.bytes.truncate(old + got);
+        read
+    }
+
+    /// Decodes the whole frame gathered and empties the buffer for the next one, whether or
+    /// not the frame decodes. A peer's `Abort` comes back as [`OobError::PeerAborted`].
+    pub fn take(&mut self) -> Result<Message, OobError> {
+        let decoded = serde_json::from_slice(self.bytes.get(HEADER_LEN..).unwrap_or_default());
+        self.bytes.clear();
+        // serde's messages quote what they could not decode, which is the peer's text.
+        let msg: Message = decoded.map_err(|e| {
+            OobError::Garbage(format!(
+                "undecodable message: {}",
+                printable(&e.to_string(), PEER_TEXT_MAX)
+            ))
+        })?;
+        if let Message::Abort { reason } = msg {
+            return Err(OobError::PeerAborted(printable(&reason, PEER_TEXT_MAX)));
+        }
+        Ok(msg)
+    }
+
+    /// How many bytes of the frame have come.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// True when no byte of a frame has come.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// The bytes of the frame so far.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
 }
 
 impl OobChannel {
@@ -382,7 +467,7 @@ impl OobChannel {
             timeout,
             peer,
             pending: None,
-            partial: Vec::new(),
+            partial: FrameBuffer::new(),
             partial_since: None,
             frame_limit: FRAME_LIMIT,
             read_wait: timeout,
@@ -412,12 +497,9 @@ impl OobChannel {
 
     /// Reads at most `want` bytes (one read) onto the end of the frame being gathered.
     fn read_some(&mut self, want: usize) -> io::Result<usize> {
-        let old = self.partial.len();
-        self.partial.resize(old + want.min(READ_CHUNK), 0);
-        let read = self.stream.read(&mut self.partial[old..]);
-        let got = *read.as_ref().unwrap_or(&0);
-        self.partial.truncate(old + got);
-        if old == 0 && got > 0 {
+        let was_empty = self.partial.is_empty();
+        let read = self.partial.read_from(&mut self.stream, want);
+        if was_empty && !self.partial.is_empty() {
             self.partial_since = Some(Instant::now());
         }
         read
@@ -425,26 +507,15 @@ impl OobChannel {
 
     /// Decodes the whole frame gathered, and starts gathering the next.
     fn take_frame(&mut self) -> Result<Message, OobError> {
-        let decoded = serde_json::from_slice(self.partial.get(HEADER_LEN..).unwrap_or_default());
-        self.partial.clear();
         self.partial_since = None;
-        // serde's messages quote what they could not decode, which is the peer's text.
-        let msg: Message = decoded.map_err(|e| {
-            OobError::Garbage(format!(
-                "undecodable message: {}",
-                printable(&e.to_string(), PEER_TEXT_MAX)
-            ))
-        })?;
-        if let Message::Abort { reason } = msg {
-            return Err(OobError::PeerAborted(printable(&reason, PEER_TEXT_MAX)));
-        }
-        Ok(msg)
+        self.partial.take()
     }
 
     /// The error for a frame begun and not finished within the frame limit.
     fn partial_error(&self) -> OobError {
         let head: Vec<String> = self
             .partial
+            .as_bytes()
             .iter()
             .take(16)
             .map(|b| format!("{b:02x}"))
@@ -472,7 +543,7 @@ impl OobChannel {
     /// whole frame waits in the buffer for a later `recv`).
     fn read_available(&mut self, what: &str) -> Result<(), OobError> {
         loop {
-            let need = frame_needs(&self.partial)?;
+            let need = self.partial.needs()?;
             if need == 0 {
                 if self.pending.is_some() {
                     return Ok(());
@@ -514,19 +585,7 @@ impl OobChannel {
 
     /// Sends one message.
     pub fn send(&mut self, msg: &Message) -> Result<(), OobError> {
-        let payload = serde_json::to_vec(msg).map_err(|e| OobError::Io {
-            what: "encoding a message".into(),
-            source: io::Error::other(e),
-        })?;
-        let len = u32::try_from(payload.len())
-            .ok()
-            .filter(|&l| l <= MAX_PAYLOAD)
-            .ok_or_else(|| OobError::Garbage("a message of ours is too large".into()))?;
-        let mut frame = Vec::with_capacity(10 + payload.len());
-        frame.extend_from_slice(MAGIC);
-        frame.extend_from_slice(&VERSION.to_be_bytes());
-        frame.extend_from_slice(&len.to_be_bytes());
-        frame.extend_from_slice(&payload);
+        let frame = encode_frame(msg)?;
         let what = format!("sending the {} message", msg.name());
         self.stream
             .write_all(&frame)
@@ -561,7 +620,7 @@ impl OobChannel {
         }
         let what = format!("waiting for the peer's {expecting}");
         loop {
-            let need = frame_needs(&self.partial)?;
+            let need = self.partial.needs()?;
             if need == 0 {
                 return self.take_frame();
             }

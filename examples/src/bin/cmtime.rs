@@ -27,6 +27,7 @@ use sideway::rdmacm::{
 use sideway::{CompletionQueue, ProtectionDomain, QueuePair};
 use sideway_examples::cli::{exit_status, select_devices, CliError};
 use sideway_examples::cm_connection::{move_qp, socket_addr};
+use sideway_examples::cmtime_wire::{check_announced, check_answer, Step, STEPS};
 
 /// Times the steps of rdma_cm connection setup and teardown over many connections.
 #[derive(Debug, Parser)]
@@ -66,50 +67,6 @@ struct Args {
           value_parser = clap::value_parser!(u32).range(1..))]
     timeout_ms: u32,
 }
-
-/// The steps timed, in the order of the table. The numbers of `FullConnect` (a round
-/// starts), `CmConnect` (all connected) and `Disconnect` (all disconnected) are the bytes the
-/// client sends to keep the sides in step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Step {
-    FullConnect = 0,
-    CreateId,
-    BindAddr,
-    ResolveAddr,
-    ResolveRoute,
-    CreateQp,
-    InitQpAttr,
-    InitQp,
-    RtrQpAttr,
-    RtrQp,
-    RtsQpAttr,
-    RtsQp,
-    CmConnect,
-    Establish,
-    Disconnect,
-    DestroyId,
-    DestroyQp,
-}
-
-const STEPS: [(Step, &str); 17] = [
-    (Step::FullConnect, "full connect"),
-    (Step::CreateId, "create id"),
-    (Step::BindAddr, "bind addr"),
-    (Step::ResolveAddr, "resolve addr"),
-    (Step::ResolveRoute, "resolve route"),
-    (Step::CreateQp, "create qp"),
-    (Step::InitQpAttr, "init qp attr"),
-    (Step::InitQp, "init qp"),
-    (Step::RtrQpAttr, "rtr qp attr"),
-    (Step::RtrQp, "rtr qp"),
-    (Step::RtsQpAttr, "rts qp attr"),
-    (Step::RtsQp, "rts qp"),
-    (Step::CmConnect, "cm connect"),
-    (Step::Establish, "establish"),
-    (Step::Disconnect, "disconnect"),
-    (Step::DestroyId, "destroy id"),
-    (Step::DestroyQp, "destroy qp"),
-];
 
 /// How long the connections of a round may take for one asynchronous step (connecting,
 /// disconnecting), and the server to answer in the TCP exchange once it has answered once.
@@ -421,12 +378,7 @@ impl ClientSync {
                 _ => format!("{waiting}: {e}"),
             })
         })?;
-        if echo[0] != byte {
-            return Err(CliError::run(format!(
-                "the server answered step {byte} with {}: is it a cmtime server?",
-                echo[0]
-            )));
-        }
+        check_answer(step, echo[0]).map_err(CliError::run)?;
         if self.limit != STEP_LIMIT {
             // It answered: from now on it may be busy with many connections.
             self.stream
@@ -689,7 +641,7 @@ impl ServerSync {
         let deadline = Instant::now() + STEP_LIMIT;
         loop {
             if let Some(byte) = self.poll()? {
-                return check_step(byte, step);
+                return check_announced(byte, step).map_err(CliError::run);
             }
             if Instant::now() >= deadline {
                 return Err(CliError::run(format!(
@@ -708,18 +660,6 @@ impl ServerSync {
         self.stream
             .write_all(&[byte])
             .map_err(|e| CliError::run(format!("agreeing to step {byte}: {e}")))
-    }
-}
-
-fn check_step(byte: u8, step: Step) -> Result<(), CliError> {
-    if byte == step as u8 {
-        Ok(())
-    } else {
-        Err(CliError::run(format!(
-            "the client announced step {byte} where step {} belongs: is it a cmtime client \
-             with the same -c?",
-            step as u8
-        )))
     }
 }
 
@@ -776,7 +716,7 @@ fn server_round(
     while !(client_done && established == r.conns.len()) {
         if !client_done {
             if let Some(byte) = sync.poll()? {
-                check_step(byte, Step::CmConnect)?;
+                check_announced(byte, Step::CmConnect).map_err(CliError::run)?;
                 client_done = true;
             }
         }
