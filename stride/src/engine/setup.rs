@@ -456,7 +456,8 @@ pub(crate) fn remote_target(
 ) -> Result<RemoteTarget, RunError> {
     let ep = remotes.get(q).ok_or_else(|| {
         RunError::new(format!(
-            "the peer sent {} QP endpoints, but this run has more QPs (none for QP {q}): the              peer is broken or runs another test; run the same options on both sides",
+            "the peer sent {} QP endpoints, but this run has more QPs (none for QP {q}): the \
+             peer is broken or runs another test; run the same options on both sides",
             remotes.len()
         ))
     })?;
@@ -465,7 +466,9 @@ pub(crate) fn remote_target(
         .and_then(|h| ep.addr.checked_add(h))
         .ok_or_else(|| {
             RunError::new(format!(
-                "the peer's QP {q} advertised its buffer at address {:#x}, too close to the end                  of the 64-bit address space for its {half}-byte halves: the peer is broken;                  run the same stride-perf version on both sides",
+                "the peer's QP {q} advertised its buffer at address {:#x}, too close to the end \
+                 of the 64-bit address space for its {half}-byte halves: the peer is broken; \
+                 run the same stride-perf version on both sides",
                 ep.addr
             ))
         })?;
@@ -555,8 +558,10 @@ mod tests {
             e.contains("QP 1 advertised its buffer at address 0xffffffffffffffc0"),
             "{e}"
         );
+        assert!(!e.contains("  "), "a message with a run of spaces: {e}");
         let e = remote_target(&remotes, 2, 64).unwrap_err().to_string();
         assert!(e.contains("the peer sent 2 QP endpoints"), "{e}");
+        assert!(!e.contains("  "), "a message with a run of spaces: {e}");
         assert!(remote_target(&[], 0, 64).is_err());
     }
 
