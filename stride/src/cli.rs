@@ -195,6 +195,13 @@ pub struct RunArgs {
     #[arg(short = 'b', long = "bidirectional")]
     pub bidirectional: bool,
 
+    /// Check the data: the sender fills its messages with a pattern of the size and QP, the
+    /// side they land on clears its buffer before each size and compares every byte after
+    /// it; a difference ends the run on both sides. RC bandwidth tests of write, read and
+    /// send; the timings include nothing of it.
+    #[arg(long = "data-validation", alias = "data_validation")]
+    pub data_validation: bool,
+
     /// Atomic operation.
     #[arg(short = 'A', long = "atomic-type", value_enum, default_value_t = AtomicType::FetchAndAdd)]
     pub atomic_type: AtomicType,

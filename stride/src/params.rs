@@ -51,6 +51,10 @@ pub struct TestParams {
     pub rdma_cm: bool,
     /// QP timeout exponent.
     pub qp_timeout: u8,
+    /// Check every byte that arrives (`--data-validation`). Absent from an older peer's
+    /// parameters: off.
+    #[serde(default)]
+    pub data_validation: bool,
 }
 
 /// A combination of options that cannot work, with what to do instead.
@@ -112,6 +116,21 @@ impl TestParams {
             }
             if a.post_list != 1 {
                 bail("-l (post list) is for bandwidth tests only")?;
+            }
+        }
+        if a.data_validation {
+            if !bw || verb == Verb::Atomic {
+                bail(
+                    "--data-validation checks bandwidth tests of write, read and send: an \
+                     atomic moves no data of its own, and a latency test's ping-pong rewrites \
+                     its buffer as it goes",
+                )?;
+            }
+            if a.connection != Connection::Rc {
+                bail(
+                    "--data-validation needs -c RC: UC and UD may lose messages, which leaves \
+                     the receiver nothing certain to compare",
+                )?;
             }
         }
         if a.qps == 0 || a.post_list == 0 || a.rx_depth == 0 || a.outstanding == 0 {
@@ -219,6 +238,7 @@ impl TestParams {
             events: a.events,
             rdma_cm: a.rdma_cm,
             qp_timeout: a.qp_timeout,
+            data_validation: a.data_validation,
         })
     }
 
@@ -241,6 +261,7 @@ impl TestParams {
             ("atomic type (-A)", format!("{:?}", self.atomic_type)),
             ("rdmacm setup (-R)", self.rdma_cm.to_string()),
             ("completion events (-e)", self.events.to_string()),
+            ("data validation", self.data_validation.to_string()),
         ]
     }
 

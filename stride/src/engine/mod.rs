@@ -21,6 +21,7 @@ mod bw;
 mod cm;
 mod lat;
 mod setup;
+mod validate;
 mod watch;
 
 use std::fmt;
@@ -232,6 +233,9 @@ fn print_banner(
     if params.rdma_cm {
         println!(" QP setup        : rdma_cm (-R): path, PSNs and QP numbers from rdma_cm");
     }
+    if params.data_validation {
+        println!(" Data validation : on: every byte that lands is compared after each size");
+    }
     println!(" GID             : {}", dev.gid_line());
     for (which, ep) in [("local address ", ours), ("remote address", theirs)] {
         println!(
@@ -346,9 +350,14 @@ fn run_connected(
             && std::io::stdout().is_terminal(),
     );
     let mut results = Vec::with_capacity(params.sizes.len());
+    let data_roles = validate::DataRoles::of(params, is_client);
+    let mut validated = 0u64;
     let base = Instant::now();
     for (k, &size) in params.sizes.iter().enumerate() {
         progress.show(k, size);
+        if params.data_validation {
+            validate::prepare(&mut res, data_roles, is_client, size)?;
+        }
         oob.barrier(&format!("start {size}"))?;
         let result = match params.test {
             Test::Bw => bw::run_size(
@@ -366,6 +375,9 @@ fn run_connected(
                 .map(SizeResult::Latency),
         };
         oob.barrier(&format!("done {size}"))?;
+        if params.data_validation {
+            validated += validate::check(&res, data_roles, is_client, size)?;
+        }
         if params.test == Test::Lat {
             res.reset_after_latency()?;
         }
@@ -373,6 +385,16 @@ fn run_connected(
         if let Some(r) = result {
             println!("{}", report::row_for(&r, gbits));
             results.push(r);
+        }
+    }
+    if params.data_validation {
+        if data_roles.checks() {
+            println!(
+                " Data validation : {validated} bytes checked on this side, every one as the \
+                 peer sent it"
+            );
+        } else {
+            println!(" Data validation : the peer checks the data that lands there");
         }
     }
     let mut clock_note = clock.description();
