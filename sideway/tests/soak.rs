@@ -168,8 +168,12 @@ fn qp_on(id: &Arc<CmId>) -> impl Sized {
     let ctx = id.device_context().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq_builder().cqe(8).build().unwrap();
-    id.create_qp(CmQpInitAttr::new(&pd, &cq, &cq).max_send_wr(4).max_recv_wr(4))
-        .unwrap();
+    id.create_qp(
+        CmQpInitAttr::new(&pd, &cq, &cq)
+            .max_send_wr(4)
+            .max_recv_wr(4),
+    )
+    .unwrap();
     (pd, cq)
 }
 
