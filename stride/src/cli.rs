@@ -183,8 +183,10 @@ pub struct RunArgs {
     #[arg(short = 'm', long = "mtu")]
     pub mtu: Option<u32>,
 
-    /// QP timeout exponent (4.096 µs × 2^N).
-    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14)]
+    /// QP ack timeout exponent: unacknowledged packets are resent after 4.096 µs × 2^N, 7
+    /// times, before the operation fails (0: never).
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14,
+          value_parser = clap::value_parser!(u8).range(0..=31))]
     pub qp_timeout: u8,
 
     /// Send messages up to this size inline.

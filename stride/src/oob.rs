@@ -714,7 +714,17 @@ impl OobChannel {
 
     /// A barrier: both sides send `step` and wait for the other's, which must match.
     pub fn barrier(&mut self, step: &str) -> Result<(), OobError> {
-        self.send(&Message::Ready { step: step.into() })?;
+        self.send_ready(step)?;
+        self.expect_ready(step)
+    }
+
+    /// The first half of a barrier: tells the peer this side reached `step`.
+    pub fn send_ready(&mut self, step: &str) -> Result<(), OobError> {
+        self.send(&Message::Ready { step: step.into() })
+    }
+
+    /// The second half of a barrier: waits for the peer's `step`, which must match.
+    pub fn expect_ready(&mut self, step: &str) -> Result<(), OobError> {
         match self.recv(step)? {
             Message::Ready { step: theirs } if theirs == step => Ok(()),
             Message::Ready { step: theirs } => Err(OobError::Garbage(format!(

@@ -23,7 +23,7 @@ use super::setup::{
     local_data, remote_target, sleep_on, RemoteTarget, Resources, QP_INDEX_MASK, UD_QKEY,
 };
 use super::watch::Watch;
-use super::{op_name, wc_failed, RunError, STALL};
+use super::{op_name, wc_failed, RunError};
 use crate::bandwidth::{BandwidthResult, BandwidthTimes};
 use crate::buffer::TestBuffer;
 use crate::cli::{AtomicType, Connection, Verb};
@@ -155,6 +155,7 @@ pub(crate) fn run_size(
     tx: &mut BandwidthTimes,
     rx: &mut BandwidthTimes,
     base: Instant,
+    watch: &mut Watch,
 ) -> Result<Option<BandwidthResult>, RunError> {
     let duration_mode = params.duration.is_some();
     let n = res.qps.len();
@@ -219,7 +220,7 @@ pub(crate) fn run_size(
     let mut send_poll = send_cq.claim()?;
     let mut recv_poll = recv_cq.claim()?;
     let mut wcs = [WorkCompletion::default(); 32];
-    let mut watch = Watch::new(STALL);
+    watch.start();
     let mut total_done = 0u64;
     let mut rx_count = 0u64;
     let mut stopping = false;
@@ -278,7 +279,13 @@ pub(crate) fn run_size(
                     if let Err(e) = wc.ok() {
                         // The first message of those this completion covers.
                         let at = counts.get(q).map_or(0, |c| c.completed) + 1;
-                        return Err(wc_failed(&e, op_name(params.verb), q, at));
+                        return Err(wc_failed(
+                            &e,
+                            op_name(params.verb),
+                            q,
+                            at,
+                            params.qp_timeout,
+                        ));
                     }
                     let covered = wc.wr_id() >> 32;
                     counts[q].completed += covered;
@@ -300,7 +307,7 @@ pub(crate) fn run_size(
                     let q = (wc.wr_id() & QP_INDEX_MASK) as usize;
                     if let Err(e) = wc.ok() {
                         let at = rx_per_qp.get(q).map_or(0, |&n| n) + 1;
-                        return Err(wc_failed(&e, "receive", q, at));
+                        return Err(wc_failed(&e, "receive", q, at, params.qp_timeout));
                     }
                     rx_per_qp[q] += 1;
                     if duration_mode || rx_per_qp[q] + rx_depth <= params.iterations {

@@ -58,7 +58,7 @@ fn conn_param(qp: &QueuePair, params: &TestParams) -> ConnParam {
     p.qp_num(qp.qp_num())
         .responder_resources(rd)
         .initiator_depth(rd)
-        .retry_count(7)
+        .retry_count(super::link::RETRY_CNT)
         .rnr_retry_count(6);
     p
 }

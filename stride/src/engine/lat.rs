@@ -24,7 +24,7 @@ use sideway::memory_region::Sge;
 use super::bw::{wr_op, Targets};
 use super::setup::{local_data, remote_target, sleep_on, RemoteTarget, Resources};
 use super::watch::Watch;
-use super::{op_name, wc_failed, RunError, STALL};
+use super::{op_name, wc_failed, RunError};
 use crate::cli::Verb;
 use crate::latency::LatencySummary;
 use crate::oob::OobChannel;
@@ -41,7 +41,7 @@ struct PingPong<'r> {
     wcs: [WorkCompletion; 4],
     /// A signaled send not yet seen complete.
     outstanding: bool,
-    watch: Watch,
+    watch: &'r mut Watch,
     duration_mode: bool,
     progress: u64,
     /// With `-e`: sleep on this channel instead of spinning.
@@ -50,6 +50,8 @@ struct PingPong<'r> {
     receives: bool,
     /// What the sends are, for error messages.
     send_op: &'static str,
+    /// The ack timeout code (`-u`), for error messages.
+    qp_timeout: u8,
 }
 
 /// How a wait ended.
@@ -68,7 +70,13 @@ impl PingPong<'_> {
             let got = self.send_cq.poll_into(&mut self.wcs[..1])?;
             if got > 0 {
                 if let Err(e) = self.wcs[0].ok() {
-                    return Err(wc_failed(&e, self.send_op, 0, self.progress + 1));
+                    return Err(wc_failed(
+                        &e,
+                        self.send_op,
+                        0,
+                        self.progress + 1,
+                        self.qp_timeout,
+                    ));
                 }
                 self.outstanding = false;
                 return Ok(true);
@@ -137,7 +145,13 @@ impl PingPong<'_> {
             return Ok(false);
         }
         if let Err(e) = self.wcs[1].ok() {
-            return Err(wc_failed(&e, "receive", 0, self.progress + 1));
+            return Err(wc_failed(
+                &e,
+                "receive",
+                0,
+                self.progress + 1,
+                self.qp_timeout,
+            ));
         }
         let mut guard = self.qp.start_post_recv();
         guard.recv(0, &[self.recv_sge]);
@@ -148,6 +162,7 @@ impl PingPong<'_> {
 
 /// Runs one size; `posted` (µs timestamps) must have room for every iteration. Returns what
 /// this side measured: nothing on the server of READ and atomic tests.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_size(
     res: &mut Resources,
     params: &TestParams,
@@ -156,7 +171,9 @@ pub(crate) fn run_size(
     is_client: bool,
     posted: &mut Vec<f64>,
     base: Instant,
+    watch: &mut Watch,
 ) -> Result<Option<LatencyResult>, RunError> {
+    watch.start();
     posted.clear();
     let duration_mode = params.duration.is_some();
     let deadline = params
@@ -194,12 +211,13 @@ pub(crate) fn run_size(
         recv_sge,
         wcs: [WorkCompletion::default(); 4],
         outstanding: false,
-        watch: Watch::new(STALL),
+        watch,
         duration_mode,
         progress: 0,
         events: events.as_deref(),
         receives: params.verb == Verb::Send,
         send_op: op_name(params.verb),
+        qp_timeout: params.qp_timeout,
     };
     let rtt_factor = match params.verb {
         Verb::Write | Verb::Send => 2.0,

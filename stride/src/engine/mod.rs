@@ -20,6 +20,7 @@
 mod bw;
 mod cm;
 mod lat;
+mod link;
 mod setup;
 mod validate;
 mod watch;
@@ -39,7 +40,9 @@ use crate::progress::Progress;
 use crate::report::{self, Report, SideReport, SizeResult};
 use sideway::peer_text::{printable, PEER_TEXT_MAX};
 
+use link::LinkWatch;
 use setup::{path_mtu, DeviceSide, Resources};
+use watch::Watch;
 
 /// How long a measured loop may go without any progress before it gives up.
 pub(crate) const STALL: Duration = Duration::from_secs(20);
@@ -109,15 +112,25 @@ pub(crate) fn op_name(verb: Verb) -> &'static str {
 /// run, 0 to -q - 1) at message `message` of that QP (counted from 1), with the status and
 /// its likely cause. Never the wr_id: stride packs the QP index and batch counts into it,
 /// which means nothing to a reader.
+/// A transport retry failure also says how long the transport tried (`qp_timeout`, `-u`).
 pub(crate) fn wc_failed(
     e: &sideway::WorkCompletionError,
     what: &str,
     qp: usize,
     message: u64,
+    qp_timeout: u8,
 ) -> RunError {
     let hint = e.status.hint();
+    let tried = if e.status == sideway::WcStatus::RetryExcErr {
+        format!(
+            "; no acknowledgement came for {}: the peer or the link is gone",
+            link::retry_budget_text(qp_timeout)
+        )
+    } else {
+        String::new()
+    };
     RunError(format!(
-        "{what} on QP {qp} (QPN {:#x}) failed at message {message} of that QP: {}{}{hint}",
+        "{what} on QP {qp} (QPN {:#x}) failed at message {message} of that QP: {}{}{hint}{tried}",
         e.qp_num,
         e.status,
         if hint.is_empty() { "" } else { ": " }
@@ -301,6 +314,10 @@ fn run_connected(
     // The passive side waits at the "done" barrier for as long as the peer measures.
     let measure_timeout = Duration::from_secs(300 + 2 * params.duration.unwrap_or(0));
     oob.set_timeout(measure_timeout)?;
+    let mut watch = Watch::new(
+        STALL,
+        LinkWatch::new(std::sync::Arc::clone(&dev.ctx), dev.port, params),
+    );
 
     let sends = is_client || params.bidirectional;
     let receives = params.verb == Verb::Send && (!is_client || params.bidirectional);
@@ -358,7 +375,7 @@ fn run_connected(
         if params.data_validation {
             validate::prepare(&mut res, data_roles, is_client, size)?;
         }
-        oob.barrier(&format!("start {size}"))?;
+        watch.barrier(oob, &format!("start {size}"), measure_timeout)?;
         let result = match params.test {
             Test::Bw => bw::run_size(
                 &mut res,
@@ -369,12 +386,22 @@ fn run_connected(
                 &mut tx,
                 &mut rx,
                 base,
+                &mut watch,
             )?
             .map(SizeResult::Bandwidth),
-            Test::Lat => lat::run_size(&mut res, params, oob, size, is_client, &mut posted, base)?
-                .map(SizeResult::Latency),
+            Test::Lat => lat::run_size(
+                &mut res,
+                params,
+                oob,
+                size,
+                is_client,
+                &mut posted,
+                base,
+                &mut watch,
+            )?
+            .map(SizeResult::Latency),
         };
-        oob.barrier(&format!("done {size}"))?;
+        watch.barrier(oob, &format!("done {size}"), measure_timeout)?;
         if params.data_validation {
             validated += validate::check(&res, data_roles, is_client, size)?;
         }
@@ -469,7 +496,7 @@ mod tests {
             qp_num: 0x11,
             vendor_err: 0,
         };
-        let text = wc_failed(&e, op_name(Verb::Write), 0, 1).to_string();
+        let text = wc_failed(&e, op_name(Verb::Write), 0, 1, 14).to_string();
         assert!(
             text.starts_with("RDMA WRITE on QP 0 (QPN 0x11) failed at message 1 of that QP: "),
             "{text}"
@@ -482,6 +509,18 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("4294967296"), "{text}");
+        let gone = sideway::WorkCompletionError {
+            status: sideway::completion_queue::WcStatus::RetryExcErr,
+            ..e
+        };
+        let text = wc_failed(&gone, "SEND", 1, 7, 14).to_string();
+        assert!(
+            text.ends_with(
+                "no acknowledgement came for about 536 ms (the first try and 7 resends, each \
+                 after a 67 ms ack timeout: -u 14): the peer or the link is gone"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

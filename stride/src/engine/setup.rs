@@ -316,6 +316,7 @@ impl Resources {
                 .path_mtu(mtu)
                 .sq_psn(psn)
                 .timeout(params.qp_timeout)
+                .retry_cnt(super::link::RETRY_CNT)
                 .max_rd_atomic(rd_atomic(dev.dev_attr.max_qp_init_rd_atom()))
                 .max_dest_rd_atomic(rd_atomic(dev.dev_attr.max_qp_rd_atom()));
             if let Some(g) = dev.gid {

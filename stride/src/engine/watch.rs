@@ -1,10 +1,13 @@
 //! Keeping a measured loop honest about its peer: a loop that waits for the network calls
 //! [`Watch::idle`] whenever it found nothing to do; now and then (never on the fast path) that
 //! checks the out-of-band channel, so a peer that died or aborted ends the run with its
-//! reason, and a run that makes no progress at all ends with an error instead of a hang.
+//! reason, the device's async events (the link, see [`super::link`]), and a run that makes
+//! no progress at all ends with an error instead of a hang. Between the measured loops,
+//! [`Watch::barrier`] waits for the peer the same way.
 
 use std::time::{Duration, Instant};
 
+use super::link::LinkWatch;
 use super::RunError;
 use crate::oob::OobChannel;
 
@@ -13,8 +16,10 @@ const SPINS_PER_CHECK: u32 = 1024;
 /// How often the out-of-band channel is looked at.
 const PEER_CHECK: Duration = Duration::from_millis(10);
 
-/// The watchdog of one measured loop.
-#[derive(Debug)]
+/// How often a barrier looks at the peer and the link while it waits.
+const BARRIER_NAP: Duration = Duration::from_millis(5);
+
+/// The watchdog of a run's measured loops.
 pub(crate) struct Watch {
     spins: u32,
     last_peer_check: Instant,
@@ -22,11 +27,12 @@ pub(crate) struct Watch {
     last_change: Instant,
     stall: Duration,
     peer_spoke: bool,
+    link: LinkWatch,
 }
 
 impl Watch {
-    /// A watchdog that gives up after `stall` without progress.
-    pub(crate) fn new(stall: Duration) -> Self {
+    /// A watchdog that gives up after `stall` without progress, and watches `link`.
+    pub(crate) fn new(stall: Duration, link: LinkWatch) -> Self {
         let now = Instant::now();
         Watch {
             spins: 0,
@@ -35,7 +41,43 @@ impl Watch {
             last_change: now,
             stall,
             peer_spoke: false,
+            link,
         }
+    }
+
+    /// Starts watching a new measured loop: no progress yet, the peer not heard from.
+    pub(crate) fn start(&mut self) {
+        let now = Instant::now();
+        self.spins = 0;
+        self.last_peer_check = now;
+        self.last_progress = 0;
+        self.last_change = now;
+        self.peer_spoke = false;
+    }
+
+    /// A barrier (see [`OobChannel::barrier`]) that, while it waits at most `limit` for the
+    /// peer, keeps watching the link: a port that stays down past the peer's retry budget
+    /// ends the wait, as does a peer that dies or aborts.
+    pub(crate) fn barrier(
+        &mut self,
+        oob: &mut OobChannel,
+        step: &str,
+        limit: Duration,
+    ) -> Result<(), RunError> {
+        oob.send_ready(step)?;
+        let started = Instant::now();
+        while !oob.peer_spoke()? {
+            self.link.check()?;
+            if started.elapsed() >= limit {
+                return Err(RunError::new(format!(
+                    "waited {} s for the peer to reach \"{step}\": it is stuck or the network \
+                     between the two sides is down; check the peer's output",
+                    limit.as_secs()
+                )));
+            }
+            std::thread::sleep(BARRIER_NAP);
+        }
+        Ok(oob.expect_ready(step)?)
     }
 
     /// Called on every turn of a loop that may wait (or at least on every idle one);
@@ -69,6 +111,7 @@ impl Watch {
         if now.duration_since(self.last_peer_check) >= PEER_CHECK {
             self.last_peer_check = now;
             self.peer_spoke = oob.peer_spoke()?;
+            self.link.check()?;
         }
         Ok(self.peer_spoke)
     }
