@@ -16,7 +16,7 @@ echo "data that arrives is what was sent"
 stride "write bw, validated" bw 65536 200 client write bw -s 65536 -n 200 --data-validation
 checked "write bw" server 65536
 must_say "$PAIR_DIR/client.log" "Data validation : the peer checks" "write bw (client)"
-stride "read bw, 2 QPs, validated" bw 4096 200 client read bw -s 4096 -n 200 -q 2 \
+stride "read bw, 2 QPs, validated" bw 4096 + client read bw -s 4096 -n 200 -q 2 \
     --data-validation
 checked "read bw -q 2" client 8192
 stride "send bw, bidirectional, validated" bw 8192 300 both send bw -s 8192 -n 300 -b \
