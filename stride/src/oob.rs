@@ -744,7 +744,7 @@ impl OobChannel {
             report: ours.clone(),
         })?;
         match self.recv("results")? {
-            Message::Results { report } => Ok(report),
+            Message::Results { report } => Ok(report.printable()),
             other => Err(OobError::Unexpected {
                 expected: "results",
                 got: other.name(),

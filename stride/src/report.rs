@@ -66,6 +66,22 @@ pub struct SideReport {
     pub results: Vec<SizeResult>,
 }
 
+impl SideReport {
+    /// The report with its text made printable ([`sideway::peer_text::printable`]): the
+    /// peer's report is printed and written to the JSON file, which a person may print in
+    /// turn, and JSON escapes only the C0 controls.
+    pub fn printable(self) -> Self {
+        let text = |s: &str| sideway::peer_text::printable(s, sideway::peer_text::PEER_TEXT_MAX);
+        SideReport {
+            role: text(&self.role),
+            device: text(&self.device),
+            buffer: self.buffer.as_deref().map(text),
+            clock: self.clock.as_deref().map(text),
+            ..self
+        }
+    }
+}
+
 /// The JSON file: parameters, this side's results and the peer's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -193,6 +209,25 @@ mod tests {
         assert!(bandwidth_header(true).contains("BW average[Gb/sec]"));
         // 1000 MiB/s = 8.388608 Gb/s.
         assert!(bandwidth_row(&bw(), true).contains("8.39"));
+    }
+
+    #[test]
+    fn a_peers_report_text_is_made_printable() {
+        let theirs = SideReport {
+            role: "server\u{9b}2J".into(),
+            device: "rxe0\u{1b}]0;x\u{7}".into(),
+            gid_index: 1,
+            buffer: Some("host\u{202e}".into()),
+            clock: Some("tsc\u{7f}".into()),
+            results: vec![SizeResult::Bandwidth(bw())],
+        }
+        .printable();
+        assert_eq!(theirs.role, "server\\u{9b}2J");
+        assert_eq!(theirs.device, "rxe0\\x1b]0;x\\x07");
+        assert_eq!(theirs.buffer.as_deref(), Some("host\\u{202e}"));
+        assert_eq!(theirs.clock.as_deref(), Some("tsc\\x7f"));
+        let json = serde_json::to_string(&theirs).unwrap();
+        assert!(!json.chars().any(|c| c.is_control()), "{json}");
     }
 
     #[test]
