@@ -25,10 +25,14 @@ pub const FEW: u64 = 256;
 /// The longer measured call.
 pub const MANY: u64 = FEW + 1024;
 
-/// The callgrind events kept per operation, in the counts file's column order: instructions,
-/// data reads, data writes (`--cache-sim=yes`), conditional and indirect branches executed
-/// (`--branch-sim=yes`).
+/// The callgrind events kept per operation: instructions, data reads, data writes
+/// (`--cache-sim=yes`), conditional and indirect branches executed (`--branch-sim=yes`).
 pub const EVENTS: [&str; 5] = ["Ir", "Dr", "Dw", "Bc", "Bi"];
+
+/// The counts file's columns: [`EVENTS`], then the instructions executed inside the null
+/// provider's own functions (named `null_*`, `csrc/null_provider.c`), which every side calls
+/// alike: the total less that is the data path's own cost.
+pub const COLUMNS: [&str; 6] = ["Ir", "Dr", "Dw", "Bc", "Bi", "provider_Ir"];
 
 /// Growth over the committed Rust instruction count that the check still accepts: this share
 /// of the count, or [`MARGIN_MIN`] instructions, whichever is larger. Counts are exact for a
@@ -78,14 +82,24 @@ impl Side {
     }
 }
 
-/// One side's cost of one operation, event by event ([`EVENTS`]).
+/// One side's cost of one operation, column by column ([`COLUMNS`]).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct Costs(pub [f64; EVENTS.len()]);
+pub struct Costs(pub [f64; COLUMNS.len()]);
 
 impl Costs {
     /// Instructions.
     pub fn instructions(&self) -> f64 {
         self.0[0]
+    }
+
+    /// Instructions inside the null provider's functions.
+    pub fn provider_instructions(&self) -> f64 {
+        self.0[5]
+    }
+
+    /// Instructions outside the null provider: the data path's own.
+    pub fn own_instructions(&self) -> f64 {
+        self.instructions() - self.provider_instructions()
     }
 
     /// Per operation, from the totals of the `FEW` and `MANY` calls and the operations per
@@ -96,14 +110,27 @@ impl Costs {
     }
 }
 
-/// The totals of one callgrind dump file, mapped onto [`EVENTS`] (0 for an event the dump
-/// lacks, which happens only when the simulation that gives it was off).
+/// The functions whose instructions are the provider's, not the data path's.
+pub const PROVIDER_PREFIX: &str = "null_";
+
+/// Reads one callgrind dump file (callgrind's format, as written by Valgrind 3.x): its
+/// totals, and the instructions of the provider's functions (exclusive of what they call),
+/// as [`Costs`].
 pub fn parse_dump(text: &str) -> Result<Costs, String> {
     let mut names: Option<Vec<&str>> = None;
     let mut totals: Option<Vec<f64>> = None;
+    let mut positions = 1;
+    // Function names are compressed: `fn=(7) name` the first time (in `fn=` or `cfn=`),
+    // `fn=(7)` after.
+    let mut fn_names: std::collections::HashMap<&str, &str> = Default::default();
+    let mut in_provider = false;
+    let mut after_calls = false;
+    let mut provider = 0.0;
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("events:") {
             names = Some(rest.split_whitespace().collect());
+        } else if let Some(rest) = line.strip_prefix("positions:") {
+            positions = rest.split_whitespace().count().max(1);
         } else if let Some(rest) = line
             .strip_prefix("totals:")
             .or_else(|| line.strip_prefix("summary:"))
@@ -113,21 +140,48 @@ pub fn parse_dump(text: &str) -> Result<Costs, String> {
                 .map(|v| v.parse::<f64>().map_err(|e| format!("{line:?}: {e}")))
                 .collect::<Result<Vec<_>, _>>()?;
             totals = Some(values);
+        } else if let Some(spec) = line
+            .strip_prefix("fn=")
+            .or_else(|| line.strip_prefix("cfn="))
+        {
+            let name = match spec.strip_prefix('(').and_then(|r| r.split_once(')')) {
+                Some((id, "")) => fn_names.get(id).copied().unwrap_or(""),
+                Some((id, name)) => {
+                    let name = name.trim_start();
+                    fn_names.insert(id, name);
+                    name
+                }
+                None => spec,
+            };
+            if line.starts_with("fn=") {
+                in_provider = name.starts_with(PROVIDER_PREFIX);
+            }
+        } else if line.starts_with("calls=") {
+            // The next cost line is the call's inclusive cost, not the caller's own.
+            after_calls = true;
+        } else if line.starts_with(|c: char| c.is_ascii_digit() || "+-*".contains(c)) {
+            if in_provider && !after_calls {
+                // The first event is Ir (checked below); a line may leave out trailing zeros.
+                let ir = line.split_whitespace().nth(positions).unwrap_or("0");
+                provider += ir.parse::<f64>().map_err(|e| format!("{line:?}: {e}"))?;
+            }
+            after_calls = false;
         }
     }
     let names = names.ok_or("no `events:` line")?;
     let totals = totals.ok_or("no `totals:` or `summary:` line")?;
-    let mut costs = Costs::default();
+    if names.first() != Some(&"Ir") {
+        return Err("the dump does not count instructions first (Ir)".to_owned());
+    }
+    let mut total = Costs::default();
     for (i, event) in EVENTS.iter().enumerate() {
         if let Some(pos) = names.iter().position(|n| n == event) {
             // callgrind leaves out trailing zeros of a cost line.
-            costs.0[i] = totals.get(pos).copied().unwrap_or(0.0);
+            total.0[i] = totals.get(pos).copied().unwrap_or(0.0);
         }
     }
-    if !names.contains(&"Ir") {
-        return Err("the dump counts no instructions (no Ir event)".to_owned());
-    }
-    Ok(costs)
+    total.0[5] = provider;
+    Ok(total)
 }
 
 /// The measured or committed costs of one operation on every side.
@@ -177,7 +231,7 @@ impl Counts {
         let _ = writeln!(out, "rustc\t{}", self.rustc);
         let _ = writeln!(out, "cc\t{}", self.cc);
         let _ = writeln!(out, "valgrind\t{}", self.valgrind);
-        let _ = writeln!(out, "operation\tside\t{}", EVENTS.join("\t"));
+        let _ = writeln!(out, "operation\tside\t{}", COLUMNS.join("\t"));
         for row in &self.rows {
             for side in Side::ALL {
                 let _ = write!(out, "{}\t{}", row.name, side.key());
@@ -204,11 +258,11 @@ impl Counts {
                 ["cc", v] => counts.cc = v.to_owned(),
                 ["valgrind", v] => counts.valgrind = v.to_owned(),
                 ["operation", "side", ..] => {
-                    if fields[2..] != EVENTS {
+                    if fields[2..] != COLUMNS {
                         return Err(at("the columns are not the events this build counts"));
                     }
                 }
-                [name, side, ref values @ ..] if values.len() == EVENTS.len() => {
+                [name, side, ref values @ ..] if values.len() == COLUMNS.len() => {
                     let side = Side::from_key(side).ok_or_else(|| at("unknown side"))?;
                     let mut costs = Costs::default();
                     for (slot, v) in costs.0.iter_mut().zip(values) {
@@ -340,20 +394,22 @@ fn ratio(a: f64, b: f64) -> String {
     format!("{:.3}", a / b)
 }
 
-/// The Markdown tables of docs/benchmarks.md: instructions per operation on each side with
-/// the ratios and whether sideway meets the cached-pointer C, then data reads and
-/// branches.
+/// The Markdown tables of docs/benchmarks.md: instructions per operation on each side, the
+/// provider's share, the ratios and whether sideway meets the cached-pointer C; then data
+/// reads, writes and branches.
 pub fn markdown(counts: &Counts) -> String {
     let mut out = format!(
         "Recorded with {}; C: {}, -O3; {}.\n\n",
         counts.rustc, counts.cc, counts.valgrind
     );
     out.push_str(
-        "| operation | Rust | C (verbs.h) | C (cached) | Rust/C | Rust/C cached | verdict |\n\
-         | --- | ---: | ---: | ---: | ---: | ---: | --- |\n",
+        "| operation | Rust | C (verbs.h) | C (cached) | provider | Rust/C | Rust/C cached | \
+         same, less the provider | verdict |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n",
     );
     for row in &counts.rows {
         let [r, c, cc] = row.sides.map(|s| s.instructions());
+        let provider = row.side(Side::CCached).provider_instructions();
         let verdict = if r <= cc {
             "met".to_owned()
         } else {
@@ -361,10 +417,14 @@ pub fn markdown(counts: &Counts) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {r:.2} | {c:.2} | {cc:.2} | {} | {} | {verdict} |",
+            "| {} | {r:.2} | {c:.2} | {cc:.2} | {provider:.2} | {} | {} | {} | {verdict} |",
             row.name,
             ratio(r, c),
-            ratio(r, cc)
+            ratio(r, cc),
+            ratio(
+                row.side(Side::Rust).own_instructions(),
+                row.side(Side::CCached).own_instructions()
+            ),
         );
     }
     out.push_str(
@@ -411,27 +471,52 @@ mod tests {
 
     const DUMP: &str = "version: 1\ncreator: callgrind-3.19.0\n\
         desc: Trigger: --dump-after=rust_side_measured\n\
+        positions: line\n\
         events: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw Bc Bcm Bi Bim\n\
-        fn=(1) x\n5 1 2\n\
         summary: 1000 400 300 1 2 3 4 5 6 50 7 8\n\
+        fl=(1) ???\n\
+        fn=(1) loop\n\
+        cfn=(2) null_post_send\n\
+        calls=10 0\n\
+        0 70 7\n\
+        +1 900 390 300 0 0 0 0 0 0 50 7 8\n\
+        fn=(2)\n\
+        0 60 5\n\
+        +2 10 5\n\
+        fn=(3) null_cq_add\n\
+        0 5\n\
+        fn=(4) other\n\
+        0 25\n\
         totals: 1000 400 300 1 2 3 4 5 6 50 7 8\n";
 
     #[test]
-    fn a_dump_gives_its_totals_by_event_name() {
-        let c = parse_dump(DUMP).unwrap();
-        // Bi is 8; Bim, the last, was left out as callgrind does with trailing zeros.
-        assert_eq!(c, Costs([1000.0, 400.0, 300.0, 50.0, 8.0]));
+    fn a_dump_gives_its_totals_and_the_providers_share() {
+        // Bi is 8; Bim, the last, was left out as callgrind does with trailing zeros. The
+        // provider: null_post_send's own lines (60 + 10) and null_cq_add's (5), not the
+        // call's 70.
+        assert_eq!(
+            parse_dump(DUMP).unwrap(),
+            Costs([1000.0, 400.0, 300.0, 50.0, 8.0, 75.0])
+        );
         assert!(parse_dump("events: Ir\n").is_err(), "no totals");
         assert!(parse_dump("totals: 5\n").is_err(), "no events");
+        assert!(parse_dump("events: Dr Ir\ntotals: 1 2\n").is_err(), "Ir not first");
     }
 
     #[test]
     fn per_operation_subtracts_the_short_call() {
-        let few = Costs([100.0, 10.0, 0.0, 0.0, 0.0]);
-        let many = Costs([100.0 + 1024.0 * 40.0, 10.0 + 1024.0 * 4.0, 0.0, 0.0, 0.0]);
+        let few = Costs([100.0, 10.0, 0.0, 0.0, 0.0, 50.0]);
+        let many = Costs([
+            100.0 + 1024.0 * 40.0,
+            10.0 + 1024.0 * 4.0,
+            0.0,
+            0.0,
+            0.0,
+            50.0 + 1024.0 * 16.0,
+        ]);
         assert_eq!(
             Costs::per_operation(&few, &many, 1),
-            Costs([40.0, 4.0, 0.0, 0.0, 0.0])
+            Costs([40.0, 4.0, 0.0, 0.0, 0.0, 16.0])
         );
         assert_eq!(Costs::per_operation(&few, &many, 8).0[0], 5.0);
     }
@@ -444,9 +529,9 @@ mod tests {
             rows: vec![RowCounts {
                 name: "post 1 WRITE (classic)".to_owned(),
                 sides: [
-                    Costs([rust, 10.0, 5.0, 3.0, 1.0]),
-                    Costs([50.5, 11.0, 5.0, 3.0, 2.0]),
-                    Costs([48.25, 9.0, 5.0, 3.0, 1.0]),
+                    Costs([rust, 10.0, 5.0, 3.0, 1.0, 20.0]),
+                    Costs([50.5, 11.0, 5.0, 3.0, 2.0, 20.0]),
+                    Costs([48.25, 9.0, 5.0, 3.0, 1.0, 20.0]),
                 ],
             }],
         }

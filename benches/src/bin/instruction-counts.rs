@@ -237,6 +237,16 @@ fn measure_one(exe: &Path, index: usize, op: &Operation) -> Result<RowCounts, Er
             };
             sides[s] = Costs::per_operation(&dump(1)?, &dump(2)?, op.per_iter);
         }
+        // Every side hands the provider the same calls (benches/tests/null_provider.rs), so
+        // the provider runs the same instructions for each; if not, the sides differ in
+        // work, not in cost, and the comparison is void.
+        let provider = sides.map(|c| c.provider_instructions());
+        if provider.iter().any(|&p| (p - provider[0]).abs() > 1e-9) {
+            return Err(format!(
+                "the provider ran {provider:?} instructions per operation for Rust, C and C \
+                 cached: the sides do not do the same work"
+            ));
+        }
         Ok(RowCounts {
             name: op.name.clone(),
             sides,
