@@ -462,7 +462,12 @@ pub const DOC_END: &str = "<!-- instruction-counts: end -->";
 pub fn replace_doc_section(doc: &str, tables: &str) -> Option<String> {
     let start = doc.find(DOC_BEGIN)? + DOC_BEGIN.len();
     let end = start + doc[start..].find(DOC_END)?;
-    Some(format!("{}\n\n{}\n{}", &doc[..start], tables, &doc[end..]))
+    Some(format!(
+        "{}\n\n{}\n{}",
+        &doc[..start],
+        tables.trim_end(),
+        &doc[end..]
+    ))
 }
 
 #[cfg(test)]
@@ -500,7 +505,10 @@ mod tests {
         );
         assert!(parse_dump("events: Ir\n").is_err(), "no totals");
         assert!(parse_dump("totals: 5\n").is_err(), "no events");
-        assert!(parse_dump("events: Dr Ir\ntotals: 1 2\n").is_err(), "Ir not first");
+        assert!(
+            parse_dump("events: Dr Ir\ntotals: 1 2\n").is_err(),
+            "Ir not first"
+        );
     }
 
     #[test]
@@ -591,9 +599,9 @@ mod tests {
     #[test]
     fn the_table_gives_ratios_and_verdicts() {
         let t = markdown(&sample(40.0));
-        assert!(
-            t.contains("| post 1 WRITE (classic) | 40.00 | 50.50 | 48.25 | 0.792 | 0.829 | met |")
-        );
+        assert!(t.contains(
+            "| post 1 WRITE (classic) | 40.00 | 50.50 | 48.25 | 20.00 | 0.792 | 0.829 | 0.708 | met |"
+        ));
         let t = markdown(&sample(50.0));
         assert!(t.contains("| above by 1.75 |"), "{t}");
         assert!(t.contains("| 10.00 / 11.00 / 9.00 | 5.00 / 5.00 / 5.00 | 4.00 / 5.00 / 4.00 |"));
