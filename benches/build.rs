@@ -1,5 +1,6 @@
 //! Build script: compiles the C side of the benchmarks (`csrc/`): the null provider and the
-//! same data-path operations written in C with verbs.h's static inlines.
+//! same data-path operations written in C twice, with verbs.h's static inlines and with the
+//! provider's function pointers read once.
 //!
 //! Only verbs.h is needed (from `libibverbs-dev` / `rdma-core-devel`, as for rdma-mummy-sys);
 //! nothing is linked from rdma-core: the C code calls no libibverbs function, only the
@@ -19,7 +20,7 @@ fn main() {
 
     let mut build = cc::Build::new();
     build
-        .files(["null_provider.c", "data_path.c"].map(|f| csrc.join(f)))
+        .files(["null_provider.c", "data_path.c", "data_path_cached.c"].map(|f| csrc.join(f)))
         .include(&csrc)
         .std("gnu11")
         // The C side is measured: always optimised as a release build would be, whatever

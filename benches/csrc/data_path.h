@@ -45,4 +45,24 @@ int bench_c_cycle(struct ibv_qp *qp, struct ibv_cq *cq, const struct bench_write
 int bench_c_cycle_ex(struct ibv_qp_ex *qp, struct ibv_cq_ex *cq, const struct bench_write *w,
 		     uint64_t iters, uint64_t *sum);
 
+/*
+ * The same operations with the provider's function pointers read once per call, before the
+ * loop, as sideway reads them once when it creates its objects (data_path_cached.c).
+ */
+int bench_cc_post_write(struct ibv_qp *qp, const struct bench_write *w, uint64_t iters);
+int bench_cc_post_write_ex(struct ibv_qp_ex *qp, const struct bench_write *w, uint64_t iters);
+int bench_cc_post_write_batch(struct ibv_qp *qp, const struct bench_write *w, uint32_t batch,
+			      uint64_t iters);
+int bench_cc_post_write_batch_ex(struct ibv_qp_ex *qp, const struct bench_write *w,
+				 uint32_t batch, uint64_t iters);
+int bench_cc_post_recv(struct ibv_qp *qp, const struct ibv_sge *sge, uint64_t iters);
+int bench_cc_poll_iter(struct ibv_cq *cq, uint32_t n, uint64_t iters, uint64_t *sum);
+int bench_cc_poll_batch(struct ibv_cq *cq, uint32_t n, uint64_t iters, uint64_t *sum);
+int bench_cc_poll_iter_ex(struct ibv_cq_ex *cq, uint32_t n, uint64_t iters, uint64_t *sum);
+int bench_cc_poll_batch_ex(struct ibv_cq_ex *cq, uint32_t n, uint64_t iters, uint64_t *sum);
+int bench_cc_cycle(struct ibv_qp *qp, struct ibv_cq *cq, const struct bench_write *w,
+		   uint64_t iters, uint64_t *sum);
+int bench_cc_cycle_ex(struct ibv_qp_ex *qp, struct ibv_cq_ex *cq, const struct bench_write *w,
+		      uint64_t iters, uint64_t *sum);
+
 #endif

@@ -97,6 +97,37 @@ extern "C" {
         iters: u64,
         sum: *mut u64,
     ) -> c_int;
+
+    // The same operations with the provider's pointers read once (`csrc/data_path_cached.c`).
+    fn bench_cc_post_write(qp: *mut ibv_qp, w: *const Write, iters: u64) -> c_int;
+    fn bench_cc_post_write_ex(qp: *mut ibv_qp_ex, w: *const Write, iters: u64) -> c_int;
+    fn bench_cc_post_write_batch(qp: *mut ibv_qp, w: *const Write, batch: u32, iters: u64)
+        -> c_int;
+    fn bench_cc_post_write_batch_ex(
+        qp: *mut ibv_qp_ex,
+        w: *const Write,
+        batch: u32,
+        iters: u64,
+    ) -> c_int;
+    fn bench_cc_post_recv(qp: *mut ibv_qp, sge: *const ibv_sge, iters: u64) -> c_int;
+    fn bench_cc_poll_iter(cq: *mut ibv_cq, n: u32, iters: u64, sum: *mut u64) -> c_int;
+    fn bench_cc_poll_batch(cq: *mut ibv_cq, n: u32, iters: u64, sum: *mut u64) -> c_int;
+    fn bench_cc_poll_iter_ex(cq: *mut ibv_cq_ex, n: u32, iters: u64, sum: *mut u64) -> c_int;
+    fn bench_cc_poll_batch_ex(cq: *mut ibv_cq_ex, n: u32, iters: u64, sum: *mut u64) -> c_int;
+    fn bench_cc_cycle(
+        qp: *mut ibv_qp,
+        cq: *mut ibv_cq,
+        w: *const Write,
+        iters: u64,
+        sum: *mut u64,
+    ) -> c_int;
+    fn bench_cc_cycle_ex(
+        qp: *mut ibv_qp_ex,
+        cq: *mut ibv_cq_ex,
+        w: *const Write,
+        iters: u64,
+        sum: *mut u64,
+    ) -> c_int;
 }
 
 type Error = Box<dyn std::error::Error>;
@@ -255,7 +286,7 @@ pub struct RawObjects {
 }
 
 /// The C side of one operation: which loop, on which objects.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum COp {
     /// `bench_c_post_write` or `_ex`.
     PostWrite,
@@ -271,7 +302,19 @@ pub enum COp {
     Cycle,
 }
 
-/// Runs `iters` iterations of `op` in C on `objs` (extended objects when `extended`).
+/// Which of the two C baselines runs an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CStyle {
+    /// `csrc/data_path.c`: verbs.h's inlines, which load the provider's function pointer
+    /// from the verbs object on every call, as a C program usually reads.
+    Inline,
+    /// `csrc/data_path_cached.c`: the provider's function pointers read once per run and
+    /// called directly, as sideway calls them (it copies them when it creates its objects).
+    Cached,
+}
+
+/// Runs `iters` iterations of `op` in C on `objs` (extended objects when `extended`), the
+/// way verbs.h's inlines make a C program do it ([`CStyle::Inline`]).
 ///
 /// # Safety
 ///
@@ -285,6 +328,28 @@ pub unsafe fn run_c(
     w: &Write,
     iters: u64,
 ) -> Result<u64, Error> {
+    // SAFETY: the caller's guarantees, passed on.
+    unsafe { run_c_style(CStyle::Inline, op, objs, extended, w, iters) }
+}
+
+/// Runs `iters` iterations of `op` in C in the given style; [`run_c`] with a choice of
+/// baseline.
+///
+/// # Safety
+///
+/// As for [`run_c`].
+pub unsafe fn run_c_style(
+    style: CStyle,
+    op: COp,
+    objs: &RawObjects,
+    extended: bool,
+    w: &Write,
+    iters: u64,
+) -> Result<u64, Error> {
+    if style == CStyle::Cached {
+        // SAFETY: the caller's guarantees, passed on.
+        return unsafe { run_c_cached(op, objs, extended, w, iters) };
+    }
     let mut sum = 0;
     // SAFETY: every call below gets objects the caller guarantees live and unshared; w and
     // sum outlive the calls, which only read w and add to sum.
@@ -304,6 +369,40 @@ pub unsafe fn run_c(
         }
     };
     c_result("the C side", ret)?;
+    Ok(sum)
+}
+
+/// [`run_c`] over `csrc/data_path_cached.c`.
+///
+/// # Safety
+///
+/// As for [`run_c`].
+unsafe fn run_c_cached(
+    op: COp,
+    objs: &RawObjects,
+    extended: bool,
+    w: &Write,
+    iters: u64,
+) -> Result<u64, Error> {
+    let mut sum = 0;
+    // SAFETY: as in run_c_style: objects the caller guarantees live and unshared; w and sum
+    // outlive the calls, which only read w and add to sum.
+    let ret = unsafe {
+        match (op, extended) {
+            (COp::PostWrite, false) => bench_cc_post_write(objs.qp, w, iters),
+            (COp::PostWrite, true) => bench_cc_post_write_ex(objs.qp_ex, w, iters),
+            (COp::PostWriteBatch(n), false) => bench_cc_post_write_batch(objs.qp, w, n, iters),
+            (COp::PostWriteBatch(n), true) => bench_cc_post_write_batch_ex(objs.qp_ex, w, n, iters),
+            (COp::PostRecv, _) => bench_cc_post_recv(objs.qp, w.sge.as_raw(), iters),
+            (COp::PollIter(n), false) => bench_cc_poll_iter(objs.cq, n, iters, &mut sum),
+            (COp::PollIter(n), true) => bench_cc_poll_iter_ex(objs.cq_ex, n, iters, &mut sum),
+            (COp::PollBatch(n), false) => bench_cc_poll_batch(objs.cq, n, iters, &mut sum),
+            (COp::PollBatch(n), true) => bench_cc_poll_batch_ex(objs.cq_ex, n, iters, &mut sum),
+            (COp::Cycle, false) => bench_cc_cycle(objs.qp, objs.cq, w, iters, &mut sum),
+            (COp::Cycle, true) => bench_cc_cycle_ex(objs.qp_ex, objs.cq_ex, w, iters, &mut sum),
+        }
+    };
+    c_result("the C side (cached pointers)", ret)?;
     Ok(sum)
 }
 
@@ -349,53 +448,81 @@ impl std::fmt::Debug for Pair {
     }
 }
 
+/// One operation of the tables: its name, which loop runs it, on which kind of objects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Operation {
+    /// What it is, e.g. `post 1 WRITE (extended)`.
+    pub name: String,
+    /// The loop both sides run.
+    pub op: COp,
+    /// Extended QP and CQ (else classic).
+    pub extended: bool,
+    /// Work requests or completions per iteration (per-WR costs divide by this).
+    pub per_iter: u64,
+}
+
 /// The operations over the null provider, classic and extended: post one WRITE; a batch of
 /// 1, 8, 32, 64 WRITEs with one doorbell; one receive; poll 1 and 32 completions through
-/// the iterator and into a slice; a post-and-poll cycle. Each side gets its own provider.
-pub fn null_provider_pairs() -> Vec<Pair> {
-    let mut ops: Vec<(String, COp, bool, u64)> = Vec::new();
+/// the iterator and into a slice; a post-and-poll cycle. The rows of both tables (time and
+/// instructions), in their order.
+pub fn null_provider_operations() -> Vec<Operation> {
+    let mut ops = Vec::new();
+    let mut push = |name: String, op, extended, per_iter| {
+        ops.push(Operation {
+            name,
+            op,
+            extended,
+            per_iter,
+        });
+    };
     for extended in [false, true] {
         let kind = if extended { "extended" } else { "classic" };
-        ops.push((
+        push(
             format!("post 1 WRITE ({kind})"),
             COp::PostWrite,
             extended,
             1,
-        ));
+        );
         for n in [1, 8, 32, MAX_BATCH] {
-            ops.push((
+            push(
                 format!("post {n} WRITEs, 1 doorbell, per WR ({kind})"),
                 COp::PostWriteBatch(n),
                 extended,
                 u64::from(n),
-            ));
+            );
         }
         if !extended {
-            ops.push(("post 1 receive".to_owned(), COp::PostRecv, false, 1));
+            push("post 1 receive".to_owned(), COp::PostRecv, false, 1);
         }
         for n in [1, MAX_POLL] {
-            ops.push((
+            push(
                 format!("poll {n}, iterator ({kind})"),
                 COp::PollIter(n),
                 extended,
                 1,
-            ));
-            ops.push((
+            );
+            push(
                 format!("poll {n}, into slice ({kind})"),
                 COp::PollBatch(n),
                 extended,
                 1,
-            ));
+            );
         }
-        ops.push((
+        push(
             format!("post WRITE + poll ({kind})"),
             COp::Cycle,
             extended,
             1,
-        ));
+        );
     }
-    ops.into_iter()
-        .map(|(name, op, extended, per_iter)| null_pair(name, op, extended, per_iter))
+    ops
+}
+
+/// [`null_provider_operations`], each ready to time: each side gets its own provider.
+pub fn null_provider_pairs() -> Vec<Pair> {
+    null_provider_operations()
+        .into_iter()
+        .map(|o| null_pair(o.name, o.op, o.extended, o.per_iter))
         .collect()
 }
 

@@ -5,6 +5,8 @@
 //! - [`data_path`]: every benchmarked operation twice, over sideway and in C over verbs.h's
 //!   inlines (`csrc/`), and the list of pairs the bench targets run.
 //! - [`compare`]: interleaved timing of the two sides, for the comparison table.
+//! - [`instruction_counts`]: instructions per operation with Valgrind's callgrind, the
+//!   committed counts and the check against them (the `instruction-counts` binary).
 //! - [`alloc_counter`]: a counting allocator, how "zero allocations per operation" is
 //!   checked rather than asserted.
 
@@ -13,4 +15,5 @@
 pub mod alloc_counter;
 pub mod compare;
 pub mod data_path;
+pub mod instruction_counts;
 pub mod null_provider;

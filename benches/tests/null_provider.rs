@@ -4,7 +4,9 @@
 //! library.
 
 use benches::alloc_counter::{count_allocations, CountingAllocator};
-use benches::data_path::{run_c, run_rust, COp, RawObjects, Write, MAX_BATCH, MAX_POLL};
+use benches::data_path::{
+    run_c_style, run_rust, COp, CStyle, RawObjects, Write, MAX_BATCH, MAX_POLL,
+};
 use benches::null_provider::{Counters, NullProvider};
 use sideway::queue_pair::{InvalidWorkRequest, PostError, SendFlags};
 use sideway::CompletionQueueError;
@@ -44,7 +46,7 @@ fn rust_side(op: COp, extended: bool, iters: u64) -> (Counters, u64) {
     (np.counters(), sum)
 }
 
-fn c_side(op: COp, extended: bool, iters: u64) -> (Counters, u64) {
+fn c_side(style: CStyle, op: COp, extended: bool, iters: u64) -> (Counters, u64) {
     let np = NullProvider::new();
     let objs = RawObjects {
         qp: np.qp_raw(),
@@ -56,8 +58,8 @@ fn c_side(op: COp, extended: bool, iters: u64) -> (Counters, u64) {
     let w = unsafe { Write::null() };
     // SAFETY: objs are np's live objects, used only by this call on this thread; w goes to
     // the null provider only.
-    let sum = unsafe { run_c(op, &objs, extended, &w, iters) }
-        .unwrap_or_else(|e| panic!("{op:?} (extended: {extended}), C: {e}"));
+    let sum = unsafe { run_c_style(style, op, &objs, extended, &w, iters) }
+        .unwrap_or_else(|e| panic!("{op:?} (extended: {extended}), C {style:?}: {e}"));
     (np.counters(), sum)
 }
 
@@ -65,8 +67,13 @@ fn c_side(op: COp, extended: bool, iters: u64) -> (Counters, u64) {
 fn rust_and_c_hand_the_provider_the_same_work() {
     for (op, extended) in operations() {
         let rust = rust_side(op, extended, ITERS);
-        let c = c_side(op, extended, ITERS);
-        assert_eq!(rust, c, "{op:?} (extended: {extended}): Rust vs C");
+        for style in [CStyle::Inline, CStyle::Cached] {
+            let c = c_side(style, op, extended, ITERS);
+            assert_eq!(
+                rust, c,
+                "{op:?} (extended: {extended}): Rust vs C {style:?}"
+            );
+        }
     }
 }
 
@@ -148,7 +155,9 @@ fn the_allocation_check_sees_an_allocating_loop() {
     let w = unsafe { Write::null() };
     let ((), allocations) = count_allocations(|| {
         for _ in 0..10 {
-            let wrs: Vec<u64> = (0..4).collect();
+            // black_box: an optimised build would otherwise see that only the length is
+            // used and never allocate the Vec.
+            let wrs: Vec<u64> = std::hint::black_box((0..4).collect());
             run_rust(
                 COp::PostWrite,
                 &mut qp,
