@@ -95,14 +95,15 @@ pub use memory_region::{
 pub use memory_window::{MemoryWindow, MemoryWindowError, MwType};
 pub use protection_domain::ProtectionDomain;
 pub use queue_pair::{
-    ConnectError, ConnectOptions, Endpoint, ModifyQpError, PostError, PostRecvGuard, PostSendGuard,
-    QpAttrMask, QpState, QpType, QueuePair, QueuePairAttribute, QueuePairBuilder, QueuePairError,
-    SendData, SendFlags,
+    ConnectError, ConnectOptions, Endpoint, ModifyQpError, PostError, PostRecvChain, PostRecvGuard,
+    PostSendChain, PostSendGuard, QpAttrMask, QpState, QpType, QueuePair, QueuePairAttribute,
+    QueuePairBuilder, QueuePairError, SendData, SendFlags,
 };
 /// The raw bindings, for calls this crate does not wrap.
 pub use rdma_mummy_sys as sys;
 pub use shared_receive_queue::{
-    SharedReceiveQueue, SharedReceiveQueueBuilder, SharedReceiveQueueError, SrqPostRecvGuard,
+    SharedReceiveQueue, SharedReceiveQueueBuilder, SharedReceiveQueueError, SrqPostRecvChain,
+    SrqPostRecvGuard,
 };
 
 /// Reports a destroy verb that failed in a `Drop`: the resource may leak, but the program goes

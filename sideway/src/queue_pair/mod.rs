@@ -59,8 +59,8 @@ pub use attr::{
     AddressVector, MigState, QpAttrMask, QpCapabilities, QpState, QpType, QueuePairAttribute,
 };
 pub use post::{
-    BufferBytes, InvalidWorkRequest, PostError, PostRecvGuard, PostSendGuard, SendData, SendFlags,
-    WorkRequestBuilder,
+    BufferBytes, InvalidWorkRequest, PostError, PostRecvChain, PostRecvGuard, PostSendChain,
+    PostSendGuard, SendData, SendFlags, WorkRequestBuilder,
 };
 pub use state_table::{diagnose, transition_rule, MaskDiagnosis, TransitionRule};
 
