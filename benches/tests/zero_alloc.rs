@@ -60,7 +60,7 @@ fn run(test: &str, extended: bool) {
     let (mut a, cq_a) = qp(&ctx, extended);
     let (mut b, cq_b) = qp(&ctx, extended);
     let mut opts = ConnectOptions::new();
-    opts.gid_index(sideway::testing::gid_index(&ctx) as u8)
+    opts.gid_index(sideway::testing::gid_index(&ctx))
         .path_mtu(ctx.query_port(1).unwrap().active_mtu());
     let (ea, eb) = (
         a.local_endpoint(&opts).unwrap(),

@@ -85,7 +85,7 @@ pub fn device_or_skip(test: &str) -> Result<Option<Arc<DeviceContext>>, TestDevi
 /// The GID index a test uses on port 1: `RDMA_TEST_GID_INDEX`, else 1 on a RoCE (Ethernet)
 /// port and 0 elsewhere. Set the variable where index 1 is not the GID to use (the SoftRoCE
 /// rig sets it).
-pub fn gid_index(ctx: &DeviceContext) -> u32 {
+pub fn gid_index(ctx: &DeviceContext) -> u8 {
     if let Some(i) = std::env::var(GID_INDEX_ENV)
         .ok()
         .and_then(|v| v.parse().ok())

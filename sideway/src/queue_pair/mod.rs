@@ -777,9 +777,8 @@ impl QueuePair {
     #[doc(alias = "ibv_query_gid_ex")]
     pub fn local_endpoint(&self, opts: &ConnectOptions) -> Result<Endpoint, DeviceError> {
         let ctx = self.pd.context();
-        let port = u32::from(opts.port_num);
-        let lid = ctx.query_port(port)?.lid();
-        let gid = ctx.query_gid(port, u32::from(opts.gid_index))?.gid;
+        let lid = ctx.query_port(opts.port_num)?.lid();
+        let gid = ctx.query_gid(opts.port_num, opts.gid_index)?.gid;
         Ok(Endpoint {
             lid,
             qp_num: self.qp_num(),

@@ -16,7 +16,7 @@ pub(crate) fn device_or_skip(test: &str) -> Option<Arc<DeviceContext>> {
 }
 
 /// The GID index tests use: `RDMA_TEST_GID_INDEX`, else 1 on RoCE ports and 0 elsewhere.
-pub(crate) fn gid_index(ctx: &DeviceContext) -> u32 {
+pub(crate) fn gid_index(ctx: &DeviceContext) -> u8 {
     sideway::testing::gid_index(ctx)
 }
 
