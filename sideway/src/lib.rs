@@ -8,7 +8,9 @@
 //!   (a memory region its protection domain, a queue pair its completion queues), so drop
 //!   order is always right and no user code names a lifetime.
 //! - `Drop` calls the destroy verb and never panics; a failed destroy is reported on stderr.
-//! - Errors are typed per operation and say what failed, with which inputs, and why.
+//! - Errors are typed per operation and say what failed, with which inputs, and why. Their
+//!   `Debug` is their fields; return [`Report`] from `main` (`fn main() -> Result<(),
+//!   sideway::Report>`) to have a failure print the sentence instead.
 //! - C enums that a newer rdma-core may grow are `#[non_exhaustive]` with an `Unknown` arm;
 //!   flags keep bits this crate does not know.
 //!
@@ -66,6 +68,7 @@ pub mod protection_domain;
 pub mod queue_pair;
 #[allow(unsafe_code)]
 pub mod rdmacm;
+mod report;
 #[allow(unsafe_code)]
 pub mod shared_receive_queue;
 pub mod testing;
@@ -101,6 +104,7 @@ pub use queue_pair::{
 };
 /// The raw bindings, for calls this crate does not wrap.
 pub use rdma_mummy_sys as sys;
+pub use report::Report;
 pub use shared_receive_queue::{
     SharedReceiveQueue, SharedReceiveQueueBuilder, SharedReceiveQueueError, SrqPostRecvChain,
     SrqPostRecvGuard,
