@@ -51,8 +51,14 @@ struct Loopback {
 
 /// The device, or `None` (after printing why) when there is none and none is required.
 fn device_or_skip() -> Option<Arc<DeviceContext>> {
-    sideway::testing::device_or_skip("device benchmarks (loopback WRITE + poll)")
-        .unwrap_or_else(|e| panic!("{e}"))
+    let test = "device benchmarks (loopback WRITE + poll)";
+    match sideway::testing::test_device(test).unwrap_or_else(|e| panic!("{e}")) {
+        sideway::testing::TestDevice::Ready(ctx) => Some(ctx),
+        sideway::testing::TestDevice::Skip(skip) => {
+            println!("{skip}");
+            None
+        }
+    }
 }
 
 fn loopback(

@@ -21,7 +21,13 @@ const WARM_UP: u64 = 100;
 
 /// The device, or `None` (after printing why) when there is none and none is required.
 fn device_or_skip(test: &str) -> Option<Arc<DeviceContext>> {
-    sideway::testing::device_or_skip(test).unwrap_or_else(|e| panic!("{e}"))
+    match sideway::testing::test_device(test).unwrap_or_else(|e| panic!("{e}")) {
+        sideway::testing::TestDevice::Ready(ctx) => Some(ctx),
+        sideway::testing::TestDevice::Skip(skip) => {
+            println!("{skip}");
+            None
+        }
+    }
 }
 
 fn qp(ctx: &Arc<DeviceContext>, extended: bool) -> (QueuePair, Arc<CompletionQueue>) {

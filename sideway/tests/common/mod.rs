@@ -12,7 +12,13 @@ use sideway::DeviceContext;
 
 /// The device to test on, or `None` (after printing why) when the test must be skipped.
 pub(crate) fn device_or_skip(test: &str) -> Option<Arc<DeviceContext>> {
-    sideway::testing::device_or_skip(test).unwrap_or_else(|e| panic!("{e}"))
+    match sideway::testing::test_device(test).unwrap_or_else(|e| panic!("{e}")) {
+        sideway::testing::TestDevice::Ready(ctx) => Some(ctx),
+        sideway::testing::TestDevice::Skip(skip) => {
+            println!("{skip}");
+            None
+        }
+    }
 }
 
 /// The GID index tests use: `RDMA_TEST_GID_INDEX`, else 1 on RoCE ports and 0 elsewhere.
