@@ -211,7 +211,9 @@ impl WcFlagsEx {
     }
 }
 
-/// Builds a [`CompletionQueue`]; from [`DeviceContext::create_cq_builder`].
+/// Builds a [`CompletionQueue`]; from [`DeviceContext::create_cq_builder`]. Setters are
+/// named after the fields of `struct ibv_cq_init_attr_ex`.
+#[doc(alias = "ibv_cq_init_attr_ex")]
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until build() or build_ex()"]
 pub struct CompletionQueueBuilder {
@@ -413,6 +415,7 @@ impl CompletionQueueBuilder {
 /// ```
 #[doc(alias = "ibv_cq")]
 #[doc(alias = "ibv_cq_ex")]
+#[doc(alias = "ibv_destroy_cq")]
 pub struct CompletionQueue {
     raw: NonNull<ffi::ibv_cq>,
     /// The provider's `poll_cq`, read once at creation (see [`ClassicCq`]).
@@ -1349,7 +1352,8 @@ impl Drop for Poller<'_> {
 }
 
 c_enum! {
-    /// How a work request ended.
+    /// How a work request ended. Its `Display` is `ibv_wc_status_str`'s text and the value.
+    #[doc(alias = "ibv_wc_status_str")]
     pub enum WcStatus: "ibv_wc_status" {
         /// Success.
         Success = ffi::ibv_wc_status::IBV_WC_SUCCESS,

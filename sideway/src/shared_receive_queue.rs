@@ -119,6 +119,7 @@ impl ProtectionDomain {
 
 /// Builds a [`SharedReceiveQueue`]; from [`ProtectionDomain::create_srq_builder`]. Setters
 /// are named after the fields of `struct ibv_srq_attr`.
+#[doc(alias = "ibv_srq_init_attr")]
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until build()"]
 pub struct SharedReceiveQueueBuilder {
@@ -308,6 +309,7 @@ impl fmt::Debug for SharedReceiveQueue {
 }
 
 /// A batch of receives for an SRQ; from [`SharedReceiveQueue::start_post_recv`].
+#[doc(alias = "ibv_recv_wr")]
 #[must_use = "receives reach the device only through post(); dropping the guard discards them"]
 pub struct SrqPostRecvGuard<'a> {
     srq: &'a SharedReceiveQueue,

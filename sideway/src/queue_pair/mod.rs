@@ -321,6 +321,8 @@ impl ProtectionDomain {
 
 /// Builds a [`QueuePair`]; from [`ProtectionDomain::create_qp_builder`]. Setters are named
 /// after the fields of `struct ibv_qp_init_attr(_ex)`.
+#[doc(alias = "ibv_qp_init_attr")]
+#[doc(alias = "ibv_qp_init_attr_ex")]
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until build() or build_ex()"]
 pub struct QueuePairBuilder {

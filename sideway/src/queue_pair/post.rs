@@ -672,6 +672,7 @@ impl RecvStorage {
 /// batch.post()?;
 /// # Ok(()) }
 /// ```
+#[doc(alias = "ibv_send_wr")]
 #[must_use = "work requests reach the device only through post(); dropping the guard discards them"]
 pub struct PostSendGuard<'a> {
     qp: &'a mut QueuePair,
@@ -698,6 +699,7 @@ impl fmt::Debug for PostSendGuard<'_> {
 }
 
 /// One send work request being described: pick its operation. From [`PostSendGuard::wr`].
+#[doc(alias = "ibv_send_wr")]
 #[must_use = "a work request is added only by one of its operation methods"]
 pub struct WorkRequestBuilder<'g, 'a> {
     guard: &'g mut PostSendGuard<'a>,
@@ -1535,6 +1537,7 @@ impl Drop for PostSendGuard<'_> {
 /// A batch of receive work requests being built; from [`QueuePair::start_post_recv`].
 /// [`post`](Self::post) posts them with one `ibv_post_recv`; dropping the guard discards
 /// them.
+#[doc(alias = "ibv_recv_wr")]
 #[must_use = "receives reach the device only through post(); dropping the guard discards them"]
 pub struct PostRecvGuard<'a> {
     qp: &'a mut QueuePair,
@@ -1568,6 +1571,7 @@ impl<'a> PostRecvGuard<'a> {
     ///
     /// Returns the batch as a [`PostRecvChain`], to add the next receive or post in the
     /// same expression: `qp.start_post_recv().recv(1, &[sge]).post()?`.
+    #[doc(alias = "ibv_recv_wr")]
     #[inline]
     pub fn recv(&mut self, wr_id: u64, sges: &[Sge]) -> PostRecvChain<'_, 'a> {
         if self.invalid.is_none() {
