@@ -90,7 +90,28 @@ fn create_hint(source: &io::Error, call: &str) -> &'static str {
 }
 
 /// A completion event channel (`struct ibv_comp_channel`): completion queues created with it
-/// can wake a sleeping thread instead of being spun on.
+/// can wake a sleeping thread instead of being spun on. One channel may serve many CQs; its
+/// descriptor plugs into poll/epoll (it is [`AsFd`](std::os::fd::AsFd)).
+///
+/// ```no_run
+/// # fn demo() -> Result<(), sideway::Report> {
+/// use std::time::Duration;
+/// let ctx = sideway::open_device(None)?;
+/// let channel = ctx.create_comp_channel()?;
+/// let cq = ctx.create_cq_builder().cqe(256).channel(&channel).build()?;
+/// // ... create QPs on cq and post ...
+/// cq.req_notify(false)?; // arm, then look once more before sleeping
+/// let mut done = cq.poll()?.count();
+/// while done == 0 {
+///     let fired = channel.get_cq_event(Some(Duration::from_secs(5)))?; // sleeps
+///     fired.req_notify(false)?;
+///     for wc in fired.poll()? {
+///         wc.ok()?;
+///         done += 1;
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[doc(alias = "ibv_comp_channel")]
 pub struct CompletionChannel {
     raw: NonNull<ffi::ibv_comp_channel>,

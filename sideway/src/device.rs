@@ -309,6 +309,23 @@ pub fn open_device(name: Option<&str>) -> DeviceResult<Arc<DeviceContext>> {
 ///
 /// Always held in an `Arc`; protection domains, completion queues and channels hold a clone,
 /// so the device is closed (`ibv_close_device`) only after all of them.
+///
+/// ```no_run
+/// # fn demo() -> Result<(), sideway::Report> {
+/// let ctx = sideway::open_device(None)?; // or Some("mlx5_0")
+/// let attr = ctx.query_device()?;
+/// println!("{}: {} ports, fw {}", ctx.name(), attr.phys_port_cnt(), attr.fw_ver());
+/// for port in 1..=ctx.port_count()? {
+///     let p = ctx.query_port(port)?;
+///     println!("port {port}: {:?}, {:?}, LID {:#x}", p.state(), p.link_layer(), p.lid());
+/// }
+/// for entry in ctx.query_gid_table()? {
+///     println!("port {} GID[{}] {:?} ({})", entry.port, entry.index, entry.gid, entry.gid_type);
+/// }
+/// let pd = ctx.alloc_pd()?; // every other object starts from here
+/// # let _ = pd;
+/// # Ok(()) }
+/// ```
 #[doc(alias = "ibv_context")]
 pub struct DeviceContext {
     raw: NonNull<ffi::ibv_context>,

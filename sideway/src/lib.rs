@@ -1,7 +1,7 @@
 //! Fast, safe RDMA in Rust.
 //!
 //! `sideway` wraps rdma-core's libibverbs and librdmacm, loaded at run time through
-//! [`rdma-mummy-sys`](rdma_mummy_sys) so nothing links rdma-core at build time and one binary
+//! [`rdma-core-mummy-sys`](rdma_mummy_sys) so nothing links rdma-core at build time and one binary
 //! runs on any rdma-core version.
 //!
 //! - Every verbs object is owned through an `Arc`, and each holds the `Arc`s of what it needs
@@ -114,6 +114,11 @@ pub mod testing;
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;
+
+// And so is this crate's own README.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct CrateReadmeDoctests;
 
 #[allow(unsafe_code)]
 mod errno;
