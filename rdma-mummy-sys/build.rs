@@ -143,8 +143,8 @@ fn compile_shim(shim: &Path, extra_include: Option<&Path>) {
             &e.to_string(),
         );
     }
-    // `links = "rdma-mummy"`: dependents' build scripts find the shim's headers in
-    // DEP_RDMA_MUMMY_INCLUDE, should they compile C against it.
+    // `links = "rdma-core-mummy"`: dependents' build scripts find the shim's headers in
+    // DEP_RDMA_CORE_MUMMY_INCLUDE, should they compile C against it.
     println!("cargo:include={}", shim.join("include").display());
     // dlopen and pthread_once: separate libraries before glibc 2.34, harmless after.
     println!("cargo:rustc-link-lib=dylib=dl");

@@ -51,8 +51,14 @@ struct Loopback {
 
 /// The device, or `None` (after printing why) when there is none and none is required.
 fn device_or_skip() -> Option<Arc<DeviceContext>> {
-    sideway::testing::device_or_skip("device benchmarks (loopback WRITE + poll)")
-        .unwrap_or_else(|e| panic!("{e}"))
+    let test = "device benchmarks (loopback WRITE + poll)";
+    match sideway::testing::test_device(test).unwrap_or_else(|e| panic!("{e}")) {
+        sideway::testing::TestDevice::Ready(ctx) => Some(ctx),
+        sideway::testing::TestDevice::Skip(skip) => {
+            println!("{skip}");
+            None
+        }
+    }
 }
 
 fn loopback(
@@ -81,7 +87,7 @@ fn loopback(
     let (qp, peer) = (make_qp(&cq)?, make_qp(&peer_cq)?);
     let mut opts = ConnectOptions::new();
     let port = ctx.query_port(1)?;
-    let gid_index = u8::try_from(sideway::testing::gid_index(ctx))?;
+    let gid_index = sideway::testing::gid_index(ctx);
     opts.gid_index(gid_index).path_mtu(port.active_mtu());
     let (a, b) = (qp.local_endpoint(&opts)?, peer.local_endpoint(&opts)?);
     qp.connect(&opts, &b)?;

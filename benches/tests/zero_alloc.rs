@@ -21,7 +21,13 @@ const WARM_UP: u64 = 100;
 
 /// The device, or `None` (after printing why) when there is none and none is required.
 fn device_or_skip(test: &str) -> Option<Arc<DeviceContext>> {
-    sideway::testing::device_or_skip(test).unwrap_or_else(|e| panic!("{e}"))
+    match sideway::testing::test_device(test).unwrap_or_else(|e| panic!("{e}")) {
+        sideway::testing::TestDevice::Ready(ctx) => Some(ctx),
+        sideway::testing::TestDevice::Skip(skip) => {
+            println!("{skip}");
+            None
+        }
+    }
 }
 
 fn qp(ctx: &Arc<DeviceContext>, extended: bool) -> (QueuePair, Arc<CompletionQueue>) {
@@ -60,7 +66,7 @@ fn run(test: &str, extended: bool) {
     let (mut a, cq_a) = qp(&ctx, extended);
     let (mut b, cq_b) = qp(&ctx, extended);
     let mut opts = ConnectOptions::new();
-    opts.gid_index(sideway::testing::gid_index(&ctx) as u8)
+    opts.gid_index(sideway::testing::gid_index(&ctx))
         .path_mtu(ctx.query_port(1).unwrap().active_mtu());
     let (ea, eb) = (
         a.local_endpoint(&opts).unwrap(),

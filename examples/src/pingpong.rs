@@ -393,7 +393,7 @@ fn open_side(
 pub fn run_connected(args: &PingpongArgs, qp_type: QpType) -> Result<(), CliError> {
     let mtu = args.check()?;
     let ctx = sideway::open_device(args.ib_dev.as_deref())?;
-    let port = ctx.query_port(u32::from(args.ib_port))?;
+    let port = ctx.query_port(args.ib_port)?;
     if port.link_layer() == sideway::device::LinkLayer::Ethernet && args.gid_idx.is_none() {
         return Err(CliError::run(
             "this port is RoCE (Ethernet), which needs a GID: pass -g with a GID index \
@@ -412,7 +412,7 @@ pub fn run_connected(args: &PingpongArgs, qp_type: QpType) -> Result<(), CliErro
         opts.gid_index(g);
     }
     let gid = match args.gid_idx {
-        Some(g) => ctx.query_gid(u32::from(args.ib_port), u32::from(g))?.gid,
+        Some(g) => ctx.query_gid(args.ib_port, g)?.gid,
         None => Gid::ZERO,
     };
     let local = Endpoint {
@@ -530,7 +530,7 @@ pub const UD_QKEY: u32 = 0x1111_1111;
 /// Opens the device and checks the port as every variant does: RoCE needs `-g`.
 fn open_checked(args: &PingpongArgs) -> Result<(Arc<DeviceContext>, Gid, u16), CliError> {
     let ctx = sideway::open_device(args.ib_dev.as_deref())?;
-    let port = ctx.query_port(u32::from(args.ib_port))?;
+    let port = ctx.query_port(args.ib_port)?;
     if port.link_layer() == sideway::device::LinkLayer::Ethernet && args.gid_idx.is_none() {
         return Err(CliError::run(
             "this port is RoCE (Ethernet), which needs a GID: pass -g with a GID index \
@@ -538,7 +538,7 @@ fn open_checked(args: &PingpongArgs) -> Result<(Arc<DeviceContext>, Gid, u16), C
         ));
     }
     let gid = match args.gid_idx {
-        Some(g) => ctx.query_gid(u32::from(args.ib_port), u32::from(g))?.gid,
+        Some(g) => ctx.query_gid(args.ib_port, g)?.gid,
         None => Gid::ZERO,
     };
     Ok((ctx, gid, port.lid()))
@@ -641,7 +641,7 @@ pub fn run_ud(args: &PingpongArgs, size_given: bool) -> Result<(), CliError> {
     args.check()?;
     let (ctx, gid, lid) = open_checked(args)?;
     let mtu = ctx
-        .query_port(u32::from(args.ib_port))?
+        .query_port(args.ib_port)?
         .active_mtu()
         .bytes()
         .unwrap_or(256);

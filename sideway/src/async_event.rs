@@ -10,7 +10,7 @@
 use std::fmt;
 use std::io;
 use std::mem::MaybeUninit;
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -240,10 +240,51 @@ pub(crate) fn wait_readable(
 
 const ASYNC: &str = "an async event";
 
+/// The context's **async event** descriptor (`ibv_context.async_fd`), as
+/// [`DeviceContext::async_fd`]: readable when an async event (port change, QP or CQ error,
+/// SRQ limit) is waiting. It is the one descriptor of a context worth watching; the
+/// context's command descriptor (`cmd_fd`) is libibverbs' own and is not exposed. Register
+/// it with poll(2), epoll, mio or tokio's `AsyncFd` (an `Arc<DeviceContext>` is `AsFd`
+/// too), then take the events with [`DeviceContext::try_get_async_event`]; never read the
+/// descriptor itself.
+///
+/// ```no_run
+/// use std::os::fd::{AsFd, AsRawFd};
+/// # fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let ctx = sideway::open_device(None)?;
+/// let mut fds = [libc::pollfd {
+///     fd: ctx.as_fd().as_raw_fd(),
+///     events: libc::POLLIN,
+///     revents: 0,
+/// }];
+/// // SAFETY: fds is one valid pollfd.
+/// if unsafe { libc::poll(fds.as_mut_ptr(), 1, 1000) } > 0 {
+///     while let Some(event) = ctx.try_get_async_event()? {
+///         println!("{}: {event:?}", ctx.name());
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+impl AsFd for DeviceContext {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: async_fd is open for as long as the context is (ibv_close_device in Drop
+        // closes it), which outlives the borrow of self.
+        unsafe { BorrowedFd::borrow_raw(self.async_fd()) }
+    }
+}
+
+/// The async event descriptor; see the [`AsFd`] implementation.
+impl AsRawFd for DeviceContext {
+    fn as_raw_fd(&self) -> RawFd {
+        self.async_fd()
+    }
+}
+
 impl DeviceContext {
     /// The async event file descriptor (`ibv_context.async_fd`), for poll/epoll. Reading
     /// it directly is not allowed; call [`get_async_event`](Self::get_async_event) when it
-    /// is readable. This crate sets it non-blocking.
+    /// is readable. This crate sets it non-blocking. The context is also [`AsFd`] and
+    /// [`AsRawFd`], with this descriptor.
     pub fn async_fd(&self) -> RawFd {
         // SAFETY: the context is open; async_fd is set at open and never changes.
         unsafe { (*self.as_raw()).async_fd }

@@ -11,7 +11,7 @@
 //! destroyed (`ibv_destroy_cq` would otherwise wait for ever).
 
 use std::collections::HashMap;
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::raw::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -62,10 +62,56 @@ pub(crate) fn before_destroy(
     }
 }
 
+/// The channel's file descriptor (`ibv_comp_channel.fd`), as [`CompletionChannel::fd`]:
+/// readable when an event is waiting. Register it with poll(2), epoll, mio or tokio's
+/// `AsyncFd` (an `Arc<CompletionChannel>` is `AsFd` too), then take the events with
+/// [`CompletionChannel::try_get_cq_event`]; never read the descriptor itself.
+///
+/// ```no_run
+/// use std::os::fd::{AsFd, AsRawFd};
+/// # fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let ctx = sideway::open_device(None)?;
+/// let channel = ctx.create_comp_channel()?;
+/// let cq = ctx.create_cq_builder().channel(&channel).build()?;
+/// cq.req_notify(false)?;
+/// // One poll(2) over the channel and, say, a socket: no new dependency needed.
+/// let mut fds = [libc::pollfd {
+///     fd: channel.as_fd().as_raw_fd(),
+///     events: libc::POLLIN,
+///     revents: 0,
+/// }];
+/// // SAFETY: fds is one valid pollfd.
+/// let ready = unsafe { libc::poll(fds.as_mut_ptr(), 1, 1000) };
+/// if ready > 0 {
+///     while let Some(cq) = channel.try_get_cq_event()? {
+///         cq.req_notify(false)?; // arm again, then poll the CQ
+///         for wc in cq.poll()? {
+///             wc.ok()?;
+///         }
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+impl AsFd for CompletionChannel {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the descriptor is open for as long as the channel lives (it is closed by
+        // ibv_destroy_comp_channel in Drop), which outlives the borrow of self.
+        unsafe { BorrowedFd::borrow_raw(self.fd()) }
+    }
+}
+
+/// The channel's file descriptor; see the [`AsFd`] implementation.
+impl AsRawFd for CompletionChannel {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd()
+    }
+}
+
 impl CompletionChannel {
     /// The channel's file descriptor (`ibv_comp_channel.fd`), for poll/epoll: readable
     /// when an event is waiting. This crate sets it non-blocking; do not read it, call
     /// [`get_cq_event`](Self::get_cq_event) or [`try_get_cq_event`](Self::try_get_cq_event).
+    /// The channel is also [`AsFd`] and [`AsRawFd`], with this descriptor.
     pub fn fd(&self) -> RawFd {
         // SAFETY: the channel is live; fd is set at creation and never changes.
         unsafe { (*self.as_raw()).fd }
@@ -170,5 +216,23 @@ impl CompletionQueue {
         if self.unacked_events.fetch_add(1, Ordering::AcqRel) + 1 >= ACK_BATCH {
             self.ack_events();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A compile-time check: every type with a descriptor worth polling lends it the
+    /// standard way, also behind the `Arc` the crate hands out.
+    #[test]
+    fn every_fd_bearing_type_is_as_fd_and_as_raw_fd() {
+        fn lends_its_fd<T: AsFd + AsRawFd + ?Sized>() {}
+        lends_its_fd::<CompletionChannel>();
+        lends_its_fd::<Arc<CompletionChannel>>();
+        lends_its_fd::<crate::DeviceContext>();
+        lends_its_fd::<Arc<crate::DeviceContext>>();
+        lends_its_fd::<crate::rdmacm::EventChannel>();
+        lends_its_fd::<Arc<crate::rdmacm::EventChannel>>();
     }
 }

@@ -90,7 +90,28 @@ fn create_hint(source: &io::Error, call: &str) -> &'static str {
 }
 
 /// A completion event channel (`struct ibv_comp_channel`): completion queues created with it
-/// can wake a sleeping thread instead of being spun on.
+/// can wake a sleeping thread instead of being spun on. One channel may serve many CQs; its
+/// descriptor plugs into poll/epoll (it is [`AsFd`](std::os::fd::AsFd)).
+///
+/// ```no_run
+/// # fn demo() -> Result<(), sideway::Report> {
+/// use std::time::Duration;
+/// let ctx = sideway::open_device(None)?;
+/// let channel = ctx.create_comp_channel()?;
+/// let cq = ctx.create_cq_builder().cqe(256).channel(&channel).build()?;
+/// // ... create QPs on cq and post ...
+/// cq.req_notify(false)?; // arm, then look once more before sleeping
+/// let mut done = cq.poll()?.count();
+/// while done == 0 {
+///     let fired = channel.get_cq_event(Some(Duration::from_secs(5)))?; // sleeps
+///     fired.req_notify(false)?;
+///     for wc in fired.poll()? {
+///         wc.ok()?;
+///         done += 1;
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[doc(alias = "ibv_comp_channel")]
 pub struct CompletionChannel {
     raw: NonNull<ffi::ibv_comp_channel>,
@@ -211,7 +232,9 @@ impl WcFlagsEx {
     }
 }
 
-/// Builds a [`CompletionQueue`]; from [`DeviceContext::create_cq_builder`].
+/// Builds a [`CompletionQueue`]; from [`DeviceContext::create_cq_builder`]. Setters are
+/// named after the fields of `struct ibv_cq_init_attr_ex`.
+#[doc(alias = "ibv_cq_init_attr_ex")]
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until build() or build_ex()"]
 pub struct CompletionQueueBuilder {
@@ -413,6 +436,7 @@ impl CompletionQueueBuilder {
 /// ```
 #[doc(alias = "ibv_cq")]
 #[doc(alias = "ibv_cq_ex")]
+#[doc(alias = "ibv_destroy_cq")]
 pub struct CompletionQueue {
     raw: NonNull<ffi::ibv_cq>,
     /// The provider's `poll_cq`, read once at creation (see [`ClassicCq`]).
@@ -1349,7 +1373,8 @@ impl Drop for Poller<'_> {
 }
 
 c_enum! {
-    /// How a work request ended.
+    /// How a work request ended. Its `Display` is `ibv_wc_status_str`'s text and the value.
+    #[doc(alias = "ibv_wc_status_str")]
     pub enum WcStatus: "ibv_wc_status" {
         /// Success.
         Success = ffi::ibv_wc_status::IBV_WC_SUCCESS,

@@ -9,6 +9,7 @@ use std::ffi::CStr;
 use std::fmt;
 use std::io;
 use std::mem::MaybeUninit;
+use std::net::Ipv4Addr;
 use std::os::raw::c_int;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -63,9 +64,9 @@ pub enum DeviceError {
         /// The device's name.
         device: String,
         /// The port asked for.
-        port: u32,
+        port: u8,
         /// How many ports the device has.
-        port_count: u32,
+        port_count: u8,
     },
     /// A GID index outside the port's GID table.
     #[error("{device} port {port} has no GID index {index}; its GID table has {table_len} entries{}",
@@ -74,13 +75,26 @@ pub enum DeviceError {
         /// The device's name.
         device: String,
         /// The port.
-        port: u32,
+        port: u8,
         /// The index asked for.
-        index: u32,
+        index: u8,
         /// The port's GID table length.
         table_len: u32,
         /// True when the index is inside the table but the entry is unused (all zero).
         empty: bool,
+    },
+    /// No RoCE v2 GID of the port carries the IPv4 address asked for (or, when none was
+    /// named, any IPv4 address): see [`DeviceContext::roce_v2_ipv4_gid`].
+    #[error("{device} port {port} has no RoCE v2 GID {}: give its network interface {} (ip addr add), or pick a GID index by hand",
+        addr.map(|a| format!("for {a}")).unwrap_or_else(|| "with an IPv4 address".into()),
+        addr.map(|a| a.to_string()).unwrap_or_else(|| "an IPv4 address".into()))]
+    NoRoceV2Ipv4Gid {
+        /// The device's name.
+        device: String,
+        /// The port.
+        port: u8,
+        /// The address asked for; `None` for any.
+        addr: Option<Ipv4Addr>,
     },
     /// A query verb failed.
     #[error("{call} failed on {device}{}: {source}", port.map(|p| format!(" port {p}")).unwrap_or_default())]
@@ -90,7 +104,7 @@ pub enum DeviceError {
         /// The device's name.
         device: String,
         /// The port, when the query was about one.
-        port: Option<u32>,
+        port: Option<u8>,
         /// The errno.
         source: io::Error,
     },
@@ -295,6 +309,23 @@ pub fn open_device(name: Option<&str>) -> DeviceResult<Arc<DeviceContext>> {
 ///
 /// Always held in an `Arc`; protection domains, completion queues and channels hold a clone,
 /// so the device is closed (`ibv_close_device`) only after all of them.
+///
+/// ```no_run
+/// # fn demo() -> Result<(), sideway::Report> {
+/// let ctx = sideway::open_device(None)?; // or Some("mlx5_0")
+/// let attr = ctx.query_device()?;
+/// println!("{}: {} ports, fw {}", ctx.name(), attr.phys_port_cnt(), attr.fw_ver());
+/// for port in 1..=ctx.port_count()? {
+///     let p = ctx.query_port(port)?;
+///     println!("port {port}: {:?}, {:?}, LID {:#x}", p.state(), p.link_layer(), p.lid());
+/// }
+/// for entry in ctx.query_gid_table()? {
+///     println!("port {} GID[{}] {:?} ({})", entry.port, entry.index, entry.gid, entry.gid_type);
+/// }
+/// let pd = ctx.alloc_pd()?; // every other object starts from here
+/// # let _ = pd;
+/// # Ok(()) }
+/// ```
 #[doc(alias = "ibv_context")]
 pub struct DeviceContext {
     raw: NonNull<ffi::ibv_context>,
@@ -430,7 +461,7 @@ impl DeviceContext {
         self.raw.as_ptr()
     }
 
-    fn query_err(&self, call: &'static str, port: Option<u32>, source: io::Error) -> DeviceError {
+    fn query_err(&self, call: &'static str, port: Option<u8>, source: io::Error) -> DeviceError {
         DeviceError::Query {
             call,
             device: self.name.clone(),
@@ -455,12 +486,12 @@ impl DeviceContext {
         Ok(DeviceAttr { raw })
     }
 
-    /// The number of physical ports.
-    pub fn port_count(&self) -> DeviceResult<u32> {
-        Ok(u32::from(self.query_device()?.raw.orig_attr.phys_port_cnt))
+    /// The number of physical ports (`phys_port_cnt`); they are numbered `1..=port_count`.
+    pub fn port_count(&self) -> DeviceResult<u8> {
+        Ok(self.query_device()?.raw.orig_attr.phys_port_cnt)
     }
 
-    fn check_port(&self, port: u32) -> DeviceResult<u8> {
+    fn check_port(&self, port: u8) -> DeviceResult<u8> {
         let port_count = self.port_count()?;
         if port == 0 || port > port_count {
             return Err(DeviceError::NoSuchPort {
@@ -469,12 +500,16 @@ impl DeviceContext {
                 port_count,
             });
         }
-        Ok(port as u8)
+        Ok(port)
     }
 
     /// A port's attributes (`ibv_query_port`); ports are numbered from 1.
+    ///
+    /// Ports are `u8` throughout the crate, as the verbs carry them (`port_num` of
+    /// `ibv_qp_attr`, `ibv_ah_attr`, `rdma_cm_id`); GID indexes are `u8` too, as
+    /// `sgid_index` carries them.
     #[doc(alias = "ibv_query_port")]
-    pub fn query_port(&self, port: u32) -> DeviceResult<PortAttr> {
+    pub fn query_port(&self, port: u8) -> DeviceResult<PortAttr> {
         let port_num = self.check_port(port)?;
         let mut attr = MaybeUninit::<ffi::ibv_port_attr>::zeroed();
         // SAFETY: the context is open, the port exists, attr is a valid out-parameter.
@@ -491,7 +526,7 @@ impl DeviceContext {
     /// or an empty entry is a [`DeviceError::NoSuchGid`] that says which.
     #[doc(alias = "ibv_query_gid_ex")]
     #[doc(alias = "ibv_query_gid")]
-    pub fn query_gid(&self, port: u32, index: u32) -> DeviceResult<GidEntry> {
+    pub fn query_gid(&self, port: u8, index: u8) -> DeviceResult<GidEntry> {
         let table_len = self.query_port(port)?.gid_table_len();
         let no_such = |empty| DeviceError::NoSuchGid {
             device: self.name.clone(),
@@ -500,18 +535,30 @@ impl DeviceContext {
             table_len,
             empty,
         };
-        if index >= table_len {
+        if u32::from(index) >= table_len {
             return Err(no_such(false));
         }
         let mut entry = MaybeUninit::<ffi::ibv_gid_entry>::zeroed();
         // SAFETY: the context is open, port and index are in range, entry is a valid
         // out-parameter; flags must be 0.
         let ret = fresh(|| unsafe {
-            ffi::ibv_query_gid_ex(self.as_raw(), port, index, entry.as_mut_ptr(), 0)
+            ffi::ibv_query_gid_ex(
+                self.as_raw(),
+                u32::from(port),
+                u32::from(index),
+                entry.as_mut_ptr(),
+                0,
+            )
         });
         match from_ret(ret) {
             // SAFETY: plain C struct, filled by the verb.
-            Ok(()) => Ok(GidEntry::from_raw(&unsafe { entry.assume_init() })),
+            Ok(()) => GidEntry::from_raw(&unsafe { entry.assume_init() }).ok_or_else(|| {
+                self.query_err(
+                    "ibv_query_gid_ex",
+                    Some(port),
+                    io::Error::new(io::ErrorKind::InvalidData, "a port or index past 255"),
+                )
+            }),
             // The kernel reports unused entries as ENODATA (and some as EINVAL).
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENODATA) | Some(libc::EINVAL)) => {
                 Err(no_such(true))
@@ -525,6 +572,8 @@ impl DeviceContext {
 
     /// The GID table of every port, unused entries left out (`ibv_query_gid_table`, or one
     /// `ibv_query_gid` per entry plus sysfs for the type and netdev on older rdma-core).
+    /// Entries past index 255 are left out too: no work request or address can name them
+    /// (`sgid_index` is 8 bits).
     #[doc(alias = "ibv_query_gid_table")]
     pub fn query_gid_table(&self) -> DeviceResult<Vec<GidEntry>> {
         let mut max = 0usize;
@@ -540,7 +589,7 @@ impl DeviceContext {
         match count_from_ret(n) {
             Ok(n) => {
                 entries.truncate(n);
-                return Ok(entries.iter().map(GidEntry::from_raw).collect());
+                return Ok(entries.iter().filter_map(GidEntry::from_raw).collect());
             }
             Err(e) if e.raw_os_error() != Some(libc::EOPNOTSUPP) => {
                 return Err(self.query_err("ibv_query_gid_table", None, e));
@@ -550,19 +599,47 @@ impl DeviceContext {
         }
         let mut out = Vec::new();
         for port in 1..=ports {
-            for index in 0..self.query_port(port)?.gid_table_len() {
+            let len = self.query_port(port)?.gid_table_len();
+            for index in (0..=u8::MAX).take(len as usize) {
                 out.extend(self.query_gid_legacy(port, index)?);
             }
         }
         Ok(out)
     }
 
+    /// The RoCE v2 GID of `port` whose IPv4-mapped address is `addr`, or with `None` the
+    /// IPv4-mapped RoCE v2 GID of lowest index: the GID to send from on a RoCE network
+    /// that routes IPv4 (what `ibv_rc_pingpong -g` and perftest's `-x` are usually given).
+    /// Reads the whole table ([`query_gid_table`](Self::query_gid_table)); a port without
+    /// such a GID is a [`DeviceError::NoRoceV2Ipv4Gid`] that says what to do.
+    ///
+    /// ```no_run
+    /// # fn demo() -> Result<(), sideway::DeviceError> {
+    /// let ctx = sideway::open_device(Some("rxe0"))?;
+    /// let entry = ctx.roce_v2_ipv4_gid(1, Some("198.18.0.1".parse().unwrap()))?;
+    /// let mut opts = sideway::ConnectOptions::new();
+    /// opts.port_num(1).gid_index(entry.index);
+    /// # Ok(()) }
+    /// ```
+    #[doc(alias = "ibv_query_gid_table")]
+    pub fn roce_v2_ipv4_gid(&self, port: u8, addr: Option<Ipv4Addr>) -> DeviceResult<GidEntry> {
+        self.check_port(port)?;
+        let table = self.query_gid_table()?;
+        pick_roce_v2_ipv4(&table, port, addr)
+            .cloned()
+            .ok_or_else(|| DeviceError::NoRoceV2Ipv4Gid {
+                device: self.name.clone(),
+                port,
+                addr,
+            })
+    }
+
     /// `ibv_query_gid` for the GID, sysfs for its type and network device: what older
     /// rdma-core offers. `None` for an unused (all-zero) entry.
-    fn query_gid_legacy(&self, port: u32, index: u32) -> DeviceResult<Option<GidEntry>> {
+    fn query_gid_legacy(&self, port: u8, index: u8) -> DeviceResult<Option<GidEntry>> {
         let mut gid = ffi::ibv_gid::default();
         let port_num = self.check_port(port)?;
-        let index_c = c_int::try_from(index).unwrap_or(c_int::MAX);
+        let index_c = c_int::from(index);
         // SAFETY: the context is open, gid is a valid out-parameter.
         let ret =
             fresh(|| unsafe { ffi::ibv_query_gid(self.as_raw(), port_num, index_c, &mut gid) });
@@ -594,7 +671,7 @@ impl DeviceContext {
 
     /// One entry of a port's P_Key table (`ibv_query_pkey`), in host order.
     #[doc(alias = "ibv_query_pkey")]
-    pub fn query_pkey(&self, port: u32, index: u16) -> DeviceResult<u16> {
+    pub fn query_pkey(&self, port: u8, index: u16) -> DeviceResult<u16> {
         let port_num = self.check_port(port)?;
         let mut pkey: u16 = 0;
         // SAFETY: the context is open, the port exists, pkey is a valid out-parameter.
@@ -1282,9 +1359,9 @@ pub struct GidEntry {
     /// The GID.
     pub gid: Gid,
     /// Its index in the port's table.
-    pub index: u32,
+    pub index: u8,
     /// The port, from 1.
-    pub port: u32,
+    pub port: u8,
     /// What the GID is for.
     pub gid_type: GidType,
     /// The network device behind a RoCE GID (`eth0`), `None` for InfiniBand.
@@ -1292,16 +1369,32 @@ pub struct GidEntry {
 }
 
 impl GidEntry {
-    fn from_raw(raw: &ffi::ibv_gid_entry) -> Self {
-        GidEntry {
+    /// The entry, or `None` for one whose port or index does not fit in 8 bits (the verbs
+    /// that use a GID cannot name it).
+    fn from_raw(raw: &ffi::ibv_gid_entry) -> Option<Self> {
+        Some(GidEntry {
             // SAFETY: every bit pattern of the union's raw bytes is valid.
             gid: Gid::from_raw(unsafe { raw.gid.raw }),
-            index: raw.gid_index,
-            port: raw.port_num,
+            index: u8::try_from(raw.gid_index).ok()?,
+            port: u8::try_from(raw.port_num).ok()?,
             gid_type: GidType::from(raw.gid_type),
             netdev: netdev_name(raw.ndev_ifindex),
-        }
+        })
     }
+}
+
+/// The RoCE v2 entry of `port` in `table` with the IPv4-mapped address `addr` (any IPv4
+/// address for `None`), lowest index first.
+fn pick_roce_v2_ipv4(table: &[GidEntry], port: u8, addr: Option<Ipv4Addr>) -> Option<&GidEntry> {
+    table
+        .iter()
+        .filter(|e| e.port == port && e.gid_type == GidType::RoceV2)
+        .filter(|e| match (e.gid.to_ipv4_mapped(), addr) {
+            (Some(v4), Some(want)) => v4 == want,
+            (Some(_), None) => true,
+            (None, _) => false,
+        })
+        .min_by_key(|e| e.index)
 }
 
 /// The name of the network interface with this index (`if_indextoname`), `None` for 0.
@@ -1361,6 +1454,47 @@ mod tests {
     fn gid_type_names_match_sysfs() {
         assert_eq!(GidType::RoceV2.to_string(), "RoCE v2");
         assert_eq!(GidType::from(7).to_string(), "unknown (7)");
+    }
+
+    fn entry(port: u8, index: u8, gid: &str, gid_type: GidType) -> GidEntry {
+        GidEntry {
+            gid: gid.parse().unwrap(),
+            index,
+            port,
+            gid_type,
+            netdev: None,
+        }
+    }
+
+    #[test]
+    fn the_roce_v2_ipv4_picker_takes_the_v2_entry_of_the_address_on_the_port() {
+        // SoftRoCE's usual table on two ports, out of order.
+        let table = [
+            entry(1, 3, "::ffff:198.18.0.1", GidType::RoceV2),
+            entry(1, 0, "fe80::1", GidType::RoceV1),
+            entry(1, 1, "fe80::1", GidType::RoceV2),
+            entry(1, 2, "::ffff:198.18.0.1", GidType::RoceV1),
+            entry(1, 5, "::ffff:10.0.0.7", GidType::RoceV2),
+            entry(2, 3, "::ffff:192.0.2.9", GidType::RoceV2),
+        ];
+        let pick = |port, addr: Option<&str>| {
+            pick_roce_v2_ipv4(&table, port, addr.map(|a| a.parse().unwrap())).map(|e| e.index)
+        };
+        assert_eq!(pick(1, None), Some(3), "the lowest IPv4-mapped v2 index");
+        assert_eq!(pick(1, Some("10.0.0.7")), Some(5));
+        assert_eq!(pick(1, Some("192.0.2.9")), None, "that address is port 2's");
+        assert_eq!(pick(2, None), Some(3));
+        assert_eq!(pick(3, None), None);
+        let e = DeviceError::NoRoceV2Ipv4Gid {
+            device: "rxe0".into(),
+            port: 1,
+            addr: Some("192.0.2.9".parse().unwrap()),
+        };
+        assert_eq!(
+            e.to_string(),
+            "rxe0 port 1 has no RoCE v2 GID for 192.0.2.9: give its network interface \
+             192.0.2.9 (ip addr add), or pick a GID index by hand"
+        );
     }
 
     #[test]

@@ -1,16 +1,54 @@
 //! Fast, safe RDMA in Rust.
 //!
 //! `sideway` wraps rdma-core's libibverbs and librdmacm, loaded at run time through
-//! [`rdma-mummy-sys`](rdma_mummy_sys) so nothing links rdma-core at build time and one binary
+//! [`rdma-core-mummy-sys`](rdma_mummy_sys) so nothing links rdma-core at build time and one binary
 //! runs on any rdma-core version.
 //!
 //! - Every verbs object is owned through an `Arc`, and each holds the `Arc`s of what it needs
 //!   (a memory region its protection domain, a queue pair its completion queues), so drop
 //!   order is always right and no user code names a lifetime.
-//! - `Drop` calls the destroy verb and never panics; a failed destroy is reported on stderr.
-//! - Errors are typed per operation and say what failed, with which inputs, and why.
+//! - `Drop` calls the destroy verb and never panics; a failed destroy is reported through the
+//!   [`log`](https://docs.rs/log) facade (see [Diagnostics](#diagnostics)).
+//! - Errors are typed per operation and say what failed, with which inputs, and why. Their
+//!   `Debug` is their fields; return [`Report`] from `main` (`fn main() -> Result<(),
+//!   sideway::Report>`) to have a failure print the sentence instead.
 //! - C enums that a newer rdma-core may grow are `#[non_exhaustive]` with an `Unknown` arm;
 //!   flags keep bits this crate does not know.
+//!
+//! # Diagnostics
+//!
+//! A destroy verb that fails inside a `Drop` (`ibv_dereg_mr`, `ibv_destroy_qp`,
+//! `ibv_dealloc_pd`, `rdma_destroy_id`, ...) cannot return an error. The crate logs it
+//! through the [`log`](https://docs.rs/log) facade at `error` level with target `sideway`
+//! (`"ibv_destroy_cq failed while dropping a completion queue: Device or resource busy
+//! (os error 16) (the resource may leak)"`) and goes on. Nothing is printed unless the
+//! application installs a logger (`env_logger`, `simple_logger`, a `tracing` bridge, or its
+//! own [`log::Log`](https://docs.rs/log/latest/log/trait.Log.html)); with `env_logger`,
+//! `RUST_LOG=sideway=error` shows them. Memory a failed deregistration leaked on purpose is
+//! also counted, whatever the logger: [`leaked_memory`] says how many regions and bytes.
+//!
+//! ```
+//! /// The smallest logger that puts the crate's diagnostics on stderr.
+//! struct Stderr;
+//!
+//! impl log::Log for Stderr {
+//!     fn enabled(&self, meta: &log::Metadata<'_>) -> bool {
+//!         meta.level() <= log::Level::Warn
+//!     }
+//!     fn log(&self, record: &log::Record<'_>) {
+//!         if self.enabled(record.metadata()) {
+//!             eprintln!("{}: {}", record.target(), record.args());
+//!         }
+//!     }
+//!     fn flush(&self) {}
+//! }
+//!
+//! static LOGGER: Stderr = Stderr;
+//! log::set_logger(&LOGGER).expect("no logger installed yet");
+//! log::set_max_level(log::LevelFilter::Warn);
+//! let leaks = sideway::leaked_memory();
+//! println!("{} regions ({} bytes) leaked so far", leaks.regions, leaks.bytes);
+//! ```
 //!
 //! # Soundness
 //!
@@ -66,6 +104,7 @@ pub mod protection_domain;
 pub mod queue_pair;
 #[allow(unsafe_code)]
 pub mod rdmacm;
+mod report;
 #[allow(unsafe_code)]
 pub mod shared_receive_queue;
 pub mod testing;
@@ -75,6 +114,11 @@ pub mod testing;
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;
+
+// And so is this crate's own README.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct CrateReadmeDoctests;
 
 #[allow(unsafe_code)]
 mod errno;
@@ -95,22 +139,24 @@ pub use memory_region::{
 pub use memory_window::{MemoryWindow, MemoryWindowError, MwType};
 pub use protection_domain::ProtectionDomain;
 pub use queue_pair::{
-    ConnectError, ConnectOptions, Endpoint, ModifyQpError, PostError, PostRecvGuard, PostSendGuard,
-    QpAttrMask, QpState, QpType, QueuePair, QueuePairAttribute, QueuePairBuilder, QueuePairError,
-    SendData, SendFlags,
+    ConnectError, ConnectOptions, Endpoint, ModifyQpError, PostError, PostRecvChain, PostRecvGuard,
+    PostSendChain, PostSendGuard, QpAttrMask, QpState, QpType, QueuePair, QueuePairAttribute,
+    QueuePairBuilder, QueuePairError, SendData, SendFlags,
 };
 /// The raw bindings, for calls this crate does not wrap.
 pub use rdma_mummy_sys as sys;
+pub use report::Report;
 pub use shared_receive_queue::{
-    SharedReceiveQueue, SharedReceiveQueueBuilder, SharedReceiveQueueError, SrqPostRecvGuard,
+    SharedReceiveQueue, SharedReceiveQueueBuilder, SharedReceiveQueueError, SrqPostRecvChain,
+    SrqPostRecvGuard,
 };
 
 /// Reports a destroy verb that failed in a `Drop`: the resource may leak, but the program goes
-/// on. Writing to stderr can itself fail; that is ignored rather than allowed to panic.
+/// on. Through the `log` facade, at error level, target `sideway`: the application's logger
+/// decides where it goes (see "Diagnostics" in the crate docs); logging never panics.
 pub(crate) fn report_drop_failure(call: &str, object: &str, error: &std::io::Error) {
-    use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr(),
-        "sideway: {call} failed while dropping {object}: {error} (the resource may leak)"
+    log::error!(
+        target: "sideway",
+        "{call} failed while dropping {object}: {error} (the resource may leak)"
     );
 }

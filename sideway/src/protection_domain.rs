@@ -24,6 +24,7 @@ pub struct AllocPdError {
 
 /// A protection domain. Holds its device context; memory regions and queue pairs hold it.
 #[doc(alias = "ibv_pd")]
+#[doc(alias = "ibv_dealloc_pd")]
 pub struct ProtectionDomain {
     raw: NonNull<ffi::ibv_pd>,
     ctx: Arc<DeviceContext>,

@@ -41,6 +41,30 @@
 //! println!("the server said {:?}", established.private_data());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! The server side: listen, take a connection request, give the new id a QP, accept.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use sideway::rdmacm::{CmQpInitAttr, ConnParam, EventChannel, EventType, PortSpace};
+//!
+//! let channel = EventChannel::new()?;
+//! let listener = channel.create_id(PortSpace::Tcp)?;
+//! listener.bind_addr("0.0.0.0:7471".parse()?)?;
+//! listener.listen(16)?;
+//! let request = channel.wait_for(EventType::ConnectRequest, None)?;
+//! println!("a client says {:?}", request.private_data());
+//! let conn = Arc::clone(request.id()); // the new connection's id
+//! let ctx = conn.device_context()?; // the device the request came in on
+//! let pd = ctx.alloc_pd()?;
+//! let cq = ctx.create_cq_builder().cqe(64).build()?;
+//! conn.create_qp(&CmQpInitAttr::new(&pd, &cq, &cq))?;
+//! // ... register buffers and post receives on the QP before accepting ...
+//! conn.accept(ConnParam::new().private_data(b"welcome"))?;
+//! conn.wait_for(EventType::Established, Some(Duration::from_secs(10)))?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::ffi::c_void;
 use std::fmt;

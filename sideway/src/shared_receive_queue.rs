@@ -119,6 +119,7 @@ impl ProtectionDomain {
 
 /// Builds a [`SharedReceiveQueue`]; from [`ProtectionDomain::create_srq_builder`]. Setters
 /// are named after the fields of `struct ibv_srq_attr`.
+#[doc(alias = "ibv_srq_init_attr")]
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until build()"]
 pub struct SharedReceiveQueueBuilder {
@@ -308,6 +309,7 @@ impl fmt::Debug for SharedReceiveQueue {
 }
 
 /// A batch of receives for an SRQ; from [`SharedReceiveQueue::start_post_recv`].
+#[doc(alias = "ibv_recv_wr")]
 #[must_use = "receives reach the device only through post(); dropping the guard discards them"]
 pub struct SrqPostRecvGuard<'a> {
     srq: &'a SharedReceiveQueue,
@@ -325,18 +327,20 @@ impl fmt::Debug for SrqPostRecvGuard<'_> {
     }
 }
 
-impl SrqPostRecvGuard<'_> {
+impl<'a> SrqPostRecvGuard<'a> {
     /// Adds a receive (`struct ibv_recv_wr`) scattered over `sges`. The entries are copied.
+    /// Returns the batch as a [`SrqPostRecvChain`], to add the next receive or post in the
+    /// same expression.
+    #[doc(alias = "ibv_recv_wr")]
     #[inline]
-    pub fn recv(&mut self, wr_id: u64, sges: &[Sge]) -> &mut Self {
-        if self.invalid.is_some() {
-            return self;
+    pub fn recv(&mut self, wr_id: u64, sges: &[Sge]) -> SrqPostRecvChain<'_, 'a> {
+        if self.invalid.is_none() {
+            match self.storage.push(self.count, wr_id, sges, "srq") {
+                Ok(()) => self.count += 1,
+                Err(reason) => self.invalid = Some((self.count, wr_id, reason)),
+            }
         }
-        match self.storage.push(self.count, wr_id, sges, "srq") {
-            Ok(()) => self.count += 1,
-            Err(reason) => self.invalid = Some((self.count, wr_id, reason)),
-        }
-        self
+        SrqPostRecvChain { guard: self }
     }
 
     /// How many receives the batch holds.
@@ -353,8 +357,16 @@ impl SrqPostRecvGuard<'_> {
     #[doc(alias = "ibv_post_srq_recv")]
     #[inline]
     pub fn post(mut self) -> Result<(), SharedReceiveQueueError> {
+        self.post_batch()
+    }
+
+    /// What [`post`](Self::post) and [`SrqPostRecvChain::post`] do: posts the batch and
+    /// leaves the guard empty, whatever the outcome.
+    #[inline(always)]
+    fn post_batch(&mut self) -> Result<(), SharedReceiveQueueError> {
         let srq = self.srq.handle();
         if let Some((index, wr_id, reason)) = self.invalid.take() {
+            self.count = 0;
             return Err(SharedReceiveQueueError::Invalid {
                 srq,
                 index,
@@ -366,6 +378,7 @@ impl SrqPostRecvGuard<'_> {
         if count == 0 {
             return Ok(());
         }
+        self.count = 0;
         let raw = self.srq.raw.as_ptr();
         let st = &mut *self.storage;
         // SAFETY: recv() pushed receives 0..count (count > 0) into this storage, which the
@@ -385,5 +398,59 @@ impl SrqPostRecvGuard<'_> {
                 source,
             }
         })
+    }
+}
+
+/// An SRQ receive batch after a receive was added to it: add the next one or post them
+/// all. Returned by [`SrqPostRecvGuard::recv`]; discarding it keeps the batch in the guard.
+///
+/// ```no_run
+/// # fn demo(srq: &sideway::SharedReceiveQueue, buf: &sideway::RegisteredBuffer)
+/// #     -> Result<(), sideway::SharedReceiveQueueError> {
+/// srq.start_post_recv()
+///     .recv(1, &[buf.sge(0..2048).unwrap()])
+///     .recv(2, &[buf.sge(2048..4096).unwrap()])
+///     .post()?;
+/// # Ok(()) }
+/// ```
+pub struct SrqPostRecvChain<'g, 'a> {
+    guard: &'g mut SrqPostRecvGuard<'a>,
+}
+
+impl fmt::Debug for SrqPostRecvChain<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.guard, f)
+    }
+}
+
+impl<'g, 'a> SrqPostRecvChain<'g, 'a> {
+    /// Adds the next receive, as [`SrqPostRecvGuard::recv`].
+    #[inline]
+    pub fn recv(self, wr_id: u64, sges: &[Sge]) -> Self {
+        self.guard.recv(wr_id, sges);
+        self
+    }
+
+    /// Posts the batch with one `ibv_post_srq_recv`, as [`SrqPostRecvGuard::post`], and
+    /// leaves the guard empty.
+    #[doc(alias = "ibv_post_srq_recv")]
+    #[inline]
+    pub fn post(self) -> Result<(), SharedReceiveQueueError> {
+        self.guard.post_batch()
+    }
+
+    /// How many receives the batch holds.
+    pub fn len(&self) -> usize {
+        self.guard.len()
+    }
+
+    /// True when the batch holds none.
+    pub fn is_empty(&self) -> bool {
+        self.guard.is_empty()
+    }
+
+    /// The guard, to go on with it by name.
+    pub fn into_guard(self) -> &'g mut SrqPostRecvGuard<'a> {
+        self.guard
     }
 }

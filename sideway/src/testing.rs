@@ -3,16 +3,23 @@
 //! A device test needs an RDMA device, and most machines that build code have none. The
 //! convention: with `RDMA_TEST_DEVICE` set (a test rig, or a CI job on a machine with a
 //! NIC), the named device must open, or the test fails; without it, the first device is
-//! used if there is one, and with none the test prints `skipped: <test>: <reason>` and
-//! passes. A skipped test thus never hides a rig that lost its device.
+//! used if there is one, and with none the test is skipped. A skipped test says so: it
+//! prints the [`Skip`] it was handed (`skipped: <test>: <reason>`), a line test runners
+//! can count, and passes. A skipped test thus never hides a rig that lost its device.
+//!
+//! This module prints nothing itself: printing the skip is the caller's line.
 //!
 //! ```no_run
+//! use sideway::testing::{test_device, TestDevice};
+//!
 //! #[test]
 //! fn loopback_write() {
-//!     let Some(ctx) = sideway::testing::device_or_skip("loopback_write")
-//!         .unwrap_or_else(|e| panic!("{e}"))
-//!     else {
-//!         return;
+//!     let ctx = match test_device("loopback_write").unwrap_or_else(|e| panic!("{e}")) {
+//!         TestDevice::Ready(ctx) => ctx,
+//!         TestDevice::Skip(skip) => {
+//!             println!("{skip}"); // "skipped: loopback_write: no RDMA device (...)"
+//!             return;
+//!         }
 //!     };
 //!     let gid_index = sideway::testing::gid_index(&ctx);
 //!     // ...
@@ -54,12 +61,52 @@ pub enum TestDeviceError {
     },
 }
 
-/// The device `test` runs on; `Ok(None)` after printing `skipped: <test>: <reason>` when the
-/// machine has no device and `RDMA_TEST_DEVICE` does not ask for one.
-pub fn device_or_skip(test: &str) -> Result<Option<Arc<DeviceContext>>, TestDeviceError> {
+/// What a device test runs on: from [`test_device`].
+#[derive(Debug)]
+pub enum TestDevice {
+    /// The device to test on.
+    Ready(Arc<DeviceContext>),
+    /// The machine has no device and `RDMA_TEST_DEVICE` does not ask for one: print this,
+    /// then end the test.
+    Skip(Skip),
+}
+
+/// Why a device test is skipped. Its `Display` is the line to print:
+/// `skipped: <test>: no RDMA device (<reason>)`.
+#[derive(Debug)]
+pub struct Skip {
+    test: String,
+    reason: DeviceError,
+}
+
+impl Skip {
+    /// The test's name.
+    pub fn test(&self) -> &str {
+        &self.test
+    }
+
+    /// Why no device opened.
+    pub fn reason(&self) -> &DeviceError {
+        &self.reason
+    }
+}
+
+impl std::fmt::Display for Skip {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "skipped: {}: no RDMA device ({})",
+            self.test, self.reason
+        )
+    }
+}
+
+/// The device `test` runs on, or [`TestDevice::Skip`] when the machine has no device and
+/// `RDMA_TEST_DEVICE` does not ask for one. Prints nothing.
+pub fn test_device(test: &str) -> Result<TestDevice, TestDeviceError> {
     match std::env::var(DEVICE_ENV) {
         Ok(name) if !name.is_empty() => match open_device(Some(&name)) {
-            Ok(ctx) => Ok(Some(ctx)),
+            Ok(ctx) => Ok(TestDevice::Ready(ctx)),
             Err(source) => Err(TestDeviceError::Required {
                 test: test.to_owned(),
                 name,
@@ -67,13 +114,15 @@ pub fn device_or_skip(test: &str) -> Result<Option<Arc<DeviceContext>>, TestDevi
             }),
         },
         _ => match open_device(None) {
-            Ok(ctx) => Ok(Some(ctx)),
+            Ok(ctx) => Ok(TestDevice::Ready(ctx)),
             Err(
-                e @ (DeviceError::NoDevice | DeviceError::Library(_) | DeviceError::List { .. }),
-            ) => {
-                println!("skipped: {test}: no RDMA device ({e})");
-                Ok(None)
-            }
+                reason @ (DeviceError::NoDevice
+                | DeviceError::Library(_)
+                | DeviceError::List { .. }),
+            ) => Ok(TestDevice::Skip(Skip {
+                test: test.to_owned(),
+                reason,
+            })),
             Err(source) => Err(TestDeviceError::Open {
                 test: test.to_owned(),
                 source,
@@ -82,10 +131,11 @@ pub fn device_or_skip(test: &str) -> Result<Option<Arc<DeviceContext>>, TestDevi
     }
 }
 
-/// The GID index a test uses on port 1: `RDMA_TEST_GID_INDEX`, else 1 on a RoCE (Ethernet)
-/// port and 0 elsewhere. Set the variable where index 1 is not the GID to use (the SoftRoCE
-/// rig sets it).
-pub fn gid_index(ctx: &DeviceContext) -> u32 {
+/// The GID index a test uses on port 1: `RDMA_TEST_GID_INDEX`; else, on a RoCE (Ethernet)
+/// port, the first IPv4-mapped RoCE v2 GID ([`DeviceContext::roce_v2_ipv4_gid`]), or 1
+/// when there is none; 0 elsewhere. Set the variable where that is not the GID to use (the
+/// SoftRoCE rig sets it).
+pub fn gid_index(ctx: &DeviceContext) -> u8 {
     if let Some(i) = std::env::var(GID_INDEX_ENV)
         .ok()
         .and_then(|v| v.parse().ok())
@@ -93,7 +143,7 @@ pub fn gid_index(ctx: &DeviceContext) -> u32 {
         return i;
     }
     match ctx.query_port(1).map(|p| p.link_layer()) {
-        Ok(LinkLayer::Ethernet) => 1,
+        Ok(LinkLayer::Ethernet) => ctx.roce_v2_ipv4_gid(1, None).map_or(1, |e| e.index),
         _ => 0,
     }
 }
@@ -115,5 +165,19 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with(&DeviceError::NoDevice.to_string()), "{text}");
+    }
+
+    #[test]
+    fn a_skip_is_the_line_test_runners_count() {
+        let skip = Skip {
+            test: "loopback".into(),
+            reason: DeviceError::NoDevice,
+        };
+        let text = skip.to_string();
+        assert!(
+            text.starts_with("skipped: loopback: no RDMA device ("),
+            "{text}"
+        );
+        assert_eq!((skip.test(), text.lines().count()), ("loopback", 1));
     }
 }

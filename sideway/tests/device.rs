@@ -68,11 +68,14 @@ fn bad_ports_gids_and_names_are_clear_errors() {
         }
     }
     let len = ctx.query_port(1).unwrap().gid_table_len();
-    match ctx.query_gid(1, len + 5) {
-        Err(e @ DeviceError::NoSuchGid { .. }) => {
-            assert!(e.to_string().contains("has no GID index"), "{e}")
+    // A table of 256 entries or more has no index past it that a u8 can name.
+    if let Ok(past) = u8::try_from(len) {
+        match ctx.query_gid(1, past) {
+            Err(e @ DeviceError::NoSuchGid { .. }) => {
+                assert!(e.to_string().contains("has no GID index"), "{e}")
+            }
+            other => panic!("{other:?}"),
         }
-        other => panic!("{other:?}"),
     }
     match sideway::open_device(Some("no_such_device9")) {
         Err(e @ DeviceError::NotFound { .. }) => {

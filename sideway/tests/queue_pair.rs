@@ -74,7 +74,7 @@ fn options(ctx: &DeviceContext, psn: u32) -> ConnectOptions {
     let mut o = ConnectOptions::new();
     let mtu = ctx.query_port(1).unwrap().active_mtu();
     o.port_num(1)
-        .gid_index(common::gid_index(ctx) as u8)
+        .gid_index(common::gid_index(ctx))
         .path_mtu(mtu)
         .sq_psn(psn);
     o

@@ -131,11 +131,11 @@ pub struct RunArgs {
 
     /// Port of the device.
     #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
-    pub ib_port: u32,
+    pub ib_port: u8,
 
     /// GID index (default: the best one, preferring an IPv4-mapped RoCE v2 GID).
     #[arg(short = 'x', long = "gid-index")]
-    pub gid_index: Option<u32>,
+    pub gid_index: Option<u8>,
 
     /// Message size in bytes (default: bw 65536, lat 2, atomic 8).
     #[arg(short = 's', long)]

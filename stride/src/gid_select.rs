@@ -23,7 +23,7 @@ use sideway::Gid;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GidCandidate {
     /// The index in the port's GID table.
-    pub index: u32,
+    pub index: u8,
     /// The GID.
     pub gid: Gid,
     /// Its type.
@@ -74,7 +74,7 @@ pub fn best_gid(candidates: &[GidCandidate]) -> Option<GidCandidate> {
 mod tests {
     use super::*;
 
-    fn cand(index: u32, gid: &str, gid_type: GidType) -> GidCandidate {
+    fn cand(index: u8, gid: &str, gid_type: GidType) -> GidCandidate {
         GidCandidate {
             index,
             gid: gid.parse().unwrap(),

@@ -8,7 +8,31 @@ use stride::cli::{Cli, Command, Verb};
 use stride::engine::{self, RunError};
 use stride::plot;
 
+/// Puts sideway's diagnostics (a destroy verb that failed while dropping a resource) on
+/// standard error, as warnings of this program.
+struct StderrLogger;
+
+impl log::Log for StderrLogger {
+    fn enabled(&self, meta: &log::Metadata<'_>) -> bool {
+        meta.level() <= log::Level::Warn
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if self.enabled(record.metadata()) {
+            eprintln!("stride-perf: warning: {}", record.args());
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+static LOGGER: StderrLogger = StderrLogger;
+
 fn main() -> ExitCode {
+    // Fails only when a logger is already set, which then keeps the messages.
+    if log::set_logger(&LOGGER).is_ok() {
+        log::set_max_level(log::LevelFilter::Warn);
+    }
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Send(a) => engine::run(Verb::Send, a),

@@ -52,7 +52,7 @@ pub struct SideReport {
     /// The RDMA device used.
     pub device: String,
     /// The GID index used.
-    pub gid_index: u32,
+    pub gid_index: u8,
     /// The memory of the test buffers (`host`, `huge pages (2048 KiB)`, `GPU 0 (...)`);
     /// absent in files written before stride-perf recorded it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

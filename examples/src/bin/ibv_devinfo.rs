@@ -24,7 +24,7 @@ struct Args {
 
     /// Only this port of the device, numbered from 1 (default: every port)
     #[arg(short = 'i', long = "ib-port", value_name = "PORT")]
-    ib_port: Option<u32>,
+    ib_port: Option<u8>,
 
     /// Print only the names of the devices
     #[arg(short = 'l', long)]
@@ -71,13 +71,13 @@ fn run(args: &Args) -> Result<(), CliError> {
 fn device_lines(device: &Device, args: &Args) -> Result<Vec<String>, CliError> {
     let ctx = device.open()?;
     let attr = ctx.query_device()?;
-    let ports: Vec<u32> = match args.ib_port {
+    let ports: Vec<u8> = match args.ib_port {
         Some(p) => {
             // Fails with "DEV has no port N; its ports are 1..=M" for a port that is not there.
             ctx.query_port(p)?;
             vec![p]
         }
-        None => (1..=u32::from(attr.phys_port_cnt())).collect(),
+        None => (1..=attr.phys_port_cnt()).collect(),
     };
     let mut lines = vec![
         format!("hca_id:\t{}", ctx.name()),
@@ -338,7 +338,7 @@ fn device_limit_lines(attr: &DeviceAttr) -> Vec<String> {
 /// with an empty line.
 fn port_lines(
     ctx: &DeviceContext,
-    port_num: u32,
+    port_num: u8,
     gids: &[GidEntry],
     verbose: bool,
 ) -> Result<Vec<String>, CliError> {

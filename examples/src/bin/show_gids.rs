@@ -20,7 +20,7 @@ struct Args {
 
     /// Only this port, numbered from 1 (default: every port)
     #[arg(short = 'i', long = "ib-port", value_name = "PORT")]
-    ib_port: Option<u32>,
+    ib_port: Option<u8>,
 }
 
 fn run(args: &Args) -> Result<(), CliError> {
@@ -37,7 +37,7 @@ fn run(args: &Args) -> Result<(), CliError> {
             ctx.query_port(port)?;
         }
         let mut entries = ctx.query_gid_table()?;
-        let wanted_port = |port: u32| match args.ib_port {
+        let wanted_port = |port: u8| match args.ib_port {
             Some(p) => port == p,
             None => true,
         };

@@ -59,8 +59,8 @@ pub use attr::{
     AddressVector, MigState, QpAttrMask, QpCapabilities, QpState, QpType, QueuePairAttribute,
 };
 pub use post::{
-    BufferBytes, InvalidWorkRequest, PostError, PostRecvGuard, PostSendGuard, SendData, SendFlags,
-    WorkRequestBuilder,
+    BufferBytes, InvalidWorkRequest, PostError, PostRecvChain, PostRecvGuard, PostSendChain,
+    PostSendGuard, SendData, SendFlags, WorkRequestBuilder,
 };
 pub use state_table::{diagnose, transition_rule, MaskDiagnosis, TransitionRule};
 
@@ -321,6 +321,8 @@ impl ProtectionDomain {
 
 /// Builds a [`QueuePair`]; from [`ProtectionDomain::create_qp_builder`]. Setters are named
 /// after the fields of `struct ibv_qp_init_attr(_ex)`.
+#[doc(alias = "ibv_qp_init_attr")]
+#[doc(alias = "ibv_qp_init_attr_ex")]
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until build() or build_ex()"]
 pub struct QueuePairBuilder {
@@ -777,9 +779,8 @@ impl QueuePair {
     #[doc(alias = "ibv_query_gid_ex")]
     pub fn local_endpoint(&self, opts: &ConnectOptions) -> Result<Endpoint, DeviceError> {
         let ctx = self.pd.context();
-        let port = u32::from(opts.port_num);
-        let lid = ctx.query_port(port)?.lid();
-        let gid = ctx.query_gid(port, u32::from(opts.gid_index))?.gid;
+        let lid = ctx.query_port(opts.port_num)?.lid();
+        let gid = ctx.query_gid(opts.port_num, opts.gid_index)?.gid;
         Ok(Endpoint {
             lid,
             qp_num: self.qp_num(),

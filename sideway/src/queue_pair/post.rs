@@ -672,6 +672,7 @@ impl RecvStorage {
 /// batch.post()?;
 /// # Ok(()) }
 /// ```
+#[doc(alias = "ibv_send_wr")]
 #[must_use = "work requests reach the device only through post(); dropping the guard discards them"]
 pub struct PostSendGuard<'a> {
     qp: &'a mut QueuePair,
@@ -698,6 +699,7 @@ impl fmt::Debug for PostSendGuard<'_> {
 }
 
 /// One send work request being described: pick its operation. From [`PostSendGuard::wr`].
+#[doc(alias = "ibv_send_wr")]
 #[must_use = "a work request is added only by one of its operation methods"]
 pub struct WorkRequestBuilder<'g, 'a> {
     guard: &'g mut PostSendGuard<'a>,
@@ -717,9 +719,9 @@ impl fmt::Debug for WorkRequestBuilder<'_, '_> {
 
 impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
     #[inline(always)]
-    fn add(self, op: Op, data: SendData<'a>) -> &'g mut PostSendGuard<'a> {
+    fn add(self, op: Op, data: SendData<'a>) -> PostSendChain<'g, 'a> {
         self.guard.push(self.wr_id, self.flags, op, data, self.ud);
-        self.guard
+        PostSendChain { guard: self.guard }
     }
 
     /// Sends this request of a UD QP to `remote_qpn` with Q_Key `remote_qkey` through `ah`
@@ -745,7 +747,7 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
         self,
         invalidate_rkey: u32,
         data: impl Into<SendData<'a>>,
-    ) -> &'g mut PostSendGuard<'a> {
+    ) -> PostSendChain<'g, 'a> {
         self.add(Op::SendInv(invalidate_rkey), data.into())
     }
 
@@ -753,7 +755,7 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
     /// window (type 2) or region with `invalidate_rkey`.
     #[doc(alias = "ibv_wr_local_inv")]
     #[inline]
-    pub fn local_invalidate(self, invalidate_rkey: u32) -> &'g mut PostSendGuard<'a> {
+    pub fn local_invalidate(self, invalidate_rkey: u32) -> PostSendChain<'g, 'a> {
         self.add(Op::LocalInv(invalidate_rkey), SendData::Empty)
     }
 
@@ -773,7 +775,7 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
         mr: &'a std::sync::Arc<crate::memory_region::MemoryRegion>,
         range: std::ops::Range<u64>,
         access: crate::memory_region::AccessFlags,
-    ) -> &'g mut PostSendGuard<'a> {
+    ) -> PostSendChain<'g, 'a> {
         mw.hold(mr);
         let info = ffi::ibv_mw_bind_info {
             mr: mr.as_raw(),
@@ -794,7 +796,7 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
     /// A SEND (`IBV_WR_SEND`, `ibv_wr_send`) of `data`, consuming a receive at the peer.
     #[doc(alias = "ibv_wr_send")]
     #[inline]
-    pub fn send(self, data: impl Into<SendData<'a>>) -> &'g mut PostSendGuard<'a> {
+    pub fn send(self, data: impl Into<SendData<'a>>) -> PostSendChain<'g, 'a> {
         self.add(Op::Send, data.into())
     }
 
@@ -802,11 +804,7 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
     /// in host order and arrives as [`WorkCompletion::imm_data`](crate::WorkCompletion::imm_data).
     #[doc(alias = "ibv_wr_send_imm")]
     #[inline]
-    pub fn send_with_imm(
-        self,
-        imm: u32,
-        data: impl Into<SendData<'a>>,
-    ) -> &'g mut PostSendGuard<'a> {
+    pub fn send_with_imm(self, imm: u32, data: impl Into<SendData<'a>>) -> PostSendChain<'g, 'a> {
         self.add(Op::SendImm(imm), data.into())
     }
 
@@ -819,7 +817,7 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
         rkey: u32,
         remote_addr: u64,
         data: impl Into<SendData<'a>>,
-    ) -> &'g mut PostSendGuard<'a> {
+    ) -> PostSendChain<'g, 'a> {
         self.add(
             Op::Write {
                 rkey,
@@ -839,7 +837,7 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
         remote_addr: u64,
         imm: u32,
         data: impl Into<SendData<'a>>,
-    ) -> &'g mut PostSendGuard<'a> {
+    ) -> PostSendChain<'g, 'a> {
         self.add(
             Op::WriteImm {
                 rkey,
@@ -859,7 +857,7 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
         rkey: u32,
         remote_addr: u64,
         data: impl Into<SendData<'a>>,
-    ) -> &'g mut PostSendGuard<'a> {
+    ) -> PostSendChain<'g, 'a> {
         self.add(
             Op::Read {
                 rkey,
@@ -881,7 +879,7 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
         compare: u64,
         swap: u64,
         local: Sge,
-    ) -> &'g mut PostSendGuard<'a> {
+    ) -> PostSendChain<'g, 'a> {
         self.add(
             Op::CmpSwp {
                 rkey,
@@ -904,7 +902,7 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
         remote_addr: u64,
         add: u64,
         local: Sge,
-    ) -> &'g mut PostSendGuard<'a> {
+    ) -> PostSendChain<'g, 'a> {
         self.add(
             Op::FetchAdd {
                 rkey,
@@ -913,6 +911,82 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
             },
             SendData::Sge(local),
         )
+    }
+}
+
+/// The batch after a request was added to it: add the next one with [`wr`](Self::wr), or
+/// [`post`](Self::post) them all. Returned by each operation method of
+/// [`WorkRequestBuilder`], so that a batch can be built and posted in one expression; it
+/// is the guard under another name, and discarding it keeps the batch in the guard.
+///
+/// ```no_run
+/// # fn demo(qp: &mut sideway::queue_pair::QueuePair, buf: &sideway::RegisteredBuffer,
+/// #         rkey: u32, raddr: u64) -> Result<(), sideway::PostError> {
+/// use sideway::SendFlags;
+/// // One expression: a guard, two requests, one doorbell.
+/// qp.start_post_send()
+///     .wr(1, SendFlags::empty())
+///     .rdma_write(rkey, raddr, buf.sge(0..64).unwrap())
+///     .wr(2, SendFlags::SIGNALED)
+///     .send(b"done")
+///     .post()?;
+/// // Statement by statement, the guard posts itself.
+/// let mut guard = qp.start_post_send();
+/// for i in 0..4u64 {
+///     guard.wr(10 + i, SendFlags::SIGNALED).send(b"ping");
+/// }
+/// guard.post()?;
+/// # Ok(()) }
+/// ```
+///
+/// Posting through a chain leaves the guard empty: a named guard can go on to a next batch.
+/// The chain borrows its guard, so it cannot outlive a guard made in the same expression:
+///
+/// ```compile_fail,E0716
+/// # fn demo(qp: &mut sideway::queue_pair::QueuePair) {
+/// let chain = qp.start_post_send().wr(1, sideway::SendFlags::SIGNALED).send(b"x");
+/// let _ = chain.post(); // the guard was dropped at the end of the line above
+/// # }
+/// ```
+pub struct PostSendChain<'g, 'a> {
+    guard: &'g mut PostSendGuard<'a>,
+}
+
+impl fmt::Debug for PostSendChain<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.guard, f)
+    }
+}
+
+impl<'g, 'a> PostSendChain<'g, 'a> {
+    /// Starts the next work request, as [`PostSendGuard::wr`].
+    #[inline]
+    pub fn wr(self, wr_id: u64, flags: SendFlags) -> WorkRequestBuilder<'g, 'a> {
+        self.guard.wr(wr_id, flags)
+    }
+
+    /// Posts the batch with one doorbell, as [`PostSendGuard::post`], and leaves the guard
+    /// empty.
+    #[doc(alias = "ibv_post_send")]
+    #[doc(alias = "ibv_wr_complete")]
+    #[inline(always)]
+    pub fn post(self) -> Result<(), PostError> {
+        self.guard.post_batch()
+    }
+
+    /// How many requests the batch holds.
+    pub fn len(&self) -> usize {
+        self.guard.len()
+    }
+
+    /// True when the batch holds none.
+    pub fn is_empty(&self) -> bool {
+        self.guard.is_empty()
+    }
+
+    /// The guard, to go on with it by name.
+    pub fn into_guard(self) -> &'g mut PostSendGuard<'a> {
+        self.guard
     }
 }
 
@@ -1277,9 +1351,26 @@ impl<'a> PostSendGuard<'a> {
     #[doc(alias = "ibv_wr_complete")]
     #[inline(always)]
     pub fn post(mut self) -> Result<(), PostError> {
+        self.post_batch()
+    }
+
+    /// What [`post`](Self::post) and [`PostSendChain::post`] do: posts the batch and leaves
+    /// the guard empty, whatever the outcome, so a guard that goes on living (under a chain)
+    /// starts a new batch and its drop has nothing to abort.
+    #[inline(always)]
+    fn post_batch(&mut self) -> Result<(), PostError> {
         if self.limit == 0 {
             if let Some((index, wr_id, reason)) = self.invalid.take() {
-                // Drop aborts what an extended QP already holds.
+                // Nothing is posted: abort what an extended QP already holds, and empty
+                // the guard so that it can start again. Inline, as the request path: a
+                // call taking the guard by reference would keep it in memory.
+                if let (true, Some(ex)) = (self.count > 0, self.qp.ex) {
+                    // SAFETY: ex is live and inside the batch this guard started
+                    // (count > 0), never completed.
+                    unsafe { ffi::ibv_wr_abort(ex.as_ptr()) };
+                }
+                self.count = 0;
+                self.limit = self.qp.send.capacity;
                 return Err(PostError::Invalid {
                     qp_num: self.qp.qp_num(),
                     index,
@@ -1312,6 +1403,9 @@ impl<'a> PostSendGuard<'a> {
             return from_post_ret(ret)
                 .map_err(|e| post_err(self.qp, "ibv_wr_complete", None, None, e));
         }
+        // The chain is handed over below, whatever the verb says: the next request starts
+        // a new one.
+        self.count = 0;
         let qp = self.qp.raw.as_ptr();
         let wrs = self.qp.send.wrs.as_mut_ptr();
         // SAFETY: push_classic wrote wrs[..count] (count <= capacity <= wrs.len()), each
@@ -1443,6 +1537,7 @@ impl Drop for PostSendGuard<'_> {
 /// A batch of receive work requests being built; from [`QueuePair::start_post_recv`].
 /// [`post`](Self::post) posts them with one `ibv_post_recv`; dropping the guard discards
 /// them.
+#[doc(alias = "ibv_recv_wr")]
 #[must_use = "receives reach the device only through post(); dropping the guard discards them"]
 pub struct PostRecvGuard<'a> {
     qp: &'a mut QueuePair,
@@ -1473,16 +1568,19 @@ impl<'a> PostRecvGuard<'a> {
     /// Adds a receive work request (`struct ibv_recv_wr`) for up to the entries' total
     /// length, scattered over `sges` in order (empty for a receive that only takes immediate
     /// data). The entries are copied: the slice need not outlive the call.
+    ///
+    /// Returns the batch as a [`PostRecvChain`], to add the next receive or post in the
+    /// same expression: `qp.start_post_recv().recv(1, &[sge]).post()?`.
+    #[doc(alias = "ibv_recv_wr")]
     #[inline]
-    pub fn recv(&mut self, wr_id: u64, sges: &[Sge]) -> &mut Self {
-        if self.invalid.is_some() {
-            return self;
+    pub fn recv(&mut self, wr_id: u64, sges: &[Sge]) -> PostRecvChain<'_, 'a> {
+        if self.invalid.is_none() {
+            match self.qp.recv.push(self.count, wr_id, sges, "recv") {
+                Ok(()) => self.count += 1,
+                Err(reason) => self.invalid = Some((self.count, wr_id, reason)),
+            }
         }
-        match self.qp.recv.push(self.count, wr_id, sges, "recv") {
-            Ok(()) => self.count += 1,
-            Err(reason) => self.invalid = Some((self.count, wr_id, reason)),
-        }
-        self
+        PostRecvChain { guard: self }
     }
 
     /// How many requests the batch holds.
@@ -1499,7 +1597,15 @@ impl<'a> PostRecvGuard<'a> {
     #[doc(alias = "ibv_post_recv")]
     #[inline]
     pub fn post(mut self) -> Result<(), PostError> {
+        self.post_batch()
+    }
+
+    /// What [`post`](Self::post) and [`PostRecvChain::post`] do: posts the batch and leaves
+    /// the guard empty, whatever the outcome.
+    #[inline(always)]
+    fn post_batch(&mut self) -> Result<(), PostError> {
         if let Some((index, wr_id, reason)) = self.invalid.take() {
+            self.count = 0;
             return Err(PostError::Invalid {
                 qp_num: self.qp.qp_num(),
                 index,
@@ -1511,6 +1617,7 @@ impl<'a> PostRecvGuard<'a> {
         if count == 0 {
             return Ok(());
         }
+        self.count = 0;
         let qp = self.qp.raw.as_ptr();
         // SAFETY: recv() pushed receives 0..count (count > 0) into this QP's storage, which
         // this guard has held since it was empty.
@@ -1532,6 +1639,65 @@ impl<'a> PostRecvGuard<'a> {
                 source,
             }
         })
+    }
+}
+
+/// A receive batch after a receive was added to it: add the next one or post them all.
+/// Returned by [`PostRecvGuard::recv`]; discarding it keeps the batch in the guard.
+///
+/// ```no_run
+/// # fn demo(qp: &mut sideway::queue_pair::QueuePair, buf: &sideway::RegisteredBuffer)
+/// #     -> Result<(), sideway::PostError> {
+/// // One expression: a guard, two receives, one ibv_post_recv.
+/// qp.start_post_recv()
+///     .recv(1, &[buf.sge(0..2048).unwrap()])
+///     .recv(2, &[buf.sge(2048..4096).unwrap()])
+///     .post()?;
+/// // Or statement by statement.
+/// let mut guard = qp.start_post_recv();
+/// guard.recv(3, &[buf.sge(0..4096).unwrap()]);
+/// guard.post()?;
+/// # Ok(()) }
+/// ```
+pub struct PostRecvChain<'g, 'a> {
+    guard: &'g mut PostRecvGuard<'a>,
+}
+
+impl fmt::Debug for PostRecvChain<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.guard, f)
+    }
+}
+
+impl<'g, 'a> PostRecvChain<'g, 'a> {
+    /// Adds the next receive, as [`PostRecvGuard::recv`].
+    #[inline]
+    pub fn recv(self, wr_id: u64, sges: &[Sge]) -> Self {
+        self.guard.recv(wr_id, sges);
+        self
+    }
+
+    /// Posts the batch with one `ibv_post_recv`, as [`PostRecvGuard::post`], and leaves the
+    /// guard empty.
+    #[doc(alias = "ibv_post_recv")]
+    #[inline]
+    pub fn post(self) -> Result<(), PostError> {
+        self.guard.post_batch()
+    }
+
+    /// How many receives the batch holds.
+    pub fn len(&self) -> usize {
+        self.guard.len()
+    }
+
+    /// True when the batch holds none.
+    pub fn is_empty(&self) -> bool {
+        self.guard.is_empty()
+    }
+
+    /// The guard, to go on with it by name.
+    pub fn into_guard(self) -> &'g mut PostRecvGuard<'a> {
+        self.guard
     }
 }
 

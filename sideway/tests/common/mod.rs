@@ -12,11 +12,17 @@ use sideway::DeviceContext;
 
 /// The device to test on, or `None` (after printing why) when the test must be skipped.
 pub(crate) fn device_or_skip(test: &str) -> Option<Arc<DeviceContext>> {
-    sideway::testing::device_or_skip(test).unwrap_or_else(|e| panic!("{e}"))
+    match sideway::testing::test_device(test).unwrap_or_else(|e| panic!("{e}")) {
+        sideway::testing::TestDevice::Ready(ctx) => Some(ctx),
+        sideway::testing::TestDevice::Skip(skip) => {
+            println!("{skip}");
+            None
+        }
+    }
 }
 
 /// The GID index tests use: `RDMA_TEST_GID_INDEX`, else 1 on RoCE ports and 0 elsewhere.
-pub(crate) fn gid_index(ctx: &DeviceContext) -> u32 {
+pub(crate) fn gid_index(ctx: &DeviceContext) -> u8 {
     sideway::testing::gid_index(ctx)
 }
 

@@ -17,7 +17,7 @@ pub(crate) fn options(ctx: &DeviceContext, psn: u32) -> ConnectOptions {
     let mut o = ConnectOptions::new();
     let mtu = ctx.query_port(1).unwrap().active_mtu();
     o.port_num(1)
-        .gid_index(crate::common::gid_index(ctx) as u8)
+        .gid_index(crate::common::gid_index(ctx))
         .path_mtu(mtu)
         .sq_psn(psn);
     o
@@ -52,7 +52,7 @@ pub(crate) fn loopback_av(ctx: &DeviceContext) -> AddressVector {
         .set_dlid(ctx.query_port(1).unwrap().lid())
         .set_is_global(true)
         .set_dgid(local_gid(ctx))
-        .set_sgid_index(crate::common::gid_index(ctx) as u8)
+        .set_sgid_index(crate::common::gid_index(ctx))
         .set_hop_limit(1);
     av
 }

@@ -66,7 +66,7 @@ fn down_limit(qp_timeout: u8) -> Option<Duration> {
 /// Watches one device port's async events during a run.
 pub(crate) struct LinkWatch {
     ctx: Arc<DeviceContext>,
-    port: u32,
+    port: u8,
     qp_timeout: u8,
     /// When the port went down, while it is down.
     down_since: Option<Instant>,
@@ -74,7 +74,7 @@ pub(crate) struct LinkWatch {
 
 impl LinkWatch {
     /// A watch on `port` of `ctx` for a run of `params`.
-    pub(crate) fn new(ctx: Arc<DeviceContext>, port: u32, params: &TestParams) -> Self {
+    pub(crate) fn new(ctx: Arc<DeviceContext>, port: u8, params: &TestParams) -> Self {
         LinkWatch {
             ctx,
             port,
@@ -89,7 +89,7 @@ impl LinkWatch {
     pub(crate) fn check(&mut self) -> Result<(), RunError> {
         while let Some(event) = self.ctx.try_get_async_event()? {
             let ours = match event.object() {
-                AsyncEventObject::Port(p) => u32::from(*p) == self.port,
+                AsyncEventObject::Port(p) => *p == self.port,
                 _ => true,
             };
             if !ours {

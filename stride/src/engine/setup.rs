@@ -30,7 +30,7 @@ use crate::params::TestParams;
 #[derive(Debug)]
 pub(crate) struct DeviceSide {
     pub(crate) ctx: Arc<DeviceContext>,
-    pub(crate) port: u32,
+    pub(crate) port: u8,
     pub(crate) port_attr: PortAttr,
     pub(crate) dev_attr: DeviceAttr,
     /// The GID sent from; `None` on an InfiniBand port without `-x` (LID-routed).
@@ -306,8 +306,7 @@ impl Resources {
                 self.qps.len()
             )));
         }
-        let port = u8::try_from(dev.port)
-            .map_err(|_| RunError::new(format!("port {} does not fit in 8 bits", dev.port)))?;
+        let port = dev.port;
         let rd_atomic =
             |limit: u32| u8::try_from(params.outstanding.min(limit).max(1)).unwrap_or(u8::MAX);
         for ((qp, remote), &psn) in self.qps.iter().zip(&remotes).zip(&self.psns) {
@@ -320,10 +319,7 @@ impl Resources {
                 .max_rd_atomic(rd_atomic(dev.dev_attr.max_qp_init_rd_atom()))
                 .max_dest_rd_atomic(rd_atomic(dev.dev_attr.max_qp_rd_atom()));
             if let Some(g) = dev.gid {
-                let index = u8::try_from(g.index).map_err(|_| {
-                    RunError::new(format!("GID index {} does not fit in 8 bits", g.index))
-                })?;
-                opts.gid_index(index);
+                opts.gid_index(g.index);
             }
             let peer = Endpoint {
                 lid: remote.lid,
@@ -338,7 +334,7 @@ impl Resources {
                 if !peer.gid.is_zero() {
                     av.set_is_global(true)
                         .set_dgid(peer.gid)
-                        .set_sgid_index(dev.gid.map_or(0, |g| g.index as u8))
+                        .set_sgid_index(dev.gid.map_or(0, |g| g.index))
                         .set_hop_limit(64);
                 }
                 self.ahs.push(self._pd.create_ah(&av)?);

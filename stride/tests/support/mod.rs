@@ -209,5 +209,11 @@ impl FakeCounters {
 /// The RDMA device to test on, or `None` (after printing why) when the test must be skipped
 /// (sideway's device-test convention, `sideway::testing`).
 pub(crate) fn device_or_skip(test: &str) -> Option<Arc<DeviceContext>> {
-    sideway::testing::device_or_skip(test).unwrap_or_else(|e| panic!("{e}"))
+    match sideway::testing::test_device(test).unwrap_or_else(|e| panic!("{e}")) {
+        sideway::testing::TestDevice::Ready(ctx) => Some(ctx),
+        sideway::testing::TestDevice::Skip(skip) => {
+            println!("{skip}");
+            None
+        }
+    }
 }
