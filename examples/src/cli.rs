@@ -69,6 +69,32 @@ pub fn select_devices(name: Option<&str>) -> Result<Vec<Device>, DeviceError> {
     }
 }
 
+/// Puts sideway's diagnostics (a destroy verb that failed while a resource was dropped, which
+/// leaks it on purpose) on standard error as `program: warning: ...`, as rdma-core's programs
+/// would print them. Call first thing in `main`.
+pub fn log_to_stderr(program: &'static str) {
+    static PROGRAM: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    struct Stderr;
+    impl log::Log for Stderr {
+        fn enabled(&self, meta: &log::Metadata<'_>) -> bool {
+            meta.level() <= log::Level::Warn
+        }
+        fn log(&self, record: &log::Record<'_>) {
+            if self.enabled(record.metadata()) {
+                let program = PROGRAM.get().copied().unwrap_or("sideway");
+                let _ = writeln!(io::stderr(), "{program}: warning: {}", record.args());
+            }
+        }
+        fn flush(&self) {}
+    }
+    static LOGGER: Stderr = Stderr;
+    let _ = PROGRAM.set(program);
+    // Fails only when a logger is already set, which then keeps the messages.
+    if log::set_logger(&LOGGER).is_ok() {
+        log::set_max_level(log::LevelFilter::Warn);
+    }
+}
+
 /// The exit status for a program's result; on failure, first prints `program: error` on
 /// stderr. A broken pipe on stdout is a reader that has seen enough, not a failure.
 pub fn exit_status(program: &str, result: Result<(), CliError>) -> ExitCode {

@@ -25,7 +25,7 @@ use sideway::rdmacm::{
     CmError, CmId, ConnParam, Event, EventChannel, EventType, PortSpace, QpTargetState,
 };
 use sideway::{CompletionQueue, ProtectionDomain, QueuePair};
-use sideway_examples::cli::{exit_status, select_devices, CliError};
+use sideway_examples::cli::{exit_status, log_to_stderr, select_devices, CliError};
 use sideway_examples::cm_connection::{move_qp, socket_addr};
 use sideway_examples::cmtime_wire::{check_announced, check_answer, Step, STEPS};
 
@@ -833,6 +833,7 @@ fn run(args: &Args) -> Result<(), CliError> {
 }
 
 fn main() -> ExitCode {
+    log_to_stderr("cmtime");
     let args = Args::parse();
     exit_status("cmtime", run(&args))
 }

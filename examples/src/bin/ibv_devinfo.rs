@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use sideway::device::{DeviceAttr, GidEntry, PortAttr};
 use sideway::{Device, DeviceContext};
-use sideway_examples::cli::{exit_status, select_devices, CliError};
+use sideway_examples::cli::{exit_status, log_to_stderr, select_devices, CliError};
 use sideway_examples::device_text::{
     self as text, field, flag_lines, DEVICE_CAP_FLAGS_EX_NAMES, DEVICE_COLUMN, ODP_GENERAL_NAMES,
     ODP_TRANSPORT_NAMES, PORT_COLUMN, QP_TYPE_NAMES, RSS_COLUMN,
@@ -399,6 +399,7 @@ fn port_lines(
 }
 
 fn main() -> ExitCode {
+    log_to_stderr("ibv_devinfo");
     let args = Args::parse();
     exit_status("ibv_devinfo", run(&args))
 }

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use sideway::QpType;
-use sideway_examples::cli::exit_status;
+use sideway_examples::cli::{exit_status, log_to_stderr};
 use sideway_examples::pingpong::{run_connected, ChkArg, PingpongArgs};
 
 /// Ping-pong SEND/RECV over an RC queue pair, wire-compatible with ibv_rc_pingpong. Without
@@ -27,6 +27,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    log_to_stderr("rc_pingpong");
     let mut args = Args::parse();
     args.common.validate = args.chk.chk;
     exit_status("rc_pingpong", run_connected(&args.common, QpType::Rc))

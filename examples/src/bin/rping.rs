@@ -14,7 +14,7 @@ use clap::Parser;
 use sideway::peer_text::PEER_TEXT_MAX;
 use sideway::rdmacm::{CmId, ConnParam, Event, EventChannel, EventType, PortSpace, QpTargetState};
 use sideway::{AccessFlags, RegisteredBuffer, SendFlags};
-use sideway_examples::cli::{exit_status, select_devices, CliError};
+use sideway_examples::cli::{exit_status, log_to_stderr, select_devices, CliError};
 use sideway_examples::cm_connection::{move_qp, socket_addr, CmConnection, Waited};
 use sideway_examples::rping_wire::{
     fill_ping, ping_text, BufferAdvert, ShortAdvert, ADVERT_LEN, MAX_SIZE, MIN_SIZE,
@@ -430,6 +430,7 @@ fn run(args: &Args) -> Result<(), CliError> {
 }
 
 fn main() -> ExitCode {
+    log_to_stderr("rping");
     let args = Args::parse();
     exit_status("rping", run(&args))
 }

@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use std::process::ExitCode;
 
 use clap::Parser;
-use sideway_examples::cli::{exit_status, select_devices, CliError};
+use sideway_examples::cli::{exit_status, log_to_stderr, select_devices, CliError};
 use sideway_examples::device_text::{columns, gid_version};
 
 /// Lists the GID table of RDMA ports: device, port, index, GID, IPv4 address, RoCE version
@@ -69,6 +69,7 @@ fn run(args: &Args) -> Result<(), CliError> {
 }
 
 fn main() -> ExitCode {
+    log_to_stderr("show_gids");
     let args = Args::parse();
     exit_status("show_gids", run(&args))
 }

@@ -11,7 +11,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use sideway_examples::cli::exit_status;
+use sideway_examples::cli::{exit_status, log_to_stderr};
 use sideway_examples::pingpong::{run_srq, PingpongArgs};
 
 /// Ping-pong SEND/RECV over RC queue pairs sharing one receive queue, wire-compatible with
@@ -28,6 +28,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    log_to_stderr("srq_pingpong");
     let args = Args::parse();
     exit_status("srq_pingpong", run_srq(&args.common, args.num_qp))
 }

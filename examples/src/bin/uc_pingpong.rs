@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use sideway::QpType;
-use sideway_examples::cli::exit_status;
+use sideway_examples::cli::{exit_status, log_to_stderr};
 use sideway_examples::pingpong::{run_connected, ChkArg, PingpongArgs};
 
 /// Ping-pong SEND/RECV over a UC queue pair, wire-compatible with ibv_uc_pingpong. Without
@@ -28,6 +28,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    log_to_stderr("uc_pingpong");
     let mut args = Args::parse();
     args.common.validate = args.chk.chk;
     exit_status("uc_pingpong", run_connected(&args.common, QpType::Uc))

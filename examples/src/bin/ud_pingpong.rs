@@ -12,7 +12,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use sideway_examples::cli::exit_status;
+use sideway_examples::cli::{exit_status, log_to_stderr};
 use sideway_examples::pingpong::{run_ud, PingpongArgs};
 
 /// Ping-pong SEND/RECV over a UD queue pair, wire-compatible with ibv_ud_pingpong. Without
@@ -72,6 +72,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    log_to_stderr("ud_pingpong");
     let a = Args::parse();
     let common = PingpongArgs {
         server: a.server,
