@@ -2,7 +2,9 @@
 # stride-perf against itself on the device: every verb x test on RC, the UC and UD ones, and the
 # options -q, -l, -b, -D, -R, -e, -a, -I, --report-gbits and --json, each checking that the numbers
 # are present and sane. Small sizes and counts keep it to about a minute on SoftRoCE.
-# Binary: ${STRIDE_BIN:-target/debug/stride-perf}.
+# Binary: ${STRIDE_BIN:-target/debug/stride-perf}. Under `scripts/softroce run --hosts 2` every
+# server runs on the peer host and every client here, across the link.
+# e2e-hosts: 1 2
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib/stride.sh
@@ -46,8 +48,9 @@ stride "write bw, 2 QPs, completion events (-e -q 2)" bw 4096 $((2 * n)) both \
 stride "send lat, completion events (-e)" lat 2 $n both send lat -e -n $n
 stride "read lat, completion events (-e)" lat 2 $n both read lat -e -n $n
 
-# rdma_cm connection setup: the client names the device's own address.
-ip=${RDMA_TEST_IP:?RDMA_TEST_IP is not set; run this through scripts/softroce run}
+# rdma_cm connection setup: the client names the server device's address.
+: "${RDMA_TEST_IP:?RDMA_TEST_IP is not set; run this through scripts/softroce run}"
+ip=$SERVER_IP
 host=$ip stride "write bw, rdma_cm setup (-R)" bw 4096 $n both write bw -R -s 4096 -n $n
 host=$ip stride "read bw, 2 QPs, rdma_cm setup (-R -q 2)" bw 4096 $((2 * n)) both \
     read bw -R -q 2 -s 4096 -n $n
