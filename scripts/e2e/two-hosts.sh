@@ -7,7 +7,7 @@
 # it; and with the link down a ping-pong fails, in bounded time, and works again once it is up.
 # e2e-hosts: 2
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 . scripts/lib/peers.sh
 
 if [ "${RDMA_TEST_HOSTS:-1}" != 2 ]; then
@@ -67,6 +67,7 @@ if ip link show "$RDMA_TEST_NETDEV" >/dev/null 2>&1 && ! ip link show "$RDMA_TES
 else
     fail "this host should have $RDMA_TEST_NETDEV and not $RDMA_TEST_PEER_NETDEV: $(ip -br link)"
 fi
+# shellcheck disable=SC2016 # expanded by the shell on the peer host
 peer_view=$(scripts/on-peer-host sh -c \
     'ip link show "$RDMA_TEST_NETDEV" >/dev/null && echo "$RDMA_TEST_DEVICE $RDMA_TEST_IP $RDMA_TEST_PEER_DEVICE"' 2>&1)
 if [ "$peer_view" = "$B $RDMA_TEST_PEER_IP $A" ]; then
@@ -161,7 +162,7 @@ for fault in "delay 2ms 1ms reorder 25%" "duplicate 5%" "corrupt 2%"; do
     echo "$fault both ways: the ping-pong completes"
     # shellcheck disable=SC2086 # the fault is netem's words
     scripts/link fault $fault || fail "scripts/link fault $fault"
-    if pingpong 100; then ok "100 iterations under $fault"; else fail "ibv_rc_pingpong under $fault"; fi
+    if pingpong 30; then ok "30 iterations under $fault"; else fail "ibv_rc_pingpong under $fault"; fi
 done
 scripts/link clear || fail "scripts/link clear"
 
@@ -169,15 +170,15 @@ echo "link down: a ping-pong fails, quickly"
 port=$((port + 1))
 timeout -k 5 60 scripts/on-peer-host ibv_rc_pingpong -d "$B" -g "$RDMA_TEST_PEER_GID_INDEX" \
     -p "$port" >"$work/server" 2>&1 &
-server=$!
+server_pid=$!
 wait_tcp_listen "$port" 30 || fail "the server did not listen"
 scripts/link down || fail "scripts/link down"
 t0=$SECONDS
 rc=0
 timeout -k 5 30 ibv_rc_pingpong -d "$A" -g "$RDMA_TEST_GID_INDEX" -p "$port" \
     "$RDMA_TEST_PEER_IP" >"$work/client" 2>&1 || rc=$?
-kill "$server" 2>/dev/null
-wait "$server" 2>/dev/null
+kill "$server_pid" 2>/dev/null
+wait "$server_pid" 2>/dev/null
 show_log client "$work/client"
 if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ]; then
     ok "ibv_rc_pingpong exited $rc after $((SECONDS - t0)) s"
@@ -190,12 +191,12 @@ echo "link down in the middle of a run: our rc_pingpong gives up within its stal
 port=$((port + 1))
 timeout -k 5 90 scripts/on-peer-host ibv_rc_pingpong -d "$B" -g "$RDMA_TEST_PEER_GID_INDEX" \
     -n 1000000 -p "$port" >"$work/server" 2>&1 &
-server=$!
+server_pid=$!
 wait_tcp_listen "$port" 30 || fail "the server did not listen"
 snap before
 timeout -k 5 60 "$ours" -d "$A" -g "$RDMA_TEST_GID_INDEX" -n 1000000 --stall-timeout 5 \
     -p "$port" "$RDMA_TEST_PEER_IP" >"$work/client" 2>&1 &
-client=$!
+client_pid=$!
 # Until the ping-pong runs (at most 30 s), then cut it.
 deadline=$((SECONDS + 30))
 while snap during && [ "$(grew before during "$A.sent_pkts")" -lt 100 ] && [ "$SECONDS" -lt "$deadline" ]; do
@@ -205,9 +206,9 @@ echo "  $A.sent_pkts +$(grew before during "$A.sent_pkts") before the cut"
 scripts/link down || fail "scripts/link down"
 t0=$SECONDS
 rc=0
-wait "$client" || rc=$?
-kill "$server" 2>/dev/null
-wait "$server" 2>/dev/null
+wait "$client_pid" || rc=$?
+kill "$server_pid" 2>/dev/null
+wait "$server_pid" 2>/dev/null
 show_log server "$work/server"
 show_log client "$work/client"
 if [ "$rc" -eq 1 ] && [ $((SECONDS - t0)) -le 20 ] && ! grep -q panicked "$work/client"; then

@@ -13,6 +13,8 @@
 #   SERVER_ON       the command prefix that runs a server where it belongs (empty: here)
 #   SERVER_DEVICE   SERVER_GID_INDEX  SERVER_IP: the server's device, GID index and address
 #   SERVER_ADDR     where a client connects a TCP side channel to the server
+# (Used by the scripts that source this file.)
+# shellcheck disable=SC2034
 if [ -n "${RDMA_TEST_PEER_NETNS:-}" ]; then
     SERVER_ON=("$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)/on-peer-host")
     SERVER_DEVICE=${RDMA_TEST_PEER_DEVICE:?RDMA_TEST_PEER_NETNS is set, RDMA_TEST_PEER_DEVICE not}
