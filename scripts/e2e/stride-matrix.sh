@@ -18,9 +18,10 @@ stride "send bw RC" bw 4096 $n both send bw -s 4096 -n $n
 # size leaves out are refilled after it, so every later size still finds its receives.
 if [ -n "${RDMA_TEST_PEER_NETNS:-}" ]; then
     # Across the emulated link (7.3.4 kernel) its last step, 50 sends of 8 MiB all posted at
-    # once, stalled on both sides (no completion in 20 s) while 20 of them pass: rxe's
-    # retransmit timer fires before the responder catches up. The refill logic this checks is
-    # local to each side, and checked on one device.
+    # once, stalled on both sides (no completion in 20 s), while a run of 20 such sends
+    # passes; likely rxe's retransmit timer firing before the responder catches up (rxe
+    # counted retries). The refill logic this checks is local to each side, and is checked on
+    # one device.
     echo "skipped: send bw sweep (-a) with -r equal to -n across two hosts: the 8 MiB x 50" \
         "step outruns rxe's retransmit timer on the emulated link"
 else
