@@ -8,7 +8,11 @@
 # without QPs (-q 5000): with both sides naming the same numbers, the CM refuses the
 # connections as stale (rdma-core's cmtime fails the same way against itself).
 #
+# Under `scripts/softroce run --hosts 2` every server runs on the peer host, bound to its
+# address, and every client here, bound to this host's.
+#
 # EXAMPLES_BIN: where our binaries are (default target/debug).
+# e2e-hosts: 1 2
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib/peers.sh
@@ -69,8 +73,8 @@ pair() {
     port=$((port + 1))
     echo "$name: port $port, $n connections"
     run_pair "ready $port" \
-        "$server" -b "$ip" -p "$port" -c "$n" -q 5000 -- \
-        "$client" -s "$ip" -b "$ip" -p "$port" -c "$n"
+        "$server" -b "$SERVER_IP" -p "$port" -c "$n" -q 5000 -- \
+        "$client" -s "$SERVER_IP" -b "$ip" -p "$port" -c "$n"
 }
 
 pair "our client, rdma-core's server" cmtime "$ours"
@@ -97,7 +101,7 @@ echo "  ok"
 echo "our client with no server"
 out=$(mktemp)
 rc=0
-timeout 60 "$ours" -s "$ip" -p 7499 -c 5 >"$out" 2>&1 || rc=$?
+timeout 60 "$ours" -s "$SERVER_IP" -b "$ip" -p 7499 -c 5 >"$out" 2>&1 || rc=$?
 sed 's/^/  /' "$out"
 [ "$rc" -eq 1 ] || { echo "  FAIL: exit status $rc, wanted 1" >&2; exit 1; }
 expect_in "$out" "^cmtime: .*7499" "a message naming the server"

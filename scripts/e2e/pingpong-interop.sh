@@ -4,6 +4,9 @@
 # events (-e); rc_pingpong -e against ibv_rc_pingpong -e both directions; and each of ours
 # against itself with the extended API (-N -e). 1000 iterations on the test GID.
 # Runs where scripts/softroce runs commands; binaries from ${EXAMPLES_BIN:-target/debug}.
+# Under `scripts/softroce run --hosts 2` every server runs on the peer host and every client
+# here, so each program runs on both hosts, across the link.
+# e2e-hosts: 1 2
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib/peers.sh
@@ -29,7 +32,8 @@ pair() {
     while [ "$1" != -- ]; do server+=("$1"); shift; done
     shift
     client=("$@")
-    run_pair "wait_tcp_listen $port 30" "${server[@]}" -p "$port" -- "${client[@]}" -p "$port" 127.0.0.1
+    run_pair "wait_tcp_listen $port 30" "${server[@]}" -p "$port" -- \
+        "${client[@]}" -p "$port" "$SERVER_ADDR"
     for side in server client; do
         expect_in "$PAIR_DIR/$side.log" "^$iters iters in [0-9.]+ seconds = [0-9.]+ usec/iter$" \
             "$iters iterations on the $side"
@@ -44,6 +48,8 @@ pair() {
 }
 
 common=(-d "$dev" -g "$gid" -n "$iters")
+# The server's side of a pair: the same device here, the peer's on two hosts.
+srv=(-d "$SERVER_DEVICE" -g "$SERVER_GID_INDEX" -n "$iters")
 for p in ud uc srq; do
     ours=$bin/${p}_pingpong
     theirs=ibv_${p}_pingpong
@@ -53,33 +59,33 @@ for p in ud uc srq; do
         *) bytes=$((4096 * iters * 2)) qps=1 ;;
     esac
     pair "$p: ours (client) with $theirs (server)" "$bytes" "$qps" \
-        "$theirs" "${common[@]}" -- "$ours" "${common[@]}"
+        "$theirs" "${srv[@]}" -- "$ours" "${common[@]}"
     pair "$p: $theirs (client) with ours (server)" "$bytes" "$qps" \
-        "$ours" "${common[@]}" -- "$theirs" "${common[@]}"
+        "$ours" "${srv[@]}" -- "$theirs" "${common[@]}"
     pair "$p: ours -e (client) with $theirs -e (server)" "$bytes" "$qps" \
-        "$theirs" "${common[@]}" -e -- "$ours" "${common[@]}" -e
+        "$theirs" "${srv[@]}" -e -- "$ours" "${common[@]}" -e
     pair "$p: $theirs -e (client) with ours -e (server)" "$bytes" "$qps" \
-        "$ours" "${common[@]}" -e -- "$theirs" "${common[@]}" -e
+        "$ours" "${srv[@]}" -e -- "$theirs" "${common[@]}" -e
     pair "$p: ours -N -e with ours -N" "$bytes" "$qps" \
-        "$ours" "${common[@]}" -N -e -- "$ours" "${common[@]}" -N
+        "$ours" "${srv[@]}" -N -e -- "$ours" "${common[@]}" -N
 done
 # -c on UC (rc_pingpong's is checked in rc-pingpong-interop.sh): stamps found both ways,
 # and a client without -c leaves the server to report page 0.
 uc_bytes=$((4096 * iters * 2))
 pair "uc: ours -c (client) with ibv_uc_pingpong -c (server)" "$uc_bytes" 1 \
-    ibv_uc_pingpong "${common[@]}" -c -- "$bin/uc_pingpong" "${common[@]}" -c
+    ibv_uc_pingpong "${srv[@]}" -c -- "$bin/uc_pingpong" "${common[@]}" -c
 expect_not_in "$PAIR_DIR/server.log" 'invalid data' "ibv_uc_pingpong -c finds our stamps"
 pair "uc: ibv_uc_pingpong -c (client) with ours -c (server)" "$uc_bytes" 1 \
-    "$bin/uc_pingpong" "${common[@]}" -c -- ibv_uc_pingpong "${common[@]}" -c
+    "$bin/uc_pingpong" "${srv[@]}" -c -- ibv_uc_pingpong "${common[@]}" -c
 expect_not_in "$PAIR_DIR/server.log" 'invalid data' "we find ibv_uc_pingpong's stamps"
 pair "uc: ibv_uc_pingpong without -c (client) with ours -c (server)" "$uc_bytes" 1 \
-    "$bin/uc_pingpong" "${common[@]}" -c -- ibv_uc_pingpong "${common[@]}"
+    "$bin/uc_pingpong" "${srv[@]}" -c -- ibv_uc_pingpong "${common[@]}"
 expect_in "$PAIR_DIR/server.log" '^invalid data in page 0$' "our report of the missing stamp"
 echo "  ok: -c on UC: stamps found both ways, a missing one reported"
 pair "rc: ours -e (client) with ibv_rc_pingpong -e (server)" 8192000 1 \
-    ibv_rc_pingpong "${common[@]}" -e -- "$bin/rc_pingpong" "${common[@]}" -e
+    ibv_rc_pingpong "${srv[@]}" -e -- "$bin/rc_pingpong" "${common[@]}" -e
 pair "rc: ibv_rc_pingpong -e (client) with ours -e (server)" 8192000 1 \
-    "$bin/rc_pingpong" "${common[@]}" -e -- ibv_rc_pingpong "${common[@]}" -e
+    "$bin/rc_pingpong" "${srv[@]}" -e -- ibv_rc_pingpong "${common[@]}" -e
 
 echo "bad input"
 out=$("$bin/srq_pingpong" -d "$dev" -g "$gid" -q 8 -r 4 2>&1) && { echo "FAILED: -q 8 -r 4, yet exit 0" >&2; exit 1; }

@@ -2,6 +2,9 @@
 # rc_pingpong against rdma-core's ibv_rc_pingpong, both directions, and against itself (also
 # with the extended work-request API): 1000 iterations on the test GID.
 # Runs where scripts/softroce runs commands; binaries from ${EXAMPLES_BIN:-target/debug}.
+# Under `scripts/softroce run --hosts 2` every server runs on the peer host and every client
+# here, across the link.
+# e2e-hosts: 1 2
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib/peers.sh
@@ -21,7 +24,8 @@ pair() {
     while [ "$1" != -- ]; do server+=("$1"); shift; done
     shift
     client=("$@")
-    run_pair "wait_tcp_listen $port 30" "${server[@]}" -p "$port" -- "${client[@]}" -p "$port" 127.0.0.1
+    run_pair "wait_tcp_listen $port 30" "${server[@]}" -p "$port" -- \
+        "${client[@]}" -p "$port" "$SERVER_ADDR"
     for side in server client; do
         expect_in "$PAIR_DIR/$side.log" '^1000 iters in [0-9.]+ seconds = [0-9.]+ usec/iter$' \
             "1000 iterations on the $side"
@@ -33,14 +37,16 @@ pair() {
 }
 
 common=(-d "$dev" -g "$gid" -n 1000)
+# The server's side of a pair: the same device here, the peer's on two hosts.
+srv=(-d "$SERVER_DEVICE" -g "$SERVER_GID_INDEX" -n 1000)
 pair "ours (client) with ibv_rc_pingpong (server)" \
-    ibv_rc_pingpong "${common[@]}" -- "$ours" "${common[@]}"
+    ibv_rc_pingpong "${srv[@]}" -- "$ours" "${common[@]}"
 pair "ibv_rc_pingpong (client) with ours (server)" \
-    "$ours" "${common[@]}" -- ibv_rc_pingpong "${common[@]}"
+    "$ours" "${srv[@]}" -- ibv_rc_pingpong "${common[@]}"
 pair "ours with ours, extended API (-N)" \
-    "$ours" "${common[@]}" -N -- "$ours" "${common[@]}" -N
+    "$ours" "${srv[@]}" -N -- "$ours" "${common[@]}" -N
 pair "ibv_rc_pingpong -N (client) with ours -N (server)" \
-    "$ours" "${common[@]}" -N -- ibv_rc_pingpong "${common[@]}" -N
+    "$ours" "${srv[@]}" -N -- ibv_rc_pingpong "${common[@]}" -N
 
 # -c: the client stamps the first byte of every page, the server checks the stamps after the
 # run and prints "invalid data in page N" for each missing one. The pairs without -c on the
@@ -50,18 +56,18 @@ no_invalid() {
     echo "  ok: $2"
 }
 pair "ours -c (client) with ibv_rc_pingpong -c (server)" \
-    ibv_rc_pingpong "${common[@]}" -c -- "$ours" "${common[@]}" -c
+    ibv_rc_pingpong "${srv[@]}" -c -- "$ours" "${common[@]}" -c
 no_invalid "$PAIR_DIR/server.log" "ibv_rc_pingpong finds our stamps"
 pair "ibv_rc_pingpong -c (client) with ours -c (server)" \
-    "$ours" "${common[@]}" -c -- ibv_rc_pingpong "${common[@]}" -c
+    "$ours" "${srv[@]}" -c -- ibv_rc_pingpong "${common[@]}" -c
 no_invalid "$PAIR_DIR/server.log" "we find ibv_rc_pingpong's stamps"
 pair "ours without -c (client) with ibv_rc_pingpong -c (server)" \
-    ibv_rc_pingpong "${common[@]}" -c -- "$ours" "${common[@]}"
+    ibv_rc_pingpong "${srv[@]}" -c -- "$ours" "${common[@]}"
 expect_in "$PAIR_DIR/server.log" '^invalid data in page 0$' \
     "ibv_rc_pingpong reports the missing stamp"
 echo "  ok: ibv_rc_pingpong reports our missing stamp"
 pair "ibv_rc_pingpong without -c (client) with ours -c (server)" \
-    "$ours" "${common[@]}" -c -- ibv_rc_pingpong "${common[@]}"
+    "$ours" "${srv[@]}" -c -- ibv_rc_pingpong "${common[@]}"
 expect_in "$PAIR_DIR/server.log" '^invalid data in page 0$' "we report the missing stamp"
 echo "  ok: we report ibv_rc_pingpong's missing stamp"
 
@@ -70,7 +76,7 @@ out=$("$ours" -d "$dev" -g "$gid" -p 18699 127.0.0.1 2>&1) && { echo "FAILED: no
 grep -q "is the server running" <<<"$out" || { echo "FAILED: no-server message: $out" >&2; exit 1; }
 echo "  ok: no server: $out"
 out=$("$ours" -d no_such_dev 2>&1) && { echo "FAILED: unknown device, yet exit 0" >&2; exit 1; }
-grep -q "available: $dev" <<<"$out" || { echo "FAILED: unknown-device message: $out" >&2; exit 1; }
+grep -qE "available: (.*, )?$dev(,|$)" <<<"$out" || { echo "FAILED: unknown-device message: $out" >&2; exit 1; }
 echo "  ok: unknown device: $out"
 out=$("$ours" -d "$dev" -g 200 2>&1) && { echo "FAILED: bad GID index, yet exit 0" >&2; exit 1; }
 grep -q "has no GID index 200" <<<"$out" || { echo "FAILED: GID message: $out" >&2; exit 1; }

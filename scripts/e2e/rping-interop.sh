@@ -4,12 +4,18 @@
 # data on both sides checked against the pattern rdma-core's rping prints. Then a client with
 # no server must fail, quickly and saying why. Runs where scripts/softroce runs commands.
 #
+# Under `scripts/softroce run --hosts 2` every server runs on the peer host, on its address,
+# and every client here, across the link.
+#
 # EXAMPLES_BIN: where our binaries are (default target/debug).
+# e2e-hosts: 1 2
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib/peers.sh
 
-ip=${RDMA_TEST_IP:?RDMA_TEST_IP is not set; run this through scripts/softroce run}
+: "${RDMA_TEST_IP:?RDMA_TEST_IP is not set; run this through scripts/softroce run}"
+# Server and client both name the server's address (rdmacm resolves the route to it).
+ip=$SERVER_IP
 bin=${EXAMPLES_BIN:-target/debug}
 ours=$bin/rping
 [ -x "$ours" ] || { echo "FAIL: no $ours (build with cargo build -p sideway-examples)" >&2; exit 1; }
@@ -65,7 +71,7 @@ pair "ours against ours" "$ours" "$ours"
 echo "our persistent server (-P), two clients in a row: ours, then rdma-core's"
 port=$((port + 1))
 log=$(mktemp)
-timeout -k 5 "$PEER_TIMEOUT" "$ours" -s -P -a "$ip" -p "$port" -v >"$log" 2>&1 &
+timeout -k 5 "$PEER_TIMEOUT" "${SERVER_ON[@]}" "$ours" -s -P -a "$ip" -p "$port" -v >"$log" 2>&1 &
 server_pid=$!
 wait_cm_listen "$port" 30
 timeout 60 "$ours" -c -a "$ip" -p "$port" -C 3 -V >/dev/null
@@ -81,7 +87,9 @@ echo "  ok: one server, two clients"
 
 echo "our client, while rdma-core's server is killed mid-run"
 port=$((port + 1))
-rping -s -a "$ip" -p "$port" >/dev/null 2>&1 &
+# No `timeout` in between: the kill below must hit rping itself (scripts/on-peer-host
+# execs it, keeping the process id). It dies at the latest with that kill.
+"${SERVER_ON[@]}" rping -s -a "$ip" -p "$port" >/dev/null 2>&1 &
 server_pid=$!
 wait_cm_listen "$port" 30
 out=$(mktemp)

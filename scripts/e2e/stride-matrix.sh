@@ -2,7 +2,9 @@
 # stride-perf against itself on the device: every verb x test on RC, the UC and UD ones, and the
 # options -q, -l, -b, -D, -R, -e, -a, -I, --report-gbits and --json, each checking that the numbers
 # are present and sane. Small sizes and counts keep it to about a minute on SoftRoCE.
-# Binary: ${STRIDE_BIN:-target/debug/stride-perf}.
+# Binary: ${STRIDE_BIN:-target/debug/stride-perf}. Under `scripts/softroce run --hosts 2` every
+# server runs on the peer host and every client here, across the link.
+# e2e-hosts: 1 2
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib/stride.sh
@@ -15,7 +17,8 @@ stride "send bw RC" bw 4096 $n both send bw -s 4096 -n $n
 # A sweep whose receive queue holds exactly one size's messages (-r = -n): the receives a
 # size leaves out are refilled after it, so every later size still finds its receives.
 # Ten messages per size: with 50 sends of 8 MiB posted at once (400 MiB in flight) a loaded
-# SoftRoCE falls behind and its go-back-N resends livelock (no completion in 20 s).
+# SoftRoCE, or one across the emulated two-host link, falls behind and its go-back-N resends
+# livelock (no completion in 20 s); 20 at once passed across the link.
 stride "send bw sweep (-a) with -r equal to -n" bw 8388608 10 both send bw -a -n 10 -r 10
 stride "atomic bw RC" bw 8 $n both atomic bw -n $n
 stride "write lat RC" lat 2 $n both write lat -n $n
@@ -48,8 +51,9 @@ stride "write bw, 2 QPs, completion events (-e -q 2)" bw 4096 $((2 * n)) both \
 stride "send lat, completion events (-e)" lat 2 $n both send lat -e -n $n
 stride "read lat, completion events (-e)" lat 2 $n both read lat -e -n $n
 
-# rdma_cm connection setup: the client names the device's own address.
-ip=${RDMA_TEST_IP:?RDMA_TEST_IP is not set; run this through scripts/softroce run}
+# rdma_cm connection setup: the client names the server device's address.
+: "${RDMA_TEST_IP:?RDMA_TEST_IP is not set; run this through scripts/softroce run}"
+ip=$SERVER_IP
 host=$ip stride "write bw, rdma_cm setup (-R)" bw 4096 $n both write bw -R -s 4096 -n $n
 host=$ip stride "read bw, 2 QPs, rdma_cm setup (-R -q 2)" bw 4096 $((2 * n)) both \
     read bw -R -q 2 -s 4096 -n $n

@@ -6,12 +6,38 @@
 # How long one program of a pair may run, in seconds.
 : "${PEER_TIMEOUT:=120}"
 
-# wait_tcp_listen PORT SECS: until something listens on TCP PORT; fails after SECS seconds.
-# (Connecting to probe would eat the server's one accept, so ask the kernel instead.)
+# Where a pair's server runs. On two hosts (`scripts/softroce run --hosts 2`, which sets
+# RDMA_TEST_PEER_*), the server runs on the peer host through scripts/on-peer-host with the
+# peer's device, and the client here connects across the link to the peer's address. On one
+# device both sides run here, and the client connects over loopback.
+#   SERVER_ON       the command prefix that runs a server where it belongs (empty: here)
+#   SERVER_DEVICE   SERVER_GID_INDEX  SERVER_IP: the server's device, GID index and address
+#   SERVER_ADDR     where a client connects a TCP side channel to the server
+# (Used by the scripts that source this file.)
+# shellcheck disable=SC2034
+if [ -n "${RDMA_TEST_PEER_NETNS:-}" ]; then
+    SERVER_ON=("$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)/on-peer-host")
+    SERVER_DEVICE=${RDMA_TEST_PEER_DEVICE:?RDMA_TEST_PEER_NETNS is set, RDMA_TEST_PEER_DEVICE not}
+    SERVER_GID_INDEX=${RDMA_TEST_PEER_GID_INDEX:?RDMA_TEST_PEER_GID_INDEX is not set}
+    SERVER_IP=${RDMA_TEST_PEER_IP:?RDMA_TEST_PEER_IP is not set}
+    SERVER_ADDR=$SERVER_IP
+    echo "two hosts: servers on ${RDMA_TEST_PEER_NETNS} ($SERVER_DEVICE, $SERVER_IP)," \
+        "clients on ${RDMA_TEST_NETNS:-this host} (${RDMA_TEST_DEVICE:-}, ${RDMA_TEST_IP:-})"
+else
+    SERVER_ON=()
+    SERVER_DEVICE=${RDMA_TEST_DEVICE:-}
+    SERVER_GID_INDEX=${RDMA_TEST_GID_INDEX:-1}
+    SERVER_IP=${RDMA_TEST_IP:-}
+    SERVER_ADDR=127.0.0.1
+fi
+
+# wait_tcp_listen PORT SECS: until something listens on TCP PORT on the server's host; fails
+# after SECS seconds. (Connecting to probe would eat the server's one accept, so ask the
+# kernel instead.)
 wait_tcp_listen() {
     local port=$1 deadline=$((SECONDS + $2))
     while [ "$SECONDS" -lt "$deadline" ]; do
-        [ -n "$(ss -Hltn "sport = :$port" 2>/dev/null)" ] && return 0
+        [ -n "$("${SERVER_ON[@]}" ss -Hltn "sport = :$port" 2>/dev/null)" ] && return 0
         sleep 0.1
     done
     echo "nothing listened on TCP port $port within $2 s" >&2
@@ -22,7 +48,8 @@ wait_tcp_listen() {
 wait_cm_listen() {
     local port=$1 deadline=$((SECONDS + $2))
     while [ "$SECONDS" -lt "$deadline" ]; do
-        rdma res show cm_id 2>/dev/null | grep -q "state LISTEN .*src-addr [^ ]*:$port " && return 0
+        "${SERVER_ON[@]}" rdma res show cm_id 2>/dev/null |
+            grep -q "state LISTEN .*src-addr [^ ]*:$port " && return 0
         sleep 0.1
     done
     echo "no rdmacm id listened on port $port within $2 s" >&2
@@ -34,7 +61,8 @@ show_log() {
     sed "s/^/  [$1] /" "$2"
 }
 
-# run_pair READY SERVER_CMD... -- CLIENT_CMD...: starts the server, waits with the READY
+# run_pair READY SERVER_CMD... -- CLIENT_CMD...: starts the server (on the peer host when
+# there are two: SERVER_ON), waits with the READY
 # command (e.g. "wait_tcp_listen 18515 30"), runs the client, then waits for the server, and
 # prints both outputs. Each side runs under `timeout`. Fails, naming the side, when either side
 # fails or the server never got ready; a server left waiting by a failed client is killed.
@@ -48,8 +76,8 @@ run_pair() {
     shift
     client=("$@")
     PAIR_DIR=$(mktemp -d)
-    echo "  server: ${server[*]}"
-    timeout -k 5 "$PEER_TIMEOUT" "${server[@]}" >"$PAIR_DIR/server.log" 2>&1 &
+    echo "  server${SERVER_ON[0]:+ (on ${RDMA_TEST_PEER_NETNS:-the peer})}: ${server[*]}"
+    timeout -k 5 "$PEER_TIMEOUT" "${SERVER_ON[@]}" "${server[@]}" >"$PAIR_DIR/server.log" 2>&1 &
     local server_pid=$!
     if ! $ready; then
         kill "$server_pid" 2>/dev/null

@@ -47,15 +47,16 @@ rows() {
 # stride NAME KIND SIZE ITERS WHO ARGS...: runs a server and a client with ARGS, and checks
 # that the sides named in WHO ("client", "both") printed a sane row, and that no side printed
 # a panic. ITERS is what the rows must show ('+': any positive count, for duration runs).
-# The client connects to ${host:-127.0.0.1} (rdma_cm runs, -R, need the device's address).
+# The server runs where peers.sh puts servers (the peer host, when there are two); the client
+# connects to ${host:-$SERVER_ADDR} (rdma_cm runs, -R, need the server device's address).
 stride() {
     local name=$1 kind=$2 size=$3 iters=$4 who=$5
     shift 5
     stride_port=$((stride_port + 1))
     echo "$name"
     if ! run_pair "wait_tcp_listen $stride_port 30" \
-        "$bin" "$@" -d "$dev" -p "$stride_port" -- \
-        "$bin" "$@" -d "$dev" -p "$stride_port" "${host:-127.0.0.1}"; then
+        "$bin" "$@" -d "$SERVER_DEVICE" -p "$stride_port" -- \
+        "$bin" "$@" -d "$dev" -p "$stride_port" "${host:-$SERVER_ADDR}"; then
         fail "$name: a side failed"
         return
     fi
@@ -89,7 +90,7 @@ expect_error() {
 }
 
 # pair_error NAME PATTERN SERVER_ARGS -- CLIENT_ARGS: both sides must fail, in bounded time,
-# and both must say PATTERN.
+# and both must say PATTERN. The server runs where run_pair's would.
 pair_error() {
     local name=$1 pattern=$2 server=() client=()
     shift 2
@@ -99,10 +100,11 @@ pair_error() {
     stride_port=$((stride_port + 1))
     local dir
     dir=$(mktemp -d)
-    timeout -k 5 30 "$bin" "${server[@]}" -d "$dev" -p "$stride_port" >"$dir/server" 2>&1 &
+    timeout -k 5 30 "${SERVER_ON[@]}" "$bin" "${server[@]}" -d "$SERVER_DEVICE" -p "$stride_port" \
+        >"$dir/server" 2>&1 &
     local pid=$! src=0 crc=0
     wait_tcp_listen "$stride_port" 30 || { fail "$name: the server never listened"; return; }
-    timeout -k 5 30 "$bin" "${client[@]}" -d "$dev" -p "$stride_port" 127.0.0.1 \
+    timeout -k 5 30 "$bin" "${client[@]}" -d "$dev" -p "$stride_port" "$SERVER_ADDR" \
         >"$dir/client" 2>&1 || crc=$?
     wait "$pid" || src=$?
     for side in server client; do

@@ -41,6 +41,14 @@ check "unknown command: usage, exit 2" 2 "unknown command 'frobnicate'" $rig fro
 check "unknown option: usage, exit 2" 2 "unknown option '--bogus'" $rig run --bogus -- true
 check "run without a command: exit 2" 2 'run needs a command' $rig run --
 check "bad timeout: exit 2" 2 "'soon' is not a positive whole number" $rig run -t soon -- true
+check "--hosts 3: exit 2" 2 "--hosts takes 1 or 2, got '3'" $rig run --hosts 3 -- true
+check "scripts/on-peer-host with no peer host: exit 2, says why" 2 \
+    "RDMA_TEST_PEER_NETNS .*not set: there is no peer host here" \
+    env -u RDMA_TEST_PEER_NETNS scripts/on-peer-host true
+check "scripts/link with no link: exit 2, says why" 2 \
+    "RDMA_TEST_NETNS is not set: there is no two-host link here" \
+    env -u RDMA_TEST_NETNS scripts/link down
+check "scripts/link --help" 0 '^Usage: scripts/link' scripts/link --help
 check "run -- false: exit 1" 1 '' $rig run -- false
 check "run -- sh -c 'exit 7': exit 7" 7 '' $rig run -- sh -c 'exit 7'
 check "output, environment and device reach the caller" 0 \
