@@ -3,6 +3,8 @@
 # and several QPs, both directions, a size sweep), the side it lands on says how much it
 # checked, and a wrong byte (the STRIDE_TEST_FLIP_BYTE test hook) ends the run on both sides,
 # naming the size, the QP and the offset. Binary: ${STRIDE_BIN:-target/debug/stride-perf}.
+# (It can run across two hosts, servers on the peer host; the link faults check covers that.)
+# e2e-hosts: 1
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib/stride.sh
@@ -33,12 +35,12 @@ flip_pair() {
     stride_port=$((stride_port + 1))
     local dir rc_s=0 rc_c=0
     dir=$(mktemp -d)
-    timeout -k 5 60 "$bin" write bw -s 4096 -n 100 --data-validation -d "$dev" \
-        -p "$stride_port" >"$dir/server" 2>&1 &
+    timeout -k 5 60 "${SERVER_ON[@]}" "$bin" write bw -s 4096 -n 100 --data-validation \
+        -d "$SERVER_DEVICE" -p "$stride_port" >"$dir/server" 2>&1 &
     local pid=$!
     wait_tcp_listen "$stride_port" 30 || { fail "flipped byte: the server never listened"; return; }
     STRIDE_TEST_FLIP_BYTE=1000 timeout -k 5 60 "$bin" write bw -s 4096 -n 100 \
-        --data-validation -d "$dev" -p "$stride_port" 127.0.0.1 >"$dir/client" 2>&1 || rc_c=$?
+        --data-validation -d "$dev" -p "$stride_port" "$SERVER_ADDR" >"$dir/client" 2>&1 || rc_c=$?
     wait "$pid" || rc_s=$?
     local want='data validation failed: size 4096, QP 0: .*1 of 4096 bytes are not what the peer sent; the first at offset 1000'
     if [ "$rc_s" -eq 0 ] || [ "$rc_c" -eq 0 ]; then
