@@ -49,6 +49,8 @@ check "scripts/link with no link: exit 2, says why" 2 \
     "RDMA_TEST_NETNS is not set: there is no two-host link here" \
     env -u RDMA_TEST_NETNS scripts/link down
 check "scripts/link --help" 0 '^Usage: scripts/link' scripts/link --help
+check "scripts/guest-tests on its own with a bad --hosts: exit 2" 2 "guest-tests: --hosts takes 2" \
+    env -u RDMA_TEST_DEVICE scripts/guest-tests --hosts 3
 check "run -- false: exit 1" 1 '' $rig run -- false
 check "run -- sh -c 'exit 7': exit 7" 7 '' $rig run -- sh -c 'exit 7'
 check "output, environment and device reach the caller" 0 \
