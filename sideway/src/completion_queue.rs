@@ -1093,75 +1093,121 @@ impl ExPoll<'_> {
     ///
     /// # Safety
     ///
+    /// As for [`read_into`](Self::read_into).
+    #[inline(always)]
+    unsafe fn read(self) -> WorkCompletion {
+        let mut wc = WorkCompletion::default();
+        // SAFETY: the caller's promise.
+        unsafe { self.read_into(&mut wc.raw) };
+        wc
+    }
+
+    /// Writes the current entry into `wc`, each field as soon as it is read, as a C
+    /// program fills its `ibv_wc`: `wr_id`, `status`, the fields the CQ was created with,
+    /// and zero in the fields an extended CQ does not report (`pkey_index`) or was not
+    /// asked for. (Building the value first and storing it whole made the compiler keep
+    /// every reader's result on the stack across the later calls: two instructions more
+    /// per field.) The immediate-data union is written when the completion's flags say it
+    /// holds something (`WITH_IMM`, `WITH_INV`) and otherwise keeps what `wc` held, as
+    /// `ibv_poll_cq` leaves it: [`WorkCompletion::imm_data`] and
+    /// [`WorkCompletion::invalidated_rkey`] read it only under those flags.
+    ///
+    /// # Safety
+    ///
     /// The caller holds the CQ's polling flag, positioned on an entry (`start` or `next`
     /// returned 0 and the sequence has not ended).
     #[inline(always)]
-    unsafe fn read(self) -> WorkCompletion {
+    unsafe fn read_into(self, wc: &mut ffi::ibv_wc) {
+        // SAFETY: the caller's promise, for each call.
+        unsafe {
+            match &self.fns.fields {
+                ExFields::Standard(r) => self.read_standard(r, wc),
+                ExFields::Asked(r) => self.read_asked(r, wc),
+            }
+        }
+    }
+
+    /// The fields every completion has: `wr_id`, `status`, opcode, vendor error and WC
+    /// flags, which it returns.
+    ///
+    /// # Safety
+    ///
+    /// As for [`read_into`](Self::read_into).
+    #[inline(always)]
+    unsafe fn read_head(self, wc: &mut ffi::ibv_wc) -> WcFlags {
         let cq = self.raw.as_ptr();
         let f = self.fns;
         // SAFETY: cq is live and positioned on an entry (the caller's promise), so its wr_id
-        // and status are the entry's and its readers may be called; every reader is the
-        // provider's own, checked at creation, and the optional ones are there only when
-        // their WC flag was asked for. ("As above" below means this.)
-        let mut wc = unsafe {
-            ffi::ibv_wc {
-                wr_id: (*cq).wr_id,
-                status: (*cq).status,
-                opcode: (f.read_opcode)(cq),
-                vendor_err: (f.read_vendor_err)(cq),
-                wc_flags: (f.read_wc_flags)(cq),
-                ..Default::default()
-            }
-        };
-        // verbs.h reads the invalidated rkey with the immediate data's reader.
-        let with = WcFlags::from_bits_retain(wc.wc_flags);
-        let imm = |read: ReadImm, wc: &mut ffi::ibv_wc| {
-            if with.contains(WcFlags::WITH_INV) {
-                // SAFETY: as above.
-                wc.__bindgen_anon_1.invalidated_rkey = unsafe { read(cq) };
-            } else if with.contains(WcFlags::WITH_IMM) {
-                // SAFETY: as above.
-                wc.__bindgen_anon_1.imm_data = unsafe { read(cq) };
-            }
-        };
-        match &f.fields {
-            // SAFETY: as above.
-            ExFields::Standard(r) => unsafe {
-                wc.byte_len = (r.byte_len)(cq);
-                imm(r.imm_data, &mut wc);
-                wc.qp_num = (r.qp_num)(cq);
-                wc.src_qp = (r.src_qp)(cq);
-                // The classic struct's slid is 16 bits; LIDs are.
-                wc.slid = (r.slid)(cq) as u16;
-                wc.sl = (r.sl)(cq);
-                wc.dlid_path_bits = (r.dlid_path_bits)(cq);
-            },
-            // SAFETY: as above.
-            ExFields::Asked(r) => unsafe {
-                if let Some(read) = r.byte_len {
-                    wc.byte_len = read(cq);
-                }
-                if let Some(read) = r.imm_data {
-                    imm(read, &mut wc);
-                }
-                if let Some(read) = r.qp_num {
-                    wc.qp_num = read(cq);
-                }
-                if let Some(read) = r.src_qp {
-                    wc.src_qp = read(cq);
-                }
-                if let Some(read) = r.slid {
-                    wc.slid = read(cq) as u16;
-                }
-                if let Some(read) = r.sl {
-                    wc.sl = read(cq);
-                }
-                if let Some(read) = r.dlid_path_bits {
-                    wc.dlid_path_bits = read(cq);
-                }
-            },
+        // and status are the entry's and its readers, the provider's own (checked at
+        // creation), may be called.
+        unsafe {
+            wc.wr_id = (*cq).wr_id;
+            wc.status = (*cq).status;
+            wc.opcode = (f.read_opcode)(cq);
+            wc.vendor_err = (f.read_vendor_err)(cq);
+            wc.wc_flags = (f.read_wc_flags)(cq);
         }
-        WorkCompletion { raw: wc }
+        WcFlags::from_bits_retain(wc.wc_flags)
+    }
+
+    /// [`read_into`](Self::read_into) for a CQ that reports every field of a classic
+    /// `ibv_wc` ([`ExFields::Standard`]): each reader is called with no test.
+    ///
+    /// # Safety
+    ///
+    /// As for [`read_into`](Self::read_into), and `r` is this CQ's.
+    #[inline(always)]
+    unsafe fn read_standard(self, r: &StandardReaders, wc: &mut ffi::ibv_wc) {
+        let cq = self.raw.as_ptr();
+        // SAFETY: as in read_head; every reader of r is the provider's, checked at creation
+        // (the WC flags asked for all of them).
+        unsafe {
+            let with = self.read_head(wc);
+            wc.byte_len = (r.byte_len)(cq);
+            // verbs.h reads the invalidated rkey with the immediate data's reader.
+            if with.intersects(WcFlags::WITH_INV | WcFlags::WITH_IMM) {
+                wc.__bindgen_anon_1.imm_data = (r.imm_data)(cq);
+            }
+            wc.qp_num = (r.qp_num)(cq);
+            wc.src_qp = (r.src_qp)(cq);
+            // The classic struct's slid is 16 bits; LIDs are.
+            wc.slid = (r.slid)(cq) as u16;
+            wc.pkey_index = 0;
+            wc.sl = (r.sl)(cq);
+            wc.dlid_path_bits = (r.dlid_path_bits)(cq);
+        }
+    }
+
+    /// [`read_into`](Self::read_into) for another set of WC flags ([`ExFields::Asked`]):
+    /// one test per optional field, zero for those not asked for.
+    ///
+    /// # Safety
+    ///
+    /// As for [`read_into`](Self::read_into), and `r` is this CQ's.
+    #[inline(always)]
+    unsafe fn read_asked(self, r: &AskedReaders, wc: &mut ffi::ibv_wc) {
+        let cq = self.raw.as_ptr();
+        // SAFETY: as in read_head; a reader of r is there only when its WC flag was asked
+        // for, and is then the provider's, checked at creation.
+        unsafe {
+            let with = self.read_head(wc);
+            wc.byte_len = r.byte_len.map_or(0, |read| read(cq));
+            // verbs.h reads the invalidated rkey with the immediate data's reader.
+            match r.imm_data {
+                Some(read) if with.intersects(WcFlags::WITH_INV | WcFlags::WITH_IMM) => {
+                    wc.__bindgen_anon_1.imm_data = read(cq);
+                }
+                // Flagged but not asked for: zero, as the CQ reports it.
+                None => wc.__bindgen_anon_1.imm_data = 0,
+                Some(_) => {}
+            }
+            wc.qp_num = r.qp_num.map_or(0, |read| read(cq));
+            wc.src_qp = r.src_qp.map_or(0, |read| read(cq));
+            wc.slid = r.slid.map_or(0, |read| read(cq) as u16);
+            wc.pkey_index = 0;
+            wc.sl = r.sl.map_or(0, |read| read(cq));
+            wc.dlid_path_bits = r.dlid_path_bits.map_or(0, |read| read(cq));
+        }
     }
 
     /// `ibv_wc_read_completion_ts` of the current entry, when the CQ reports it.
@@ -1184,6 +1230,29 @@ impl ExPoll<'_> {
     /// The caller holds the CQ's polling flag, and no sequence of this CQ is open.
     #[inline(always)]
     unsafe fn poll_into(self, out: &mut [WorkCompletion]) -> Result<usize, CompletionQueueError> {
+        // Which readers a completion calls is chosen once per poll, not per completion:
+        // one loop for each kind.
+        // SAFETY: the caller's promise; each loop reads entries with this CQ's readers.
+        unsafe {
+            match &self.fns.fields {
+                ExFields::Standard(r) => self.poll_into_with(out, |wc| self.read_standard(r, wc)),
+                ExFields::Asked(r) => self.poll_into_with(out, |wc| self.read_asked(r, wc)),
+            }
+        }
+    }
+
+    /// [`poll_into`](Self::poll_into), reading each entry with `read`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`poll_into`](Self::poll_into); `read` may be called when the CQ is
+    /// positioned on an entry, and reads it as [`read_into`](Self::read_into) does.
+    #[inline(always)]
+    unsafe fn poll_into_with(
+        self,
+        out: &mut [WorkCompletion],
+        read: impl Fn(&mut ffi::ibv_wc),
+    ) -> Result<usize, CompletionQueueError> {
         if out.is_empty() {
             return Ok(0);
         }
@@ -1193,13 +1262,28 @@ impl ExPoll<'_> {
             libc::ENOENT => return Ok(0),
             ret => return Err(poll_error("ibv_start_poll", ret)),
         }
-        let mut n = 0;
+        // One pointer moving through the entries to a fixed end, where an index and a
+        // pointer (or an iterator, which also tests for its end before each entry) kept
+        // one more value alive across the provider calls, on the stack.
+        let len = out.len();
+        let base = out.as_mut_ptr();
+        // SAFETY: one past the end of out.
+        let last = unsafe { base.add(len) };
+        let mut slot = base;
         let ret = loop {
-            // SAFETY: start or next just positioned the CQ on an entry.
-            out[n] = unsafe { self.read() };
-            n += 1;
-            if n == out.len() {
-                break 0;
+            // SAFETY: slot lies in out: it starts at base (out is not empty) and moves one
+            // entry at a time, and the loop ends when it reaches `last`. The entry is ours
+            // exclusively (out is borrowed mutably). start or next just positioned the CQ
+            // on an entry.
+            unsafe {
+                read(&mut (*slot).raw);
+                slot = slot.add(1);
+            }
+            if slot == last {
+                // Every entry filled: the count is known without computing it.
+                // SAFETY: the sequence start opened, ended once.
+                unsafe { self.end() };
+                return Ok(len);
             }
             // SAFETY: inside the sequence start opened.
             match unsafe { self.next() } {
@@ -1207,6 +1291,8 @@ impl ExPoll<'_> {
                 ret => break ret,
             }
         };
+        // SAFETY: slot and base point into out, slot at or after base.
+        let n = unsafe { slot.offset_from(base) } as usize;
         // SAFETY: the sequence start opened, ended once.
         unsafe { self.end() };
         match ret {
