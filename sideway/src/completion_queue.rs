@@ -1162,12 +1162,17 @@ impl ExPoll<'_> {
         // SAFETY: as in read_head; every reader of r is the provider's, checked at creation
         // (the WC flags asked for all of them).
         unsafe {
-            let with = self.read_head(wc);
-            wc.byte_len = (r.byte_len)(cq);
+            // The immediate data first, while the flags that say whether it is there are
+            // still in a register (a reader only reads the current entry: the order of the
+            // reads does not matter).
             // verbs.h reads the invalidated rkey with the immediate data's reader.
-            if with.intersects(WcFlags::WITH_INV | WcFlags::WITH_IMM) {
+            if self
+                .read_head(wc)
+                .intersects(WcFlags::WITH_INV | WcFlags::WITH_IMM)
+            {
                 wc.__bindgen_anon_1.imm_data = (r.imm_data)(cq);
             }
+            wc.byte_len = (r.byte_len)(cq);
             wc.qp_num = (r.qp_num)(cq);
             wc.src_qp = (r.src_qp)(cq);
             // The classic struct's slid is 16 bits; LIDs are.
@@ -1262,25 +1267,17 @@ impl ExPoll<'_> {
             libc::ENOENT => return Ok(0),
             ret => return Err(poll_error("ibv_start_poll", ret)),
         }
-        // One pointer moving through the entries to a fixed end, where an index and a
-        // pointer (or an iterator, which also tests for its end before each entry) kept
-        // one more value alive across the provider calls, on the stack.
+        // The entries left to fill, as an iterator: one pointer moving to a fixed end, where
+        // an index would need a register (or a stack slot) of its own.
         let len = out.len();
-        let base = out.as_mut_ptr();
-        // SAFETY: one past the end of out.
-        let last = unsafe { base.add(len) };
-        let mut slot = base;
+        let mut slots = out.iter_mut();
         let ret = loop {
-            // SAFETY: slot lies in out: it starts at base (out is not empty) and moves one
-            // entry at a time, and the loop ends when it reaches `last`. The entry is ours
-            // exclusively (out is borrowed mutably). start or next just positioned the CQ
-            // on an entry.
-            unsafe {
-                read(&mut (*slot).raw);
-                slot = slot.add(1);
-            }
-            if slot == last {
-                // Every entry filled: the count is known without computing it.
+            // Not empty: out is not, and the loop ends when the last entry is filled.
+            let Some(slot) = slots.next() else { break 0 };
+            // start or next just positioned the CQ on an entry.
+            read(&mut slot.raw);
+            if slots.len() == 0 {
+                // Every entry filled: the count is known without the iterator's.
                 // SAFETY: the sequence start opened, ended once.
                 unsafe { self.end() };
                 return Ok(len);
@@ -1291,8 +1288,7 @@ impl ExPoll<'_> {
                 ret => break ret,
             }
         };
-        // SAFETY: slot and base point into out, slot at or after base.
-        let n = unsafe { slot.offset_from(base) } as usize;
+        let n = len - slots.len();
         // SAFETY: the sequence start opened, ended once.
         unsafe { self.end() };
         match ret {
