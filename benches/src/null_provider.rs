@@ -196,6 +196,17 @@ impl NullProvider {
     /// same kind). The QP takes sideway's default capabilities (128 work requests, 1 SGE)
     /// and is in RTS, ready to post.
     pub fn sideway(&self, extended: bool) -> (QueuePair, Arc<CompletionQueue>) {
+        self.sideway_with(extended, |_| {})
+    }
+
+    /// As [`sideway`](Self::sideway), with the QP builder's settings changed by `configure`
+    /// first (its `send_ops_flags`, say); the capabilities must stay within the provider's
+    /// (no limit on work requests, 1 SGE is what the provider checks).
+    pub fn sideway_with(
+        &self,
+        extended: bool,
+        configure: impl FnOnce(&mut QueuePairBuilder),
+    ) -> (QueuePair, Arc<CompletionQueue>) {
         let ctx = self.context();
         // SAFETY: the PD belongs to ctx's provider, which ctx's owner keeps alive.
         let pd = unsafe { ProtectionDomain::from_raw_parts(self.nonnull_pd(), &ctx) };
@@ -204,12 +215,15 @@ impl NullProvider {
             .expect("null_provider_new sets every poll and read function");
         let mut builder: QueuePairBuilder = pd.create_qp_builder();
         builder.send_cq(&cq).recv_cq(&cq);
+        configure(&mut builder);
         let qp_raw = NonNull::new(self.qp_raw()).expect("a field address");
         let qp_ex = NonNull::new(self.qp_ex_raw()).expect("a field address");
         // SAFETY: the PD's context came from from_raw_parts; qp_raw is the provider's QP,
         // with post_send and post_recv set and no capacity limit, and qp_ex the same object
-        // as ibv_qp_ex with wr_start, wr_complete, wr_abort and every wr_* of sideway's
-        // default send_ops_flags set (null_provider_new).
+        // as ibv_qp_ex with wr_start, wr_complete, wr_abort and the wr_* of SEND (with
+        // immediate), RDMA WRITE (with immediate), RDMA READ and the two atomics set
+        // (null_provider_new), never changed after; an operation of send_ops_flags that
+        // the provider left out is refused by sideway before any call.
         let qp = unsafe { builder.wrap_raw(qp_raw, extended.then_some(qp_ex)) }
             .expect("the builder was given both CQs");
         (qp, cq)

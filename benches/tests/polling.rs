@@ -284,3 +284,86 @@ fn a_provider_missing_a_function_polling_needs_fails_at_creation() {
     ));
     assert!(np.cq(true, WcFlagsEx::QP_NUM).is_ok());
 }
+
+/// Every field a safe caller can read, to compare two completions.
+type Fields = (
+    u64,
+    String,
+    WcOpcode,
+    u32,
+    u32,
+    u32,
+    Option<u32>,
+    Option<u32>,
+);
+fn fields(wc: &WorkCompletion) -> (Fields, (u32, u32, u16, u16, u8, u8)) {
+    (
+        (
+            wc.wr_id(),
+            format!("{:?}", wc.status()),
+            wc.opcode(),
+            wc.vendor_err(),
+            wc.byte_len(),
+            wc.wc_flags().bits(),
+            wc.imm_data(),
+            wc.invalidated_rkey(),
+        ),
+        (
+            wc.qp_num(),
+            wc.src_qp(),
+            wc.pkey_index(),
+            wc.slid(),
+            wc.sl(),
+            wc.dlid_path_bits(),
+        ),
+    )
+}
+
+/// An extended CQ's `poll_into` writes each field into the caller's entry as it reads it
+/// (no value built first): whatever the entry held before, it then holds what the
+/// iterator returns for the same completion, for the standard field set and a smaller one,
+/// and the entries past the completions ready are left alone.
+#[test]
+fn extended_poll_into_leaves_each_entry_as_the_iterator_returns_it() {
+    let garbage = WorkCompletion::from(ibv_wc {
+        wr_id: u64::MAX,
+        status: 7,
+        opcode: 0xff,
+        vendor_err: 0xdead,
+        byte_len: 0xffff_ffff,
+        qp_num: 0xbeef,
+        src_qp: 0xbeef,
+        wc_flags: 0,
+        pkey_index: 0xffff,
+        slid: 0xffff,
+        sl: 0xff,
+        dlid_path_bits: 0xff,
+        ..Default::default()
+    });
+    for flags in [WcFlagsEx::default_ex(), WcFlagsEx::QP_NUM | WcFlagsEx::SL] {
+        for (ready, room) in [(1usize, 1usize), (3, 5), (32, 32), (40, 32)] {
+            let what = format!("{flags:?}: {ready} ready, room for {room}");
+            let iterated = NullProvider::new();
+            let cq = iterated.cq(true, flags).unwrap();
+            iterated.add_completions(ready as u32);
+            let expected: Vec<_> = cq
+                .poll()
+                .unwrap()
+                .take(room)
+                .map(|wc| fields(&wc))
+                .collect();
+            let np = NullProvider::new();
+            let cq = np.cq(true, flags).unwrap();
+            np.add_completions(ready as u32);
+            let mut out = vec![garbage; room];
+            let got = cq.claim().unwrap().poll_into(&mut out).unwrap();
+            assert_eq!(got, ready.min(room), "{what}");
+            let polled: Vec<_> = out[..got].iter().map(fields).collect();
+            assert_eq!(polled, expected, "{what}");
+            assert!(
+                out[got..].iter().all(|wc| fields(wc) == fields(&garbage)),
+                "{what}: an entry past the completions was written"
+            );
+        }
+    }
+}

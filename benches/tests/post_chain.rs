@@ -185,3 +185,73 @@ fn chains_allocate_nothing() {
         assert_eq!(allocations, 0, "extended: {extended}");
     }
 }
+
+/// The operations an extended QP refuses: one outside its `send_ops_flags`, and one its
+/// provider left out (the null provider has no `wr_send_inv` or `wr_local_inv`). Each is
+/// refused with `NotEnabled` before the provider sees anything of its batch, as before the
+/// QP kept the provider's functions (`ExOps`); a refusal after a request aborts the batch.
+#[test]
+fn an_extended_qp_refuses_what_it_was_not_created_for_before_any_provider_call() {
+    use sideway::queue_pair::SendOpsFlags;
+    let not_enabled = |r: Result<(), PostError>, op: &str| match r {
+        Err(PostError::Invalid {
+            reason: InvalidWorkRequest::NotEnabled { op: got },
+            ..
+        }) => assert_eq!(got, op),
+        other => panic!("{op}: {other:?}"),
+    };
+    let np = NullProvider::new();
+    let (mut only_write, _cq) = np.sideway_with(true, |b| {
+        b.send_ops_flags(SendOpsFlags::RDMA_WRITE);
+    });
+    let send = only_write
+        .start_post_send()
+        .wr(1, SendFlags::SIGNALED)
+        .send(null_sge())
+        .post();
+    not_enabled(send, "SEND");
+    let (mut all, _cq2) = np.sideway(true);
+    let inv = all
+        .start_post_send()
+        .wr(2, SendFlags::SIGNALED)
+        .send_with_invalidate(7, null_sge())
+        .post();
+    not_enabled(inv, "SEND with invalidate");
+    let local = all
+        .start_post_send()
+        .wr(3, SendFlags::SIGNALED)
+        .local_invalidate(7)
+        .post();
+    not_enabled(local, "local invalidate");
+    assert_eq!(
+        np.counters(),
+        Counters::default(),
+        "the provider saw nothing of the refused batches"
+    );
+    // After a request the QP may post, the refusal aborts the started batch.
+    let mixed = only_write
+        .start_post_send()
+        .wr(4, SendFlags::empty())
+        .rdma_write(1, 2, null_sge())
+        .wr(5, SendFlags::SIGNALED)
+        .send(null_sge())
+        .post();
+    not_enabled(mixed, "SEND");
+    let c = np.counters();
+    assert_eq!(
+        (c.wr_starts, c.wr_ops, c.wr_aborts, c.wr_completes),
+        (1, 1, 1, 0)
+    );
+    // And what it was created for goes through the functions read at creation.
+    only_write
+        .start_post_send()
+        .wr(6, SendFlags::SIGNALED)
+        .rdma_write(1, 2, null_sge())
+        .post()
+        .unwrap();
+    let c = np.counters();
+    assert_eq!(
+        (c.wr_starts, c.wr_ops, c.wr_sges, c.wr_completes, c.signaled),
+        (2, 2, 2, 1, 1)
+    );
+}

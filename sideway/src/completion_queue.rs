@@ -1093,75 +1093,126 @@ impl ExPoll<'_> {
     ///
     /// # Safety
     ///
+    /// As for [`read_into`](Self::read_into).
+    #[inline(always)]
+    unsafe fn read(self) -> WorkCompletion {
+        let mut wc = WorkCompletion::default();
+        // SAFETY: the caller's promise.
+        unsafe { self.read_into(&mut wc.raw) };
+        wc
+    }
+
+    /// Writes the current entry into `wc`, each field as soon as it is read, as a C
+    /// program fills its `ibv_wc`: `wr_id`, `status`, the fields the CQ was created with,
+    /// and zero in the fields an extended CQ does not report (`pkey_index`) or was not
+    /// asked for. (Building the value first and storing it whole made the compiler keep
+    /// every reader's result on the stack across the later calls: two instructions more
+    /// per field.) The immediate-data union is written when the completion's flags say it
+    /// holds something (`WITH_IMM`, `WITH_INV`) and otherwise keeps what `wc` held, as
+    /// `ibv_poll_cq` leaves it: [`WorkCompletion::imm_data`] and
+    /// [`WorkCompletion::invalidated_rkey`] read it only under those flags.
+    ///
+    /// # Safety
+    ///
     /// The caller holds the CQ's polling flag, positioned on an entry (`start` or `next`
     /// returned 0 and the sequence has not ended).
     #[inline(always)]
-    unsafe fn read(self) -> WorkCompletion {
+    unsafe fn read_into(self, wc: &mut ffi::ibv_wc) {
+        // SAFETY: the caller's promise, for each call.
+        unsafe {
+            match &self.fns.fields {
+                ExFields::Standard(r) => self.read_standard(r, wc),
+                ExFields::Asked(r) => self.read_asked(r, wc),
+            }
+        }
+    }
+
+    /// The fields every completion has: `wr_id`, `status`, opcode, vendor error and WC
+    /// flags, which it returns.
+    ///
+    /// # Safety
+    ///
+    /// As for [`read_into`](Self::read_into).
+    #[inline(always)]
+    unsafe fn read_head(self, wc: &mut ffi::ibv_wc) -> WcFlags {
         let cq = self.raw.as_ptr();
         let f = self.fns;
         // SAFETY: cq is live and positioned on an entry (the caller's promise), so its wr_id
-        // and status are the entry's and its readers may be called; every reader is the
-        // provider's own, checked at creation, and the optional ones are there only when
-        // their WC flag was asked for. ("As above" below means this.)
-        let mut wc = unsafe {
-            ffi::ibv_wc {
-                wr_id: (*cq).wr_id,
-                status: (*cq).status,
-                opcode: (f.read_opcode)(cq),
-                vendor_err: (f.read_vendor_err)(cq),
-                wc_flags: (f.read_wc_flags)(cq),
-                ..Default::default()
-            }
-        };
-        // verbs.h reads the invalidated rkey with the immediate data's reader.
-        let with = WcFlags::from_bits_retain(wc.wc_flags);
-        let imm = |read: ReadImm, wc: &mut ffi::ibv_wc| {
-            if with.contains(WcFlags::WITH_INV) {
-                // SAFETY: as above.
-                wc.__bindgen_anon_1.invalidated_rkey = unsafe { read(cq) };
-            } else if with.contains(WcFlags::WITH_IMM) {
-                // SAFETY: as above.
-                wc.__bindgen_anon_1.imm_data = unsafe { read(cq) };
-            }
-        };
-        match &f.fields {
-            // SAFETY: as above.
-            ExFields::Standard(r) => unsafe {
-                wc.byte_len = (r.byte_len)(cq);
-                imm(r.imm_data, &mut wc);
-                wc.qp_num = (r.qp_num)(cq);
-                wc.src_qp = (r.src_qp)(cq);
-                // The classic struct's slid is 16 bits; LIDs are.
-                wc.slid = (r.slid)(cq) as u16;
-                wc.sl = (r.sl)(cq);
-                wc.dlid_path_bits = (r.dlid_path_bits)(cq);
-            },
-            // SAFETY: as above.
-            ExFields::Asked(r) => unsafe {
-                if let Some(read) = r.byte_len {
-                    wc.byte_len = read(cq);
-                }
-                if let Some(read) = r.imm_data {
-                    imm(read, &mut wc);
-                }
-                if let Some(read) = r.qp_num {
-                    wc.qp_num = read(cq);
-                }
-                if let Some(read) = r.src_qp {
-                    wc.src_qp = read(cq);
-                }
-                if let Some(read) = r.slid {
-                    wc.slid = read(cq) as u16;
-                }
-                if let Some(read) = r.sl {
-                    wc.sl = read(cq);
-                }
-                if let Some(read) = r.dlid_path_bits {
-                    wc.dlid_path_bits = read(cq);
-                }
-            },
+        // and status are the entry's and its readers, the provider's own (checked at
+        // creation), may be called.
+        unsafe {
+            wc.wr_id = (*cq).wr_id;
+            wc.status = (*cq).status;
+            wc.opcode = (f.read_opcode)(cq);
+            wc.vendor_err = (f.read_vendor_err)(cq);
+            wc.wc_flags = (f.read_wc_flags)(cq);
         }
-        WorkCompletion { raw: wc }
+        WcFlags::from_bits_retain(wc.wc_flags)
+    }
+
+    /// [`read_into`](Self::read_into) for a CQ that reports every field of a classic
+    /// `ibv_wc` ([`ExFields::Standard`]): each reader is called with no test.
+    ///
+    /// # Safety
+    ///
+    /// As for [`read_into`](Self::read_into), and `r` is this CQ's.
+    #[inline(always)]
+    unsafe fn read_standard(self, r: &StandardReaders, wc: &mut ffi::ibv_wc) {
+        let cq = self.raw.as_ptr();
+        // SAFETY: as in read_head; every reader of r is the provider's, checked at creation
+        // (the WC flags asked for all of them).
+        unsafe {
+            // The immediate data first, while the flags that say whether it is there are
+            // still in a register (a reader only reads the current entry: the order of the
+            // reads does not matter).
+            // verbs.h reads the invalidated rkey with the immediate data's reader.
+            if self
+                .read_head(wc)
+                .intersects(WcFlags::WITH_INV | WcFlags::WITH_IMM)
+            {
+                wc.__bindgen_anon_1.imm_data = (r.imm_data)(cq);
+            }
+            wc.byte_len = (r.byte_len)(cq);
+            wc.qp_num = (r.qp_num)(cq);
+            wc.src_qp = (r.src_qp)(cq);
+            // The classic struct's slid is 16 bits; LIDs are.
+            wc.slid = (r.slid)(cq) as u16;
+            wc.pkey_index = 0;
+            wc.sl = (r.sl)(cq);
+            wc.dlid_path_bits = (r.dlid_path_bits)(cq);
+        }
+    }
+
+    /// [`read_into`](Self::read_into) for another set of WC flags ([`ExFields::Asked`]):
+    /// one test per optional field, zero for those not asked for.
+    ///
+    /// # Safety
+    ///
+    /// As for [`read_into`](Self::read_into), and `r` is this CQ's.
+    #[inline(always)]
+    unsafe fn read_asked(self, r: &AskedReaders, wc: &mut ffi::ibv_wc) {
+        let cq = self.raw.as_ptr();
+        // SAFETY: as in read_head; a reader of r is there only when its WC flag was asked
+        // for, and is then the provider's, checked at creation.
+        unsafe {
+            let with = self.read_head(wc);
+            wc.byte_len = r.byte_len.map_or(0, |read| read(cq));
+            // verbs.h reads the invalidated rkey with the immediate data's reader.
+            match r.imm_data {
+                Some(read) if with.intersects(WcFlags::WITH_INV | WcFlags::WITH_IMM) => {
+                    wc.__bindgen_anon_1.imm_data = read(cq);
+                }
+                // Flagged but not asked for: zero, as the CQ reports it.
+                None => wc.__bindgen_anon_1.imm_data = 0,
+                Some(_) => {}
+            }
+            wc.qp_num = r.qp_num.map_or(0, |read| read(cq));
+            wc.src_qp = r.src_qp.map_or(0, |read| read(cq));
+            wc.slid = r.slid.map_or(0, |read| read(cq) as u16);
+            wc.pkey_index = 0;
+            wc.sl = r.sl.map_or(0, |read| read(cq));
+            wc.dlid_path_bits = r.dlid_path_bits.map_or(0, |read| read(cq));
+        }
     }
 
     /// `ibv_wc_read_completion_ts` of the current entry, when the CQ reports it.
@@ -1184,6 +1235,29 @@ impl ExPoll<'_> {
     /// The caller holds the CQ's polling flag, and no sequence of this CQ is open.
     #[inline(always)]
     unsafe fn poll_into(self, out: &mut [WorkCompletion]) -> Result<usize, CompletionQueueError> {
+        // Which readers a completion calls is chosen once per poll, not per completion:
+        // one loop for each kind.
+        // SAFETY: the caller's promise; each loop reads entries with this CQ's readers.
+        unsafe {
+            match &self.fns.fields {
+                ExFields::Standard(r) => self.poll_into_with(out, |wc| self.read_standard(r, wc)),
+                ExFields::Asked(r) => self.poll_into_with(out, |wc| self.read_asked(r, wc)),
+            }
+        }
+    }
+
+    /// [`poll_into`](Self::poll_into), reading each entry with `read`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`poll_into`](Self::poll_into); `read` may be called when the CQ is
+    /// positioned on an entry, and reads it as [`read_into`](Self::read_into) does.
+    #[inline(always)]
+    unsafe fn poll_into_with(
+        self,
+        out: &mut [WorkCompletion],
+        read: impl Fn(&mut ffi::ibv_wc),
+    ) -> Result<usize, CompletionQueueError> {
         if out.is_empty() {
             return Ok(0);
         }
@@ -1193,13 +1267,20 @@ impl ExPoll<'_> {
             libc::ENOENT => return Ok(0),
             ret => return Err(poll_error("ibv_start_poll", ret)),
         }
-        let mut n = 0;
+        // The entries left to fill, as an iterator: one pointer moving to a fixed end, where
+        // an index would need a register (or a stack slot) of its own.
+        let len = out.len();
+        let mut slots = out.iter_mut();
         let ret = loop {
-            // SAFETY: start or next just positioned the CQ on an entry.
-            out[n] = unsafe { self.read() };
-            n += 1;
-            if n == out.len() {
-                break 0;
+            // Not empty: out is not, and the loop ends when the last entry is filled.
+            let Some(slot) = slots.next() else { break 0 };
+            // start or next just positioned the CQ on an entry.
+            read(&mut slot.raw);
+            if slots.len() == 0 {
+                // Every entry filled: the count is known without the iterator's.
+                // SAFETY: the sequence start opened, ended once.
+                unsafe { self.end() };
+                return Ok(len);
             }
             // SAFETY: inside the sequence start opened.
             match unsafe { self.next() } {
@@ -1207,6 +1288,7 @@ impl ExPoll<'_> {
                 ret => break ret,
             }
         };
+        let n = len - slots.len();
         // SAFETY: the sequence start opened, ended once.
         unsafe { self.end() };
         match ret {
@@ -1239,11 +1321,16 @@ fn poll_one(
     };
     // SAFETY: cq is live (the caller borrows its CompletionQueue); wc is one initialised
     // ibv_wc of ours.
-    match unsafe { (cq.poll_cq)(cq.raw.as_ptr(), 1, &mut wc.raw) } {
-        0 => Ok(None),
+    let ret = unsafe { (cq.poll_cq)(cq.raw.as_ptr(), 1, &mut wc.raw) };
+    // A completion first, as C's `while (ibv_poll_cq(cq, 1, &wc) == 1)`: one test on the
+    // path of every completion; empty and failed polls are told apart after it.
+    if ret > 0 {
         // Never more than asked, whatever the provider says.
-        1.. => Ok(Some(*wc)),
-        ret => Err(("ibv_poll_cq", ret)),
+        Ok(Some(*wc))
+    } else if ret == 0 {
+        Ok(None)
+    } else {
+        Err(("ibv_poll_cq", ret))
     }
 }
 

@@ -536,9 +536,11 @@ impl QueuePairBuilder {
     /// contract (data path only) applies to the returned QP too. `raw` is a QP of that
     /// context whose `context->ops.post_send` and `post_recv` are set, with room for the
     /// builder's capabilities; `ex`, when given, is the same object seen as `ibv_qp_ex`
-    /// (what `ibv_qp_to_qp_ex(raw)` would return) with `wr_start`, `wr_complete`,
-    /// `wr_abort` and the `wr_*` functions of the builder's `send_ops_flags` set. Both stay
-    /// valid until the context's owner is dropped.
+    /// (what `ibv_qp_to_qp_ex(raw)` would return), whose `wr_*` entries are functions
+    /// that do what verbs.h documents, or NULL (posting refuses an operation whose entry,
+    /// or `wr_start`, `wr_complete` or `wr_abort`, is NULL, as for a real provider); they
+    /// are read once, here, and must not change. Both stay valid until the context's owner
+    /// is dropped.
     ///
     /// [`DeviceContext::from_raw_parts`]: crate::DeviceContext::from_raw_parts
     #[doc(hidden)]
@@ -580,8 +582,9 @@ impl QueuePairBuilder {
                 self.cap.max_send_wr.min(cap.max_send_wr),
                 cap.max_send_sge,
                 cap.max_inline_data,
-                // SAFETY: ex is the live extended QP being wrapped.
-                ex.map(|ex| unsafe { post::ExReady::probe(ex, self.effective_send_ops()) }),
+                // SAFETY: ex is the live extended QP being wrapped, just created (or a test
+                // double's, whose entries wrap_raw's contract fixes); nothing else has it yet.
+                ex.map(|ex| unsafe { post::ExOps::of(ex, self.effective_send_ops()) }),
             ),
             recv: post::RecvStorage::new(
                 self.cap.max_recv_wr.min(cap.max_recv_wr),

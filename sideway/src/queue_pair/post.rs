@@ -494,8 +494,9 @@ pub(super) struct SendStorage {
     /// max_sge <= sges.len()`, so a request's slot and entries are in bounds whenever its
     /// index is below it. Unlimited on an extended QP (the provider holds the batch).
     capacity: usize,
-    /// What an extended QP can post (empty on a classic one).
-    ex_ready: ExReady,
+    /// What an extended QP can post, and the provider functions it posts with (on a
+    /// classic QP: nothing, and functions that are never called).
+    ex: ExOps,
 }
 
 #[inline]
@@ -507,17 +508,17 @@ fn zeroed_send_wr() -> ffi::ibv_send_wr {
 
 impl SendStorage {
     /// Storage for a classic QP's batches, or for an extended QP's (`ex` given).
-    pub(super) fn new(max_wr: u32, max_sge: u32, max_inline: u32, ex: Option<ExReady>) -> Self {
+    pub(super) fn new(max_wr: u32, max_sge: u32, max_inline: u32, ex: Option<ExOps>) -> Self {
         let max_wr = max_wr as usize;
         let max_sge = max_sge as usize;
-        if let Some(ex_ready) = ex {
+        if let Some(ex) = ex {
             return SendStorage {
                 wrs: Box::new([]),
                 sges: Box::new([]),
                 inline: vec![0; max_inline as usize].into_boxed_slice(),
                 max_sge,
                 capacity: usize::MAX,
-                ex_ready,
+                ex,
             };
         }
         let wrs = vec![zeroed_send_wr(); max_wr].into_boxed_slice();
@@ -528,7 +529,7 @@ impl SendStorage {
             sges,
             inline: Box::new([]),
             max_sge,
-            ex_ready: ExReady::default(),
+            ex: ExOps::none(),
         }
     }
 }
@@ -1069,7 +1070,7 @@ impl<'a> PostSendGuard<'a> {
                 });
             }
         }
-        if qp.ex.is_some() && !qp.send.ex_ready.allows(op, data, ud.is_some()) {
+        if qp.ex.is_some() && !qp.send.ex.ready.allows(op, data, ud.is_some()) {
             return Err(InvalidWorkRequest::NotEnabled { op: op.name() });
         }
         Ok(())
@@ -1268,14 +1269,18 @@ impl<'a> PostSendGuard<'a> {
         ud: Option<UdAddr>,
     ) {
         let ex = ex.as_ptr();
+        let f = &self.qp.send.ex;
         // The safety argument of every block below: ex is the live extended QP of this
         // guard's QP, which the guard borrows mutably, so no other batch is open on it; the
         // calls follow the batch order (start, then per request: wr_id/wr_flags, one opcode
-        // call, its data setter); check() verified the operation is in send_ops_flags and
-        // implemented. Inline data is borrowed for 'a, beyond this call.
+        // call, its data setter); check() verified, against `f.ready`, that the operation is
+        // in send_ops_flags and that the provider filled its entry, the data setter's and
+        // the batch entries, so each function called is the provider's own, read from `ex`
+        // when the QP was wrapped (ExOps: what verbs.h's inline would load now). Inline
+        // data is borrowed for 'a, beyond this call.
         if self.count == 0 {
             // SAFETY: as above; opens the batch once, for its first request.
-            unsafe { ffi::ibv_wr_start(ex) };
+            unsafe { (f.start)(ex) };
         }
         // SAFETY: as above; plain field writes the next opcode call reads.
         unsafe {
@@ -1285,53 +1290,50 @@ impl<'a> PostSendGuard<'a> {
         // SAFETY: as above.
         unsafe {
             match op {
-                Op::Send => ffi::ibv_wr_send(ex),
-                Op::SendImm(imm) => ffi::ibv_wr_send_imm(ex, imm.to_be()),
-                Op::Write { rkey, addr } => ffi::ibv_wr_rdma_write(ex, rkey, addr),
-                Op::WriteImm { rkey, addr, imm } => {
-                    ffi::ibv_wr_rdma_write_imm(ex, rkey, addr, imm.to_be())
-                }
-                Op::Read { rkey, addr } => ffi::ibv_wr_rdma_read(ex, rkey, addr),
+                Op::Send => (f.send)(ex),
+                Op::SendImm(imm) => (f.send_imm)(ex, imm.to_be()),
+                Op::Write { rkey, addr } => (f.rdma_write)(ex, rkey, addr),
+                Op::WriteImm { rkey, addr, imm } => (f.rdma_write_imm)(ex, rkey, addr, imm.to_be()),
+                Op::Read { rkey, addr } => (f.rdma_read)(ex, rkey, addr),
                 Op::CmpSwp {
                     rkey,
                     addr,
                     compare,
                     swap,
-                } => ffi::ibv_wr_atomic_cmp_swp(ex, rkey, addr, compare, swap),
-                Op::FetchAdd { rkey, addr, add } => {
-                    ffi::ibv_wr_atomic_fetch_add(ex, rkey, addr, add)
-                }
-                Op::SendInv(rkey) => ffi::ibv_wr_send_inv(ex, rkey),
-                Op::LocalInv(rkey) => ffi::ibv_wr_local_inv(ex, rkey),
+                } => (f.atomic_cmp_swp)(ex, rkey, addr, compare, swap),
+                Op::FetchAdd { rkey, addr, add } => (f.atomic_fetch_add)(ex, rkey, addr, add),
+                Op::SendInv(rkey) => (f.send_inv)(ex, rkey),
+                Op::LocalInv(rkey) => (f.local_inv)(ex, rkey),
                 // The provider copies the bind info while the call runs.
-                Op::BindMw { mw, rkey, info } => ffi::ibv_wr_bind_mw(ex, mw, rkey, &info),
+                Op::BindMw { mw, rkey, info } => (f.bind_mw)(ex, mw, rkey, &info),
             }
         }
         if let Some(ud) = ud {
             // SAFETY: as above; the destination follows the opcode call, and the address
             // handle is borrowed for 'a.
-            unsafe { ffi::ibv_wr_set_ud_addr(ex, ud.ah, ud.remote_qpn, ud.remote_qkey) };
+            unsafe { (f.set_ud_addr)(ex, ud.ah, ud.remote_qpn, ud.remote_qkey) };
         }
         match data {
             SendData::Empty => {}
             // SAFETY: as above; the SGE is passed by value.
-            SendData::Sge(s) => unsafe { ffi::ibv_wr_set_sge(ex, s.lkey(), s.addr(), s.length()) },
+            SendData::Sge(s) => unsafe { (f.set_sge)(ex, s.lkey(), s.addr(), s.length()) },
             // SAFETY: as above; Sge is repr(transparent) over ibv_sge, and the list is
             // borrowed for 'a.
             SendData::SgeList(list) => unsafe {
-                ffi::ibv_wr_set_sge_list(ex, list.len(), list.as_ptr().cast())
+                (f.set_sge_list)(ex, list.len(), list.as_ptr().cast())
             },
             // SAFETY: as above; the provider only reads the bytes (the C prototype lacks
             // const).
             SendData::Inline(b) => unsafe {
-                ffi::ibv_wr_set_inline_data(ex, b.as_ptr() as *mut c_void, b.len())
+                (f.set_inline_data)(ex, b.as_ptr() as *mut c_void, b.len())
             },
             // SAFETY: as above; the bytes lie in a buffer borrowed for 'a, and the provider
             // copies them through the pointer, forming no reference.
             SendData::InlineBuffer(b) => unsafe {
-                ffi::ibv_wr_set_inline_data(ex, b.ptr.as_ptr().cast(), b.len)
+                (f.set_inline_data)(ex, b.ptr.as_ptr().cast(), b.len)
             },
             SendData::InlineList(list) => {
+                let set_inline_data = f.set_inline_data;
                 let scratch = &mut self.qp.send.inline;
                 let mut len = 0;
                 for part in list {
@@ -1340,7 +1342,7 @@ impl<'a> PostSendGuard<'a> {
                     len += part.len();
                 }
                 // SAFETY: as above; scratch[..len] is initialised and lives with the QP.
-                unsafe { ffi::ibv_wr_set_inline_data(ex, scratch.as_mut_ptr().cast(), len) }
+                unsafe { set_inline_data(ex, scratch.as_mut_ptr().cast(), len) }
             }
         }
     }
@@ -1366,8 +1368,9 @@ impl<'a> PostSendGuard<'a> {
                 // call taking the guard by reference would keep it in memory.
                 if let (true, Some(ex)) = (self.count > 0, self.qp.ex) {
                     // SAFETY: ex is live and inside the batch this guard started
-                    // (count > 0), never completed.
-                    unsafe { ffi::ibv_wr_abort(ex.as_ptr()) };
+                    // (count > 0), never completed; a request passed check(), so the
+                    // provider filled wr_abort (ExReady), and `abort` is its entry.
+                    unsafe { (self.qp.send.ex.abort)(ex.as_ptr()) };
                 }
                 self.count = 0;
                 self.limit = self.qp.send.capacity;
@@ -1398,8 +1401,9 @@ impl<'a> PostSendGuard<'a> {
             // The batch ends here, whatever complete says: Drop must not abort it.
             self.count = 0;
             // SAFETY: ex is live and inside the batch this guard started (count > 0);
-            // complete ends it.
-            let ret = unsafe { ffi::ibv_wr_complete(ex.as_ptr()) };
+            // complete ends it. A request passed check(), so the provider filled
+            // wr_complete (ExReady), and `complete` is its entry.
+            let ret = unsafe { (self.qp.send.ex.complete)(ex.as_ptr()) };
             return from_post_ret(ret)
                 .map_err(|e| post_err(self.qp, "ibv_wr_complete", None, None, e));
         }
@@ -1442,7 +1446,8 @@ fn chain_index<T>(base: *const T, bad: *const T, count: usize) -> Option<usize> 
 /// entries the provider filled, and the data setters it filled; found once, when the QP is
 /// wrapped, so a request tests one mask instead of loading and testing each entry. Empty
 /// when `wr_start`, `wr_complete` or `wr_abort` is missing: then nothing can be posted.
-/// The data-path functions of rdma-mummy-sys do nothing for a missing entry, which would
+/// A request the mask does not allow is refused ([`InvalidWorkRequest::NotEnabled`])
+/// before any provider call; calling a missing entry's stand-in in [`ExOps`] instead would
 /// silently drop the request. Providers fill these entries when they create the QP and
 /// never change them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -1522,13 +1527,129 @@ impl ExReady {
     }
 }
 
+/// Defines [`ExOps`] from its entries: `name => qp_ex field(argument types) [-> return
+/// type, what its stand-in returns]`.
+macro_rules! ex_ops {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident => $field:ident($($ty:ty),*) $(-> $ret:ty, or $or:expr)?;
+    )*) => {
+        /// An extended QP's provider functions, read from its `ibv_qp_ex` once, when the QP
+        /// is wrapped, and called on the data path with no test, as a C program that reads
+        /// them once calls them.
+        ///
+        /// verbs.h's `ibv_wr_*` inlines load `qp->wr_<op>` on every call, and
+        /// rdma-mummy-sys's also test it for NULL (three instructions per call). Here a
+        /// request is checked once against [`ExReady`] (one mask test, which refuses an
+        /// operation outside `send_ops_flags` or one the provider left out, with the same
+        /// [`InvalidWorkRequest::NotEnabled`] as before), and then calls these.
+        ///
+        /// Why a pointer read at wrapping time is the one verbs.h would call for the QP's
+        /// whole life: the provider fills these entries while it creates the QP (mlx5's
+        /// `mlx5_qp_fill_wr_pfns`, rxe's and efa's create paths) and nothing in libibverbs
+        /// or the providers writes them again; the code they point to belongs to the
+        /// provider library, which libibverbs never unloads (and the QP holds its PD, which
+        /// holds the open context). An entry the provider left NULL gets a stand-in that
+        /// does nothing (`wr_complete`'s fails with `EOPNOTSUPP`), rdma-mummy-sys's
+        /// behaviour for a NULL entry; [`ExReady`] keeps every request that would need one
+        /// from reaching it.
+        #[derive(Clone, Copy)]
+        pub(super) struct ExOps {
+            /// What the QP can post (empty on a classic QP).
+            pub(super) ready: ExReady,
+            $(
+                $(#[$doc])*
+                pub(super) $name: unsafe extern "C" fn(*mut ffi::ibv_qp_ex $(, $ty)*) $(-> $ret)?,
+            )*
+        }
+
+        impl ExOps {
+            /// `ex`'s entries, and what it can post with `ops` (its `send_ops_flags`).
+            ///
+            /// # Safety
+            ///
+            /// `ex` is a live extended QP whose entries are the provider's functions or
+            /// NULL, and which no other thread is changing.
+            pub(super) unsafe fn of(ex: NonNull<ffi::ibv_qp_ex>, ops: SendOpsFlags) -> Self {
+                // SAFETY: the caller's promise; only function-pointer fields are read.
+                let q = unsafe { ex.as_ref() };
+                ExOps {
+                    // SAFETY: as above.
+                    ready: unsafe { ExReady::probe(ex, ops) },
+                    $($name: match q.$field {
+                        Some(f) => f,
+                        None => {
+                            unsafe extern "C" fn missing(
+                                _qp: *mut ffi::ibv_qp_ex $(, _: $ty)*
+                            ) $(-> $ret)? {
+                                $($or)?
+                            }
+                            missing
+                        }
+                    },)*
+                }
+            }
+
+            /// A classic QP's: nothing can be posted, and every function is a stand-in.
+            pub(super) fn none() -> Self {
+                // SAFETY: a zeroed ibv_qp_ex is a valid value (integers, NULL pointers and
+                // None function pointers), live for the call, changed by nobody.
+                unsafe {
+                    let q: ffi::ibv_qp_ex = MaybeUninit::zeroed().assume_init();
+                    let mut ops = ExOps::of(NonNull::from(&q), SendOpsFlags::empty());
+                    ops.ready = ExReady::default();
+                    ops
+                }
+            }
+        }
+    };
+}
+
+ex_ops! {
+    /// `wr_start`.
+    start => wr_start();
+    /// `wr_complete`.
+    complete => wr_complete() -> c_int, or libc::EOPNOTSUPP;
+    /// `wr_abort`.
+    abort => wr_abort();
+    /// `wr_send`.
+    send => wr_send();
+    /// `wr_send_imm`.
+    send_imm => wr_send_imm(ffi::__be32);
+    /// `wr_rdma_write`.
+    rdma_write => wr_rdma_write(u32, u64);
+    /// `wr_rdma_write_imm`.
+    rdma_write_imm => wr_rdma_write_imm(u32, u64, ffi::__be32);
+    /// `wr_rdma_read`.
+    rdma_read => wr_rdma_read(u32, u64);
+    /// `wr_atomic_cmp_swp`.
+    atomic_cmp_swp => wr_atomic_cmp_swp(u32, u64, u64, u64);
+    /// `wr_atomic_fetch_add`.
+    atomic_fetch_add => wr_atomic_fetch_add(u32, u64, u64);
+    /// `wr_send_inv`.
+    send_inv => wr_send_inv(u32);
+    /// `wr_local_inv`.
+    local_inv => wr_local_inv(u32);
+    /// `wr_bind_mw`.
+    bind_mw => wr_bind_mw(*mut ffi::ibv_mw, u32, *const ffi::ibv_mw_bind_info);
+    /// `wr_set_ud_addr`.
+    set_ud_addr => wr_set_ud_addr(*mut ffi::ibv_ah, u32, u32);
+    /// `wr_set_sge`.
+    set_sge => wr_set_sge(u32, u64, u32);
+    /// `wr_set_sge_list`.
+    set_sge_list => wr_set_sge_list(usize, *const ffi::ibv_sge);
+    /// `wr_set_inline_data`.
+    set_inline_data => wr_set_inline_data(*mut c_void, usize);
+}
+
 impl Drop for PostSendGuard<'_> {
     #[inline]
     fn drop(&mut self) {
         if let (true, Some(ex)) = (self.count > 0, self.qp.ex) {
             // SAFETY: ex is live and inside the batch this guard started (count > 0) and
-            // never completed (post() resets count).
-            unsafe { ffi::ibv_wr_abort(ex.as_ptr()) };
+            // never completed (post() resets count); a request passed check(), so the
+            // provider filled wr_abort (ExReady), and `abort` is its entry.
+            unsafe { (self.qp.send.ex.abort)(ex.as_ptr()) };
         }
         // A classic batch lives only in the QP's storage: nothing to undo.
     }
@@ -1741,7 +1862,7 @@ mod tests {
         let st = SendStorage::new(16, 3, 0, None);
         assert_eq!(st.capacity, 16);
         assert!(st.capacity <= st.wrs.len() && st.capacity * st.max_sge <= st.sges.len());
-        let ex = SendStorage::new(16, 3, 64, Some(ExReady::default()));
+        let ex = SendStorage::new(16, 3, 64, Some(ExOps::none()));
         assert_eq!(
             (ex.capacity, ex.wrs.len(), ex.inline.len()),
             (usize::MAX, 0, 64)
@@ -1808,6 +1929,76 @@ mod tests {
             "not in send_ops_flags"
         );
         assert!(only_send.allows(Op::Send, &sge, false));
+    }
+
+    /// The invariant the posting path relies on: whenever `ready` lets a request through,
+    /// every function it calls (start, its operation, its data setter, complete, abort) is
+    /// the provider's entry read at creation, never a stand-in (which would drop the
+    /// request silently); and the stand-ins of missing entries are harmless.
+    #[test]
+    fn ex_ops_call_the_provider_s_entry_for_everything_ready_allows() {
+        // SAFETY: as in ex_ready_needs_the_batch_entries_the_operation_and_its_data.
+        let mut q: ffi::ibv_qp_ex = unsafe { MaybeUninit::zeroed().assume_init() };
+        for entry in [&mut q.wr_start, &mut q.wr_abort, &mut q.wr_send] {
+            set(entry);
+        }
+        set(&mut q.wr_complete);
+        set(&mut q.wr_rdma_write);
+        set(&mut q.wr_set_sge);
+        set(&mut q.wr_set_inline_data);
+        let provider = never_called as *const () as usize;
+        // SAFETY: q is a live (stack) ibv_qp_ex whose entries are compared, never called.
+        let ops = unsafe { ExOps::of(NonNull::from(&mut q), SendOpsFlags::all()) };
+        let sge = SendData::Sge(
+            // SAFETY: never posted.
+            unsafe { Sge::from_raw_parts(0, 0, 0) },
+        );
+        let addr = |f: usize| f == provider;
+        let write = Op::Write { rkey: 0, addr: 0 };
+        let read = Op::Read { rkey: 0, addr: 0 };
+        let cases: [(Op, &SendData<'_>, bool, usize); 6] = [
+            (Op::Send, &SendData::Empty, true, ops.send as usize),
+            (Op::Send, &sge, true, ops.send as usize),
+            (write, &sge, true, ops.rdma_write as usize),
+            (
+                write,
+                &SendData::Inline(b"x"),
+                true,
+                ops.rdma_write as usize,
+            ),
+            (read, &sge, false, ops.rdma_read as usize),
+            (Op::SendInv(0), &sge, false, ops.send_inv as usize),
+        ];
+        for (op, data, allowed, entry) in cases {
+            assert_eq!(ops.ready.allows(op, data, false), allowed, "{}", op.name());
+            if allowed {
+                assert!(addr(entry), "{}: not the provider's entry", op.name());
+                let setter = match data {
+                    SendData::Empty => provider,
+                    SendData::Sge(_) => ops.set_sge as usize,
+                    _ => ops.set_inline_data as usize,
+                };
+                assert!(addr(setter), "{}: its data setter", op.name());
+            } else {
+                assert!(!addr(entry), "{}: a stand-in", op.name());
+            }
+        }
+        for batch in [
+            ops.start as usize,
+            ops.complete as usize,
+            ops.abort as usize,
+        ] {
+            assert!(addr(batch));
+        }
+        // A classic QP's: nothing allowed; its stand-ins do nothing, complete refuses.
+        let none = ExOps::none();
+        assert_eq!(none.ready, ExReady::default());
+        // SAFETY: the stand-ins touch nothing, not even the QP pointer.
+        unsafe {
+            (none.start)(std::ptr::null_mut());
+            (none.rdma_write)(std::ptr::null_mut(), 1, 2);
+            assert_eq!((none.complete)(std::ptr::null_mut()), libc::EOPNOTSUPP);
+        }
     }
 
     #[test]
