@@ -208,9 +208,22 @@ pub struct RunArgs {
     #[arg(short = 'A', long = "atomic-type", value_enum, default_value_t = AtomicType::FetchAndAdd)]
     pub atomic_type: AtomicType,
 
-    /// Most outstanding RDMA READ and atomic operations.
-    #[arg(short = 'o', long = "outs", default_value_t = 16)]
-    pub outstanding: u32,
+    /// Most outstanding RDMA READ and atomic operations per QP (default: the most the
+    /// device allows, its max_qp_rd_atom, as perftest; a larger value is lowered to that).
+    #[arg(short = 'o', long = "outs")]
+    pub outstanding: Option<u32>,
+
+    /// Post with classic ibv_post_send on classic QPs instead of ibv_wr_* on extended QPs
+    /// (perftest's --use_old_post_send). Without it, a device that has no extended QPs
+    /// gets classic ones, and the banner says so.
+    #[arg(long = "use-old-post-send", alias = "use_old_post_send")]
+    pub use_old_post_send: bool,
+
+    /// Create extended CQs (ibv_create_cq_ex) and poll them with ibv_start_poll and
+    /// ibv_next_poll instead of ibv_poll_cq (perftest always polls with ibv_poll_cq). A
+    /// device without extended CQs gets classic ones, and the banner says so.
+    #[arg(long = "extended-poll")]
+    pub extended_poll: bool,
 
     /// Sleep on completion events instead of polling.
     #[arg(short = 'e', long = "events")]

@@ -43,7 +43,9 @@ pub struct TestParams {
     pub bidirectional: bool,
     /// Atomic operation (atomic tests).
     pub atomic_type: AtomicType,
-    /// Outstanding READs/atomics.
+    /// Outstanding READs/atomics per QP (`-o`). [`TestParams::resolve`] leaves 0 here when
+    /// `-o` was not given, meaning "the device's most"; [`TestParams::fit_device`] puts the
+    /// device's number in. Always 1 for SEND and WRITE, as in perftest.
     pub outstanding: u32,
     /// Sleep on completion events.
     pub events: bool,
@@ -133,7 +135,7 @@ impl TestParams {
                 )?;
             }
         }
-        if a.qps == 0 || a.post_list == 0 || a.rx_depth == 0 || a.outstanding == 0 {
+        if a.qps == 0 || a.post_list == 0 || a.rx_depth == 0 || a.outstanding == Some(0) {
             bail("-q, -l, -r and -o must be at least 1")?;
         }
         let sizes = if a.all_sizes {
@@ -234,12 +236,36 @@ impl TestParams {
             inline_size: a.inline_size.unwrap_or(0),
             bidirectional: a.bidirectional,
             atomic_type: a.atomic_type,
-            outstanding: a.outstanding,
+            // As perftest: -o counts for READ and atomics only, and defaults to the device's
+            // most (filled in by fit_device once the device is open).
+            outstanding: match verb {
+                Verb::Read | Verb::Atomic => a.outstanding.unwrap_or(0),
+                Verb::Send | Verb::Write => 1,
+            },
             events: a.events,
             rdma_cm: a.rdma_cm,
             qp_timeout: a.qp_timeout,
             data_validation: a.data_validation,
         })
+    }
+
+    /// Fills in what depends on the device: `-o` defaults to the most outstanding READs
+    /// and atomics a QP of the device may have (`max_qp_rd_atom`), and a larger `-o` is
+    /// lowered to it, as perftest does. Returns a warning when it lowered one.
+    pub fn fit_device(&mut self, device: &str, max_qp_rd_atom: u32) -> Option<String> {
+        let max = max_qp_rd_atom.max(1);
+        if self.outstanding == 0 {
+            self.outstanding = max;
+            None
+        } else if self.outstanding > max {
+            let asked = std::mem::replace(&mut self.outstanding, max);
+            Some(format!(
+                "stride-perf: -o {asked} is more outstanding READs/atomics than {device} allows \
+                 per QP (max_qp_rd_atom {max}): using {max}"
+            ))
+        } else {
+            None
+        }
     }
 
     /// The settings on which the two sides must agree, each with its name, as text, for
@@ -431,6 +457,26 @@ mod tests {
             m.iter().any(|l| l.starts_with("number of QPs (-q)")),
             "{m:?}"
         );
+    }
+
+    #[test]
+    fn outstanding_reads_default_to_the_device_most() {
+        // Not given: 0 until the device is known, then its max_qp_rd_atom.
+        let mut p = params(&["read", "bw"]).unwrap();
+        assert_eq!(p.outstanding, 0);
+        assert_eq!(p.fit_device("rxe0", 128), None);
+        assert_eq!(p.outstanding, 128);
+        // Given: kept when it fits, lowered (with a warning) when it does not.
+        let mut p = params(&["atomic", "bw", "-o", "16"]).unwrap();
+        assert_eq!((p.fit_device("rxe0", 128), p.outstanding), (None, 16));
+        let mut p = params(&["read", "lat", "-o", "300"]).unwrap();
+        let w = p.fit_device("rxe0", 128).unwrap();
+        assert!(w.contains("-o 300") && w.contains("using 128"), "{w}");
+        assert_eq!(p.outstanding, 128);
+        // SEND and WRITE have none to speak of, as in perftest.
+        let mut p = params(&["write", "bw", "-o", "8"]).unwrap();
+        assert_eq!((p.fit_device("rxe0", 128), p.outstanding), (None, 1));
+        assert!(params(&["read", "bw", "-o", "0"]).is_err());
     }
 
     #[test]
