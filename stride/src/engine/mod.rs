@@ -155,7 +155,12 @@ pub fn run(verb: Verb, args: &RunArgs) -> Result<(), RunError> {
     // First: with --use-cuda and no driver (or no such GPU) nothing else runs.
     let memory = Memory::prepare(BufferKind::from_args(args))?;
     let dev = DeviceSide::open(args, &params)?;
-    if let Some(warning) = params.fit_device(dev.name(), dev.dev_attr.max_qp_rd_atom()) {
+    if let Some(warning) = params.fit_device(
+        dev.name(),
+        dev.dev_attr.max_qp_rd_atom(),
+        dev.dev_attr.vendor_id(),
+        args.inline_size.is_some(),
+    ) {
         eprintln!("{warning}");
     }
     // Before anything connects: a few milliseconds, even with a slow clock.
