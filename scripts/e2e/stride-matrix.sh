@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # stride-perf against itself on the device: every verb x test on RC, the UC and UD ones, and the
-# options -q, -l, -b, -D, -R, -e, -a, -I, --report-gbits and --json, each checking that the numbers
+# options -q, -l, -b, -D, -R, -e, -a, -I, -o, --use-old-post-send, --extended-poll, --report-gbits and --json, each checking that the numbers
 # are present and sane. Small sizes and counts keep it to about a minute on SoftRoCE.
 # Binary: ${STRIDE_BIN:-target/debug/stride-perf}.
 set -uo pipefail
@@ -45,6 +45,31 @@ stride "write bw, 2 QPs, completion events (-e -q 2)" bw 4096 $((2 * n)) both \
     write bw -e -q 2 -s 4096 -n $n
 stride "send lat, completion events (-e)" lat 2 $n both send lat -e -n $n
 stride "read lat, completion events (-e)" lat 2 $n both read lat -e -n $n
+
+# The verbs API and perftest's defaults: ibv_wr_* posting and ibv_poll_cq by default, classic
+# posting with --use-old-post-send, extended polling with --extended-poll; outstanding READs
+# default to the device's most (rxe: 128), and a larger -o is lowered to it with a warning.
+stride "read bw, perftest's defaults" bw 4096 $n both read bw -s 4096 -n $n
+for side in server client; do
+    must_say "$PAIR_DIR/$side.log" '^ Posting +: ibv_wr_\* \(extended QPs\)$' \
+        "the $side's banner: ibv_wr_* posting"
+    must_say "$PAIR_DIR/$side.log" '^ Polling +: ibv_poll_cq \(classic CQs\)$' \
+        "the $side's banner: ibv_poll_cq polling"
+    must_say "$PAIR_DIR/$side.log" "^ Outstand reads +: $(ibv_devinfo -v -d "${RDMA_TEST_DEVICE:-rxe0}" |
+        awk '$1 == "max_qp_rd_atom:" { print $2; exit }')\$" "the $side's banner: the device's most outstanding reads"
+done
+stride "send bw, classic posting (--use-old-post-send)" bw 4096 $n both \
+    send bw -s 4096 -n $n --use-old-post-send
+must_say "$PAIR_DIR/client.log" '^ Posting +: ibv_post_send \(classic QPs, --use-old-post-send\)$' \
+    "--use-old-post-send: the banner's Posting line"
+stride "atomic bw, extended polling (--extended-poll), -o 100000" bw 8 $n both \
+    atomic bw -n $n --extended-poll -o 100000
+must_say "$PAIR_DIR/client.log" '^ Polling +: ibv_start_poll \(extended CQs, --extended-poll\)$' \
+    "--extended-poll: the banner's Polling line"
+must_say "$PAIR_DIR/client.log" 'o 100000 is more outstanding READs/atomics than' \
+    "-o above the device's most: a warning"
+stride "write lat, classic posting, extended polling" lat 2 $n both \
+    write lat -n $n --use-old-post-send --extended-poll
 
 # rdma_cm connection setup: the client names the device's own address.
 ip=${RDMA_TEST_IP:?RDMA_TEST_IP is not set; run this through scripts/softroce run}
