@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # stride-perf against itself on the device: every verb x test on RC, the UC and UD ones, and the
-# options -q, -l, -b, -D, -R, -e, -a, -I, -o, --use-old-post-send, --extended-poll, --report-gbits and --json, each checking that the numbers
-# are present and sane. Small sizes and counts keep it to about a minute on SoftRoCE.
+# options -q, -l, -b, -D, -R, -e, -a, -I, -o, --use-old-post-send, --extended-poll,
+# --report-gbits and --json, each checking that the numbers are present and sane. Small sizes
+# and counts keep it to about a minute on SoftRoCE.
 # Binary: ${STRIDE_BIN:-target/debug/stride-perf}.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
