@@ -43,8 +43,9 @@ clocksource=/sys/devices/system/clocksource/clocksource0/current_clocksource
         "(\`-n\`: $ITERS for write and send latency, $LAT_ITERS for read and atomic latency;" \
         "for bandwidth 16 MiB worth of messages, between $ITERS and 5000), every other" \
         "setting at each tool's default (they match: TX depth 128, CQ moderation 100 or" \
-        "1 above 8 KiB, outstanding READs/atomics the device's most, posting through" \
-        "ibv_wr_* and polling with ibv_poll_cq, no inline data on rxe)."
+        "1 above 8 KiB, outstanding READs/atomics the device's most, posting as perftest" \
+        "does on the device (ibv_post_send on rxe), polling with ibv_poll_cq, no inline" \
+        "data on rxe)."
     echo "# $(uname -r); $(ibv_devinfo -d "$dev" | grep -m1 fw_ver | xargs); $(nproc) CPUs"
     # stride-perf reads the clock through the kernel, perftest reads the TSC itself: a
     # clocksource other than the TSC, or a switch mid-run, weighs on stride alone.

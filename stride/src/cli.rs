@@ -214,11 +214,21 @@ pub struct RunArgs {
     #[arg(short = 'o', long = "outs")]
     pub outstanding: Option<u32>,
 
-    /// Post with classic ibv_post_send on classic QPs instead of ibv_wr_* on extended QPs
-    /// (perftest's --use_old_post_send). Without it, a device that has no extended QPs
-    /// gets classic ones, and the banner says so.
-    #[arg(long = "use-old-post-send", alias = "use_old_post_send")]
+    /// Post with classic ibv_post_send on classic QPs (perftest's --use_old_post_send).
+    /// Without it or --use-wr-api, stride does what perftest does on the device: ibv_wr_* on
+    /// extended QPs on mlx5-family and EFA devices, ibv_post_send elsewhere (rxe included).
+    #[arg(
+        long = "use-old-post-send",
+        alias = "use_old_post_send",
+        conflicts_with = "use_wr_api"
+    )]
     pub use_old_post_send: bool,
+
+    /// Post through ibv_wr_* on extended QPs whatever the device (perftest uses them only on
+    /// the devices it knows); a device without extended QPs gets classic ones, and the banner
+    /// says so.
+    #[arg(long = "use-wr-api")]
+    pub use_wr_api: bool,
 
     /// Create extended CQs (ibv_create_cq_ex) and poll them with ibv_start_poll and
     /// ibv_next_poll instead of ibv_poll_cq (perftest always polls with ibv_poll_cq). A

@@ -284,7 +284,7 @@ fn run_connected(
 ) -> Result<(), RunError> {
     let is_client = args.server.is_some();
     let role_name = if is_client { "client" } else { "server" };
-    let mut res = Resources::create(dev, memory, params, VerbsApi::from_args(args))?;
+    let mut res = Resources::create(dev, memory, params, VerbsApi::from_args(args, dev))?;
     for why in [&res.api.qp_fallback, &res.api.cq_fallback]
         .into_iter()
         .flatten()

@@ -147,12 +147,14 @@ pub(crate) fn half_for(largest: u64) -> usize {
     largest.max(8).div_ceil(64).saturating_mul(64)
 }
 
-/// Which verbs API a side posts and polls with: asked for on the command line, then what the
-/// device gave.
+/// Which verbs API a side posts and polls with: asked for on the command line (or perftest's
+/// choice for the device), then what the device gave.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct VerbsApi {
     /// Posting with `ibv_wr_*` on extended QPs (else `ibv_post_send` on classic ones).
     pub(crate) extended_qp: bool,
+    /// Why: the option that chose, or "as perftest on this device".
+    pub(crate) qp_why: &'static str,
     /// Polling with `ibv_start_poll` on extended CQs (else `ibv_poll_cq` on classic ones).
     pub(crate) extended_cq: bool,
     /// Why the QPs are classic although extended ones were asked for.
@@ -161,12 +163,40 @@ pub(crate) struct VerbsApi {
     pub(crate) cq_fallback: Option<String>,
 }
 
+/// The devices on which perftest posts through `ibv_wr_*` by default; on every other device
+/// it sets its `--use_old_post_send` itself. Its list names the mlx5 family (Connect-IB,
+/// ConnectX-4 and later, their VFs, BlueField 1 to 3), EFA, HNS and Yunsilicon's devices;
+/// recognised here by vendor: Mellanox/NVIDIA (0x02c9) parts from Connect-IB (4113) on, and
+/// Amazon (0x1d0f). HNS and Yunsilicon devices, whose IDs were not checked, post classic
+/// unless `--use-wr-api` says otherwise.
+pub(crate) fn perftest_posts_with_wr(vendor_id: u32, vendor_part_id: u32) -> bool {
+    const MELLANOX: u32 = 0x02c9;
+    const AMAZON: u32 = 0x1d0f;
+    const CONNECT_IB: u32 = 4113;
+    match vendor_id {
+        MELLANOX => vendor_part_id >= CONNECT_IB,
+        AMAZON => true,
+        _ => false,
+    }
+}
+
 impl VerbsApi {
-    /// What the command line asks for: perftest's default (`ibv_wr_*` posting,
-    /// `ibv_poll_cq` polling) unless `--use-old-post-send` or `--extended-poll`.
-    pub(crate) fn from_args(args: &RunArgs) -> Self {
+    /// What the command line asks for: perftest's choice for the device (`ibv_wr_*` posting
+    /// on the devices where perftest uses it, [`perftest_posts_with_wr`], classic elsewhere;
+    /// `ibv_poll_cq` polling) unless `--use-old-post-send`, `--use-wr-api` or
+    /// `--extended-poll` says otherwise.
+    pub(crate) fn from_args(args: &RunArgs, dev: &DeviceSide) -> Self {
+        let (extended_qp, qp_why) = match (args.use_old_post_send, args.use_wr_api) {
+            (true, _) => (false, "--use-old-post-send"),
+            (false, true) => (true, "--use-wr-api"),
+            (false, false) => (
+                perftest_posts_with_wr(dev.dev_attr.vendor_id(), dev.dev_attr.vendor_part_id()),
+                "as perftest on this device",
+            ),
+        };
         VerbsApi {
-            extended_qp: !args.use_old_post_send,
+            extended_qp,
+            qp_why,
             extended_cq: args.extended_poll,
             qp_fallback: None,
             cq_fallback: None,
@@ -177,8 +207,8 @@ impl VerbsApi {
     pub(crate) fn posting(&self) -> String {
         match (&self.qp_fallback, self.extended_qp) {
             (Some(why), _) => format!("ibv_post_send (classic QPs): {why}"),
-            (None, true) => "ibv_wr_* (extended QPs)".to_owned(),
-            (None, false) => "ibv_post_send (classic QPs, --use-old-post-send)".to_owned(),
+            (None, true) => format!("ibv_wr_* (extended QPs, {})", self.qp_why),
+            (None, false) => format!("ibv_post_send (classic QPs, {})", self.qp_why),
         }
     }
 
@@ -680,6 +710,16 @@ mod tests {
         assert!(e.contains("the peer sent 2 QP endpoints"), "{e}");
         assert!(!e.contains("  "), "a message with a run of spaces: {e}");
         assert!(remote_target(&[], 0, 64).is_err());
+    }
+
+    #[test]
+    fn perftest_posts_with_wr_on_mlx5_and_efa_only() {
+        assert!(perftest_posts_with_wr(0x02c9, 4123), "ConnectX-6");
+        assert!(perftest_posts_with_wr(0x02c9, 41692), "BlueField-3");
+        assert!(!perftest_posts_with_wr(0x02c9, 4103), "ConnectX-3 (mlx4)");
+        assert!(perftest_posts_with_wr(0x1d0f, 0xefa1), "EFA");
+        assert!(!perftest_posts_with_wr(0, 0), "rxe");
+        assert!(!perftest_posts_with_wr(0x8086, 0x1593), "irdma");
     }
 
     #[test]
