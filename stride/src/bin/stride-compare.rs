@@ -51,7 +51,12 @@ fn run(raw_path: &str, md_path: &str, svg_path: &str) -> Result<(), String> {
          (N: the rounds in which both programs gave a result). CPU/msg is the user + system \
          CPU time of both processes of a run (server and client, whole process lifetime, \
          setup included, from the shell's `time`), divided by the messages of the run, in \
-         usec; its ratio and verdict read the same way, lower being better.\n\n",
+         usec; its ratio and verdict read the same way, lower being better. With few rounds \
+         (five) a percentile bootstrap of medians is optimistic, its intervals narrower than a \
+         true 95% would be: a lone verdict at five rounds is a reason to run that row again \
+         with more rounds, not a finding. CPU per message includes each process's setup \
+         (device open, registration, connection), which dominates rows of few messages \
+         (256 for 64 KiB bandwidth, 200 for write and send latency).\n\n",
     );
     md.push_str(&format!("Environment: {}.\n\n", env.join("; ")));
     md.push_str(&markdown_table(&rows));
