@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # stride-perf against itself on the device: every verb x test on RC, the UC and UD ones, and the
-# options -q, -l, -b, -D, -R, -e, -a, -I, --report-gbits and --json, each checking that the numbers
-# are present and sane. Small sizes and counts keep it to about a minute on SoftRoCE.
+# options -q, -l, -b, -D, -R, -e, -a, -I, -o, --use-wr-api, --use-old-post-send, --extended-poll,
+# --report-gbits and --json, each checking that the numbers are present and sane. Small sizes
+# and counts keep it to about a minute on SoftRoCE.
 # Binary: ${STRIDE_BIN:-target/debug/stride-perf}. Under `scripts/softroce run --hosts 2` every
 # server runs on the peer host and every client here, across the link.
 # e2e-hosts: 1 2
@@ -50,6 +51,39 @@ stride "write bw, 2 QPs, completion events (-e -q 2)" bw 4096 $((2 * n)) both \
     write bw -e -q 2 -s 4096 -n $n
 stride "send lat, completion events (-e)" lat 2 $n both send lat -e -n $n
 stride "read lat, completion events (-e)" lat 2 $n both read lat -e -n $n
+
+# The verbs API and perftest's defaults: as perftest, ibv_post_send on a device it does not
+# post ibv_wr_* on (rxe), ibv_poll_cq; --use-wr-api posts through ibv_wr_* on extended QPs,
+# --extended-poll polls extended CQs; outstanding READs default to the device's most (rxe:
+# 128), and a larger -o is lowered to it with a warning.
+stride "read bw, perftest's defaults" bw 4096 $n both read bw -s 4096 -n $n
+for side in server client; do
+    must_say "$PAIR_DIR/$side.log" '^ Posting +: ibv_post_send \(classic QPs, as perftest on this device\)$' \
+        "the $side's banner: ibv_post_send posting, as perftest on rxe"
+    must_say "$PAIR_DIR/$side.log" '^ Polling +: ibv_poll_cq \(classic CQs\)$' \
+        "the $side's banner: ibv_poll_cq polling"
+    must_say "$PAIR_DIR/$side.log" "^ Outstand reads +: $(ibv_devinfo -v -d "$dev" |
+        awk '$1 == "max_qp_rd_atom:" { print $2; exit }')\$" \
+        "the $side's banner: the device's most outstanding reads"
+done
+stride "send bw, ibv_wr_* posting (--use-wr-api)" bw 4096 $n both \
+    send bw -s 4096 -n $n --use-wr-api
+must_say "$PAIR_DIR/client.log" '^ Posting +: ibv_wr_\* \(extended QPs, --use-wr-api\)$' \
+    "--use-wr-api: the banner's Posting line"
+stride "atomic bw, ibv_wr_* posting, extended polling, -o 100000" bw 8 $n both \
+    atomic bw -n $n --use-wr-api --extended-poll -o 100000
+must_say "$PAIR_DIR/client.log" '^ Polling +: ibv_start_poll \(extended CQs, --extended-poll\)$' \
+    "--extended-poll: the banner's Polling line"
+must_say "$PAIR_DIR/client.log" 'o 100000 is more outstanding READs/atomics than' \
+    "-o above the device's most: a warning"
+stride "write lat, ibv_wr_* posting, inline, extended polling" lat 32 $n both \
+    write lat -n $n -s 32 -I 64 --use-wr-api --extended-poll
+stride "read lat, ibv_wr_* posting" lat 8 $n both read lat -n $n -s 8 --use-wr-api
+stride "send lat UD, ibv_wr_* posting" lat 64 $n both send lat -c UD -s 64 -n $n --use-wr-api
+stride "write bw, classic posting (--use-old-post-send)" bw 4096 $n both \
+    write bw -s 4096 -n $n --use-old-post-send
+must_say "$PAIR_DIR/client.log" '^ Posting +: ibv_post_send \(classic QPs, --use-old-post-send\)$' \
+    "--use-old-post-send: the banner's Posting line"
 
 # rdma_cm connection setup: the client names the server device's address.
 : "${RDMA_TEST_IP:?RDMA_TEST_IP is not set; run this through scripts/softroce run}"

@@ -189,7 +189,8 @@ pub struct RunArgs {
           value_parser = clap::value_parser!(u8).range(0..=31))]
     pub qp_timeout: u8,
 
-    /// Send messages up to this size inline.
+    /// Send messages up to this size inline (default, as perftest: none, except latency
+    /// tests on Mellanox/NVIDIA devices: 220 B for WRITE, 236 B for SEND, 188 B on UD).
     #[arg(short = 'I', long = "inline-size")]
     pub inline_size: Option<u32>,
 
@@ -208,9 +209,32 @@ pub struct RunArgs {
     #[arg(short = 'A', long = "atomic-type", value_enum, default_value_t = AtomicType::FetchAndAdd)]
     pub atomic_type: AtomicType,
 
-    /// Most outstanding RDMA READ and atomic operations.
-    #[arg(short = 'o', long = "outs", default_value_t = 16)]
-    pub outstanding: u32,
+    /// Most outstanding RDMA READ and atomic operations per QP (default: the most the
+    /// device allows, its max_qp_rd_atom, as perftest; a larger value is lowered to that).
+    #[arg(short = 'o', long = "outs")]
+    pub outstanding: Option<u32>,
+
+    /// Post with classic ibv_post_send on classic QPs (perftest's --use_old_post_send).
+    /// Without it or --use-wr-api, stride does what perftest does on the device: ibv_wr_* on
+    /// extended QPs on mlx5-family and EFA devices, ibv_post_send elsewhere (rxe included).
+    #[arg(
+        long = "use-old-post-send",
+        alias = "use_old_post_send",
+        conflicts_with = "use_wr_api"
+    )]
+    pub use_old_post_send: bool,
+
+    /// Post through ibv_wr_* on extended QPs whatever the device (perftest uses them only on
+    /// the devices it knows); a device without extended QPs gets classic ones, and the banner
+    /// says so.
+    #[arg(long = "use-wr-api")]
+    pub use_wr_api: bool,
+
+    /// Create extended CQs (ibv_create_cq_ex) and poll them with ibv_start_poll and
+    /// ibv_next_poll instead of ibv_poll_cq (perftest always polls with ibv_poll_cq). A
+    /// device without extended CQs gets classic ones, and the banner says so.
+    #[arg(long = "extended-poll")]
+    pub extended_poll: bool,
 
     /// Sleep on completion events instead of polling.
     #[arg(short = 'e', long = "events")]

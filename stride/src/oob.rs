@@ -592,6 +592,13 @@ impl OobChannel {
             .map_err(|e| self.io_error(&what, e))
     }
 
+    /// The channel's socket, for poll(2): readable when the peer sent something (or
+    /// closed), which [`OobChannel::peer_spoke`] then reads.
+    pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.stream.as_fd()
+    }
+
     /// Checks, without waiting, whether the peer has said something or gone away: `Ok(true)`
     /// when a whole message is waiting (kept for the next [`OobChannel::recv`]), `Ok(false)`
     /// when the peer is quiet or the message it began is not whole yet, an error when it

@@ -37,13 +37,16 @@ pub struct TestParams {
     pub qps: u32,
     /// Requested path MTU in bytes, if any.
     pub mtu: Option<u32>,
-    /// Inline threshold in bytes.
+    /// Inline threshold in bytes (`-I`). Without `-I`, latency tests get perftest's default
+    /// once [`TestParams::fit_device`] knows the device.
     pub inline_size: u32,
     /// Both directions at once.
     pub bidirectional: bool,
     /// Atomic operation (atomic tests).
     pub atomic_type: AtomicType,
-    /// Outstanding READs/atomics.
+    /// Outstanding READs/atomics per QP (`-o`). [`TestParams::resolve`] leaves 0 here when
+    /// `-o` was not given, meaning "the device's most"; [`TestParams::fit_device`] puts the
+    /// device's number in. Always 1 for SEND and WRITE, as in perftest.
     pub outstanding: u32,
     /// Sleep on completion events.
     pub events: bool,
@@ -68,6 +71,9 @@ impl fmt::Display for ParamError {
 }
 
 impl std::error::Error for ParamError {}
+
+/// The IEEE OUI that Mellanox (NVIDIA) devices report as `vendor_id`.
+const MELLANOX_VENDOR_ID: u32 = 0x02c9;
 
 /// perftest's default receive queue depth for SEND tests (`-r`).
 const DEFAULT_RX_DEPTH: u32 = 512;
@@ -133,7 +139,7 @@ impl TestParams {
                 )?;
             }
         }
-        if a.qps == 0 || a.post_list == 0 || a.rx_depth == 0 || a.outstanding == 0 {
+        if a.qps == 0 || a.post_list == 0 || a.rx_depth == 0 || a.outstanding == Some(0) {
             bail("-q, -l, -r and -o must be at least 1")?;
         }
         let sizes = if a.all_sizes {
@@ -234,12 +240,55 @@ impl TestParams {
             inline_size: a.inline_size.unwrap_or(0),
             bidirectional: a.bidirectional,
             atomic_type: a.atomic_type,
-            outstanding: a.outstanding,
+            // As perftest: -o counts for READ and atomics only, and defaults to the device's
+            // most (filled in by fit_device once the device is open).
+            outstanding: match verb {
+                Verb::Read | Verb::Atomic => a.outstanding.unwrap_or(0),
+                Verb::Send | Verb::Write => 1,
+            },
             events: a.events,
             rdma_cm: a.rdma_cm,
             qp_timeout: a.qp_timeout,
             data_validation: a.data_validation,
         })
+    }
+
+    /// Fills in what depends on the device: `-o` defaults to the most outstanding READs
+    /// and atomics a QP of the device may have (`max_qp_rd_atom`), and a larger `-o` is
+    /// lowered to it, as perftest does. Returns a warning when it lowered one.
+    ///
+    /// Without `-I` (`inline_given` false), a latency test on a device whose vendor perftest
+    /// recognises as able to inline (`vendor_id`: Mellanox/NVIDIA, 0x02c9) inlines as
+    /// perftest does there: WRITE up to 220 bytes, SEND up to 236 (188 on UD); everything
+    /// else, and every other device, none.
+    pub fn fit_device(
+        &mut self,
+        device: &str,
+        max_qp_rd_atom: u32,
+        vendor_id: u32,
+        inline_given: bool,
+    ) -> Option<String> {
+        if !inline_given && self.test == Test::Lat && vendor_id == MELLANOX_VENDOR_ID {
+            self.inline_size = match (self.verb, self.connection) {
+                (Verb::Write, _) => 220,
+                (Verb::Send, Connection::Ud) => 188,
+                (Verb::Send, _) => 236,
+                (Verb::Read | Verb::Atomic, _) => 0,
+            };
+        }
+        let max = max_qp_rd_atom.max(1);
+        if self.outstanding == 0 {
+            self.outstanding = max;
+            None
+        } else if self.outstanding > max {
+            let asked = std::mem::replace(&mut self.outstanding, max);
+            Some(format!(
+                "stride-perf: -o {asked} is more outstanding READs/atomics than {device} allows \
+                 per QP (max_qp_rd_atom {max}): using {max}"
+            ))
+        } else {
+            None
+        }
     }
 
     /// The settings on which the two sides must agree, each with its name, as text, for
@@ -431,6 +480,50 @@ mod tests {
             m.iter().any(|l| l.starts_with("number of QPs (-q)")),
             "{m:?}"
         );
+    }
+
+    #[test]
+    fn outstanding_reads_default_to_the_device_most() {
+        // Not given: 0 until the device is known, then its max_qp_rd_atom.
+        let mut p = params(&["read", "bw"]).unwrap();
+        assert_eq!(p.outstanding, 0);
+        assert_eq!(p.fit_device("rxe0", 128, 0, false), None);
+        assert_eq!(p.outstanding, 128);
+        // Given: kept when it fits, lowered (with a warning) when it does not.
+        let mut p = params(&["atomic", "bw", "-o", "16"]).unwrap();
+        assert_eq!(
+            (p.fit_device("rxe0", 128, 0, false), p.outstanding),
+            (None, 16)
+        );
+        let mut p = params(&["read", "lat", "-o", "300"]).unwrap();
+        let w = p.fit_device("rxe0", 128, 0, false).unwrap();
+        assert!(w.contains("-o 300") && w.contains("using 128"), "{w}");
+        assert_eq!(p.outstanding, 128);
+        // SEND and WRITE have none to speak of, as in perftest.
+        let mut p = params(&["write", "bw", "-o", "8"]).unwrap();
+        assert_eq!(
+            (p.fit_device("rxe0", 128, 0, false), p.outstanding),
+            (None, 1)
+        );
+        assert!(params(&["read", "bw", "-o", "0"]).is_err());
+    }
+
+    #[test]
+    fn latency_inlines_as_perftest_on_devices_it_knows() {
+        let fit = |args: &[&str], vendor: u32| {
+            let mut p = params(args).unwrap();
+            let given = args.contains(&"-I");
+            p.fit_device("dev", 16, vendor, given);
+            p.inline_size
+        };
+        assert_eq!(fit(&["write", "lat"], MELLANOX_VENDOR_ID), 220);
+        assert_eq!(fit(&["send", "lat"], MELLANOX_VENDOR_ID), 236);
+        assert_eq!(fit(&["send", "lat", "-c", "UD"], MELLANOX_VENDOR_ID), 188);
+        assert_eq!(fit(&["read", "lat"], MELLANOX_VENDOR_ID), 0);
+        assert_eq!(fit(&["write", "bw"], MELLANOX_VENDOR_ID), 0);
+        assert_eq!(fit(&["write", "lat", "-I", "64"], MELLANOX_VENDOR_ID), 64);
+        // rxe and other devices perftest does not recognise: none.
+        assert_eq!(fit(&["write", "lat"], 0), 0);
     }
 
     #[test]

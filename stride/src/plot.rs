@@ -317,6 +317,8 @@ mod tests {
             gid_index: 1,
             buffer: None,
             clock: None,
+            posting: None,
+            polling: None,
             results,
         };
         let report = Report {

@@ -62,6 +62,15 @@ pub struct SideReport {
     /// stride-perf recorded it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock: Option<String>,
+    /// How this side posted its work requests (`ibv_wr_* (extended QPs)`, `ibv_post_send
+    /// (classic QPs)`, with the reason when the device lacked what was asked); absent in
+    /// files written before stride-perf recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub posting: Option<String>,
+    /// How this side polled its completion queues (`ibv_poll_cq (classic CQs)` or
+    /// `ibv_start_poll (extended CQs)`, likewise); absent in older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub polling: Option<String>,
     /// One entry per size, in run order.
     pub results: Vec<SizeResult>,
 }
@@ -77,6 +86,8 @@ impl SideReport {
             device: text(&self.device),
             buffer: self.buffer.as_deref().map(text),
             clock: self.clock.as_deref().map(text),
+            posting: self.posting.as_deref().map(text),
+            polling: self.polling.as_deref().map(text),
             ..self
         }
     }
@@ -219,6 +230,8 @@ mod tests {
             gid_index: 1,
             buffer: Some("host\u{202e}".into()),
             clock: Some("tsc\u{7f}".into()),
+            posting: Some("ibv_wr_*\u{1b}[2J".into()),
+            polling: None,
             results: vec![SizeResult::Bandwidth(bw())],
         }
         .printable();
@@ -267,6 +280,8 @@ mod tests {
             gid_index: 1,
             buffer: Some("huge pages (2048 KiB)".into()),
             clock: Some("tsc, 23 ns per read".into()),
+            posting: Some("ibv_wr_* (extended QPs)".into()),
+            polling: Some("ibv_poll_cq (classic CQs)".into()),
             results: vec![SizeResult::Bandwidth(bw())],
         };
         let report = Report {
@@ -282,7 +297,8 @@ mod tests {
         let path = dir.join("r.json");
         report.write_json(&path).unwrap();
         assert_eq!(Report::read_json(&path).unwrap(), report);
-        // A file from before the buffer kind and the clock were recorded still reads.
+        // A file from before the buffer kind, the clock and the verbs API were recorded
+        // still reads.
         let mut old: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(old["this_side"]["buffer"], "huge pages (2048 KiB)");
@@ -290,11 +306,15 @@ mod tests {
         for side in ["this_side", "peer"] {
             old[side].as_object_mut().unwrap().remove("buffer");
             old[side].as_object_mut().unwrap().remove("clock");
+            old[side].as_object_mut().unwrap().remove("posting");
+            old[side].as_object_mut().unwrap().remove("polling");
         }
         std::fs::write(&path, old.to_string()).unwrap();
         let read = Report::read_json(&path).unwrap();
         assert_eq!(read.this_side.buffer, None);
         assert_eq!(read.peer.as_ref().unwrap().clock, None);
+        assert_eq!(read.this_side.posting, None);
+        assert_eq!(read.peer.as_ref().unwrap().polling, None);
         assert_eq!(read.this_side.results, report.this_side.results);
         std::fs::write(&path, "{ not json").unwrap();
         assert!(Report::read_json(&path)

@@ -61,6 +61,8 @@ fn side(role: &str, results: Vec<SizeResult>) -> SideReport {
         gid_index: 1,
         buffer: Some("host".into()),
         clock: Some("tsc, 23 ns per read".into()),
+        posting: Some("ibv_wr_* (extended QPs)".into()),
+        polling: Some("ibv_poll_cq (classic CQs)".into()),
         results,
     }
 }

@@ -83,6 +83,12 @@ impl LinkWatch {
         }
     }
 
+    /// The device's async event descriptor: readable when an event is pending.
+    pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.ctx.as_fd()
+    }
+
     /// Takes every pending async event: reports port changes on stderr; fails on a device
     /// or QP failure, and on a port that has stayed down past the peer's retry budget.
     #[cold]

@@ -41,7 +41,7 @@ use crate::report::{self, Report, SideReport, SizeResult};
 use sideway::peer_text::{printable, PEER_TEXT_MAX};
 
 use link::LinkWatch;
-use setup::{path_mtu, DeviceSide, Resources};
+use setup::{path_mtu, DeviceSide, Resources, VerbsApi};
 use watch::Watch;
 
 /// How long a measured loop may go without any progress before it gives up.
@@ -150,11 +150,19 @@ fn check_supported(params: &TestParams) -> Result<(), RunError> {
 
 /// Runs one side of a test: the server when `args.server` is `None`.
 pub fn run(verb: Verb, args: &RunArgs) -> Result<(), RunError> {
-    let params = TestParams::resolve(verb, args)?;
+    let mut params = TestParams::resolve(verb, args)?;
     check_supported(&params)?;
     // First: with --use-cuda and no driver (or no such GPU) nothing else runs.
     let memory = Memory::prepare(BufferKind::from_args(args))?;
     let dev = DeviceSide::open(args, &params)?;
+    if let Some(warning) = params.fit_device(
+        dev.name(),
+        dev.dev_attr.max_qp_rd_atom(),
+        dev.dev_attr.vendor_id(),
+        args.inline_size.is_some(),
+    ) {
+        eprintln!("{warning}");
+    }
     // Before anything connects: a few milliseconds, even with a slow clock.
     let clock = ClockCheck::measure();
     if let Some(warning) = clock.warning() {
@@ -235,16 +243,24 @@ fn print_banner(
         " Inline data     : {:<14}Run           : {amount}",
         format!("{} B", res.inline)
     );
-    println!(" Buffers         : {}", memory.description());
-    println!(" Clock           : {}", clock.description());
+    if matches!(params.verb, Verb::Read | Verb::Atomic) {
+        println!(" Outstand reads  : {}", params.outstanding);
+    }
     if params.verb == Verb::Send {
         println!(" RX depth        : {}", params.rx_depth);
     }
+    println!(" Posting         : {}", res.api.posting());
+    println!(" Polling         : {}", res.api.polling());
+    println!(" Buffers         : {}", memory.description());
+    println!(" Clock           : {}", clock.description());
+    println!(" Link type       : {}", dev.link_type());
     if params.bidirectional {
         println!(" Bidirectional   : both sides measure their own direction");
     }
     if params.rdma_cm {
         println!(" QP setup        : rdma_cm (-R): path, PSNs and QP numbers from rdma_cm");
+    } else {
+        println!(" QP setup        : endpoints traded over TCP (no rdma_cm)");
     }
     if params.data_validation {
         println!(" Data validation : on: every byte that lands is compared after each size");
@@ -268,7 +284,13 @@ fn run_connected(
 ) -> Result<(), RunError> {
     let is_client = args.server.is_some();
     let role_name = if is_client { "client" } else { "server" };
-    let mut res = Resources::create(dev, memory, params)?;
+    let mut res = Resources::create(dev, memory, params, VerbsApi::from_args(args, dev))?;
+    for why in [&res.api.qp_fallback, &res.api.cq_fallback]
+        .into_iter()
+        .flatten()
+    {
+        eprintln!("stride-perf: {why}: using the classic verbs instead");
+    }
     let ours = res.endpoints(dev);
     // With -R the server listens before the client learns anything, so that the client's
     // connection requests find the listener.
@@ -439,6 +461,8 @@ fn run_connected(
         gid_index: dev.gid.map_or(0, |g| g.index),
         buffer: Some(memory.description()),
         clock: Some(clock_note),
+        posting: Some(res.api.posting()),
+        polling: Some(res.api.polling()),
         results,
     };
     let peer = oob.exchange_results(&this_side)?;

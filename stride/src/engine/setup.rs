@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use sideway::async_event::EventError;
 use sideway::device::{DeviceAttr, LinkLayer, Mtu, PortAttr};
-use sideway::queue_pair::AddressVector;
+use sideway::queue_pair::{AddressVector, SendOpsFlags};
 use sideway::{
     AccessFlags, AddressHandle, CompletionChannel, CompletionQueue, ConnectOptions, DeviceContext,
     Endpoint, Gid, ProtectionDomain, QpType, QueuePair, SendData, GRH_LEN,
@@ -21,7 +21,7 @@ use sideway::memory_region::Sge;
 
 use super::RunError;
 use crate::buffer::{Memory, TestBuffer};
-use crate::cli::{Connection, RunArgs, Verb};
+use crate::cli::{AtomicType, Connection, RunArgs, Verb};
 use crate::gid_select::{best_gid, GidCandidate};
 use crate::oob::QpEndpoint;
 use crate::params::TestParams;
@@ -121,6 +121,15 @@ impl DeviceSide {
         self.ctx.name()
     }
 
+    /// The port's link layer, as perftest's banner names it.
+    pub(crate) fn link_type(&self) -> &'static str {
+        match self.port_attr.link_layer() {
+            LinkLayer::Ethernet => "Ethernet",
+            LinkLayer::Infiniband | LinkLayer::Unspecified => "IB",
+            _ => "unknown",
+        }
+    }
+
     /// A line saying which GID is used and why.
     pub(crate) fn gid_line(&self) -> String {
         match (&self.gid, self.gid_auto) {
@@ -136,6 +145,105 @@ impl DeviceSide {
 pub(crate) fn half_for(largest: u64) -> usize {
     let largest = usize::try_from(largest).unwrap_or(usize::MAX);
     largest.max(8).div_ceil(64).saturating_mul(64)
+}
+
+/// Which verbs API a side posts and polls with: asked for on the command line (or perftest's
+/// choice for the device), then what the device gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct VerbsApi {
+    /// Posting with `ibv_wr_*` on extended QPs (else `ibv_post_send` on classic ones).
+    pub(crate) extended_qp: bool,
+    /// Why: the option that chose, or "as perftest on this device".
+    pub(crate) qp_why: &'static str,
+    /// Polling with `ibv_start_poll` on extended CQs (else `ibv_poll_cq` on classic ones).
+    pub(crate) extended_cq: bool,
+    /// Why the QPs are classic although extended ones were asked for.
+    pub(crate) qp_fallback: Option<String>,
+    /// Why the CQs are classic although extended ones were asked for.
+    pub(crate) cq_fallback: Option<String>,
+}
+
+/// The devices on which perftest posts through `ibv_wr_*` by default; on every other device
+/// it sets its `--use_old_post_send` itself. Its list names the mlx5 family (Connect-IB,
+/// ConnectX-4 and later, their VFs, BlueField 1 to 3), EFA, HNS and Yunsilicon's devices;
+/// recognised here by vendor: Mellanox/NVIDIA (0x02c9) parts from Connect-IB (4113) on, and
+/// Amazon (0x1d0f). HNS and Yunsilicon devices, whose IDs were not checked, post classic
+/// unless `--use-wr-api` says otherwise.
+pub(crate) fn perftest_posts_with_wr(vendor_id: u32, vendor_part_id: u32) -> bool {
+    const MELLANOX: u32 = 0x02c9;
+    const AMAZON: u32 = 0x1d0f;
+    const CONNECT_IB: u32 = 4113;
+    match vendor_id {
+        MELLANOX => vendor_part_id >= CONNECT_IB,
+        AMAZON => true,
+        _ => false,
+    }
+}
+
+impl VerbsApi {
+    /// What the command line asks for: perftest's choice for the device (`ibv_wr_*` posting
+    /// on the devices where perftest uses it, [`perftest_posts_with_wr`], classic elsewhere;
+    /// `ibv_poll_cq` polling) unless `--use-old-post-send`, `--use-wr-api` or
+    /// `--extended-poll` says otherwise.
+    pub(crate) fn from_args(args: &RunArgs, dev: &DeviceSide) -> Self {
+        let (extended_qp, qp_why) = match (args.use_old_post_send, args.use_wr_api) {
+            (true, _) => (false, "--use-old-post-send"),
+            (false, true) => (true, "--use-wr-api"),
+            (false, false) => (
+                perftest_posts_with_wr(dev.dev_attr.vendor_id(), dev.dev_attr.vendor_part_id()),
+                "as perftest on this device",
+            ),
+        };
+        VerbsApi {
+            extended_qp,
+            qp_why,
+            extended_cq: args.extended_poll,
+            qp_fallback: None,
+            cq_fallback: None,
+        }
+    }
+
+    /// How this side posts, as the banner and the JSON report say it.
+    pub(crate) fn posting(&self) -> String {
+        match (&self.qp_fallback, self.extended_qp) {
+            (Some(why), _) => format!("ibv_post_send (classic QPs): {why}"),
+            (None, true) => format!("ibv_wr_* (extended QPs, {})", self.qp_why),
+            (None, false) => format!("ibv_post_send (classic QPs, {})", self.qp_why),
+        }
+    }
+
+    /// How this side polls, likewise.
+    pub(crate) fn polling(&self) -> String {
+        match (&self.cq_fallback, self.extended_cq) {
+            (Some(why), _) => format!("ibv_poll_cq (classic CQs): {why}"),
+            (None, true) => "ibv_start_poll (extended CQs, --extended-poll)".to_owned(),
+            (None, false) => "ibv_poll_cq (classic CQs)".to_owned(),
+        }
+    }
+}
+
+/// Whether a failed create verb means "this device has no such extended object", the one
+/// failure that falls back to the classic verb (as perftest does): `EOPNOTSUPP`, or
+/// `ENOSYS` from a library without the verb.
+fn lacks_extended(source: &std::io::Error) -> bool {
+    matches!(
+        source.raw_os_error(),
+        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)
+    )
+}
+
+/// The operations an extended QP of `params` posts: only those, as perftest asks, so that a
+/// device that lacks an operation the run never uses still gives extended QPs.
+fn send_ops(params: &TestParams) -> SendOpsFlags {
+    match params.verb {
+        Verb::Send => SendOpsFlags::SEND,
+        Verb::Write => SendOpsFlags::RDMA_WRITE,
+        Verb::Read => SendOpsFlags::RDMA_READ,
+        Verb::Atomic => match params.atomic_type {
+            AtomicType::FetchAndAdd => SendOpsFlags::ATOMIC_FETCH_AND_ADD,
+            AtomicType::CmpAndSwap => SendOpsFlags::ATOMIC_CMP_AND_SWP,
+        },
+    }
 }
 
 /// One side's queue pairs and buffers.
@@ -157,6 +265,8 @@ pub(crate) struct Resources {
     /// Messages up to this size go inline (0: none; always 0 for GPU buffers, which the
     /// CPU cannot copy from).
     pub(crate) inline: u32,
+    /// The verbs API the QPs and CQs were made for.
+    pub(crate) api: VerbsApi,
 }
 
 impl std::fmt::Debug for Resources {
@@ -181,6 +291,7 @@ impl Resources {
         dev: &DeviceSide,
         memory: &Memory,
         params: &TestParams,
+        mut api: VerbsApi,
     ) -> Result<Self, RunError> {
         let pd = dev.ctx.alloc_pd()?;
         let largest = params.sizes.iter().copied().max().unwrap_or(8);
@@ -211,16 +322,36 @@ impl Resources {
         } else {
             None
         };
-        let cq = |cqe: u32| {
+        let cq = |cqe: u32, api: &mut VerbsApi| -> Result<_, RunError> {
             let mut b = dev.ctx.create_cq_builder();
             b.cqe(cqe);
             if let Some(channel) = &events {
                 b.channel(channel);
             }
-            b.build()
+            if !api.extended_cq {
+                return Ok(b.build()?);
+            }
+            match b.build_ex() {
+                Ok(cq) => Ok(cq),
+                Err(e) => {
+                    let lacks = match &e {
+                        sideway::CompletionQueueError::Create { source, .. } => {
+                            lacks_extended(source)
+                        }
+                        sideway::CompletionQueueError::MissingFunction { .. } => true,
+                        _ => false,
+                    };
+                    if !lacks {
+                        return Err(e.into());
+                    }
+                    api.extended_cq = false;
+                    api.cq_fallback = Some(format!("{} has no extended CQs ({e})", dev.name()));
+                    Ok(b.build()?)
+                }
+            }
         };
-        let send_cq = cq(send_cqe)?;
-        let recv_cq = cq(recv_cqe)?;
+        let send_cq = cq(send_cqe, &mut api)?;
+        let recv_cq = cq(recv_cqe, &mut api)?;
         let qp_type = match params.connection {
             Connection::Rc => QpType::Rc,
             Connection::Uc => QpType::Uc,
@@ -249,8 +380,26 @@ impl Resources {
                 .max_recv_wr(if receives { params.rx_depth } else { 1 })
                 .max_send_sge(1)
                 .max_recv_sge(1)
-                .max_inline_data(inline_size);
-            let qp = qb.build()?;
+                .max_inline_data(inline_size)
+                .send_ops_flags(send_ops(params));
+            let qp = if api.extended_qp {
+                match qb.build_ex() {
+                    Ok(qp) => qp,
+                    Err(sideway::QueuePairError::Create { ref source, .. })
+                        if i == 0 && lacks_extended(source) =>
+                    {
+                        api.extended_qp = false;
+                        api.qp_fallback = Some(format!(
+                            "{} has no extended QPs (ibv_create_qp_ex: {source})",
+                            dev.name()
+                        ));
+                        qb.build()?
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            } else {
+                qb.build()?
+            };
             // The provider may round the inline size; never ask more than every QP gives.
             inline = inline.min(qp.cap().max_inline_data);
             qps.push(qp);
@@ -269,6 +418,7 @@ impl Resources {
             ahs: Vec::new(),
             half,
             inline,
+            api,
         })
     }
 
@@ -560,6 +710,16 @@ mod tests {
         assert!(e.contains("the peer sent 2 QP endpoints"), "{e}");
         assert!(!e.contains("  "), "a message with a run of spaces: {e}");
         assert!(remote_target(&[], 0, 64).is_err());
+    }
+
+    #[test]
+    fn perftest_posts_with_wr_on_mlx5_and_efa_only() {
+        assert!(perftest_posts_with_wr(0x02c9, 4123), "ConnectX-6");
+        assert!(perftest_posts_with_wr(0x02c9, 41692), "BlueField-3");
+        assert!(!perftest_posts_with_wr(0x02c9, 4103), "ConnectX-3 (mlx4)");
+        assert!(perftest_posts_with_wr(0x1d0f, 0xefa1), "EFA");
+        assert!(!perftest_posts_with_wr(0, 0), "rxe");
+        assert!(!perftest_posts_with_wr(0x8086, 0x1593), "irdma");
     }
 
     #[test]

@@ -5,6 +5,10 @@
 //! no progress at all ends with an error instead of a hang. Between the measured loops,
 //! [`Watch::barrier`] waits for the peer the same way.
 
+// One poll(2) call: std has no way to wait on two descriptors at once.
+#![allow(unsafe_code)]
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
 use super::link::LinkWatch;
@@ -16,8 +20,9 @@ const SPINS_PER_CHECK: u32 = 1024;
 /// How often the out-of-band channel is looked at.
 const PEER_CHECK: Duration = Duration::from_millis(10);
 
-/// How often a barrier looks at the peer and the link while it waits.
-const BARRIER_NAP: Duration = Duration::from_millis(5);
+/// The longest a barrier sleeps before it looks at the link's state again (a port that
+/// stays down past the peer's retry budget ends the wait; no event says when that is).
+const BARRIER_NAP: Duration = Duration::from_millis(100);
 
 /// The watchdog of a run's measured loops.
 pub(crate) struct Watch {
@@ -68,14 +73,18 @@ impl Watch {
         let started = Instant::now();
         while !oob.peer_spoke()? {
             self.link.check()?;
-            if started.elapsed() >= limit {
+            let left = limit.saturating_sub(started.elapsed());
+            if left.is_zero() {
                 return Err(RunError::new(format!(
                     "waited {} s for the peer to reach \"{step}\": it is stuck or the network \
                      between the two sides is down; check the peer's output",
                     limit.as_secs()
                 )));
             }
-            std::thread::sleep(BARRIER_NAP);
+            // Asleep until the peer speaks or the device reports an event, not woken every
+            // few milliseconds: on a host with few CPUs a waiting side's wake-ups take CPU
+            // time from the kernel work (SoftRoCE's) of the peer's measured loop.
+            wait_readable([oob.as_fd(), self.link.fd()], left.min(BARRIER_NAP))?;
         }
         Ok(oob.expect_ready(step)?)
     }
@@ -115,4 +124,29 @@ impl Watch {
         }
         Ok(self.peer_spoke)
     }
+}
+
+/// Sleeps until one of `fds` is readable (or closed), or `limit` passes, or a signal comes.
+fn wait_readable<const N: usize>(
+    fds: [BorrowedFd<'_>; N],
+    limit: Duration,
+) -> Result<(), RunError> {
+    let mut polled = fds.map(|fd| libc::pollfd {
+        fd: fd.as_fd().as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    });
+    let ms = libc::c_int::try_from(limit.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
+    // SAFETY: polled is a valid array of polled.len() pollfd entries for the call's
+    // duration, and every descriptor in it is borrowed, so open.
+    let ret = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, ms) };
+    if ret < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(RunError::new(format!(
+                "waiting for the peer or the device (poll): {e}"
+            )));
+        }
+    }
+    Ok(())
 }
