@@ -279,13 +279,13 @@ pub(crate) fn run_size(
                     if let Err(e) = wc.ok() {
                         // The first message of those this completion covers.
                         let at = counts.get(q).map_or(0, |c| c.completed) + 1;
-                        return Err(wc_failed(
+                        return Err(watch.explain(wc_failed(
                             &e,
                             op_name(params.verb),
                             q,
                             at,
                             params.qp_timeout,
-                        ));
+                        )));
                     }
                     let covered = wc.wr_id() >> 32;
                     counts[q].completed += covered;
@@ -307,7 +307,13 @@ pub(crate) fn run_size(
                     let q = (wc.wr_id() & QP_INDEX_MASK) as usize;
                     if let Err(e) = wc.ok() {
                         let at = rx_per_qp.get(q).map_or(0, |&n| n) + 1;
-                        return Err(wc_failed(&e, "receive", q, at, params.qp_timeout));
+                        return Err(watch.explain(wc_failed(
+                            &e,
+                            "receive",
+                            q,
+                            at,
+                            params.qp_timeout,
+                        )));
                     }
                     rx_per_qp[q] += 1;
                     if duration_mode || rx_per_qp[q] + rx_depth <= params.iterations {

@@ -70,13 +70,8 @@ impl PingPong<'_> {
             let got = self.send_cq.poll_into(&mut self.wcs[..1])?;
             if got > 0 {
                 if let Err(e) = self.wcs[0].ok() {
-                    return Err(wc_failed(
-                        &e,
-                        self.send_op,
-                        0,
-                        self.progress + 1,
-                        self.qp_timeout,
-                    ));
+                    let failed = wc_failed(&e, self.send_op, 0, self.progress + 1, self.qp_timeout);
+                    return Err(self.watch.explain(failed));
                 }
                 self.outstanding = false;
                 return Ok(true);
@@ -145,13 +140,8 @@ impl PingPong<'_> {
             return Ok(false);
         }
         if let Err(e) = self.wcs[1].ok() {
-            return Err(wc_failed(
-                &e,
-                "receive",
-                0,
-                self.progress + 1,
-                self.qp_timeout,
-            ));
+            let failed = wc_failed(&e, "receive", 0, self.progress + 1, self.qp_timeout);
+            return Err(self.watch.explain(failed));
         }
         let mut guard = self.qp.start_post_recv();
         guard.recv(0, &[self.recv_sge]);

@@ -158,6 +158,33 @@ impl LinkWatch {
     }
 }
 
+impl LinkWatch {
+    /// After a failed completion: `e` with what the device said about the link, if its port
+    /// went down (a port going down moves the QPs to the error state on some devices, and
+    /// the completions then say only "flushed"). Waits at most 100 ms for the port event,
+    /// which may trail the completion.
+    #[cold]
+    pub(crate) fn explain(&mut self, e: RunError) -> RunError {
+        let deadline = Instant::now() + Duration::from_millis(100);
+        while self.down_since.is_none() && Instant::now() < deadline {
+            // An error here (a fatal event) is the better explanation.
+            if let Err(fatal) = self.check() {
+                return RunError::new(format!("{e}; meanwhile {fatal}"));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        match self.down_since {
+            Some(t) => RunError::new(format!(
+                "{e}; {} port {} went down {} before: the link is the likely cause",
+                self.ctx.name(),
+                self.port,
+                show(t.elapsed())
+            )),
+            None => e,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -89,6 +89,12 @@ impl Watch {
         Ok(oob.expect_ready(step)?)
     }
 
+    /// A failed completion's error, with the link's part in it if its port went down.
+    #[cold]
+    pub(crate) fn explain(&mut self, e: RunError) -> RunError {
+        self.link.explain(e)
+    }
+
     /// Called on every turn of a loop that may wait (or at least on every idle one);
     /// `progress` is any count that grows while the run moves. Returns whether the peer has sent a message (the end of its own
     /// part of the run, usually; the message stays for the next `recv`).
