@@ -143,6 +143,41 @@ struct QpCount {
     target: u64,
 }
 
+/// The error to report for a failed send completion `e`. A flushed completion names no
+/// cause, and the one that moved the QP to the error state (a transport retry failure, say)
+/// may come after it in the queue: looks among `rest` (the batch polled with `e`) and then in
+/// `cq` for at most 100 ms for a completion that failed with another status.
+#[cold]
+fn first_cause(
+    e: sideway::WorkCompletionError,
+    rest: &[WorkCompletion],
+    cq: &mut sideway::ClaimedCq,
+) -> sideway::WorkCompletionError {
+    if e.status != sideway::WcStatus::WrFlushErr {
+        return e;
+    }
+    let cause = |wc: &WorkCompletion| {
+        wc.ok()
+            .err()
+            .filter(|c| c.status != sideway::WcStatus::WrFlushErr)
+    };
+    if let Some(c) = rest.iter().find_map(cause) {
+        return c;
+    }
+    let deadline = Instant::now() + Duration::from_millis(100);
+    let mut more = [WorkCompletion::default(); 32];
+    while Instant::now() < deadline {
+        let n = cq.poll_into(&mut more).unwrap_or(0);
+        if let Some(c) = more[..n].iter().find_map(cause) {
+            return c;
+        }
+        if n == 0 {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    e
+}
+
 /// Runs one size. `tx` and `rx` are cleared and refilled; they must have been allocated
 /// with room for every message. Returns what this side measured, if anything.
 #[allow(clippy::too_many_arguments)]
@@ -274,9 +309,10 @@ pub(crate) fn run_size(
             let got = send_poll.poll_into(&mut wcs)?;
             if got > 0 {
                 let t = now(base);
-                for wc in &wcs[..got] {
+                for (i, wc) in wcs[..got].iter().enumerate() {
                     let q = (wc.wr_id() & QP_INDEX_MASK) as usize;
                     if let Err(e) = wc.ok() {
+                        let e = first_cause(e, &wcs[i + 1..got], &mut send_poll);
                         // The first message of those this completion covers.
                         let at = counts.get(q).map_or(0, |c| c.completed) + 1;
                         return Err(watch.explain(wc_failed(
