@@ -12,25 +12,19 @@
 mod fuzz;
 
 use std::io::{Read, Write};
+
+use fuzz::harmless;
 use std::net::{Shutdown, TcpListener};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use sideway::peer_text::is_bidi_control;
 use sideway::Gid;
 use sideway_examples::cmtime_wire::{check_announced, check_answer, STEPS, SYNC_STEPS};
 use sideway_examples::pingpong_wire::{client_exchange_many, Endpoint, MESSAGE_LEN};
 use sideway_examples::rping_wire::{fill_ping, ping_text, BufferAdvert, ADVERT_LEN};
 
 const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
-
-/// True when `text` holds nothing that drives a terminal or reorders a line.
-fn harmless(text: &str) -> bool {
-    !text.chars().any(|c| {
-        (c.is_control() && c != '\n') || ('\u{80}'..='\u{9f}').contains(&c) || is_bidi_control(c)
-    })
-}
 
 fn check_text(what: &str, text: &str) -> Result<(), TestCaseError> {
     prop_assert!(harmless(text), "{what} is not harmless: {text:?}");

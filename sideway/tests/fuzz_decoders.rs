@@ -13,19 +13,13 @@ mod support {
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use proptest::prelude::*;
-use sideway::peer_text::{is_bidi_control, printable, PEER_TEXT_MAX};
+use sideway::peer_text::{printable, PEER_TEXT_MAX};
 use sideway::{Gid, Grh, GrhKind, GRH_LEN};
 
 use support::fuzz;
+use support::fuzz::harmless;
 
 const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
-
-/// True when `text` holds nothing that drives a terminal or reorders a line.
-fn harmless(text: &str) -> bool {
-    !text.chars().any(|c| {
-        (c.is_control() && c != '\n') || ('\u{80}'..='\u{9f}').contains(&c) || is_bidi_control(c)
-    })
-}
 
 /// The 16-bit ones'-complement checksum of an IPv4 header (its checksum field zero).
 fn ipv4_checksum(header: &[u8]) -> u16 {

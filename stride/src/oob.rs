@@ -770,16 +770,10 @@ impl OobChannel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::Cli;
-    use clap::Parser;
     use std::thread;
 
     fn params(args: &[&str]) -> TestParams {
-        let mut argv = vec!["stride-perf"];
-        argv.extend_from_slice(args);
-        let cli = Cli::try_parse_from(argv).unwrap();
-        let (verb, a) = cli.command.run_args().unwrap();
-        TestParams::resolve(verb, a).unwrap()
+        crate::params::from_args(args).unwrap()
     }
 
     /// A connected pair over loopback.

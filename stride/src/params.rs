@@ -332,18 +332,23 @@ impl TestParams {
     }
 }
 
+/// The parameters of a command line (without the program name), for unit tests.
+#[cfg(test)]
+pub(crate) fn from_args(args: &[&str]) -> Result<TestParams, ParamError> {
+    use clap::Parser;
+    let mut argv = vec!["stride-perf"];
+    argv.extend_from_slice(args);
+    let cli = crate::cli::Cli::try_parse_from(argv).expect("a valid command line");
+    let (verb, a) = cli.command.run_args().expect("a run command");
+    TestParams::resolve(verb, a)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::Cli;
-    use clap::Parser;
 
     fn params(args: &[&str]) -> Result<TestParams, ParamError> {
-        let mut argv = vec!["stride-perf"];
-        argv.extend_from_slice(args);
-        let cli = Cli::try_parse_from(argv).unwrap();
-        let (verb, a) = cli.command.run_args().unwrap();
-        TestParams::resolve(verb, a)
+        from_args(args)
     }
 
     #[test]

@@ -328,6 +328,16 @@ pub fn fuzz_values<S>(
     });
 }
 
+/// True when `text` holds nothing that drives a terminal or reorders a line: no control
+/// character but the line break, no C1 control, no bidirectional-text control.
+pub fn harmless(text: &str) -> bool {
+    !text.chars().any(|c| {
+        (c.is_control() && c != '\n')
+            || ('\u{80}'..='\u{9f}').contains(&c)
+            || sideway::peer_text::is_bidi_control(c)
+    })
+}
+
 /// Chunk sizes for feeding `bytes` to a stream decoder: the same for the same input,
 /// different across inputs, from 1 byte up to 64.
 pub fn chunk_sizes(bytes: &[u8]) -> impl Iterator<Item = usize> {

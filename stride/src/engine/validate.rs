@@ -181,15 +181,9 @@ pub(super) fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::Cli;
-    use clap::Parser;
 
     fn params(args: &[&str]) -> TestParams {
-        let mut argv = vec!["stride-perf"];
-        argv.extend_from_slice(args);
-        let cli = Cli::try_parse_from(argv).unwrap();
-        let (verb, a) = cli.command.run_args().unwrap();
-        TestParams::resolve(verb, a).unwrap()
+        crate::params::from_args(args).unwrap()
     }
 
     #[test]
@@ -246,13 +240,7 @@ mod tests {
 
     #[test]
     fn only_rc_bandwidth_tests_of_data_verbs_validate() {
-        let refuse = |args: &[&str]| {
-            let mut argv = vec!["stride-perf"];
-            argv.extend_from_slice(args);
-            let cli = Cli::try_parse_from(argv).unwrap();
-            let (verb, a) = cli.command.run_args().unwrap();
-            TestParams::resolve(verb, a).unwrap_err().to_string()
-        };
+        let refuse = |args: &[&str]| crate::params::from_args(args).unwrap_err().to_string();
         assert!(refuse(&["write", "lat", "--data-validation"]).contains("bandwidth tests"));
         assert!(refuse(&["atomic", "bw", "--data-validation"]).contains("atomic"));
         assert!(refuse(&["send", "bw", "-c", "UD", "--data-validation"]).contains("-c RC"));
