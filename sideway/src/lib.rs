@@ -82,32 +82,19 @@
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
-#[allow(unsafe_code)]
-pub mod address_handle;
-#[allow(unsafe_code)]
-pub mod async_event;
-#[allow(unsafe_code)]
-pub mod completion_event;
-#[allow(unsafe_code)]
-pub mod completion_queue;
-#[allow(unsafe_code)]
-pub mod device;
+mod diagnostics;
+mod fd;
 pub mod gid;
-#[allow(unsafe_code)]
-pub mod memory_region;
-#[allow(unsafe_code)]
-pub mod memory_window;
 pub mod peer_text;
-#[allow(unsafe_code)]
-pub mod protection_domain;
-#[allow(unsafe_code)]
-pub mod queue_pair;
 #[allow(unsafe_code)]
 pub mod rdmacm;
 mod report;
-#[allow(unsafe_code)]
-pub mod shared_receive_queue;
 pub mod testing;
+mod verbs;
+pub use verbs::{
+    address_handle, async_event, completion_event, completion_queue, device, memory_region,
+    memory_window, protection_domain, queue_pair, shared_receive_queue,
+};
 
 // The workspace README's Rust example is compiled as a doc test of this crate, so it cannot
 // drift from the API.
@@ -150,13 +137,3 @@ pub use shared_receive_queue::{
     SharedReceiveQueue, SharedReceiveQueueBuilder, SharedReceiveQueueError, SrqPostRecvChain,
     SrqPostRecvGuard,
 };
-
-/// Reports a destroy verb that failed in a `Drop`: the resource may leak, but the program goes
-/// on. Through the `log` facade, at error level, target `sideway`: the application's logger
-/// decides where it goes (see "Diagnostics" in the crate docs); logging never panics.
-pub(crate) fn report_drop_failure(call: &str, object: &str, error: &std::io::Error) {
-    log::error!(
-        target: "sideway",
-        "{call} failed while dropping {object}: {error} (the resource may leak)"
-    );
-}

@@ -80,12 +80,12 @@ use std::time::{Duration, Instant};
 use rdma_mummy_sys as ffi;
 use rdma_mummy_sys::{Library, LoadError};
 
-use crate::completion_queue::CompletionQueue;
-use crate::device::{DeviceContext, Mtu, TransportType};
 use crate::errno::{fresh, from_ret, non_null, out_ptr, Fresh};
 use crate::macros::c_enum;
-use crate::protection_domain::ProtectionDomain;
-use crate::queue_pair::{QpAttrMask, QueuePairAttribute};
+use crate::verbs::completion_queue::CompletionQueue;
+use crate::verbs::device::{DeviceContext, Mtu, TransportType};
+use crate::verbs::protection_domain::ProtectionDomain;
+use crate::verbs::queue_pair::{QpAttrMask, QueuePairAttribute};
 
 /// Most private data `rdma_connect` carries on an `RDMA_PS_TCP` id over InfiniBand or RoCE
 /// (the IB CM REQ's 92 bytes less rdma_cm's 36-byte header).
@@ -1114,7 +1114,7 @@ impl Drop for CmAddressHandle {
         // SAFETY: raw came from ibv_create_ah and is destroyed once, here.
         let ret = fresh(|| unsafe { ffi::ibv_destroy_ah(self.raw.as_ptr()) });
         if let Err(e) = from_ret(ret) {
-            crate::report_drop_failure("ibv_destroy_ah", "an address handle", &e);
+            crate::diagnostics::report_drop_failure("ibv_destroy_ah", "an address handle", &e);
         }
     }
 }
@@ -1747,7 +1747,11 @@ impl Drop for CmId {
             // SAFETY: the id is alive and joined this group; librdmacm detaches the QP.
             let ret = fresh(|| unsafe { ffi::rdma_leave_multicast(raw, sa.as_mut_ptr()) });
             if let Err(e) = from_ret(ret) {
-                crate::report_drop_failure("rdma_leave_multicast", &group.to_string(), &e);
+                crate::diagnostics::report_drop_failure(
+                    "rdma_leave_multicast",
+                    &group.to_string(),
+                    &e,
+                );
             }
         }
         if lock(&self.qp).is_some() {
@@ -1770,7 +1774,7 @@ impl Drop for CmId {
             Err(e) => {
                 // The id may live on and its events may still name this allocation: keep the
                 // weak reference (and so the allocation) alive rather than risk a dangling one.
-                crate::report_drop_failure("rdma_destroy_id", "an rdma_cm id", &e);
+                crate::diagnostics::report_drop_failure("rdma_destroy_id", "an rdma_cm id", &e);
             }
         }
     }

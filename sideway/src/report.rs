@@ -144,21 +144,21 @@ mod tests {
     fn every_error_of_the_crate_converts() {
         fn converts<E: Into<Report>>() {}
         converts::<crate::AddressHandleError>();
-        converts::<crate::address_handle::GrhError>();
-        converts::<crate::protection_domain::AllocPdError>();
+        converts::<crate::verbs::address_handle::GrhError>();
+        converts::<crate::verbs::protection_domain::AllocPdError>();
         converts::<crate::BufferError>();
         converts::<crate::rdmacm::CmError>();
         converts::<crate::CompletionQueueError>();
         converts::<crate::ConnectError>();
         converts::<crate::DeviceError>();
         converts::<crate::EventError>();
-        converts::<crate::queue_pair::InvalidWorkRequest>();
+        converts::<crate::verbs::queue_pair::InvalidWorkRequest>();
         converts::<crate::MemoryRegionError>();
         converts::<crate::MemoryWindowError>();
         converts::<crate::ModifyQpError>();
         converts::<crate::ParseGidError>();
         converts::<crate::PostError>();
-        converts::<crate::queue_pair::QueryQpError>();
+        converts::<crate::verbs::queue_pair::QueryQpError>();
         converts::<crate::QueuePairError>();
         converts::<crate::SharedReceiveQueueError>();
         converts::<crate::testing::TestDeviceError>();

@@ -29,7 +29,7 @@
 
 use std::sync::Arc;
 
-use crate::device::{open_device, DeviceContext, DeviceError, LinkLayer};
+use crate::verbs::device::{open_device, DeviceContext, DeviceError, LinkLayer};
 
 /// The variable that names the device a test must use.
 pub const DEVICE_ENV: &str = "RDMA_TEST_DEVICE";

@@ -358,7 +358,7 @@ impl Drop for DeviceContext {
         // this context is gone, so this is the last use.
         let ret = fresh(|| unsafe { ffi::ibv_close_device(self.raw.as_ptr()) });
         if let Err(e) = from_ret(ret) {
-            crate::report_drop_failure("ibv_close_device", &self.name, &e);
+            crate::diagnostics::report_drop_failure("ibv_close_device", &self.name, &e);
         }
     }
 }

@@ -21,9 +21,9 @@ use std::sync::Arc;
 use bitflags::bitflags;
 use rdma_mummy_sys as ffi;
 
-use crate::device::DeviceContext;
 use crate::errno::{fresh, from_post_ret, from_ret, non_null};
 use crate::macros::c_enum;
+use crate::verbs::device::DeviceContext;
 
 /// Why a completion queue or channel could not be created, or polled.
 #[derive(Debug, thiserror::Error)]
@@ -117,7 +117,7 @@ pub struct CompletionChannel {
     raw: NonNull<ffi::ibv_comp_channel>,
     ctx: Arc<DeviceContext>,
     /// The CQs created with this channel, so an event hands back the sideway CQ.
-    pub(crate) cqs: crate::completion_event::ChannelCqs,
+    pub(crate) cqs: crate::verbs::completion_event::ChannelCqs,
 }
 
 // SAFETY: a completion channel is a file descriptor wrapper; libibverbs allows its use from
@@ -174,7 +174,11 @@ impl Drop for CompletionChannel {
         // SAFETY: every CQ using the channel holds an Arc of it, so none is left.
         let ret = fresh(|| unsafe { ffi::ibv_destroy_comp_channel(self.raw.as_ptr()) });
         if let Err(e) = from_ret(ret) {
-            crate::report_drop_failure("ibv_destroy_comp_channel", "a completion channel", &e);
+            crate::diagnostics::report_drop_failure(
+                "ibv_destroy_comp_channel",
+                "a completion channel",
+                &e,
+            );
         }
     }
 }
@@ -383,7 +387,11 @@ impl CompletionQueueBuilder {
                         // SAFETY: raw is the CQ just created, known to nothing else.
                         let ret = fresh(|| unsafe { ffi::ibv_destroy_cq(raw.as_ptr()) });
                         if let Err(e) = from_ret(ret) {
-                            crate::report_drop_failure("ibv_destroy_cq", "an unusable CQ", &e);
+                            crate::diagnostics::report_drop_failure(
+                                "ibv_destroy_cq",
+                                "an unusable CQ",
+                                &e,
+                            );
                         }
                     }
                     return Err(CompletionQueueError::MissingFunction {
@@ -466,7 +474,7 @@ impl Drop for CompletionQueue {
             return;
         }
         // ibv_destroy_cq waits until every event it delivered is acknowledged.
-        crate::completion_event::before_destroy(
+        crate::verbs::completion_event::before_destroy(
             self.raw.as_ptr(),
             &self.unacked_events,
             self._channel.as_deref(),
@@ -475,7 +483,7 @@ impl Drop for CompletionQueue {
         // (for an extended CQ, the same object seen as ibv_cq).
         let ret = fresh(|| unsafe { ffi::ibv_destroy_cq(self.raw.as_ptr()) });
         if let Err(e) = from_ret(ret) {
-            crate::report_drop_failure("ibv_destroy_cq", "a completion queue", &e);
+            crate::diagnostics::report_drop_failure("ibv_destroy_cq", "a completion queue", &e);
         }
     }
 }

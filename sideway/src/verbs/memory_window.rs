@@ -32,12 +32,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use rdma_mummy_sys as ffi;
 
-use crate::device::DeviceCapFlags;
 use crate::errno::{fresh, from_ret, non_null};
 use crate::macros::c_enum;
-use crate::memory_region::{AccessFlags, MemoryRegion};
-use crate::protection_domain::ProtectionDomain;
-use crate::queue_pair::{QueuePair, SendFlags};
+use crate::verbs::device::DeviceCapFlags;
+use crate::verbs::memory_region::{AccessFlags, MemoryRegion};
+use crate::verbs::protection_domain::ProtectionDomain;
+use crate::verbs::queue_pair::{QueuePair, SendFlags};
 
 c_enum! {
     /// The kind of memory window.
@@ -304,7 +304,7 @@ impl Drop for MemoryWindow {
             if let Some(region) = bound.take() {
                 std::mem::forget(region);
             }
-            crate::report_drop_failure(
+            crate::diagnostics::report_drop_failure(
                 "ibv_dealloc_mw",
                 "a memory window (the region it was bound to is kept, never freed)",
                 &e,

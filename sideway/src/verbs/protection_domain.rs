@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use rdma_mummy_sys as ffi;
 
-use crate::device::DeviceContext;
 use crate::errno::{fresh, from_ret, non_null};
+use crate::verbs::device::DeviceContext;
 
 /// `ibv_alloc_pd` failed.
 #[derive(Debug, thiserror::Error)]
@@ -92,7 +92,7 @@ impl Drop for ProtectionDomain {
         // SAFETY: raw came from ibv_alloc_pd; every object holding an Arc of this PD is gone.
         let ret = fresh(|| unsafe { ffi::ibv_dealloc_pd(self.raw.as_ptr()) });
         if let Err(e) = from_ret(ret) {
-            crate::report_drop_failure("ibv_dealloc_pd", "a protection domain", &e);
+            crate::diagnostics::report_drop_failure("ibv_dealloc_pd", "a protection domain", &e);
         }
     }
 }

@@ -19,10 +19,10 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use rdma_mummy_sys as ffi;
 
 use crate::errno::{fresh, from_post_ret, from_ret, non_null};
-use crate::memory_region::Sge;
-use crate::protection_domain::ProtectionDomain;
-use crate::queue_pair::post::RecvStorage;
-use crate::queue_pair::InvalidWorkRequest;
+use crate::verbs::memory_region::Sge;
+use crate::verbs::protection_domain::ProtectionDomain;
+use crate::verbs::queue_pair::send::RecvStorage;
+use crate::verbs::queue_pair::InvalidWorkRequest;
 
 /// Why an SRQ operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -293,7 +293,11 @@ impl Drop for SharedReceiveQueue {
         // this SRQ's Arc, so none is left.
         let ret = fresh(|| unsafe { ffi::ibv_destroy_srq(self.raw.as_ptr()) });
         if let Err(e) = from_ret(ret) {
-            crate::report_drop_failure("ibv_destroy_srq", "a shared receive queue", &e);
+            crate::diagnostics::report_drop_failure(
+                "ibv_destroy_srq",
+                "a shared receive queue",
+                &e,
+            );
         }
     }
 }

@@ -21,11 +21,11 @@ use std::sync::Arc;
 
 use rdma_mummy_sys as ffi;
 
-use crate::completion_queue::{WcFlags, WorkCompletion};
 use crate::errno::{fresh, from_ret, non_null};
 use crate::gid::Gid;
-use crate::protection_domain::ProtectionDomain;
-use crate::queue_pair::AddressVector;
+use crate::verbs::completion_queue::{WcFlags, WorkCompletion};
+use crate::verbs::protection_domain::ProtectionDomain;
+use crate::verbs::queue_pair::AddressVector;
 
 /// Bytes of Global Route Header room at the start of every UD receive buffer.
 pub const GRH_LEN: usize = 40;
@@ -138,7 +138,7 @@ impl ProtectionDomain {
     }
 }
 
-impl crate::device::DeviceContext {
+impl crate::verbs::device::DeviceContext {
     /// Fills an address vector that reaches the sender of a received UD message
     /// (`ibv_init_ah_from_wc`), as [`ProtectionDomain::create_ah_from_wc`] does; `grh` as
     /// there.
@@ -218,7 +218,7 @@ impl Drop for AddressHandle {
         // copied what they needed of it (the guard borrowed it until posting).
         let ret = fresh(|| unsafe { ffi::ibv_destroy_ah(self.raw.as_ptr()) });
         if let Err(e) = from_ret(ret) {
-            crate::report_drop_failure("ibv_destroy_ah", "an address handle", &e);
+            crate::diagnostics::report_drop_failure("ibv_destroy_ah", "an address handle", &e);
         }
     }
 }

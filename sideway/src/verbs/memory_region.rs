@@ -74,8 +74,8 @@ use bitflags::bitflags;
 use rdma_mummy_sys as ffi;
 
 use crate::errno::{fresh, from_ret, non_null};
-use crate::protection_domain::ProtectionDomain;
-use crate::queue_pair::SendData;
+use crate::verbs::protection_domain::ProtectionDomain;
+use crate::verbs::queue_pair::SendData;
 
 bitflags! {
     /// What the device may do with a memory region (`ibv_access_flags`).
@@ -560,7 +560,7 @@ impl Drop for MemoryRegion {
             }
             LEAKED_REGIONS.fetch_add(1, Ordering::Relaxed);
             LEAKED_BYTES.fetch_add(len as u64, Ordering::Relaxed);
-            crate::report_drop_failure(
+            crate::diagnostics::report_drop_failure(
                 "ibv_dereg_mr",
                 "a memory region (its memory is leaked, not freed, as the device may still reach it)",
                 &e,
@@ -915,9 +915,9 @@ impl<A: BufferAccess> RegisteredBuffer<A> {
         let n = self.check_range(&range).ok()?;
         // SAFETY: inside the live memory (checked).
         let ptr = unsafe { NonNull::new_unchecked(self.ptr.as_ptr().add(range.start)) };
-        Some(SendData::InlineBuffer(crate::queue_pair::BufferBytes::new(
-            ptr, n,
-        )))
+        Some(SendData::InlineBuffer(
+            crate::verbs::queue_pair::BufferBytes::new(ptr, n),
+        ))
     }
 
     /// The bytes, as a slice.

@@ -24,9 +24,9 @@ use bitflags::bitflags;
 use rdma_mummy_sys as ffi;
 
 use super::{QpType, QueuePair, SendOpsFlags};
-use crate::address_handle::AddressHandle;
 use crate::errno::from_post_ret;
-use crate::memory_region::Sge;
+use crate::verbs::address_handle::AddressHandle;
+use crate::verbs::memory_region::Sge;
 
 bitflags! {
     /// Properties of one send work request (`ibv_send_flags`).
@@ -771,11 +771,11 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
     #[inline]
     pub fn bind_mw(
         self,
-        mw: &'a crate::memory_window::MemoryWindow,
+        mw: &'a crate::verbs::memory_window::MemoryWindow,
         rkey: u32,
-        mr: &'a std::sync::Arc<crate::memory_region::MemoryRegion>,
+        mr: &'a std::sync::Arc<crate::verbs::memory_region::MemoryRegion>,
         range: std::ops::Range<u64>,
-        access: crate::memory_region::AccessFlags,
+        access: crate::verbs::memory_region::AccessFlags,
     ) -> PostSendChain<'g, 'a> {
         mw.hold(mr);
         let info = ffi::ibv_mw_bind_info {

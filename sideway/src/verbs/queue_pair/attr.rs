@@ -6,10 +6,10 @@ use std::fmt;
 use bitflags::bitflags;
 use rdma_mummy_sys as ffi;
 
-use crate::device::Mtu;
 use crate::gid::Gid;
 use crate::macros::c_enum;
-use crate::memory_region::AccessFlags;
+use crate::verbs::device::Mtu;
+use crate::verbs::memory_region::AccessFlags;
 
 c_enum! {
     /// The state of a queue pair.

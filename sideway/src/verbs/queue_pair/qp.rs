@@ -1,42 +1,4 @@
-//! Queue pairs (`struct ibv_qp`, `struct ibv_qp_ex`): creating them, moving them through
-//! their states, connecting two of them, and posting work requests.
-//!
-//! One type, [`QueuePair`], covers the classic QP ([`QueuePairBuilder::build`], posted with
-//! one chained `ibv_post_send`) and the extended one ([`QueuePairBuilder::build_ex`], posted
-//! with `ibv_wr_start` .. `ibv_wr_complete`): switching is one line. A QP holds the `Arc`s of
-//! its protection domain and completion queues, and is itself an owned value: posting takes
-//! `&mut self`, so the compiler guarantees one batch at a time per QP.
-//!
-//! - [`QueuePairAttribute`] sets and reads every `ibv_qp_attr` field; [`QueuePair::modify`]
-//!   explains a rejected attribute mask by the IB spec's state table
-//!   ([`transition_rule`]).
-//! - [`QueuePair::connect`] takes a QP from Reset to RTS in one call, given the peer's
-//!   [`Endpoint`] and [`ConnectOptions`] with sound defaults.
-//! - [`QueuePair::start_post_send`] and [`QueuePair::start_post_recv`] hand out guards that
-//!   batch work requests and ring one doorbell; see [`PostSendGuard`].
-//!
-//! ```no_run
-//! use sideway::queue_pair::{ConnectOptions, SendFlags};
-//! let ctx = sideway::open_device(None)?;
-//! let pd = ctx.alloc_pd()?;
-//! let cq = ctx.create_cq_builder().build()?;
-//! let mut qp = pd.create_qp_builder().send_cq(&cq).recv_cq(&cq).build()?;
-//! let opts = ConnectOptions::new();
-//! let me = qp.local_endpoint(&opts)?; // send this to the peer, receive theirs
-//! # let peer = me;
-//! qp.connect(&opts, &peer)?;
-//! let buf = pd.reg_buffer(4096, sideway::AccessFlags::LOCAL_WRITE)?;
-//! let mut batch = qp.start_post_send();
-//! batch
-//!     .wr(1, SendFlags::SIGNALED)
-//!     .rdma_write(0x1234 /* peer's rkey */, 0x1000 /* peer's address */, buf.sge(0..64).unwrap());
-//! batch.post()?;
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
-
-mod attr;
-pub(crate) mod post;
-mod state_table;
+//! The queue pair itself: creating it, its states, connecting two.
 
 use std::fmt;
 use std::io;
@@ -48,21 +10,16 @@ use std::sync::Arc;
 use bitflags::bitflags;
 use rdma_mummy_sys as ffi;
 
-use crate::completion_queue::CompletionQueue;
-use crate::device::{DeviceError, Mtu};
 use crate::errno::{fresh, from_ret, non_null};
 use crate::gid::Gid;
-use crate::memory_region::AccessFlags;
-use crate::protection_domain::ProtectionDomain;
+use crate::verbs::completion_queue::CompletionQueue;
+use crate::verbs::device::{DeviceError, Mtu};
+use crate::verbs::memory_region::AccessFlags;
+use crate::verbs::protection_domain::ProtectionDomain;
 
-pub use attr::{
-    AddressVector, MigState, QpAttrMask, QpCapabilities, QpState, QpType, QueuePairAttribute,
-};
-pub use post::{
-    BufferBytes, InvalidWorkRequest, PostError, PostRecvChain, PostRecvGuard, PostSendChain,
-    PostSendGuard, SendData, SendFlags, WorkRequestBuilder,
-};
-pub use state_table::{diagnose, transition_rule, MaskDiagnosis, TransitionRule};
+use super::attr::{AddressVector, QpAttrMask, QpCapabilities, QpState, QpType, QueuePairAttribute};
+use super::send::{PostRecvGuard, PostSendGuard};
+use super::state_table::{diagnose, MaskDiagnosis};
 
 bitflags! {
     /// The operations an extended QP may post (`ibv_qp_create_send_ops_flags`).
@@ -335,13 +292,16 @@ pub struct QueuePairBuilder {
     send_ops_flags: SendOpsFlags,
     /// Whether send_ops_flags() was called; otherwise the default depends on the QP type.
     send_ops_set: bool,
-    srq: Option<Arc<crate::shared_receive_queue::SharedReceiveQueue>>,
+    srq: Option<Arc<crate::verbs::shared_receive_queue::SharedReceiveQueue>>,
 }
 
 impl QueuePairBuilder {
     /// Takes receives from a shared receive queue instead of the QP's own (`srq`). The QP
     /// then posts no receives of its own; post them to the SRQ.
-    pub fn srq(&mut self, srq: &Arc<crate::shared_receive_queue::SharedReceiveQueue>) -> &mut Self {
+    pub fn srq(
+        &mut self,
+        srq: &Arc<crate::verbs::shared_receive_queue::SharedReceiveQueue>,
+    ) -> &mut Self {
         self.srq = Some(Arc::clone(srq));
         self
     }
@@ -574,19 +534,19 @@ impl QueuePairBuilder {
         QueuePair {
             raw,
             // SAFETY: raw is the live QP being wrapped, of an open context.
-            posts: unsafe { post::ProviderPosts::of(raw) },
+            posts: unsafe { super::send::ProviderPosts::of(raw) },
             ex,
             qp_type: self.qp_type,
             // Batches are sized by what was asked: a larger batch could not be outstanding.
-            send: post::SendStorage::new(
+            send: super::send::SendStorage::new(
                 self.cap.max_send_wr.min(cap.max_send_wr),
                 cap.max_send_sge,
                 cap.max_inline_data,
                 // SAFETY: ex is the live extended QP being wrapped, just created (or a test
                 // double's, whose entries wrap_raw's contract fixes); nothing else has it yet.
-                ex.map(|ex| unsafe { post::ExOps::of(ex, self.effective_send_ops()) }),
+                ex.map(|ex| unsafe { super::send::ExOps::of(ex, self.effective_send_ops()) }),
             ),
-            recv: post::RecvStorage::new(
+            recv: super::send::RecvStorage::new(
                 self.cap.max_recv_wr.min(cap.max_recv_wr),
                 cap.max_recv_sge,
             ),
@@ -605,19 +565,19 @@ impl QueuePairBuilder {
 #[doc(alias = "ibv_destroy_qp")]
 #[doc(alias = "ibv_qp_ex")]
 pub struct QueuePair {
-    raw: NonNull<ffi::ibv_qp>,
+    pub(super) raw: NonNull<ffi::ibv_qp>,
     /// The provider's `post_send` and `post_recv`, read once when the QP was wrapped
-    /// ([`post::ProviderPosts`]).
-    posts: post::ProviderPosts,
-    ex: Option<NonNull<ffi::ibv_qp_ex>>,
-    qp_type: QpType,
-    cap: QpCapabilities,
-    srq: Option<Arc<crate::shared_receive_queue::SharedReceiveQueue>>,
-    send: post::SendStorage,
-    recv: post::RecvStorage,
-    send_cq: Arc<CompletionQueue>,
-    recv_cq: Arc<CompletionQueue>,
-    pd: Arc<ProtectionDomain>,
+    /// ([`super::send::ProviderPosts`]).
+    pub(super) posts: super::send::ProviderPosts,
+    pub(super) ex: Option<NonNull<ffi::ibv_qp_ex>>,
+    pub(super) qp_type: QpType,
+    pub(super) cap: QpCapabilities,
+    pub(super) srq: Option<Arc<crate::verbs::shared_receive_queue::SharedReceiveQueue>>,
+    pub(super) send: super::send::SendStorage,
+    pub(super) recv: super::send::RecvStorage,
+    pub(super) send_cq: Arc<CompletionQueue>,
+    pub(super) recv_cq: Arc<CompletionQueue>,
+    pub(super) pd: Arc<ProtectionDomain>,
 }
 
 // SAFETY: libibverbs QPs may be used from any thread. The storage the guards build batches
@@ -637,7 +597,7 @@ impl Drop for QueuePair {
         // alive (they borrow the QP mutably). The CQs and PD outlive this call (fields).
         let ret = fresh(|| unsafe { ffi::ibv_destroy_qp(self.raw.as_ptr()) });
         if let Err(e) = from_ret(ret) {
-            crate::report_drop_failure("ibv_destroy_qp", "a queue pair", &e);
+            crate::diagnostics::report_drop_failure("ibv_destroy_qp", "a queue pair", &e);
         }
     }
 }
@@ -702,7 +662,7 @@ impl QueuePair {
     }
 
     /// The shared receive queue this QP takes receives from, if any.
-    pub fn srq(&self) -> Option<&Arc<crate::shared_receive_queue::SharedReceiveQueue>> {
+    pub fn srq(&self) -> Option<&Arc<crate::verbs::shared_receive_queue::SharedReceiveQueue>> {
         self.srq.as_ref()
     }
 

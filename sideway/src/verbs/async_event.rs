@@ -16,10 +16,10 @@ use std::time::Duration;
 
 use rdma_mummy_sys as ffi;
 
-use crate::device::DeviceContext;
 use crate::errno::{fresh, from_ret};
 use crate::macros::c_enum;
-use crate::shared_receive_queue::{self, SharedReceiveQueue};
+use crate::verbs::device::DeviceContext;
+use crate::verbs::shared_receive_queue::{self, SharedReceiveQueue};
 
 c_enum! {
     /// What happened.

@@ -1,0 +1,24 @@
+//! The verbs objects (libibverbs), one module each, layered as `ARCHITECTURE.md` draws:
+//! the device at the bottom, then the protection domain, memory, completions, receive
+//! queues, address handles, queue pairs and windows, and async events on top.
+
+#[allow(unsafe_code)]
+pub mod address_handle;
+#[allow(unsafe_code)]
+pub mod async_event;
+#[allow(unsafe_code)]
+pub mod completion_event;
+#[allow(unsafe_code)]
+pub mod completion_queue;
+#[allow(unsafe_code)]
+pub mod device;
+#[allow(unsafe_code)]
+pub mod memory_region;
+#[allow(unsafe_code)]
+pub mod memory_window;
+#[allow(unsafe_code)]
+pub mod protection_domain;
+#[allow(unsafe_code)]
+pub mod queue_pair;
+#[allow(unsafe_code)]
+pub mod shared_receive_queue;
