@@ -83,14 +83,21 @@
 #![deny(unsafe_code)]
 
 mod diagnostics;
+#[allow(unsafe_code)]
 mod fd;
 pub mod gid;
 pub mod peer_text;
 #[allow(unsafe_code)]
 pub mod rdmacm;
+#[allow(unsafe_code)]
+mod receive_batch;
 mod report;
+#[allow(unsafe_code)]
+mod scatter_gather;
 pub mod testing;
 mod verbs;
+#[allow(unsafe_code)]
+mod work_completion;
 pub use verbs::{
     address_handle, async_event, completion_event, completion_queue, device, memory_region,
     memory_window, protection_domain, queue_pair, shared_receive_queue,

@@ -25,7 +25,6 @@ use crate::errno::{fresh, from_ret, non_null};
 use crate::gid::Gid;
 use crate::verbs::completion_queue::{WcFlags, WorkCompletion};
 use crate::verbs::protection_domain::ProtectionDomain;
-use crate::verbs::queue_pair::AddressVector;
 
 /// Bytes of Global Route Header room at the start of every UD receive buffer.
 pub const GRH_LEN: usize = 40;
@@ -372,6 +371,196 @@ impl fmt::Debug for Grh {
             .field("hop_limit", &self.hop_limit)
             .field("traffic_class", &self.traffic_class)
             .field("flow_label", &self.flow_label)
+            .finish()
+    }
+}
+
+/// An address vector (`struct ibv_ah_attr`, with its `struct ibv_global_route`): where a
+/// connected QP's packets go. A plain value; setters chain.
+#[doc(alias = "ibv_ah_attr")]
+#[doc(alias = "ibv_global_route")]
+#[derive(Clone, Copy)]
+pub struct AddressVector {
+    raw: ffi::ibv_ah_attr,
+}
+
+impl Default for AddressVector {
+    fn default() -> Self {
+        AddressVector {
+            raw: ffi::ibv_ah_attr {
+                grh: ffi::ibv_global_route {
+                    dgid: ffi::ibv_gid { raw: [0; 16] },
+                    flow_label: 0,
+                    sgid_index: 0,
+                    hop_limit: 0,
+                    traffic_class: 0,
+                },
+                dlid: 0,
+                sl: 0,
+                src_path_bits: 0,
+                static_rate: 0,
+                is_global: 0,
+                port_num: 0,
+            },
+        }
+    }
+}
+
+impl AddressVector {
+    /// An all-zero address vector.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Wraps the C struct.
+    pub fn from_raw(raw: ffi::ibv_ah_attr) -> Self {
+        AddressVector { raw }
+    }
+
+    /// The C struct.
+    pub fn as_raw(&self) -> &ffi::ibv_ah_attr {
+        &self.raw
+    }
+
+    /// Sets the destination GID (`grh.dgid`); used when `is_global` is set.
+    pub fn set_dgid(&mut self, dgid: Gid) -> &mut Self {
+        self.raw.grh.dgid = ffi::ibv_gid {
+            raw: *dgid.as_bytes(),
+        };
+        self
+    }
+
+    /// The destination GID (`grh.dgid`).
+    pub fn dgid(&self) -> Gid {
+        // SAFETY: every bit pattern of the union's 16 bytes is a valid `raw` array.
+        Gid::from_raw(unsafe { self.raw.grh.dgid.raw })
+    }
+
+    /// Sets the flow label (`grh.flow_label`, 20 bits).
+    pub fn set_flow_label(&mut self, flow_label: u32) -> &mut Self {
+        self.raw.grh.flow_label = flow_label;
+        self
+    }
+
+    /// The flow label (`grh.flow_label`).
+    pub fn flow_label(&self) -> u32 {
+        self.raw.grh.flow_label
+    }
+
+    /// Sets the local GID table index to send from (`grh.sgid_index`).
+    pub fn set_sgid_index(&mut self, sgid_index: u8) -> &mut Self {
+        self.raw.grh.sgid_index = sgid_index;
+        self
+    }
+
+    /// The local GID index (`grh.sgid_index`).
+    pub fn sgid_index(&self) -> u8 {
+        self.raw.grh.sgid_index
+    }
+
+    /// Sets the hop limit (`grh.hop_limit`, the IP TTL on RoCE v2).
+    pub fn set_hop_limit(&mut self, hop_limit: u8) -> &mut Self {
+        self.raw.grh.hop_limit = hop_limit;
+        self
+    }
+
+    /// The hop limit (`grh.hop_limit`).
+    pub fn hop_limit(&self) -> u8 {
+        self.raw.grh.hop_limit
+    }
+
+    /// Sets the traffic class (`grh.traffic_class`, the IP DSCP/ECN byte on RoCE v2).
+    pub fn set_traffic_class(&mut self, traffic_class: u8) -> &mut Self {
+        self.raw.grh.traffic_class = traffic_class;
+        self
+    }
+
+    /// The traffic class (`grh.traffic_class`).
+    pub fn traffic_class(&self) -> u8 {
+        self.raw.grh.traffic_class
+    }
+
+    /// Sets the destination LID (`dlid`; ignored on RoCE).
+    pub fn set_dlid(&mut self, dlid: u16) -> &mut Self {
+        self.raw.dlid = dlid;
+        self
+    }
+
+    /// The destination LID (`dlid`).
+    pub fn dlid(&self) -> u16 {
+        self.raw.dlid
+    }
+
+    /// Sets the service level (`sl`).
+    pub fn set_sl(&mut self, sl: u8) -> &mut Self {
+        self.raw.sl = sl;
+        self
+    }
+
+    /// The service level (`sl`).
+    pub fn sl(&self) -> u8 {
+        self.raw.sl
+    }
+
+    /// Sets the source path bits (`src_path_bits`, with LMC).
+    pub fn set_src_path_bits(&mut self, src_path_bits: u8) -> &mut Self {
+        self.raw.src_path_bits = src_path_bits;
+        self
+    }
+
+    /// The source path bits (`src_path_bits`).
+    pub fn src_path_bits(&self) -> u8 {
+        self.raw.src_path_bits
+    }
+
+    /// Sets the static rate limit (`static_rate`, an `ibv_rate` value; 0 = port rate).
+    pub fn set_static_rate(&mut self, static_rate: u8) -> &mut Self {
+        self.raw.static_rate = static_rate;
+        self
+    }
+
+    /// The static rate (`static_rate`).
+    pub fn static_rate(&self) -> u8 {
+        self.raw.static_rate
+    }
+
+    /// Sets whether the GRH fields are used (`is_global`; required on RoCE).
+    pub fn set_is_global(&mut self, is_global: bool) -> &mut Self {
+        self.raw.is_global = u8::from(is_global);
+        self
+    }
+
+    /// Whether the GRH fields are used (`is_global`).
+    pub fn is_global(&self) -> bool {
+        self.raw.is_global != 0
+    }
+
+    /// Sets the local port to send from (`port_num`).
+    pub fn set_port_num(&mut self, port_num: u8) -> &mut Self {
+        self.raw.port_num = port_num;
+        self
+    }
+
+    /// The local port (`port_num`).
+    pub fn port_num(&self) -> u8 {
+        self.raw.port_num
+    }
+}
+
+impl fmt::Debug for AddressVector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AddressVector")
+            .field("dgid", &self.dgid())
+            .field("flow_label", &self.flow_label())
+            .field("sgid_index", &self.sgid_index())
+            .field("hop_limit", &self.hop_limit())
+            .field("traffic_class", &self.traffic_class())
+            .field("dlid", &self.dlid())
+            .field("sl", &self.sl())
+            .field("src_path_bits", &self.src_path_bits())
+            .field("static_rate", &self.static_rate())
+            .field("is_global", &self.is_global())
+            .field("port_num", &self.port_num())
             .finish()
     }
 }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use rdma_mummy_sys as ffi;
 
 use crate::errno::{fresh, from_ret};
-use crate::verbs::async_event::{set_nonblocking, wait_readable, EventError};
+use crate::fd::{set_nonblocking, wait_readable, EventError};
 use crate::verbs::completion_queue::{CompletionChannel, CompletionQueue};
 
 /// Events acknowledged at once: `ibv_ack_cq_events` takes a lock, so it is not called per

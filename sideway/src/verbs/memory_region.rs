@@ -74,8 +74,9 @@ use bitflags::bitflags;
 use rdma_mummy_sys as ffi;
 
 use crate::errno::{fresh, from_ret, non_null};
+pub use crate::scatter_gather::Sge;
+use crate::scatter_gather::{BufferBytes, SendData};
 use crate::verbs::protection_domain::ProtectionDomain;
-use crate::verbs::queue_pair::SendData;
 
 bitflags! {
     /// What the device may do with a memory region (`ibv_access_flags`).
@@ -582,54 +583,6 @@ impl fmt::Debug for MemoryRegion {
     }
 }
 
-/// A scatter/gather entry (`struct ibv_sge`): a stretch of registered memory for one work
-/// request. Built safely from a region ([`MemoryRegion::sge`], [`RegisteredBuffer::sge`]),
-/// which checks the bounds.
-#[doc(alias = "ibv_sge")]
-#[derive(Debug, Clone, Copy)]
-#[repr(transparent)]
-pub struct Sge(ffi::ibv_sge);
-
-impl PartialEq for Sge {
-    fn eq(&self, other: &Self) -> bool {
-        (self.addr(), self.length(), self.lkey()) == (other.addr(), other.length(), other.lkey())
-    }
-}
-
-impl Eq for Sge {}
-
-impl Sge {
-    /// An entry from raw parts.
-    ///
-    /// # Safety
-    ///
-    /// `addr..addr + length` must lie inside the live memory region whose local key is
-    /// `lkey`, and stay valid until every work request using the entry has completed.
-    pub unsafe fn from_raw_parts(addr: u64, length: u32, lkey: u32) -> Self {
-        Sge(ffi::ibv_sge { addr, length, lkey })
-    }
-
-    /// Start address.
-    pub fn addr(&self) -> u64 {
-        self.0.addr
-    }
-
-    /// Length in bytes.
-    pub fn length(&self) -> u32 {
-        self.0.length
-    }
-
-    /// Local key of the region.
-    pub fn lkey(&self) -> u32 {
-        self.0.lkey
-    }
-
-    /// The C struct, for posting.
-    pub fn as_raw(&self) -> &ffi::ibv_sge {
-        &self.0
-    }
-}
-
 /// Page-aligned, zeroed heap memory: the owner behind [`ProtectionDomain::reg_buffer`].
 struct HeapMemory {
     ptr: NonNull<u8>,
@@ -915,9 +868,7 @@ impl<A: BufferAccess> RegisteredBuffer<A> {
         let n = self.check_range(&range).ok()?;
         // SAFETY: inside the live memory (checked).
         let ptr = unsafe { NonNull::new_unchecked(self.ptr.as_ptr().add(range.start)) };
-        Some(SendData::InlineBuffer(
-            crate::verbs::queue_pair::BufferBytes::new(ptr, n),
-        ))
+        Some(SendData::InlineBuffer(BufferBytes::new(ptr, n)))
     }
 
     /// The bytes, as a slice.

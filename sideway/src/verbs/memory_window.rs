@@ -26,7 +26,6 @@
 
 use std::fmt;
 use std::io;
-use std::ops::Range;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -35,9 +34,8 @@ use rdma_mummy_sys as ffi;
 use crate::errno::{fresh, from_ret, non_null};
 use crate::macros::c_enum;
 use crate::verbs::device::DeviceCapFlags;
-use crate::verbs::memory_region::{AccessFlags, MemoryRegion};
+use crate::verbs::memory_region::MemoryRegion;
 use crate::verbs::protection_domain::ProtectionDomain;
-use crate::verbs::queue_pair::{QueuePair, SendFlags};
 
 c_enum! {
     /// The kind of memory window.
@@ -79,7 +77,7 @@ pub enum MemoryWindowError {
         /// The device's name.
         device: String,
         /// The query's error.
-        source: Box<crate::DeviceError>,
+        source: Box<crate::verbs::device::DeviceError>,
     },
     /// `ibv_bind_mw` failed.
     #[error("ibv_bind_mw of window rkey {rkey:#x} to {len} bytes of MR {lkey:#x} on QP {qp_num:#x} failed: {source}{}",
@@ -227,69 +225,6 @@ impl MemoryWindow {
     #[doc(alias = "ibv_inc_rkey")]
     pub fn next_rkey(&self) -> u32 {
         inc_rkey(self.rkey())
-    }
-
-    /// Binds a type 1 window to `range` (addresses) of `mr` with `access`
-    /// (`ibv_bind_mw`), posting the bind on `qp` with `wr_id` and `flags` (a completion
-    /// follows when signaled). An empty range unbinds it. Returns the window's new rkey,
-    /// valid once the bind completes. The window holds `mr` from now on (see the
-    /// [module](self)).
-    #[doc(alias = "ibv_bind_mw")]
-    pub fn bind(
-        &self,
-        qp: &mut QueuePair,
-        wr_id: u64,
-        flags: SendFlags,
-        mr: &Arc<MemoryRegion>,
-        range: Range<u64>,
-        access: AccessFlags,
-    ) -> Result<u32, MemoryWindowError> {
-        let len = range.end.saturating_sub(range.start);
-        let mut bind = ffi::ibv_mw_bind {
-            wr_id,
-            send_flags: flags.bits(),
-            bind_info: ffi::ibv_mw_bind_info {
-                mr: mr.as_raw(),
-                addr: range.start,
-                length: len,
-                mw_access_flags: access.bits(),
-            },
-        };
-        let old = self.rkey();
-        // Held before the device can act on the bind, so the region outlives it.
-        self.hold(mr);
-        // SAFETY: qp is live and borrowed mutably (no batch is open on it); the window and
-        // region are live; bind is fully initialised and read during the call.
-        let ret = fresh(|| unsafe { ffi::ibv_bind_mw(qp.as_raw(), self.raw.as_ptr(), &mut bind) });
-        from_ret(ret).map_err(|source| MemoryWindowError::Bind {
-            rkey: old,
-            lkey: mr.lkey(),
-            len,
-            qp_num: qp.qp_num(),
-            source,
-        })?;
-        Ok(self.rkey())
-    }
-}
-
-impl MemoryWindow {
-    /// Unbinds a type 1 window: `ibv_bind_mw` to an empty range of `mr`, the region it
-    /// was bound to, posted on `qp` like [`bind`](Self::bind); the old rkey stops working
-    /// once it completes. Returns the window's new rkey. The window keeps holding `mr`
-    /// until it is bound elsewhere or dropped.
-    ///
-    /// verbs.h also allows a NULL region for this, but rxe's provider (rdma-core 56)
-    /// dereferences it, so the region is always passed.
-    #[doc(alias = "ibv_bind_mw")]
-    pub fn unbind(
-        &self,
-        qp: &mut QueuePair,
-        wr_id: u64,
-        flags: SendFlags,
-        mr: &Arc<MemoryRegion>,
-    ) -> Result<u32, MemoryWindowError> {
-        let start = mr.addr();
-        self.bind(qp, wr_id, flags, mr, start..start, AccessFlags::empty())
     }
 }
 

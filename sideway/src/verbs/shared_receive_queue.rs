@@ -18,11 +18,10 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use rdma_mummy_sys as ffi;
 
-use crate::errno::{fresh, from_post_ret, from_ret, non_null};
-use crate::verbs::memory_region::Sge;
+use crate::errno::{fresh, from_ret, non_null};
+use crate::receive_batch::{sealed, ReceiveQueue, RecvBatch, RecvChain, RecvRefusal, RecvStorage};
 use crate::verbs::protection_domain::ProtectionDomain;
-use crate::verbs::queue_pair::send::RecvStorage;
-use crate::verbs::queue_pair::InvalidWorkRequest;
+use crate::verbs::queue_pair::{which_failed, InvalidWorkRequest};
 
 /// Why an SRQ operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -62,14 +61,17 @@ pub enum SharedReceiveQueueError {
         source: io::Error,
     },
     /// `ibv_post_srq_recv` failed.
-    #[error("ibv_post_srq_recv failed on SRQ {srq:#x} at receive {index:?} of {count}: {source}")]
+    #[error("ibv_post_srq_recv failed on SRQ {srq:#x} {}: {source}", which_failed(*index, *wr_id, *count))]
     Post {
         /// The SRQ's handle.
         srq: u32,
         /// Requests in the batch.
         count: usize,
-        /// The first request not posted, when the verb says.
+        /// The index in the batch of the first request not posted (`bad_wr`), when the verb
+        /// says; those before it were posted.
         index: Option<usize>,
+        /// That request's `wr_id`.
+        wr_id: Option<u64>,
         /// The errno.
         source: io::Error,
     },
@@ -267,15 +269,10 @@ impl SharedReceiveQueue {
     }
 
     /// Starts a batch of receives, posted by one chained `ibv_post_srq_recv` on
-    /// [`SrqPostRecvGuard::post`]. Holds the SRQ's batch lock until posted or dropped.
+    /// [`post`](RecvBatch::post). Holds the SRQ's batch lock until posted or dropped.
     #[doc(alias = "ibv_post_srq_recv")]
     pub fn start_post_recv(&self) -> SrqPostRecvGuard<'_> {
-        SrqPostRecvGuard {
-            srq: self,
-            storage: self.storage.lock().unwrap_or_else(|e| e.into_inner()),
-            count: 0,
-            invalid: None,
-        }
+        RecvBatch::new((self, self.storage.lock().unwrap_or_else(|e| e.into_inner())))
     }
 }
 
@@ -312,149 +309,68 @@ impl fmt::Debug for SharedReceiveQueue {
     }
 }
 
-/// A batch of receives for an SRQ; from [`SharedReceiveQueue::start_post_recv`].
-#[doc(alias = "ibv_recv_wr")]
-#[must_use = "receives reach the device only through post(); dropping the guard discards them"]
-pub struct SrqPostRecvGuard<'a> {
-    srq: &'a SharedReceiveQueue,
-    storage: MutexGuard<'a, RecvStorage>,
-    count: usize,
-    invalid: Option<(usize, u64, InvalidWorkRequest)>,
-}
+/// A batch of receives for an SRQ; from [`SharedReceiveQueue::start_post_recv`]. The same
+/// type as a queue pair's batch ([`RecvBatch`]), posted with `ibv_post_srq_recv`.
+pub type SrqPostRecvGuard<'a> = RecvBatch<'a, SharedReceiveQueue>;
 
-impl fmt::Debug for SrqPostRecvGuard<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SrqPostRecvGuard")
-            .field("srq", &self.srq.handle())
-            .field("count", &self.count)
-            .finish_non_exhaustive()
-    }
-}
+/// An SRQ receive batch after a receive was added to it; see [`RecvChain`].
+pub type SrqPostRecvChain<'g, 'a> = RecvChain<'g, 'a, SharedReceiveQueue>;
 
-impl<'a> SrqPostRecvGuard<'a> {
-    /// Adds a receive (`struct ibv_recv_wr`) scattered over `sges`. The entries are copied.
-    /// Returns the batch as a [`SrqPostRecvChain`], to add the next receive or post in the
-    /// same expression.
-    #[doc(alias = "ibv_recv_wr")]
-    #[inline]
-    pub fn recv(&mut self, wr_id: u64, sges: &[Sge]) -> SrqPostRecvChain<'_, 'a> {
-        if self.invalid.is_none() {
-            match self.storage.push(self.count, wr_id, sges, "srq") {
-                Ok(()) => self.count += 1,
-                Err(reason) => self.invalid = Some((self.count, wr_id, reason)),
-            }
-        }
-        SrqPostRecvChain { guard: self }
-    }
+impl sealed::Sealed for SharedReceiveQueue {}
 
-    /// How many receives the batch holds.
-    pub fn len(&self) -> usize {
-        self.count
-    }
+impl ReceiveQueue for SharedReceiveQueue {
+    type Error = SharedReceiveQueueError;
+    /// The SRQ and its storage, locked: one batch at a time per SRQ.
+    type Claim<'a> = (&'a SharedReceiveQueue, MutexGuard<'a, RecvStorage>);
 
-    /// True when the batch holds none.
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-
-    /// Posts the batch with one `ibv_post_srq_recv`. An empty batch posts nothing.
-    #[doc(alias = "ibv_post_srq_recv")]
-    #[inline]
-    pub fn post(mut self) -> Result<(), SharedReceiveQueueError> {
-        self.post_batch()
-    }
-
-    /// What [`post`](Self::post) and [`SrqPostRecvChain::post`] do: posts the batch and
-    /// leaves the guard empty, whatever the outcome.
     #[inline(always)]
-    fn post_batch(&mut self) -> Result<(), SharedReceiveQueueError> {
-        let srq = self.srq.handle();
-        if let Some((index, wr_id, reason)) = self.invalid.take() {
-            self.count = 0;
-            return Err(SharedReceiveQueueError::Invalid {
-                srq,
-                index,
-                wr_id,
-                reason,
-            });
+    fn storage<'c>(claim: &'c mut Self::Claim<'_>) -> &'c mut RecvStorage {
+        &mut claim.1
+    }
+
+    #[inline(always)]
+    unsafe fn post(
+        claim: &mut Self::Claim<'_>,
+        head: *mut ffi::ibv_recv_wr,
+        bad: &mut *mut ffi::ibv_recv_wr,
+    ) -> c_int {
+        // SAFETY: the SRQ is live (borrowed by the batch); head is a NULL-terminated chain in
+        // its storage, which the batch holds locked, by the caller.
+        unsafe { ffi::ibv_post_srq_recv(claim.0.raw.as_ptr(), head, bad) }
+    }
+
+    #[cold]
+    fn refused(
+        claim: &Self::Claim<'_>,
+        index: usize,
+        wr_id: u64,
+        why: RecvRefusal,
+    ) -> SharedReceiveQueueError {
+        SharedReceiveQueueError::Invalid {
+            srq: claim.0.handle(),
+            index,
+            wr_id,
+            reason: InvalidWorkRequest::from_refusal(why, "srq"),
         }
-        let count = self.count;
-        if count == 0 {
-            return Ok(());
+    }
+
+    #[cold]
+    fn failed(
+        claim: &Self::Claim<'_>,
+        count: usize,
+        failed: Option<(usize, u64)>,
+        source: io::Error,
+    ) -> SharedReceiveQueueError {
+        SharedReceiveQueueError::Post {
+            srq: claim.0.handle(),
+            count,
+            index: failed.map(|(i, _)| i),
+            wr_id: failed.map(|(_, id)| id),
+            source,
         }
-        self.count = 0;
-        let raw = self.srq.raw.as_ptr();
-        let st = &mut *self.storage;
-        // SAFETY: recv() pushed receives 0..count (count > 0) into this storage, which the
-        // guard has held locked since it was empty.
-        let head = unsafe { st.finish(count) };
-        let mut bad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
-        // SAFETY: raw is live; wrs[..count] is a NULL-terminated chain whose sg_lists point
-        // into `sges` (alive with the SRQ, locked by this guard); the device checks every
-        // SGE's lkey and bounds.
-        let ret = unsafe { ffi::ibv_post_srq_recv(raw, head, &mut bad) };
-        from_post_ret(ret).map_err(|source| {
-            let index = st.locate(bad, count).map(|(i, _)| i);
-            SharedReceiveQueueError::Post {
-                srq,
-                count,
-                index,
-                source,
-            }
-        })
-    }
-}
-
-/// An SRQ receive batch after a receive was added to it: add the next one or post them
-/// all. Returned by [`SrqPostRecvGuard::recv`]; discarding it keeps the batch in the guard.
-///
-/// ```no_run
-/// # fn demo(srq: &sideway::SharedReceiveQueue, buf: &sideway::RegisteredBuffer)
-/// #     -> Result<(), sideway::SharedReceiveQueueError> {
-/// srq.start_post_recv()
-///     .recv(1, &[buf.sge(0..2048).unwrap()])
-///     .recv(2, &[buf.sge(2048..4096).unwrap()])
-///     .post()?;
-/// # Ok(()) }
-/// ```
-pub struct SrqPostRecvChain<'g, 'a> {
-    guard: &'g mut SrqPostRecvGuard<'a>,
-}
-
-impl fmt::Debug for SrqPostRecvChain<'_, '_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.guard, f)
-    }
-}
-
-impl<'g, 'a> SrqPostRecvChain<'g, 'a> {
-    /// Adds the next receive, as [`SrqPostRecvGuard::recv`].
-    #[inline]
-    pub fn recv(self, wr_id: u64, sges: &[Sge]) -> Self {
-        self.guard.recv(wr_id, sges);
-        self
     }
 
-    /// Posts the batch with one `ibv_post_srq_recv`, as [`SrqPostRecvGuard::post`], and
-    /// leaves the guard empty.
-    #[doc(alias = "ibv_post_srq_recv")]
-    #[inline]
-    pub fn post(self) -> Result<(), SharedReceiveQueueError> {
-        self.guard.post_batch()
-    }
-
-    /// How many receives the batch holds.
-    pub fn len(&self) -> usize {
-        self.guard.len()
-    }
-
-    /// True when the batch holds none.
-    pub fn is_empty(&self) -> bool {
-        self.guard.is_empty()
-    }
-
-    /// The guard, to go on with it by name.
-    pub fn into_guard(self) -> &'g mut SrqPostRecvGuard<'a> {
-        self.guard
+    fn id(claim: &Self::Claim<'_>) -> (&'static str, u32) {
+        ("srq", claim.0.handle())
     }
 }

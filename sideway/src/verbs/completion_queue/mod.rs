@@ -3,4 +3,7 @@
 #[allow(unsafe_code)]
 mod cq;
 
+pub use crate::work_completion::{
+    WcFlags, WcOpcode, WcStatus, WorkCompletion, WorkCompletionError,
+};
 pub use cq::*;

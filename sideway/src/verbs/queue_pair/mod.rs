@@ -37,17 +37,24 @@
 #[allow(unsafe_code)]
 mod attr;
 #[allow(unsafe_code)]
+mod bind_mw;
+#[allow(unsafe_code)]
 mod qp;
 #[allow(unsafe_code)]
-pub(crate) mod send;
+mod recv;
+#[allow(unsafe_code)]
+mod send;
 mod state_table;
+#[allow(unsafe_code)]
+mod work_request;
 
-pub use attr::{
-    AddressVector, MigState, QpAttrMask, QpCapabilities, QpState, QpType, QueuePairAttribute,
-};
+pub use crate::receive_batch::{ReceiveQueue, RecvBatch, RecvChain};
+pub use crate::scatter_gather::{BufferBytes, SendData};
+pub use crate::verbs::address_handle::AddressVector;
+pub use attr::{MigState, QpAttrMask, QpCapabilities, QpState, QpType, QueuePairAttribute};
 pub use qp::*;
-pub use send::{
-    BufferBytes, InvalidWorkRequest, PostError, PostRecvChain, PostRecvGuard, PostSendChain,
-    PostSendGuard, SendData, SendFlags, WorkRequestBuilder,
-};
+pub use recv::{PostRecvChain, PostRecvGuard};
+pub use send::{PostSendChain, PostSendGuard, WorkRequestBuilder};
 pub use state_table::{diagnose, transition_rule, MaskDiagnosis, TransitionRule};
+pub(crate) use work_request::which_failed;
+pub use work_request::{InvalidWorkRequest, PostError, SendFlags, SendOpsFlags};

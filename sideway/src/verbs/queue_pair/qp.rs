@@ -7,7 +7,6 @@ use std::os::raw::c_int;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use bitflags::bitflags;
 use rdma_mummy_sys as ffi;
 
 use crate::errno::{fresh, from_ret, non_null};
@@ -17,57 +16,10 @@ use crate::verbs::device::{DeviceError, Mtu};
 use crate::verbs::memory_region::AccessFlags;
 use crate::verbs::protection_domain::ProtectionDomain;
 
-use super::attr::{AddressVector, QpAttrMask, QpCapabilities, QpState, QpType, QueuePairAttribute};
-use super::send::{PostRecvGuard, PostSendGuard};
+use super::attr::{QpAttrMask, QpCapabilities, QpState, QpType, QueuePairAttribute};
 use super::state_table::{diagnose, MaskDiagnosis};
-
-bitflags! {
-    /// The operations an extended QP may post (`ibv_qp_create_send_ops_flags`).
-    #[doc(alias = "ibv_qp_create_send_ops_flags")]
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-    pub struct SendOpsFlags: u64 {
-        /// `IBV_QP_EX_WITH_RDMA_WRITE`
-        const RDMA_WRITE = ffi::ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_RDMA_WRITE as u64;
-        /// `IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM`
-        const RDMA_WRITE_WITH_IMM = ffi::ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM as u64;
-        /// `IBV_QP_EX_WITH_SEND`
-        const SEND = ffi::ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_SEND as u64;
-        /// `IBV_QP_EX_WITH_SEND_WITH_IMM`
-        const SEND_WITH_IMM = ffi::ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_SEND_WITH_IMM as u64;
-        /// `IBV_QP_EX_WITH_RDMA_READ`
-        const RDMA_READ = ffi::ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_RDMA_READ as u64;
-        /// `IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP`
-        const ATOMIC_CMP_AND_SWP = ffi::ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP as u64;
-        /// `IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD`
-        const ATOMIC_FETCH_AND_ADD = ffi::ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD as u64;
-        /// `IBV_QP_EX_WITH_LOCAL_INV`
-        const LOCAL_INV = ffi::ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_LOCAL_INV as u64;
-        /// `IBV_QP_EX_WITH_BIND_MW`
-        const BIND_MW = ffi::ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_BIND_MW as u64;
-        /// `IBV_QP_EX_WITH_SEND_WITH_INV`
-        const SEND_WITH_INV = ffi::ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_SEND_WITH_INV as u64;
-        /// `IBV_QP_EX_WITH_TSO`
-        const TSO = ffi::ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_TSO as u64;
-        /// `IBV_QP_EX_WITH_ATOMIC_WRITE`
-        const ATOMIC_WRITE = ffi::ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_ATOMIC_WRITE as u64;
-        // Bits from newer rdma-core survive.
-        const _ = !0;
-    }
-}
-
-impl Default for SendOpsFlags {
-    /// Every operation [`PostSendGuard`] can post: sends and writes with and without
-    /// immediate data, RDMA READ, and both atomics.
-    fn default() -> Self {
-        SendOpsFlags::RDMA_WRITE
-            | SendOpsFlags::RDMA_WRITE_WITH_IMM
-            | SendOpsFlags::SEND
-            | SendOpsFlags::SEND_WITH_IMM
-            | SendOpsFlags::RDMA_READ
-            | SendOpsFlags::ATOMIC_CMP_AND_SWP
-            | SendOpsFlags::ATOMIC_FETCH_AND_ADD
-    }
-}
+use super::work_request::SendOpsFlags;
+use crate::verbs::address_handle::AddressVector;
 
 /// Why a queue pair could not be created.
 #[derive(Debug, thiserror::Error)]
@@ -534,19 +486,21 @@ impl QueuePairBuilder {
         QueuePair {
             raw,
             // SAFETY: raw is the live QP being wrapped, of an open context.
-            posts: unsafe { super::send::ProviderPosts::of(raw) },
+            posts: unsafe { super::work_request::ProviderPosts::of(raw) },
             ex,
             qp_type: self.qp_type,
             // Batches are sized by what was asked: a larger batch could not be outstanding.
-            send: super::send::SendStorage::new(
+            send: super::work_request::SendStorage::new(
                 self.cap.max_send_wr.min(cap.max_send_wr),
                 cap.max_send_sge,
                 cap.max_inline_data,
                 // SAFETY: ex is the live extended QP being wrapped, just created (or a test
                 // double's, whose entries wrap_raw's contract fixes); nothing else has it yet.
-                ex.map(|ex| unsafe { super::send::ExOps::of(ex, self.effective_send_ops()) }),
+                ex.map(|ex| unsafe {
+                    super::work_request::ExOps::of(ex, self.effective_send_ops())
+                }),
             ),
-            recv: super::send::RecvStorage::new(
+            recv: crate::receive_batch::RecvStorage::new(
                 self.cap.max_recv_wr.min(cap.max_recv_wr),
                 cap.max_recv_sge,
             ),
@@ -567,14 +521,14 @@ impl QueuePairBuilder {
 pub struct QueuePair {
     pub(super) raw: NonNull<ffi::ibv_qp>,
     /// The provider's `post_send` and `post_recv`, read once when the QP was wrapped
-    /// ([`super::send::ProviderPosts`]).
-    pub(super) posts: super::send::ProviderPosts,
+    /// ([`super::work_request::ProviderPosts`]).
+    pub(super) posts: super::work_request::ProviderPosts,
     pub(super) ex: Option<NonNull<ffi::ibv_qp_ex>>,
     pub(super) qp_type: QpType,
     pub(super) cap: QpCapabilities,
     pub(super) srq: Option<Arc<crate::verbs::shared_receive_queue::SharedReceiveQueue>>,
-    pub(super) send: super::send::SendStorage,
-    pub(super) recv: super::send::RecvStorage,
+    pub(super) send: super::work_request::SendStorage,
+    pub(super) recv: crate::receive_batch::RecvStorage,
     pub(super) send_cq: Arc<CompletionQueue>,
     pub(super) recv_cq: Arc<CompletionQueue>,
     pub(super) pd: Arc<ProtectionDomain>,
@@ -825,28 +779,6 @@ impl QueuePair {
         }
         self.modify(&rts)
             .map_err(|e| step_err("3/3 (RTR to RTS)", e))
-    }
-
-    /// Starts a batch of send work requests (`ibv_wr_start` .. `ibv_wr_complete` on extended
-    /// QPs, one chained `ibv_post_send` on classic ones).
-    ///
-    /// Nothing reaches the device until [`PostSendGuard::post`], which rings one doorbell
-    /// for the whole batch. Dropping the guard unposted discards the batch (`ibv_wr_abort`
-    /// on extended QPs). Leaking it (`mem::forget`) leaves an extended batch open, which
-    /// blocks this QP's next batch on some providers.
-    #[doc(alias = "ibv_wr_start")]
-    #[doc(alias = "ibv_post_send")]
-    #[inline]
-    pub fn start_post_send(&mut self) -> PostSendGuard<'_> {
-        PostSendGuard::new(self)
-    }
-
-    /// Starts a batch of receive work requests, posted by one chained `ibv_post_recv` on
-    /// [`PostRecvGuard::post`].
-    #[doc(alias = "ibv_post_recv")]
-    #[inline]
-    pub fn start_post_recv(&mut self) -> PostRecvGuard<'_> {
-        PostRecvGuard::new(self)
     }
 }
 

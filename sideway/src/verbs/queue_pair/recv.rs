@@ -1,0 +1,83 @@
+//! The receive side of a queue pair: its receive batches are the crate's one receive batch
+//! type ([`RecvBatch`]), posted with the provider's `post_recv`.
+
+use std::io;
+use std::os::raw::c_int;
+
+use rdma_mummy_sys as ffi;
+
+use super::qp::QueuePair;
+use super::work_request::{InvalidWorkRequest, PostError};
+use crate::receive_batch::{sealed, ReceiveQueue, RecvBatch, RecvChain, RecvRefusal, RecvStorage};
+
+/// A batch of receive work requests for a queue pair; from [`QueuePair::start_post_recv`].
+/// [`post`](RecvBatch::post) posts them with one `ibv_post_recv`; dropping the guard
+/// discards them. The same type as an SRQ's batch ([`RecvBatch`]).
+pub type PostRecvGuard<'a> = RecvBatch<'a, QueuePair>;
+
+/// A queue pair's receive batch after a receive was added to it; see [`RecvChain`].
+pub type PostRecvChain<'g, 'a> = RecvChain<'g, 'a, QueuePair>;
+
+impl QueuePair {
+    /// Starts a batch of receive work requests, posted by one chained `ibv_post_recv` on
+    /// [`post`](RecvBatch::post).
+    #[doc(alias = "ibv_post_recv")]
+    #[inline]
+    pub fn start_post_recv(&mut self) -> PostRecvGuard<'_> {
+        RecvBatch::new(self)
+    }
+}
+
+impl sealed::Sealed for QueuePair {}
+
+impl ReceiveQueue for QueuePair {
+    type Error = PostError;
+    type Claim<'a> = &'a mut QueuePair;
+
+    #[inline(always)]
+    fn storage<'c>(claim: &'c mut &mut QueuePair) -> &'c mut RecvStorage {
+        &mut claim.recv
+    }
+
+    #[inline(always)]
+    unsafe fn post(
+        claim: &mut &mut QueuePair,
+        head: *mut ffi::ibv_recv_wr,
+        bad: &mut *mut ffi::ibv_recv_wr,
+    ) -> c_int {
+        // SAFETY: the QP is live (borrowed mutably by the batch); head is a NULL-terminated
+        // chain in its storage, by the caller; post_recv is the QP's provider's own.
+        unsafe { (claim.posts.post_recv)(claim.raw.as_ptr(), head, bad) }
+    }
+
+    #[cold]
+    fn refused(claim: &&mut QueuePair, index: usize, wr_id: u64, why: RecvRefusal) -> PostError {
+        PostError::Invalid {
+            qp_num: claim.qp_num(),
+            index,
+            wr_id,
+            reason: InvalidWorkRequest::from_refusal(why, "recv"),
+        }
+    }
+
+    #[cold]
+    fn failed(
+        claim: &&mut QueuePair,
+        count: usize,
+        failed: Option<(usize, u64)>,
+        source: io::Error,
+    ) -> PostError {
+        PostError::Post {
+            call: "ibv_post_recv",
+            qp_num: claim.qp_num(),
+            count,
+            index: failed.map(|(i, _)| i),
+            wr_id: failed.map(|(_, id)| id),
+            source,
+        }
+    }
+
+    fn id(claim: &&mut QueuePair) -> (&'static str, u32) {
+        ("qp_num", claim.qp_num())
+    }
+}
