@@ -99,8 +99,8 @@ mod verbs;
 #[allow(unsafe_code)]
 mod work_completion;
 pub use verbs::{
-    address_handle, async_event, completion_event, completion_queue, device, memory_region,
-    memory_window, protection_domain, queue_pair, shared_receive_queue,
+    address_handle, async_event, completion_channel, completion_event, completion_queue, device,
+    memory_region, memory_window, protection_domain, queue_pair, shared_receive_queue,
 };
 
 // The workspace README's Rust example is compiled as a doc test of this crate, so it cannot

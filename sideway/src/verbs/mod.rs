@@ -7,6 +7,8 @@ pub mod address_handle;
 #[allow(unsafe_code)]
 pub mod async_event;
 #[allow(unsafe_code)]
+pub mod completion_channel;
+#[allow(unsafe_code)]
 pub mod completion_event;
 #[allow(unsafe_code)]
 pub mod completion_queue;

@@ -21,7 +21,7 @@ use rdma_mummy_sys as ffi;
 use crate::errno::{fresh, from_ret, non_null};
 use crate::receive_batch::{sealed, ReceiveQueue, RecvBatch, RecvChain, RecvRefusal, RecvStorage};
 use crate::verbs::protection_domain::ProtectionDomain;
-use crate::verbs::queue_pair::{which_failed, InvalidWorkRequest};
+use crate::verbs::queue_pair::work_request::{which_failed, InvalidWorkRequest};
 
 /// Why an SRQ operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -46,7 +46,7 @@ mod recv;
 mod send;
 mod state_table;
 #[allow(unsafe_code)]
-mod work_request;
+pub(crate) mod work_request;
 
 pub use crate::receive_batch::{ReceiveQueue, RecvBatch, RecvChain};
 pub use crate::scatter_gather::{BufferBytes, SendData};
@@ -56,5 +56,4 @@ pub use qp::*;
 pub use recv::{PostRecvChain, PostRecvGuard};
 pub use send::{PostSendChain, PostSendGuard, WorkRequestBuilder};
 pub use state_table::{diagnose, transition_rule, MaskDiagnosis, TransitionRule};
-pub(crate) use work_request::which_failed;
 pub use work_request::{InvalidWorkRequest, PostError, SendFlags, SendOpsFlags};

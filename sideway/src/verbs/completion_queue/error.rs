@@ -1,0 +1,68 @@
+//! Why a completion queue or channel could not be created, or polled: below the queue, its
+//! polling and the channel, which all return it.
+
+use std::io;
+
+/// Why a completion queue or channel could not be created, or polled.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CompletionQueueError {
+    /// The create verb failed.
+    #[error(
+        "{call} with {cqe} entries failed on {device}: {source}{}",
+        create_hint(source, call)
+    )]
+    Create {
+        /// `ibv_create_cq` or `ibv_create_cq_ex`.
+        call: &'static str,
+        /// The device's name.
+        device: String,
+        /// The requested number of entries.
+        cqe: u32,
+        /// The errno.
+        source: io::Error,
+    },
+    /// `ibv_create_comp_channel` failed.
+    #[error("ibv_create_comp_channel failed on {device}: {source}")]
+    CreateChannel {
+        /// The device's name.
+        device: String,
+        /// The errno.
+        source: io::Error,
+    },
+    /// The poll verb failed (the CQ overran, or the device is in error).
+    #[error("{call} failed on a CQ: {source}")]
+    Poll {
+        /// `ibv_poll_cq` or `ibv_start_poll`/`ibv_next_poll`.
+        call: &'static str,
+        /// The errno.
+        source: io::Error,
+    },
+    /// Another [`Poller`] or [`ClaimedCq`] of this CQ is still alive: one poller at a time,
+    /// classic or extended (see [`CompletionQueue`]'s "Threads").
+    #[error("this CQ is already being polled (drop the other Poller or ClaimedCq first)")]
+    Busy,
+    /// The provider made an extended CQ without a function that polling it needs: one every
+    /// extended CQ has (`start_poll`, `read_opcode`, ...), or the reader of a field its WC
+    /// flags asked for. Checked when the CQ is created, so polling never meets a NULL one.
+    #[error(
+        "ibv_create_cq_ex on {device} made a CQ without cq_ex->{function}, which polling it \
+         with these WC flags needs (use build(), or leave that field's flag out)"
+    )]
+    MissingFunction {
+        /// The device's name.
+        device: String,
+        /// The `ibv_cq_ex` field that was NULL, e.g. `read_byte_len`.
+        function: &'static str,
+    },
+}
+
+fn create_hint(source: &io::Error, call: &str) -> &'static str {
+    match source.raw_os_error() {
+        Some(libc::EOPNOTSUPP) if call == "ibv_create_cq_ex" => {
+            " (this device has no extended CQ, or not with these WC flags: use build() instead)"
+        }
+        Some(libc::EINVAL) => " (more entries than the device's max_cqe?)",
+        _ => "",
+    }
+}
