@@ -1,7 +1,25 @@
-//! Devices (`struct ibv_device`) and their opened contexts (`struct ibv_context`): the
-//! device list, opening a device, and what a context can be asked.
+//! RDMA devices: listing them, opening one, and what it says about itself.
+//!
+//! [`DeviceList`] wraps `ibv_get_device_list`; each [`Device`] in it keeps the list alive, so
+//! devices can be held and passed around freely. [`Device::open`] (or the one-call
+//! [`open_device`]) gives an `Arc<`[`DeviceContext`]`>`, the root every other verbs object
+//! holds on to: the context is closed when the last object that needs it is dropped.
+//!
+//! Files: `context.rs` (the list, the device, the context and its errors), `attributes.rs`
+//! ([`DeviceAttr`], [`DeviceContext::query_device`]), `port.rs` ([`PortAttr`], [`Mtu`],
+//! [`DeviceContext::query_port`]), `gid_table.rs` ([`GidEntry`],
+//! [`DeviceContext::query_gid_table`]).
 
 #[allow(unsafe_code)]
+mod attributes;
+#[allow(unsafe_code)]
 mod context;
+#[allow(unsafe_code)]
+mod gid_table;
+#[allow(unsafe_code)]
+mod port;
 
+pub use attributes::*;
 pub use context::*;
+pub use gid_table::*;
+pub use port::*;
