@@ -53,23 +53,24 @@ pub trait ReceiveQueue: sealed::Sealed {
         bad: &mut *mut ffi::ibv_recv_wr,
     ) -> c_int;
 
+    /// The queue a claim holds. Errors are built from it, not from the claim, so that only
+    /// the queue's address reaches those out-of-line calls and the batch itself stays in
+    /// registers on the data path.
+    #[doc(hidden)]
+    fn queue<'c>(claim: &'c Self::Claim<'_>) -> &'c Self;
+
     /// The error for receive `index` (`wr_id`), refused while the batch was built.
     #[doc(hidden)]
-    fn refused(claim: &Self::Claim<'_>, index: usize, wr_id: u64, why: RecvRefusal) -> Self::Error;
+    fn refused(&self, index: usize, wr_id: u64, why: RecvRefusal) -> Self::Error;
 
     /// The error for a post of `count` receives that failed with `source`; `failed` is the
     /// index and `wr_id` of the first one not posted, when the verb said.
     #[doc(hidden)]
-    fn failed(
-        claim: &Self::Claim<'_>,
-        count: usize,
-        failed: Option<(usize, u64)>,
-        source: io::Error,
-    ) -> Self::Error;
+    fn failed(&self, count: usize, failed: Option<(usize, u64)>, source: io::Error) -> Self::Error;
 
     /// The queue's name and number, for `Debug`: `("qp_num", n)` or `("srq", handle)`.
     #[doc(hidden)]
-    fn id(claim: &Self::Claim<'_>) -> (&'static str, u32);
+    fn id(&self) -> (&'static str, u32);
 }
 
 pub(crate) mod sealed {
@@ -232,7 +233,7 @@ pub struct RecvBatch<'a, Q: ReceiveQueue + 'a> {
 
 impl<Q: ReceiveQueue> fmt::Debug for RecvBatch<'_, Q> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (queue, id) = Q::id(&self.claim);
+        let (queue, id) = Q::queue(&self.claim).id();
         f.debug_struct("RecvBatch")
             .field(queue, &format_args!("{id:#x}"))
             .field("count", &self.count)
@@ -296,7 +297,7 @@ impl<'a, Q: ReceiveQueue> RecvBatch<'a, Q> {
     fn post_batch(&mut self) -> Result<(), Q::Error> {
         if let Some((index, wr_id, why)) = self.invalid.take() {
             self.count = 0;
-            return Err(Q::refused(&self.claim, index, wr_id, why));
+            return Err(Q::queue(&self.claim).refused(index, wr_id, why));
         }
         let count = self.count;
         if count == 0 {
@@ -314,7 +315,7 @@ impl<'a, Q: ReceiveQueue> RecvBatch<'a, Q> {
         // The queue's number is read only for an error, after the call.
         from_post_ret(ret).map_err(|source| {
             let failed = Q::storage(&mut self.claim).locate(bad, count);
-            Q::failed(&self.claim, count, failed, source)
+            Q::queue(&self.claim).failed(count, failed, source)
         })
     }
 }

@@ -286,6 +286,10 @@ impl Drop for SharedReceiveQueue {
                 map.remove(&key);
             }
         }
+        if !self.pd.context().owns_objects() {
+            // A test double's SRQ: its owner frees it.
+            return;
+        }
         // SAFETY: raw came from ibv_create_srq and is destroyed once; every QP attached holds
         // this SRQ's Arc, so none is left.
         let ret = fresh(|| unsafe { ffi::ibv_destroy_srq(self.raw.as_ptr()) });
@@ -339,30 +343,32 @@ impl ReceiveQueue for SharedReceiveQueue {
         unsafe { ffi::ibv_post_srq_recv(claim.0.raw.as_ptr(), head, bad) }
     }
 
-    #[cold]
-    fn refused(
-        claim: &Self::Claim<'_>,
-        index: usize,
-        wr_id: u64,
-        why: RecvRefusal,
-    ) -> SharedReceiveQueueError {
+    #[inline(always)]
+    fn queue<'c>(claim: &'c Self::Claim<'_>) -> &'c SharedReceiveQueue {
+        claim.0
+    }
+
+    // Built inline, as a constant-tagged Err, so the compiler sees that posting ends here and
+    // the QP does not escape into a call the loop around a post could come back from.
+    #[inline]
+    fn refused(&self, index: usize, wr_id: u64, why: RecvRefusal) -> SharedReceiveQueueError {
         SharedReceiveQueueError::Invalid {
-            srq: claim.0.handle(),
+            srq: self.handle(),
             index,
             wr_id,
             reason: InvalidWorkRequest::from_refusal(why, "srq"),
         }
     }
 
-    #[cold]
+    #[inline]
     fn failed(
-        claim: &Self::Claim<'_>,
+        &self,
         count: usize,
         failed: Option<(usize, u64)>,
         source: io::Error,
     ) -> SharedReceiveQueueError {
         SharedReceiveQueueError::Post {
-            srq: claim.0.handle(),
+            srq: self.handle(),
             count,
             index: failed.map(|(i, _)| i),
             wr_id: failed.map(|(_, id)| id),
@@ -370,7 +376,131 @@ impl ReceiveQueue for SharedReceiveQueue {
         }
     }
 
-    fn id(claim: &Self::Claim<'_>) -> (&'static str, u32) {
-        ("srq", claim.0.handle())
+    fn id(&self) -> (&'static str, u32) {
+        ("srq", self.handle())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::MaybeUninit;
+
+    use super::*;
+    use crate::verbs::device::DeviceContext;
+
+    /// A provider whose `post_srq_recv` posts the first receive of a chain and fails the
+    /// second with ENOMEM, as a full SRQ does.
+    unsafe extern "C" fn post_one_then_fail(
+        _srq: *mut ffi::ibv_srq,
+        wr: *mut ffi::ibv_recv_wr,
+        bad: *mut *mut ffi::ibv_recv_wr,
+    ) -> c_int {
+        // SAFETY: the batch hands a chain of at least two receives (the test posts three).
+        unsafe { *bad = (*wr).next };
+        libc::ENOMEM
+    }
+
+    /// Plain C structs standing in for a provider's context, PD and SRQ.
+    struct Fake {
+        ctx: ffi::ibv_context,
+        pd: ffi::ibv_pd,
+        srq: ffi::ibv_srq,
+    }
+
+    fn fake_srq(max_wr: u32) -> (Box<Fake>, SharedReceiveQueue) {
+        // SAFETY: all three are C structs of pointers and integers, for which zero is valid.
+        let mut fake: Box<Fake> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
+        fake.ctx.ops.post_srq_recv = Some(post_one_then_fail);
+        fake.srq.context = &mut fake.ctx;
+        fake.srq.handle = 0x5;
+        let ctx_raw = NonNull::from(&mut fake.ctx);
+        let pd_raw = NonNull::from(&mut fake.pd);
+        let srq_raw = NonNull::from(&mut fake.srq);
+        // SAFETY: the fake outlives the wrappers (the test drops them first); only the data
+        // path (ibv_post_srq_recv through ops) and plain fields are used.
+        let ctx = unsafe { DeviceContext::from_raw_parts(ctx_raw, "fake", Box::new(())) };
+        // SAFETY: as above; the PD belongs to that context.
+        let pd = unsafe { ProtectionDomain::from_raw_parts(pd_raw, &ctx) };
+        let srq = SharedReceiveQueue {
+            raw: srq_raw,
+            storage: Mutex::new(RecvStorage::new(max_wr, 1)),
+            max_wr,
+            max_sge: 1,
+            pd,
+        };
+        (fake, srq)
+    }
+
+    fn sge() -> crate::scatter_gather::Sge {
+        // SAFETY: the fake provider never touches the memory.
+        unsafe { crate::scatter_gather::Sge::from_raw_parts(0x1000, 64, 7) }
+    }
+
+    #[test]
+    fn a_failed_srq_post_names_the_receive_and_its_wr_id() {
+        let (_fake, srq) = fake_srq(4);
+        let err = srq
+            .start_post_recv()
+            .recv(10, &[sge()])
+            .recv(11, &[sge()])
+            .recv(12, &[sge()])
+            .post()
+            .unwrap_err();
+        match &err {
+            SharedReceiveQueueError::Post {
+                srq: 0x5,
+                count: 3,
+                index: Some(1),
+                wr_id: Some(11),
+                source,
+            } => assert_eq!(source.raw_os_error(), Some(libc::ENOMEM)),
+            other => panic!("not the second receive's failure: {other:?}"),
+        }
+        let text = err.to_string();
+        assert!(
+            text.contains("at work request 1 (wr_id 11) of 3; the 1 before it were posted"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_receive_the_srq_batch_cannot_take_is_named_and_nothing_is_posted() {
+        let (_fake, srq) = fake_srq(2);
+        let mut batch = srq.start_post_recv();
+        batch.recv(1, &[sge()]).recv(2, &[sge()]).recv(3, &[sge()]);
+        match batch.post().unwrap_err() {
+            SharedReceiveQueueError::Invalid {
+                srq: 0x5,
+                index: 2,
+                wr_id: 3,
+                reason:
+                    InvalidWorkRequest::BatchFull {
+                        capacity: 2,
+                        queue: "srq",
+                    },
+            } => {}
+            other => panic!("not the third receive's refusal: {other:?}"),
+        }
+        let err = srq
+            .start_post_recv()
+            .recv(4, &[sge(), sge()])
+            .post()
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SharedReceiveQueueError::Invalid {
+                    index: 0,
+                    wr_id: 4,
+                    reason: InvalidWorkRequest::TooManySge {
+                        given: 2,
+                        max: 1,
+                        queue: "srq"
+                    },
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
     }
 }

@@ -50,26 +50,28 @@ impl ReceiveQueue for QueuePair {
         unsafe { (claim.posts.post_recv)(claim.raw.as_ptr(), head, bad) }
     }
 
-    #[cold]
-    fn refused(claim: &&mut QueuePair, index: usize, wr_id: u64, why: RecvRefusal) -> PostError {
+    #[inline(always)]
+    fn queue<'c>(claim: &'c &mut QueuePair) -> &'c QueuePair {
+        claim
+    }
+
+    // Built inline, as a constant-tagged Err, so the compiler sees that posting ends here and
+    // the QP does not escape into a call the loop around a post could come back from.
+    #[inline]
+    fn refused(&self, index: usize, wr_id: u64, why: RecvRefusal) -> PostError {
         PostError::Invalid {
-            qp_num: claim.qp_num(),
+            qp_num: self.qp_num(),
             index,
             wr_id,
             reason: InvalidWorkRequest::from_refusal(why, "recv"),
         }
     }
 
-    #[cold]
-    fn failed(
-        claim: &&mut QueuePair,
-        count: usize,
-        failed: Option<(usize, u64)>,
-        source: io::Error,
-    ) -> PostError {
+    #[inline]
+    fn failed(&self, count: usize, failed: Option<(usize, u64)>, source: io::Error) -> PostError {
         PostError::Post {
             call: "ibv_post_recv",
-            qp_num: claim.qp_num(),
+            qp_num: self.qp_num(),
             count,
             index: failed.map(|(i, _)| i),
             wr_id: failed.map(|(_, id)| id),
@@ -77,7 +79,7 @@ impl ReceiveQueue for QueuePair {
         }
     }
 
-    fn id(claim: &&mut QueuePair) -> (&'static str, u32) {
-        ("qp_num", claim.qp_num())
+    fn id(&self) -> (&'static str, u32) {
+        ("qp_num", self.qp_num())
     }
 }
