@@ -50,6 +50,15 @@
 //! println!("{} regions ({} bytes) leaked so far", leaks.regions, leaks.bytes);
 //! ```
 //!
+//! # Architecture
+//!
+//! The crate's files form layers with no import circle and no arrow up to `lib.rs`: leaves at
+//! the bottom (errno and drop reporting, fd readiness, GIDs, scatter/gather entries, work
+//! completions, the one receive batch type), one module per verbs object above them (in
+//! `src/verbs/`: the device, protection domain, memory, completions, SRQ, queue pairs, async
+//! events), and [`rdmacm`] on top. [`architecture`] (`sideway/ARCHITECTURE.md`) draws the
+//! graph, and `sideway/tests/module_graph.rs` checks the code against it.
+//!
 //! # Soundness
 //!
 //! Safe code built on this crate cannot cause undefined behaviour, whatever the device or
@@ -103,6 +112,9 @@ pub use verbs::{
     memory_region, memory_window, protection_domain, queue_pair, shared_receive_queue,
 };
 
+#[doc = include_str!("../ARCHITECTURE.md")]
+pub mod architecture {}
+
 // The workspace README's Rust example is compiled as a doc test of this crate, so it cannot
 // drift from the API.
 #[cfg(doctest)]
@@ -139,6 +151,7 @@ pub use queue_pair::{
 };
 /// The raw bindings, for calls this crate does not wrap.
 pub use rdma_mummy_sys as sys;
+pub use receive_batch::{ReceiveQueue, RecvBatch, RecvChain};
 pub use report::Report;
 pub use shared_receive_queue::{
     SharedReceiveQueue, SharedReceiveQueueBuilder, SharedReceiveQueueError, SrqPostRecvChain,

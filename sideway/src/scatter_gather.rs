@@ -9,7 +9,7 @@ use std::ptr::NonNull;
 use rdma_mummy_sys as ffi;
 
 /// A scatter/gather entry (`struct ibv_sge`): a stretch of registered memory for one work
-/// request. Built safely from a region ([`MemoryRegion::sge`], [`RegisteredBuffer::sge`]),
+/// request. Built safely from a region ([`MemoryRegion::sge`](crate::MemoryRegion::sge), [`RegisteredBuffer::sge`](crate::RegisteredBuffer::sge)),
 /// which checks the bounds.
 #[doc(alias = "ibv_sge")]
 #[derive(Debug, Clone, Copy)]

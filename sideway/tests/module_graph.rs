@@ -13,8 +13,10 @@
 //! arrows: a folder's `mod.rs` declaring its files is ownership, not use; its `pub use` lines
 //! are arrows.
 //!
-//! The checks: no arrow points to `lib.rs` (the crate root only re-exports), and the arrows
-//! form no circle. A failure prints the circle with the line that drew each arrow.
+//! The checks: no arrow points to `lib.rs` (the crate root only re-exports), the arrows form
+//! no circle (a failure prints it with the line that drew each arrow), and every module sits
+//! in a layer of `ARCHITECTURE.md`'s table with no arrow to a higher layer, so the drawing
+//! stays true to the code.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -488,6 +490,69 @@ fn problems(graph: &Graph) -> Vec<String> {
     found
 }
 
+/// The layer table of `ARCHITECTURE.md`: `| N | what | `a`, `b::c` |` rows, as (module
+/// path, layer) entries.
+fn layer_table(doc: &str) -> Vec<(ModPath, u32)> {
+    let mut entries = Vec::new();
+    for line in doc.lines() {
+        let cells: Vec<&str> = line
+            .trim()
+            .trim_matches('|')
+            .split('|')
+            .map(str::trim)
+            .collect();
+        let Some(layer) = cells.first().and_then(|c| c.parse::<u32>().ok()) else {
+            continue;
+        };
+        let modules = cells.last().copied().unwrap_or_default();
+        for name in modules.split(',') {
+            let name = name.trim().trim_matches('`');
+            if !name.is_empty() {
+                entries.push((name.split("::").map(String::from).collect(), layer));
+            }
+        }
+    }
+    entries
+}
+
+/// The layer of `module`: that of the longest table entry naming it or a parent of it.
+fn layer_of(module: &ModPath, table: &[(ModPath, u32)]) -> Option<u32> {
+    table
+        .iter()
+        .filter(|(entry, _)| module.starts_with(entry))
+        .max_by_key(|(entry, _)| entry.len())
+        .map(|(_, layer)| *layer)
+}
+
+/// Modules the table does not place, and arrows to a higher layer, in words.
+fn layer_problems(graph: &Graph, table: &[(ModPath, u32)]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (from, arrows) in graph {
+        if from.is_empty() {
+            continue;
+        }
+        let Some(here) = layer_of(from, table) else {
+            found.push(format!(
+                "{} is in no layer of ARCHITECTURE.md's table: add it where it belongs",
+                name(from)
+            ));
+            continue;
+        };
+        for (to, origin) in arrows {
+            if let Some(there) = layer_of(to, table).filter(|&there| there > here) {
+                found.push(format!(
+                    "{} (layer {here}) points up to {} (layer {there}) (line {}: `{}`)",
+                    name(from),
+                    name(to),
+                    origin.line,
+                    origin.text
+                ));
+            }
+        }
+    }
+    found
+}
+
 fn module_path(root: &Path, file: &Path) -> ModPath {
     let rel = file.strip_prefix(root).expect("under src");
     let mut segs: Vec<String> = rel
@@ -538,6 +603,17 @@ fn the_crate_has_no_import_circle_and_nothing_points_up_to_lib_rs() {
         graph.keys()
     );
     let found = problems(&graph);
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+#[test]
+fn every_module_sits_in_its_layer_of_architecture_md_and_no_arrow_points_up() {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("ARCHITECTURE.md"))
+            .expect("sideway/ARCHITECTURE.md is readable");
+    let table = layer_table(&doc);
+    assert!(table.len() > 10, "the layer table was found: {table:?}");
+    let found = layer_problems(&crate_graph(), &table);
     assert!(found.is_empty(), "{}", found.join("\n"));
 }
 
@@ -675,4 +751,32 @@ fn a_layered_crate_passes() {
     assert_eq!(arrows_of(&graph, "lib.rs"), ["leaf", "top"]);
     assert_eq!(arrows_of(&graph, "top"), ["leaf"]);
     assert!(problems(&graph).is_empty(), "{:?}", problems(&graph));
+}
+
+#[test]
+fn layers_place_modules_by_their_longest_entry_and_catch_upward_arrows() {
+    let table = layer_table(
+        "| layer | what | modules |\n| --- | --- | --- |\n| 0 | leaves | `leaf` |\n\
+         | 1 | objects | `obj`, `obj::low` |\n| 2 | top | `obj::high` |\n",
+    );
+    let path = |s: &str| -> ModPath { s.split("::").map(String::from).collect() };
+    assert_eq!(layer_of(&path("obj::low"), &table), Some(1));
+    assert_eq!(layer_of(&path("obj::high::deep"), &table), Some(2));
+    assert_eq!(layer_of(&path("other"), &table), None);
+    let graph = synthetic(&[
+        ("lib.rs", "mod leaf;\nmod obj;\nmod other;\n"),
+        ("leaf.rs", "use crate::obj::low::L;\n"),
+        ("obj/mod.rs", "mod low;\nmod high;\n"),
+        ("obj/low.rs", "use crate::leaf::X;\n"),
+        ("obj/high.rs", "use super::low::L;\n"),
+        ("other.rs", "\n"),
+    ]);
+    let found = layer_problems(&graph, &table);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(
+        found[0].contains("leaf (layer 0) points up to obj::low (layer 1) (line 1"),
+        "{}",
+        found[0]
+    );
+    assert!(found[1].contains("other is in no layer"), "{}", found[1]);
 }

@@ -23,8 +23,8 @@ use rdma_mummy_sys as ffi;
 
 use crate::errno::{fresh, from_ret, non_null};
 use crate::gid::Gid;
-use crate::verbs::completion_queue::{WcFlags, WorkCompletion};
 use crate::verbs::protection_domain::ProtectionDomain;
+use crate::work_completion::{WcFlags, WorkCompletion};
 
 /// Bytes of Global Route Header room at the start of every UD receive buffer.
 pub const GRH_LEN: usize = 40;

@@ -38,8 +38,8 @@ pub enum CompletionQueueError {
         /// The errno.
         source: io::Error,
     },
-    /// Another [`Poller`] or [`ClaimedCq`] of this CQ is still alive: one poller at a time,
-    /// classic or extended (see [`CompletionQueue`]'s "Threads").
+    /// Another [`Poller`](crate::completion_queue::Poller) or [`ClaimedCq`](crate::ClaimedCq) of this CQ is still alive: one poller at a time,
+    /// classic or extended (see [`CompletionQueue`](crate::CompletionQueue)'s "Threads").
     #[error("this CQ is already being polled (drop the other Poller or ClaimedCq first)")]
     Busy,
     /// The provider made an extended CQ without a function that polling it needs: one every

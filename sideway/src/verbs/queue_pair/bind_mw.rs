@@ -18,7 +18,7 @@ impl MemoryWindow {
     /// (`ibv_bind_mw`), posting the bind on `qp` with `wr_id` and `flags` (a completion
     /// follows when signaled). An empty range unbinds it. Returns the window's new rkey,
     /// valid once the bind completes. The window holds `mr` from now on (see the
-    /// [module](self)).
+    /// [module](crate::memory_window)).
     #[doc(alias = "ibv_bind_mw")]
     pub fn bind(
         &self,

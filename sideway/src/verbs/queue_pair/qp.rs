@@ -295,7 +295,7 @@ impl QueuePairBuilder {
     }
 
     /// Most outstanding send work requests (`cap.max_send_wr`; default 128). Also the most
-    /// work requests one classic [`PostSendGuard`] batch holds.
+    /// work requests one classic [`PostSendGuard`](crate::PostSendGuard) batch holds.
     pub fn max_send_wr(&mut self, n: u32) -> &mut Self {
         self.cap.max_send_wr = n;
         self
@@ -338,7 +338,7 @@ impl QueuePairBuilder {
     }
 
     /// The operations an extended QP may post (`send_ops_flags`; default: all that
-    /// [`PostSendGuard`] offers). Used by [`build_ex`](Self::build_ex) only.
+    /// [`PostSendGuard`](crate::PostSendGuard) offers). Used by [`build_ex`](Self::build_ex) only.
     pub fn send_ops_flags(&mut self, flags: SendOpsFlags) -> &mut Self {
         self.send_ops_flags = flags;
         self.send_ops_set = true;
