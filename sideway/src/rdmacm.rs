@@ -80,6 +80,7 @@ use std::time::{Duration, Instant};
 use rdma_mummy_sys as ffi;
 use rdma_mummy_sys::{Library, LoadError};
 
+use crate::diagnostics::report_drop_failure;
 use crate::errno::{fresh, from_ret, non_null, out_ptr, Fresh};
 use crate::macros::c_enum;
 use crate::verbs::completion_queue::CompletionQueue;
@@ -1114,7 +1115,7 @@ impl Drop for CmAddressHandle {
         // SAFETY: raw came from ibv_create_ah and is destroyed once, here.
         let ret = fresh(|| unsafe { ffi::ibv_destroy_ah(self.raw.as_ptr()) });
         if let Err(e) = from_ret(ret) {
-            crate::diagnostics::report_drop_failure("ibv_destroy_ah", "an address handle", &e);
+            report_drop_failure("ibv_destroy_ah", "an address handle", &e);
         }
     }
 }
@@ -1747,11 +1748,7 @@ impl Drop for CmId {
             // SAFETY: the id is alive and joined this group; librdmacm detaches the QP.
             let ret = fresh(|| unsafe { ffi::rdma_leave_multicast(raw, sa.as_mut_ptr()) });
             if let Err(e) = from_ret(ret) {
-                crate::diagnostics::report_drop_failure(
-                    "rdma_leave_multicast",
-                    &group.to_string(),
-                    &e,
-                );
+                report_drop_failure("rdma_leave_multicast", &group.to_string(), &e);
             }
         }
         if lock(&self.qp).is_some() {
@@ -1774,7 +1771,7 @@ impl Drop for CmId {
             Err(e) => {
                 // The id may live on and its events may still name this allocation: keep the
                 // weak reference (and so the allocation) alive rather than risk a dangling one.
-                crate::diagnostics::report_drop_failure("rdma_destroy_id", "an rdma_cm id", &e);
+                report_drop_failure("rdma_destroy_id", "an rdma_cm id", &e);
             }
         }
     }

@@ -1,6 +1,7 @@
-//! The verbs objects (libibverbs), one module each, layered as `ARCHITECTURE.md` draws:
-//! the device at the bottom, then the protection domain, memory, completions, receive
-//! queues, address handles, queue pairs and windows, and async events on top.
+//! The verbs objects (libibverbs), one module each, layered as `ARCHITECTURE.md` draws: the
+//! device at the bottom, then the protection domain; memory regions and windows, address
+//! handles and completions; what queue pairs and SRQs share, and the SRQ; queue pairs; and
+//! async events on top. Only declarations here: the crate root re-exports the modules.
 
 #[allow(unsafe_code)]
 pub mod address_handle;
