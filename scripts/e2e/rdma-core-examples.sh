@@ -11,6 +11,8 @@
 # Built but not run here: mckey (multicast), udpong (rsocket datagrams), rcopy,
 # rdma_xserver/rdma_xclient (XRC); their linking against the shim is checked on the host.
 # Runs where scripts/softroce runs commands; every program runs under `timeout`.
+# '$PORT' in single quotes is a placeholder both_ways fills in, not a variable:
+# shellcheck disable=SC2016
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib/peers.sh
