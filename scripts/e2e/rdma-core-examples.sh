@@ -10,7 +10,10 @@
 # same error, the program's own, and the check says so; on a device with XRC it runs both ways.
 # Built but not run here: mckey (multicast), udpong (rsocket datagrams), rcopy,
 # rdma_xserver/rdma_xclient (XRC); their linking against the shim is checked on the host.
-# Runs where scripts/softroce runs commands; every program runs under `timeout`.
+# Runs where scripts/softroce runs commands; every program runs under `timeout`. Under
+# `scripts/softroce run --hosts 2` every server runs on the peer host and every client here,
+# across the link; the one-sided programs run here.
+# e2e-hosts: 1 2
 # '$PORT' in single quotes is a placeholder both_ways fills in, not a variable:
 # shellcheck disable=SC2016
 set -euo pipefail
@@ -84,13 +87,13 @@ pingpong_check() {
 }
 for p in rc uc srq; do
     both_ways "ibv_${p}_pingpong" 'ready_tcp $PORT' pingpong_check \
-        -d "$dev" -g "$gid" -n "$iters" -p '$PORT' -- \
-        -d "$dev" -g "$gid" -n "$iters" -p '$PORT' 127.0.0.1
+        -d "$SERVER_DEVICE" -g "$SERVER_GID_INDEX" -n "$iters" -p '$PORT' -- \
+        -d "$dev" -g "$gid" -n "$iters" -p '$PORT' "$SERVER_ADDR"
 done
 # UD messages must fit the path MTU (1024 on rxe over a 1500-byte netdev).
 both_ways ibv_ud_pingpong 'ready_tcp $PORT' pingpong_check \
-    -d "$dev" -g "$gid" -n "$iters" -s 1024 -p '$PORT' -- \
-    -d "$dev" -g "$gid" -n "$iters" -s 1024 -p '$PORT' 127.0.0.1
+    -d "$SERVER_DEVICE" -g "$SERVER_GID_INDEX" -n "$iters" -s 1024 -p '$PORT' -- \
+    -d "$dev" -g "$gid" -n "$iters" -s 1024 -p '$PORT' "$SERVER_ADDR"
 
 rping_check() {
     local i
@@ -100,7 +103,7 @@ rping_check() {
     done
 }
 both_ways rping 'ready_cm $PORT' rping_check \
-    -s -a "$ip" -p '$PORT' -C 3 -v -- -c -a "$ip" -p '$PORT' -C 3 -v
+    -s -a "$SERVER_IP" -p '$PORT' -C 3 -v -- -c -a "$SERVER_IP" -p '$PORT' -C 3 -v
 
 # udaddy and ucmatose: one connection, the default 10 messages each way.
 cm_datagram_check() {
@@ -110,8 +113,9 @@ cm_datagram_check() {
     expect_in "$PAIR_DIR/client.log" '^return status 0$' "status 0 on the client"
 }
 # udaddy has no port option: it always uses 7174 (its -p is the legacy port-space flag).
-both_ways udaddy 'ready_cm 7174' cm_datagram_check -b "$ip" -- -s "$ip"
-both_ways ucmatose 'ready_cm $PORT' cm_datagram_check -b "$ip" -p '$PORT' -- -s "$ip" -p '$PORT'
+both_ways udaddy 'ready_cm 7174' cm_datagram_check -b "$SERVER_IP" -- -s "$SERVER_IP" -b "$ip"
+both_ways ucmatose 'ready_cm $PORT' cm_datagram_check -b "$SERVER_IP" -p '$PORT' -- \
+    -s "$SERVER_IP" -b "$ip" -p '$PORT'
 
 rdma_server_check() {
     expect_in "$PAIR_DIR/server.log" '^rdma_server: end 0$' "rdma_server's end 0"
@@ -123,7 +127,8 @@ for server in "$shim/rdma_server" /usr/bin/rdma_server; do
     else client=$shim/rdma_client; fi
     port=$((port + 1))
     echo "rdma_server/rdma_client: $server with $client (port $port)"
-    run_pair "ready_cm $port" "$server" -s "$ip" -p "$port" -- "$client" -s "$ip" -p "$port"
+    run_pair "ready_cm $port" "$server" -s "$SERVER_IP" -p "$port" -- \
+        "$client" -s "$SERVER_IP" -p "$port"
     rdma_server_check
     passed=$((passed + 1))
 done
@@ -137,7 +142,7 @@ stream_check() {
 }
 for p in rstream riostream; do
     both_ways "$p" 'ready_cm $PORT' stream_check \
-        -b "$ip" -p '$PORT' -S 4096 -C 100 -- -s "$ip" -p '$PORT' -S 4096 -C 100
+        -b "$SERVER_IP" -p '$PORT' -S 4096 -C 100 -- -s "$SERVER_IP" -p '$PORT' -S 4096 -C 100
 done
 
 cmtime_check() {
@@ -150,7 +155,7 @@ cmtime_check() {
 # The server names its own QP numbers for the round without QPs (-q 5000): on one host the
 # CM refuses the same numbers from both sides as stale.
 both_ways cmtime 'ready_cm_tcp $PORT' cmtime_check \
-    -b "$ip" -p '$PORT' -c 20 -q 5000 -- -s "$ip" -b "$ip" -p '$PORT' -c 20
+    -b "$SERVER_IP" -p '$PORT' -c 20 -q 5000 -- -s "$SERVER_IP" -b "$ip" -p '$PORT' -c 20
 
 # --- one side ------------------------------------------------------------------------------
 out=$(mktemp -d)
@@ -193,8 +198,9 @@ sed 's/^/  [shim] /' "$out/shim"
 sed 's/^/  [debian] /' "$out/debian"
 if [ "$rc_shim" -eq 124 ] && [ "$rc_deb" -eq 124 ]; then
     # Both servers waited for a client: the device has XRC; run it both ways.
-    both_ways ibv_xsrq_pingpong 'ready_tcp $PORT' true -d "$dev" -g "$gid" -p '$PORT' -- \
-        -d "$dev" -g "$gid" -p '$PORT' 127.0.0.1
+    both_ways ibv_xsrq_pingpong 'ready_tcp $PORT' true \
+        -d "$SERVER_DEVICE" -g "$SERVER_GID_INDEX" -p '$PORT' -- \
+        -d "$dev" -g "$gid" -p '$PORT' "$SERVER_ADDR"
 else
     [ "$rc_shim" -ne 0 ] && [ "$rc_shim" -eq "$rc_deb" ] ||
         fail "ibv_xsrq_pingpong: the shim's build exited $rc_shim, Debian's $rc_deb"
