@@ -5,7 +5,9 @@
 //! 2. Compiles `rdma-core-mummy/` (the dlopen shim) with `cc` into a static library. Only
 //!    `dl` and `pthread` are linked; never `ibverbs` or `rdmacm`.
 //! 3. Runs bindgen over `rdma-core-mummy/include/rdma_mummy.h` (which includes verbs.h,
-//!    rdma_cma.h and rdma_verbs.h, and declares the shim's own exported functions).
+//!    rdma_cma.h, rdma_verbs.h and rsocket.h, declares the few exports those headers lack,
+//!    and the shim's own functions), binding every function the export lists
+//!    (`rdma-core-mummy/exports/`) say the shim forwards.
 //! 4. Writes two generated Rust sources next to the bindings: the re-exports that give the
 //!    shim's wrappers of verbs.h static inlines their C names (`inline_wrappers.rs`), and the
 //!    table the coverage test uses to take the address of every bound function
@@ -48,7 +50,7 @@ fn main() {
     // Read by bindgen's libclang loader (clang-sys), named here so a change rebuilds.
     println!("cargo:rerun-if-env-changed=LIBCLANG_PATH");
     println!("cargo:rerun-if-env-changed=BINDGEN_EXTRA_CLANG_ARGS");
-    for dir in ["src", "include"] {
+    for dir in ["src", "include", "exports"] {
         println!("cargo:rerun-if-changed={}", shim.join(dir).display());
     }
 
@@ -58,7 +60,8 @@ fn main() {
 
     probe_headers(&out, extra_include.as_deref());
     compile_shim(&shim, extra_include.as_deref());
-    let mut bindings = generate_bindings(&shim, extra_include.as_deref(), &[]);
+    let forwarded = forwarded_exports(&shim);
+    let mut bindings = generate_bindings(&shim, extra_include.as_deref(), &forwarded, &[]);
     let defined = shim_definitions(&shim);
     let unshimmed: Vec<String> = bound_functions(&bindings)
         .into_iter()
@@ -75,7 +78,7 @@ fn main() {
             unshimmed.len(),
             unshimmed.join(", ")
         );
-        bindings = generate_bindings(&shim, extra_include.as_deref(), &unshimmed);
+        bindings = generate_bindings(&shim, extra_include.as_deref(), &forwarded, &unshimmed);
     }
     fs::write(out.join("bindings.rs"), &bindings)
         .unwrap_or_else(|e| fail("cannot write bindings.rs", "check OUT_DIR", &e.to_string()));
@@ -109,7 +112,7 @@ fn write_generated(path: &Path, text: &str) {
 fn probe_headers(out: &Path, extra_include: Option<&Path>) {
     let probe = out.join("rdma_header_probe.c");
     let text = "#include <infiniband/verbs.h>\n#include <rdma/rdma_cma.h>\n\
-                #include <rdma/rdma_verbs.h>\n";
+                #include <rdma/rdma_verbs.h>\n#include <rdma/rsocket.h>\n";
     write_generated(&probe, text);
     let mut build = cc::Build::new();
     build.file(&probe).cargo_metadata(false);
@@ -118,7 +121,7 @@ fn probe_headers(out: &Path, extra_include: Option<&Path>) {
     }
     if let Err(e) = build.try_expand() {
         fail(
-            "cannot find the rdma-core headers (infiniband/verbs.h, rdma/rdma_cma.h)",
+            "cannot find the rdma-core headers (infiniband/verbs.h, rdma/rdma_cma.h, rdma/rsocket.h)",
             HEADERS_HELP,
             &e.to_string(),
         );
@@ -175,7 +178,44 @@ fn shim_definitions(shim: &Path) -> std::collections::HashSet<String> {
         .collect()
 }
 
-fn generate_bindings(shim: &Path, extra_include: Option<&Path>, leave_out: &[String]) -> String {
+/// The functions the export lists (`exports/*.symbols`, written by `gen_shim.py exports`) mark
+/// as forwarded by the shim: every public export, rsocket's `r*` functions included.
+fn forwarded_exports(shim: &Path) -> Vec<String> {
+    let mut names = Vec::new();
+    for lib in ["libibverbs", "librdmacm"] {
+        let path = shim.join("exports").join(format!("{lib}.symbols"));
+        let text = fs::read_to_string(&path).unwrap_or_else(|e| {
+            fail(
+                &format!("cannot read {}", path.display()),
+                "the crate's sources are incomplete; reinstall it",
+                &e.to_string(),
+            )
+        });
+        names.extend(
+            text.lines()
+                .filter(|line| !line.starts_with('#'))
+                .filter_map(|line| {
+                    // NAME VERSION-NODE RELEASES DISPOSITION
+                    let mut fields = line.splitn(4, ' ');
+                    let name = fields.next()?;
+                    fields.next()?;
+                    fields.next()?;
+                    fields
+                        .next()?
+                        .starts_with("forward")
+                        .then(|| name.to_owned())
+                }),
+        );
+    }
+    names
+}
+
+fn generate_bindings(
+    shim: &Path,
+    extra_include: Option<&Path>,
+    forwarded: &[String],
+    leave_out: &[String],
+) -> String {
     let header = shim.join("include").join("rdma_mummy.h");
     let mut builder = bindgen::Builder::default()
         .header(header.display().to_string())
@@ -205,6 +245,9 @@ fn generate_bindings(shim: &Path, extra_include: Option<&Path>, leave_out: &[Str
         .sort_semantically(true);
     if let Some(dir) = extra_include {
         builder = builder.clang_arg(format!("-I{}", dir.display()));
+    }
+    for name in forwarded {
+        builder = builder.allowlist_function(format!("^{name}$"));
     }
     for name in leave_out {
         builder = builder.blocklist_function(format!("^{name}$"));

@@ -1,19 +1,26 @@
 #!/usr/bin/env python3
-"""Regenerate the shim's forwarding and wrapper sources from the system headers.
+"""Regenerate the shim's forwarding and wrapper sources from the libraries' export lists.
 
 The shim must define every function that libibverbs and librdmacm export, with the exact
 prototype the headers declare, and wrap every control-path static inline of verbs.h /
-rdma_cma.h / rdma_verbs.h in an exported function. Writing ~150 definitions by hand invites
-typos, so this script asks the C compiler itself (`-aux-info`) for every prototype the headers
-declare and writes:
+rdma_cma.h / rdma_verbs.h in an exported function. Which functions the libraries export is
+read from exports/libibverbs.symbols and exports/librdmacm.symbols, which
+`gen_shim.py exports LIBDIR...` writes from `nm -D` of the installed libraries of each
+supported rdma-core version, each symbol with its version node and whether the shim forwards
+it or leaves it out (and why). The prototypes come from the C compiler itself (`-aux-info`)
+run over the installed headers (verbs.h, rdma_cma.h, rdma_verbs.h, rsocket.h) and
+include/rdma_mummy_extra.h, which declares the few exports the installed headers do not.
+Writing ~200 definitions by hand invites typos, so this script writes:
 
   src/forward.c                 one forwarding definition per exported function
   src/inline.c                  one exported wrapper per control-path static inline
   include/rdma_mummy_inline.h   the prototypes of those wrappers
 
-The outputs are checked in; run `make regen` after moving to newer rdma-core headers. The
-Rust coverage test (rdma-mummy-sys/tests/coverage.rs) fails when the headers declare a
-function the checked-in shim does not define, which is the signal to regenerate.
+The outputs are checked in. After a new rdma-core release: `make exports LIBDIRS="DIR..."`
+(every directory holding a supported version's libibverbs.so.1 and librdmacm.so.1), then
+`make regen`. A new export that no rule below classifies stops both with its name. The Rust
+tests (rdma-mummy-sys/tests/coverage.rs, tests/exports.rs) fail when the headers declare, or
+the installed libraries export, a function the checked-in shim does not define.
 """
 
 import os
@@ -22,7 +29,31 @@ import subprocess
 import sys
 import tempfile
 
-HEADERS = ["infiniband/verbs.h", "rdma/rdma_cma.h", "rdma/rdma_verbs.h"]
+HEADERS = ["infiniband/verbs.h", "rdma/rdma_cma.h", "rdma/rdma_verbs.h", "rdma/rsocket.h",
+           "rdma_mummy_extra.h"]
+# The headers whose control-path static inlines the shim wraps.
+INLINE_HEADERS = HEADERS[:3]
+LIBRARIES = {"libibverbs": "MUMMY_LIB_IBVERBS", "librdmacm": "MUMMY_LIB_RDMACM"}
+
+# Exports the shim leaves out, each with why; the first pattern that matches a name wins.
+# Only names in a private version node (IBVERBS_PRIVATE_*) may match: rdma-core builds its
+# providers against these, and the node's version changes whenever their ABI does, so no
+# program outside rdma-core can rely on them.
+LEFT_OUT = [
+    (r"ibv_cmd_\w+", "provider interface: the kernel command helpers of rdma-core's providers"),
+    (r"_?_?verbs_\w+|execute_ioctl|__ioctl_final_num_attrs",
+     "provider interface: driver registration, context set-up and ioctl marshalling"),
+    (r"ibv_read_ibdev_sysfs_file",
+     "provider interface: takes libibverbs' internal struct verbs_sysfs_dev"),
+]
+# Private-node exports the shim forwards all the same, each with why.
+PRIVATE_FORWARDED = {
+    "ibv_query_gid_type": "rdma-core's own ibv_devinfo calls it; its driver.h declares it",
+    "ibv_wr_opcode_str": "the public verbs.h of rdma-core 56 declares it",
+}
+# An export that exists only under a non-default version (`name@VERSION`, no `@@`): the
+# linker refuses to bind new programs to it and dlsym() does not return it.
+COMPAT_ONLY = "compatibility symbol only (no default version): no program can link it"
 
 # Exported functions whose failure is reported by returning an errno value (man pages:
 # "returns 0 on success, or the value of errno on failure").
@@ -50,6 +81,8 @@ SPECIAL_FAILURE = {
     "ibv_get_device_guid": "0",
     "rdma_get_src_port": "0",
     "rdma_get_dst_port": "0",
+    # rsocket.h declares it size_t; rsocket returns -1 converted, as write() would.
+    "riowrite": "(size_t)-1",
 }
 # The *_str helpers never fail in libibverbs and callers hand their result straight to
 # printf, so NULL would turn a missing library into a crash in the caller.
@@ -120,20 +153,148 @@ def failure(name, ret):
         return UNKNOWN_STRING if ret == "const char *" and name.endswith("_str") else "NULL"
     if name in RETURNS_ERRNO:
         return "EOPNOTSUPP"
-    if ret in ("int", "ssize_t"):
+    if ret in ("int", "ssize_t", "off_t"):
         return "-1"
     sys.exit(f"gen_shim.py: no documented failure value for {ret} {name}(); add it")
 
 
-def library(header):
-    return "MUMMY_LIB_IBVERBS" if header.startswith("infiniband/") else "MUMMY_LIB_RDMACM"
+# Variadic exports cannot be forwarded generically: the argument must be read with its type.
+# rfcntl() takes fcntl()'s commands; the argument's type follows from the command as in
+# fcntl(2): none, an int, or a pointer.
+VARIADIC = {
+    "rfcntl": """int (rfcntl)(int socket, int cmd, ...)
+{
+	va_list ap;
+	int ret;
+
+	mummy_load(MUMMY_LIB_RDMACM);
+	if (!mummy_fn_rfcntl) {
+		errno = EOPNOTSUPP;
+		return -1;
+	}
+	va_start(ap, cmd);
+	switch (cmd) {
+	case F_SETFL:
+	case F_SETFD:
+	case F_DUPFD:
+	case F_DUPFD_CLOEXEC:
+	case F_SETOWN:
+		ret = mummy_fn_rfcntl(socket, cmd, va_arg(ap, int));
+		break;
+	case F_GETLK:
+	case F_SETLK:
+	case F_SETLKW:
+		ret = mummy_fn_rfcntl(socket, cmd, va_arg(ap, void *));
+		break;
+	default:
+		ret = mummy_fn_rfcntl(socket, cmd);
+		break;
+	}
+	va_end(ap);
+	return ret;
+}
+
+""",
+}
+
+
+def exports_path(here, lib):
+    return os.path.join(here, "exports", f"{lib}.symbols")
+
+
+def read_exports(here):
+    """[(library, name, version, disposition)] from the checked-in export lists."""
+    out = []
+    for lib in LIBRARIES:
+        with open(exports_path(here, lib)) as f:
+            for line in f:
+                if line.startswith("#") or not line.strip():
+                    continue
+                name, version, _in, disposition = line.rstrip("\n").split(" ", 3)
+                out.append((lib, name, version, disposition))
+    return out
+
+
+def classify(name, version, default):
+    """'forward', or 'left out: <why>', for one export; exits on one no rule covers."""
+    if not default:
+        return f"left out: {COMPAT_ONLY}"
+    if "PRIVATE" not in version:
+        return "forward"
+    if name in PRIVATE_FORWARDED:
+        return f"forward (private: {PRIVATE_FORWARDED[name]})"
+    for pattern, why in LEFT_OUT:
+        if re.fullmatch(pattern, name):
+            return f"left out: {why}"
+    sys.exit(f"gen_shim.py: {name}@{version} is a private export no rule covers; add it to "
+             "LEFT_OUT or PRIVATE_FORWARDED, with the reason")
+
+
+def nm_exports(path):
+    """{name: (version, default)} of the functions and data a shared library exports."""
+    text = subprocess.run(["nm", "-D", "--defined-only", "--with-symbol-versions", path],
+                          check=True, capture_output=True, text=True).stdout
+    out = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) != 3 or fields[1] == "A":
+            continue  # version node definitions (type A) are not symbols
+        sym = fields[2]
+        if "@@" in sym:
+            name, version = sym.split("@@")
+            out[name] = (version, True)
+        elif "@" in sym:
+            name, version = sym.split("@")
+            out.setdefault(name, (version, False))
+    return out
+
+
+def write_exports(here, libdirs):
+    """exports/<lib>.symbols: the union of what each LIBDIR's library exports."""
+    for lib in LIBRARIES:
+        merged, present, sources, releases = {}, {}, [], []
+        for d in libdirs:
+            path = os.path.join(d, f"{lib}.so.1")
+            real = os.path.basename(os.path.realpath(path))
+            # libibverbs.so.1.14.56.1: ABI 1.14 of rdma-core 56.1.
+            m = re.fullmatch(rf"{lib}\.so\.1\.\d+\.(\d+\.\d+)", real)
+            if not m:
+                sys.exit(f"gen_shim.py: cannot tell the rdma-core version of {path} ({real})")
+            releases.append(m[1])
+            sources.append(f"rdma-core {m[1]} ({real})")
+            for name, (version, default) in nm_exports(path).items():
+                present.setdefault(name, []).append(m[1])
+                old = merged.get(name)
+                if old is None or (default and not old[1]):
+                    merged[name] = (version, default)
+        lines = [f"# {lib}.so.1's exports: `nm -D --defined-only --with-symbol-versions` of\n",
+                 f"# {', '.join(sources)}, merged.\n",
+                 "# Written by `gen_shim.py exports LIBDIR...` (`make exports`); read by gen_shim.py\n",
+                 "# and rdma-mummy-sys/tests/exports.rs. Each line: NAME VERSION-NODE\n",
+                 "# RELEASES-THAT-EXPORT-IT DISPOSITION.\n",
+                 f"# releases: {','.join(releases)}\n"]
+        for name in sorted(merged):
+            version, default = merged[name]
+            lines.append(f"{name} {version} {','.join(present[name])} "
+                         f"{classify(name, version, default)}\n")
+        os.makedirs(os.path.dirname(exports_path(here, lib)), exist_ok=True)
+        with open(exports_path(here, lib), "w") as f:
+            f.write("".join(lines))
+        n = sum(1 for line in lines if " forward" in line)
+        print(f"gen_shim.py: {lib}: {len(merged)} exports, {n} forwarded")
 
 
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
+    if sys.argv[1:2] == ["exports"]:
+        if len(sys.argv) < 3:
+            sys.exit("usage: gen_shim.py exports LIBDIR... (directories holding libibverbs.so.1 "
+                     "and librdmacm.so.1)")
+        write_exports(here, sys.argv[2:])
+        return
     cc = os.environ.get("CC", "cc")
-    cflags = os.environ.get("CFLAGS", "").split()
-    exported, inlines = [], []
+    cflags = os.environ.get("CFLAGS", "").split() + ["-I" + os.path.join(here, "include")]
+    declared, inlines = {}, []
     for line in aux_info(cc, cflags):
         m = DECL.match(line)
         if not m:
@@ -144,14 +305,31 @@ def main():
         ret = m["ret"].strip()
         params = split_params(m["params"])
         if m["storage"] == "extern":
-            exported.append((header, ret, m["name"], params))
-        elif m["name"] not in NOT_WRAPPED and not m["name"].startswith(DATA_PATH_PREFIXES):
+            declared.setdefault(m["name"], (header, ret, params))
+        elif header in INLINE_HEADERS and m["name"] not in NOT_WRAPPED \
+                and not m["name"].startswith(DATA_PATH_PREFIXES):
             inlines.append((header, ret, m["name"], params))
 
-    banner = ("/* Generated by gen_shim.py from the rdma-core headers; do not edit.\n"
+    exported, listed = [], set()
+    for lib, name, version, disposition in read_exports(here):
+        listed.add(name)
+        if not disposition.startswith("forward"):
+            continue
+        if name not in declared:
+            sys.exit(f"gen_shim.py: {lib} exports {name}@{version}, but no header declares it; "
+                     "declare it in include/rdma_mummy_extra.h")
+        header, ret, params = declared[name]
+        exported.append((LIBRARIES[lib], ret, name, params))
+    unlisted = sorted(n for n in declared if n not in listed)
+    if unlisted:
+        sys.exit(f"gen_shim.py: the headers declare {', '.join(unlisted)}, which the export "
+                 "lists lack; `make exports` from the libraries of this rdma-core version")
+
+    banner = ("/* Generated by gen_shim.py from the export lists (exports/) and the rdma-core\n"
+              " * headers; do not edit.\n"
               " * Regenerate with `make regen`. */\n")
 
-    fwd = [banner, '#include "mummy.h"\n\n',
+    fwd = [banner, "#include <fcntl.h>\n#include <stdarg.h>\n\n#include \"mummy.h\"\n\n",
            "/* -aux-info prints array parameters (ibv_resolve_eth_l2_from_gid's eth_mac[6])\n"
            " * decayed to pointers; the types are compatible, so GCC's -Warray-parameter note\n"
            " * about the spelling is noise here. */\n"
@@ -162,21 +340,25 @@ def main():
            " * real exported symbol. A missing library or symbol fails the way the verb's man\n"
            " * page documents, with errno = EOPNOTSUPP. */\n\n"]
     table = {"MUMMY_LIB_IBVERBS": [], "MUMMY_LIB_RDMACM": []}
-    for header, ret, name, params in exported:
+    for lib, ret, name, params in exported:
         args = [f"a{i}" for i in range(len(params))]
         decl_params = ", ".join(name_param(p, a) for p, a in zip(params, args)) or "void"
-        lib = library(header)
-        fail = failure(name, ret)
         # The name is parenthesised so that a function-like macro of the same name (verbs.h
         # has them for ibv_query_port, ibv_reg_mr, ...) does not hide the real symbol.
         fwd.append(f"static __typeof__({name}) *mummy_fn_{name};\n")
+        table[lib].append(name)
+        if "..." in params:
+            if name not in VARIADIC:
+                sys.exit(f"gen_shim.py: {name} is variadic; write its forwarder in VARIADIC")
+            fwd.append(VARIADIC[name])
+            continue
+        fail = failure(name, ret)
         fwd.append(f"{ret}{'' if ret.endswith('*') else ' '}({name})({decl_params})\n{{\n")
         fwd.append(f"\tmummy_load({lib});\n\tif (!mummy_fn_{name}) {{\n")
         fwd.append("\t\terrno = EOPNOTSUPP;\n")
         fwd.append(f"\t\treturn{'' if fail is None else ' ' + fail};\n\t}}\n")
         call = f"mummy_fn_{name}({', '.join(args)})"
         fwd.append(f"\t{call};\n}}\n\n" if ret == "void" else f"\treturn {call};\n}}\n\n")
-        table[lib].append(name)
     for lib, names in table.items():
         var = "mummy_ibverbs_symbols" if lib == "MUMMY_LIB_IBVERBS" else "mummy_rdmacm_symbols"
         fwd.append(f"const struct mummy_symbol {var}[] = {{\n")
@@ -202,6 +384,8 @@ def main():
         with open(os.path.join(here, path), "w") as f:
             f.write("".join(text))
     print(f"gen_shim.py: {len(exported)} forwarded functions, {len(inlines)} wrapped inlines")
+    left_out = [n for _, n, _, d in read_exports(here) if d.startswith("left out")]
+    print(f"gen_shim.py: {len(left_out)} exports left out (see exports/*.symbols)")
 
 
 if __name__ == "__main__":

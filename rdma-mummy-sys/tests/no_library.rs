@@ -103,6 +103,27 @@ fn child_without_libraries() {
         let channel = rdma_mummy_sys::rdma_create_event_channel();
         assert!(channel.is_null());
         assert_eq!(last_errno(), Some(EOPNOTSUPP as i32));
+
+        // rsocket, socket-style: -1 and errno.
+        let fd = rdma_mummy_sys::rsocket(2, 1, 0);
+        assert_eq!(fd, -1);
+        assert_eq!(last_errno(), Some(EOPNOTSUPP as i32));
+        // The variadic one, with and without its argument.
+        assert_eq!(rdma_mummy_sys::rfcntl(3, 4, 0o4000), -1); // F_SETFL, O_NONBLOCK
+        assert_eq!(last_errno(), Some(EOPNOTSUPP as i32));
+        assert_eq!(rdma_mummy_sys::rfcntl(3, 3), -1); // F_GETFL
+        assert_eq!(last_errno(), Some(EOPNOTSUPP as i32));
+        // size_t riowrite: -1 converted, as rsocket itself reports a failure.
+        assert_eq!(
+            rdma_mummy_sys::riowrite(3, ptr::null(), 0, 0, 0),
+            usize::MAX as _
+        );
+        assert_eq!(last_errno(), Some(EOPNOTSUPP as i32));
+
+        // An export only rdma-core's internal headers declare.
+        assert_eq!(rdma_mummy_sys::ibv_dontfork_range(ptr::null_mut(), 0), -1);
+        assert_eq!(last_errno(), Some(EOPNOTSUPP as i32));
+        assert!(rdma_mummy_sys::ibv_get_sysfs_path().is_null());
     }
 
     // Nothing in this process linked rdma-core at build time: had either library been a

@@ -2,8 +2,9 @@
  * rdma-core-mummy: a link-time stand-in for libibverbs and librdmacm.
  *
  * Link librdma-core-mummy.a (plus -ldl -lpthread) instead of -libverbs -lrdmacm. Every
- * function the two libraries export is defined here under its real name and forwards to the
- * library, which is dlopen()ed on first use. When a library or one of its functions cannot be
+ * function the two libraries export for programs (their public symbol versions, rsocket's
+ * r* functions included; see the lists in exports/) is defined here under its real name and
+ * forwards to the library, which is dlopen()ed on first use. When a library or one of its functions cannot be
  * found, the call fails the way the verb documents (NULL, -1, or an errno value) with errno set
  * to EOPNOTSUPP, and the functions below say why.
  *
@@ -17,6 +18,9 @@
 #ifndef RDMA_MUMMY_H
 #define RDMA_MUMMY_H
 
+#include <rdma/rsocket.h>
+
+#include "rdma_mummy_extra.h"
 #include "rdma_mummy_inline.h"
 
 #ifdef __cplusplus
