@@ -8,10 +8,14 @@
 //! while the messages still to come need it (the rest after the run, as perftest), and
 //! timestamps each receive completion.
 //!
-//! Duration mode (`-D`) posts until the deadline, then one last signaled message per QP so
-//! that every unsignaled request before it is accounted for; it keeps only the first post and
-//! the last completion, and reports no peak, as perftest does. Unlike perftest, it measures
-//! the whole duration rather than a window after a warm-up.
+//! Duration mode (`-D`, and `--run-infinitely` until a signal or the peer ends it) posts
+//! until the deadline, then one last signaled message per QP so that every unsignaled
+//! request before it is accounted for; it keeps only the first post and the last
+//! completion. Unlike perftest, it measures the whole duration rather than a window after a
+//! warm-up, prints every reporting interval as it closes, and reports the best interval as
+//! the peak (perftest reports none).
+//!
+//! With `--rate-limit`, the sender asks the [`Pacer`] before each post list.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,15 +23,17 @@ use std::time::{Duration, Instant};
 use sideway::memory_region::Sge;
 use sideway::{AddressHandle, SendData, SendFlags, WorkCompletion};
 
+use super::interrupt::stop_requested;
 use super::setup::{
     local_data, remote_target, sleep_on, RemoteTarget, Resources, QP_INDEX_MASK, UD_QKEY,
 };
 use super::watch::Watch;
 use super::{op_name, wc_failed, RunError};
-use crate::bandwidth::{BandwidthResult, BandwidthTimes};
+use crate::bandwidth::{interval_line, BandwidthResult, BandwidthTimes, Interval, IntervalMeter};
 use crate::buffer::TestBuffer;
 use crate::cli::{AtomicType, Connection, Verb};
 use crate::oob::{OobChannel, QpEndpoint};
+use crate::pacing::Pacer;
 use crate::params::TestParams;
 
 /// What one side does in a bandwidth run.
@@ -37,6 +43,8 @@ pub(crate) struct BwRole {
     pub(crate) sends: bool,
     /// Receives the peer's SENDs.
     pub(crate) receives: bool,
+    /// Prints intervals in Gb/s (else MiB/s).
+    pub(crate) gbits: bool,
 }
 
 /// The operation of one QP's work requests.
@@ -179,7 +187,8 @@ fn first_cause(
 }
 
 /// Runs one size. `tx` and `rx` are cleared and refilled; they must have been allocated
-/// with room for every message. Returns what this side measured, if anything.
+/// with room for every message. Returns what this side measured, if anything, with the
+/// reporting intervals of a timed run.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_size(
     res: &mut Resources,
@@ -191,8 +200,8 @@ pub(crate) fn run_size(
     rx: &mut BandwidthTimes,
     base: Instant,
     watch: &mut Watch,
-) -> Result<Option<BandwidthResult>, RunError> {
-    let duration_mode = params.duration.is_some();
+) -> Result<Option<(BandwidthResult, Vec<Interval>)>, RunError> {
+    let duration_mode = params.timed();
     let n = res.qps.len();
     let per_qp = if duration_mode {
         u64::MAX
@@ -260,14 +269,36 @@ pub(crate) fn run_size(
     let mut rx_count = 0u64;
     let mut stopping = false;
     let mut peer_done_at: Option<Instant> = None;
+    let says_sent = duration_mode && role.sends && role.receives;
+    let sent_step = format!("sent {size}");
+    let mut sent_said = false;
     let now = |base: Instant| base.elapsed().as_secs_f64();
-    rx.posted.push(now(base));
+    let t0 = now(base);
+    rx.posted.push(t0);
+    // The side that measures meters its own count: the sender its completions, a receiver
+    // that sends nothing its receives.
+    let mut meter = duration_mode.then(|| IntervalMeter::new(params.report_interval, size, t0));
+    let mut pacer = match (role.sends, params.rate_limit) {
+        (true, Some(limit)) => Some(Pacer::new(limit.messages_per_sec(size), limit.burst, t0)),
+        _ => None,
+    };
 
     loop {
         let mut idle = true;
         if role.sends {
-            if let (Some(end), false) = (deadline, stopping) {
-                if Instant::now() >= end {
+            if !stopping {
+                let over = match deadline {
+                    Some(end) => Instant::now() >= end,
+                    // --run-infinitely: until a signal or, with -b, until the peer
+                    // stopped sending (it spoke; a passive peer speaks at once, so only
+                    // a sending one counts).
+                    None => {
+                        params.run_infinitely
+                            && (stop_requested()
+                                || (params.bidirectional && watch.peer_has_spoken()))
+                    }
+                };
+                if over {
                     stopping = true;
                     // One last signaled message per QP accounts for the unsignaled ones.
                     for c in &mut counts {
@@ -278,6 +309,12 @@ pub(crate) fn run_size(
             for (q, c) in counts.iter_mut().enumerate() {
                 while c.posted < c.target && c.posted - c.completed + post_list <= tx_depth {
                     let batch = post_list.min(c.target - c.posted);
+                    if let Some(p) = pacer.as_mut() {
+                        if !p.may_post(now(base), batch) {
+                            break;
+                        }
+                        p.posted(batch);
+                    }
                     let mut guard = qps[q].start_post_send();
                     for j in 0..batch {
                         let k = c.posted + j + 1;
@@ -332,6 +369,11 @@ pub(crate) fn run_size(
                     }
                     tx.completed.push(entry);
                 }
+                if let Some(m) = meter.as_mut() {
+                    if let Some(iv) = m.observe(t, total_done) {
+                        println!("{}", interval_line(&iv, role.gbits));
+                    }
+                }
                 idle = false;
             }
         }
@@ -365,6 +407,11 @@ pub(crate) fn run_size(
                     }
                     rx.completed.push((rx_count as usize - 1, t));
                 }
+                if let (Some(m), false) = (meter.as_mut(), role.sends) {
+                    if let Some(iv) = m.observe(t, rx_count) {
+                        println!("{}", interval_line(&iv, role.gbits));
+                    }
+                }
                 idle = false;
                 if peer_done_at.is_some() {
                     peer_done_at = Some(Instant::now());
@@ -374,6 +421,13 @@ pub(crate) fn run_size(
         let tx_done = counts
             .iter()
             .all(|c| c.posted == c.target && c.completed == c.signaled);
+        // A timed run in which both sides send and receive (send -b): each side's receive
+        // part ends when the peer said it sent its last message, so say so at once rather
+        // than at the "done" barrier, which the peer, still receiving, would wait for.
+        if tx_done && says_sent && !sent_said {
+            oob.send_ready(&sent_step)?;
+            sent_said = true;
+        }
         let rx_done = match (rx_expected, peer_done_at) {
             _ if !role.receives => true,
             (Some(e), _) if rx_count >= e => true,
@@ -399,6 +453,9 @@ pub(crate) fn run_size(
         }
     }
 
+    if says_sent {
+        oob.expect_ready(&sent_step)?;
+    }
     for (q, &deferred) in rx_deferred.iter().enumerate() {
         if deferred > 0 {
             res.post_recvs(q, deferred)?;
@@ -412,12 +469,22 @@ pub(crate) fn run_size(
             )));
         }
     }
-    let result = if role.sends {
-        Some(BandwidthResult::compute(size, tx, params.reports_peak())?)
+    let (times, count, peak) = if role.sends {
+        (&*tx, total_done, params.reports_peak())
     } else if role.receives {
-        Some(BandwidthResult::compute(size, rx, false)?)
+        (&*rx, rx_count, false)
     } else {
-        None
+        return Ok(None);
     };
-    Ok(result)
+    let mut result = BandwidthResult::compute(size, times, peak)?;
+    let mut intervals = Vec::new();
+    if let Some(mut m) = meter {
+        let end = times.completed.last().map_or(t0, |&(_, t)| t);
+        if let Some(iv) = m.finish(end, count) {
+            println!("{}", interval_line(&iv, role.gbits));
+        }
+        result = result.with_intervals(&m.intervals);
+        intervals = m.intervals;
+    }
+    Ok(Some((result, intervals)))
 }

@@ -19,6 +19,7 @@
 
 mod bw;
 mod cm;
+mod interrupt;
 mod lat;
 mod link;
 mod setup;
@@ -29,15 +30,16 @@ use std::fmt;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
-use crate::bandwidth::{BandwidthError, BandwidthTimes};
+use crate::bandwidth::{interval_summary, BandwidthError, BandwidthResult, BandwidthTimes};
 use crate::buffer::{BufferError, BufferKind, Memory};
 use crate::cli::{RunArgs, Test, Verb};
 use crate::clock::{current_source, ClockCheck};
 use crate::latency::TooFewSamples;
 use crate::oob::{OobChannel, OobError, QpEndpoint};
 use crate::params::{ParamError, TestParams};
+use crate::preflight;
 use crate::progress::Progress;
-use crate::report::{self, Report, SideReport, SizeResult};
+use crate::report::{self, IntervalSeries, Report, SideReport, SizeResult};
 use sideway::peer_text::{printable, PEER_TEXT_MAX};
 
 use link::LinkWatch;
@@ -218,6 +220,7 @@ fn print_banner(
     };
     let amount = match params.duration {
         Some(d) => format!("{d} s per size"),
+        None if params.run_infinitely => "until interrupted".to_owned(),
         None => format!("{} iterations", params.iterations),
     };
     println!("{}", report::RULE);
@@ -262,6 +265,12 @@ fn print_banner(
     } else {
         println!(" QP setup        : endpoints traded over TCP (no rdma_cm)");
     }
+    if let Some(limit) = &params.rate_limit {
+        println!(
+            " Rate limit      : {} (software pacing of this side's posts)",
+            limit.describe()
+        );
+    }
     if params.data_validation {
         println!(" Data validation : on: every byte that lands is compared after each size");
     }
@@ -284,6 +293,19 @@ fn run_connected(
 ) -> Result<(), RunError> {
     let is_client = args.server.is_some();
     let role_name = if is_client { "client" } else { "server" };
+    // Before anything is created, let alone moved to RTR: can the two ports talk at all?
+    let our_port = dev.profile(role_name);
+    let their_port = oob.exchange_profiles(&our_port)?;
+    let diagnosis = preflight::diagnose(&our_port, &their_port, params.rdma_cm);
+    for note in &diagnosis.notes {
+        eprintln!("stride-perf: pre-flight: {note}");
+    }
+    if !diagnosis.errors.is_empty() {
+        return Err(RunError::new(format!(
+            "pre-flight check, before connecting: {}",
+            diagnosis.errors.join("; ")
+        )));
+    }
     let mut res = Resources::create(dev, memory, params, VerbsApi::from_args(args, dev))?;
     for why in [&res.api.qp_fallback, &res.api.cq_fallback]
         .into_iter()
@@ -332,9 +354,15 @@ fn run_connected(
         mtu.bytes().unwrap_or(0),
         role_name,
     );
+    println!(" Pre-flight      : {}", our_port.summary(&their_port));
 
-    // The passive side waits at the "done" barrier for as long as the peer measures.
-    let measure_timeout = Duration::from_secs(300 + 2 * params.duration.unwrap_or(0));
+    // The passive side waits at the "done" barrier for as long as the peer measures: with
+    // --run-infinitely, until the peer is interrupted (a year stands for that).
+    let measure_timeout = if params.run_infinitely {
+        Duration::from_secs(365 * 24 * 3600)
+    } else {
+        Duration::from_secs(300 + 2 * params.duration.unwrap_or(0))
+    };
     oob.set_timeout(measure_timeout)?;
     let mut watch = Watch::new(
         STALL,
@@ -348,7 +376,14 @@ fn run_connected(
         (Test::Lat, Verb::Write | Verb::Send) => true,
         (Test::Lat, _) => is_client,
     };
-    let messages = if params.duration.is_some() {
+    if params.run_infinitely && sends {
+        interrupt::catch_stop_signals()?;
+        println!(
+            " Run             : until SIGINT (Ctrl-C) or SIGTERM; an interval every {} s",
+            params.report_interval
+        );
+    }
+    let messages = if params.timed() {
         1
     } else {
         usize::try_from(params.iterations.saturating_mul(u64::from(params.qps)))
@@ -377,7 +412,9 @@ fn run_connected(
         Test::Bw => report::bandwidth_header(gbits),
         Test::Lat => report::latency_header(),
     };
-    if measures {
+    // A timed bandwidth run prints its intervals first and the header just above its row.
+    let header_per_row = params.timed() && params.test == Test::Bw;
+    if measures && !header_per_row {
         println!("{header}");
     }
     let mut progress = Progress::new(
@@ -389,6 +426,7 @@ fn run_connected(
             && std::io::stdout().is_terminal(),
     );
     let mut results = Vec::with_capacity(params.sizes.len());
+    let mut interval_series = Vec::new();
     let data_roles = validate::DataRoles::of(params, is_client);
     let mut validated = 0u64;
     let base = Instant::now();
@@ -404,13 +442,26 @@ fn run_connected(
                 params,
                 oob,
                 size,
-                bw::BwRole { sends, receives },
+                bw::BwRole {
+                    sends,
+                    receives,
+                    gbits,
+                },
                 &mut tx,
                 &mut rx,
                 base,
                 &mut watch,
             )?
-            .map(SizeResult::Bandwidth),
+            .map(|(r, intervals)| {
+                if !intervals.is_empty() {
+                    interval_series.push(IntervalSeries {
+                        bytes: size,
+                        period_s: params.report_interval,
+                        intervals,
+                    });
+                }
+                SizeResult::Bandwidth(r)
+            }),
             Test::Lat => lat::run_size(
                 &mut res,
                 params,
@@ -432,7 +483,17 @@ fn run_connected(
         }
         progress.clear();
         if let Some(r) = result {
+            if header_per_row {
+                println!("{header}");
+            }
             println!("{}", report::row_for(&r, gbits));
+            if let SizeResult::Bandwidth(BandwidthResult {
+                intervals: Some(stats),
+                ..
+            }) = &r
+            {
+                println!("{}", interval_summary(stats, params.report_interval, gbits));
+            }
             results.push(r);
         }
     }
@@ -464,6 +525,7 @@ fn run_connected(
         posting: Some(res.api.posting()),
         polling: Some(res.api.polling()),
         results,
+        intervals: interval_series,
     };
     let peer = oob.exchange_results(&this_side)?;
     if !measures {

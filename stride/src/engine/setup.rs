@@ -25,6 +25,7 @@ use crate::cli::{AtomicType, Connection, RunArgs, Verb};
 use crate::gid_select::{best_gid, GidCandidate};
 use crate::oob::QpEndpoint;
 use crate::params::TestParams;
+use crate::preflight::{GidInfo, LinkKind, PortProfile};
 
 /// The device, port and GID a side runs on.
 #[derive(Debug)]
@@ -127,6 +128,43 @@ impl DeviceSide {
             LinkLayer::Ethernet => "Ethernet",
             LinkLayer::Infiniband | LinkLayer::Unspecified => "IB",
             _ => "unknown",
+        }
+    }
+
+    /// This side's port as the pre-flight diagnosis describes it to the peer. The GID table
+    /// lists the port's usable entries; a device whose table cannot be read lists none (the
+    /// diagnosis then only cannot suggest an index).
+    pub(crate) fn profile(&self, role: &str) -> PortProfile {
+        let table: Vec<GidInfo> = self
+            .ctx
+            .query_gid_table()
+            .map(|t| {
+                t.into_iter()
+                    .filter(|e| e.port == self.port && !e.gid.is_zero())
+                    .take(crate::preflight::MAX_GIDS)
+                    .map(|e| {
+                        GidInfo::of(&GidCandidate {
+                            index: e.index,
+                            gid: e.gid,
+                            gid_type: e.gid_type,
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        PortProfile {
+            role: role.to_owned(),
+            device: self.name().to_owned(),
+            port: self.port,
+            link: match self.port_attr.link_layer() {
+                LinkLayer::Ethernet => LinkKind::Ethernet,
+                LinkLayer::Infiniband | LinkLayer::Unspecified => LinkKind::InfiniBand,
+                _ => LinkKind::Other,
+            },
+            active_mtu: self.port_attr.active_mtu().bytes().unwrap_or(0),
+            gid: self.gid.as_ref().map(GidInfo::of),
+            gid_from_x: !self.gid_auto,
+            table,
         }
     }
 
