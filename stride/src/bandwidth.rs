@@ -30,6 +30,10 @@ pub struct BandwidthResult {
     /// `--run-infinitely`); absent otherwise and in files written before stride-perf had them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub intervals: Option<IntervalStats>,
+    /// The busy share of the host's CPUs during the measured loop, in percent
+    /// (`--cpu-util`); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_util_percent: Option<f64>,
 }
 
 /// Timestamps of one bandwidth run, in seconds from any fixed origin.
@@ -89,6 +93,7 @@ impl BandwidthResult {
             avg_bytes_per_sec: bytes as f64 * messages as f64 / elapsed,
             msg_rate_mpps: messages as f64 / elapsed / 1e6,
             intervals: None,
+            cpu_util_percent: None,
         })
     }
 

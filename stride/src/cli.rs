@@ -247,6 +247,32 @@ pub struct RunArgs {
     #[arg(long = "burst-size", alias = "burst_size", requires = "rate_limit")]
     pub burst_size: Option<u32>,
 
+    /// Traffic class in the GRH of this side's packets (perftest's --tclass; 0-255; RoCE,
+    /// or InfiniBand with -x). Each side sets its own; the banner reads it back from the QP.
+    #[arg(long = "tclass", value_name = "TC")]
+    pub tclass: Option<u8>,
+
+    /// Pin the process to these CPU cores before anything runs: a list such as 0,2-3 (as
+    /// taskset -c and perftest users do by hand; the measured loop is one thread).
+    #[arg(long = "pin-cores", value_name = "LIST", conflicts_with = "numa_node")]
+    pub pin_cores: Option<String>,
+
+    /// Pin the process to the cores of this NUMA node (from
+    /// /sys/devices/system/node/nodeN/cpulist), such as the one nearest the NIC.
+    #[arg(long = "numa-node", value_name = "NODE")]
+    pub numa_node: Option<u32>,
+
+    /// Report the CPU utilization of the host during each size's measured loop (perftest's
+    /// --cpu_util): the busy share of all CPUs from /proc/stat, in the row's summary and the
+    /// JSON file. Bandwidth tests.
+    #[arg(long = "cpu-util", alias = "cpu_util")]
+    pub cpu_util: bool,
+
+    /// Also print the peer's results, and with -b the two directions' sum (perftest's
+    /// --report-both, which reports RX and TX separately on bidirectional tests).
+    #[arg(long = "report-both", alias = "report_both")]
+    pub report_both: bool,
+
     /// Atomic operation.
     #[arg(short = 'A', long = "atomic-type", value_enum, default_value_t = AtomicType::FetchAndAdd)]
     pub atomic_type: AtomicType,

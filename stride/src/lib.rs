@@ -12,6 +12,7 @@ pub mod buffer;
 pub mod cli;
 pub mod clock;
 pub mod compare;
+pub mod cpu;
 pub mod cuda;
 pub mod engine;
 pub mod gid_select;

@@ -70,6 +70,12 @@ pub struct TestParams {
     /// each side paces its own direction.
     #[serde(default)]
     pub rate_limit: Option<RateLimit>,
+    /// The GRH traffic class of this side's packets (`--tclass`); its own choice.
+    #[serde(default)]
+    pub traffic_class: Option<u8>,
+    /// Measure CPU utilization (`--cpu-util`); this side's own choice.
+    #[serde(default)]
+    pub cpu_util: bool,
 }
 
 fn default_report_interval() -> f64 {
@@ -185,6 +191,15 @@ impl TestParams {
         }
         if a.rate_limit.is_some() && !bw {
             bail("--rate-limit paces bandwidth tests; a latency test sends one message at a time")?;
+        }
+        if a.tclass.is_some() && a.rdma_cm {
+            bail(
+                "--tclass sets the GRH of the QPs stride connects itself; with -R rdma_cm \
+                 builds the path (perftest's --tos, which stride does not have): drop one",
+            )?;
+        }
+        if a.cpu_util && !bw {
+            bail("--cpu-util measures bandwidth tests (perftest's --cpu_util does too)")?;
         }
         if a.burst_size == Some(0) {
             bail("--burst-size must be at least 1")?;
@@ -311,6 +326,8 @@ impl TestParams {
             data_validation: a.data_validation,
             run_infinitely: a.run_infinitely,
             report_interval: a.report_interval,
+            traffic_class: a.tclass,
+            cpu_util: a.cpu_util,
             rate_limit: a.rate_limit.map(|rate| RateLimit {
                 rate,
                 unit: a.rate_units,
@@ -615,6 +632,27 @@ mod tests {
         assert!(!params(&["write", "bw", "--run-infinitely"])
             .unwrap()
             .reports_peak());
+    }
+
+    #[test]
+    fn perftest_side_options() {
+        let p = params(&["write", "bw", "--tclass", "96", "--cpu-util"]).unwrap();
+        assert_eq!((p.traffic_class, p.cpu_util), (Some(96), true));
+        // Each side's own: not agreed.
+        assert!(p.mismatches(&params(&["write", "bw"]).unwrap()).is_empty());
+        for (args, want) in [
+            (&["write", "bw", "--tclass", "96", "-R"][..], "with -R rdma_cm builds the path"),
+            (&["send", "lat", "--cpu-util"][..], "measures bandwidth tests"),
+        ] {
+            let e = params(args).unwrap_err().to_string();
+            assert!(e.contains(want), "{args:?}: {e}");
+        }
+        use clap::Parser;
+        for bad in [&["--tclass", "256"][..], &["--pin-cores", "0", "--numa-node", "0"]] {
+            let mut argv = vec!["stride-perf", "write", "bw"];
+            argv.extend_from_slice(bad);
+            assert!(crate::cli::Cli::try_parse_from(argv).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

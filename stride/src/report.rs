@@ -236,6 +236,7 @@ mod tests {
             avg_bytes_per_sec: 1048576.0 * 1000.0,
             msg_rate_mpps: 0.016,
             intervals: None,
+            cpu_util_percent: None,
         }
     }
 

@@ -77,6 +77,7 @@ fn bandwidth(bytes: u64) -> SizeResult {
         avg_bytes_per_sec: 2.0e9,
         msg_rate_mpps: 0.03,
         intervals: None,
+        cpu_util_percent: None,
     })
 }
 

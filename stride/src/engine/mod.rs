@@ -154,6 +154,8 @@ fn check_supported(params: &TestParams) -> Result<(), RunError> {
 pub fn run(verb: Verb, args: &RunArgs) -> Result<(), RunError> {
     let mut params = TestParams::resolve(verb, args)?;
     check_supported(&params)?;
+    // Before any memory is touched, so that it comes from the pinned cores' node.
+    let pinned = pin(args)?;
     // First: with --use-cuda and no driver (or no such GPU) nothing else runs.
     let memory = Memory::prepare(BufferKind::from_args(args))?;
     let dev = DeviceSide::open(args, &params)?;
@@ -186,11 +188,29 @@ pub fn run(verb: Verb, args: &RunArgs) -> Result<(), RunError> {
             oob
         }
     };
-    let result = run_connected(&dev, &memory, &clock, args, &params, &mut oob);
+    let result = run_connected(&dev, &memory, &clock, args, &params, &mut oob, pinned);
     if let Err(e) = &result {
         oob.abort(&e.to_string());
     }
     result
+}
+
+/// Pins the process as `--pin-cores` or `--numa-node` ask; returns the banner's line.
+fn pin(args: &RunArgs) -> Result<Option<String>, RunError> {
+    use crate::cpu::{numa_node_cpus, parse_cpu_list, pin_to, CpuList};
+    let (cpus, why) = match (&args.pin_cores, args.numa_node) {
+        (Some(list), _) => (
+            parse_cpu_list(list).map_err(|e| RunError::new(format!("--pin-cores: {e}")))?,
+            "--pin-cores".to_owned(),
+        ),
+        (None, Some(node)) => (
+            numa_node_cpus(node).map_err(|e| RunError::new(format!("--numa-node: {e}")))?,
+            format!("--numa-node {node}"),
+        ),
+        (None, None) => return Ok(None),
+    };
+    let got = pin_to(&cpus).map_err(RunError::new)?;
+    Ok(Some(format!("cores {} ({why}; read back)", CpuList(&got))))
 }
 
 fn verb_title(verb: Verb) -> &'static str {
@@ -290,6 +310,7 @@ fn run_connected(
     args: &RunArgs,
     params: &TestParams,
     oob: &mut OobChannel,
+    pinned: Option<String>,
 ) -> Result<(), RunError> {
     let is_client = args.server.is_some();
     let role_name = if is_client { "client" } else { "server" };
@@ -355,6 +376,17 @@ fn run_connected(
         role_name,
     );
     println!(" Pre-flight      : {}", our_port.summary(&their_port));
+    if let Some(line) = &pinned {
+        println!(" CPU pinning     : {line}");
+    }
+    if let Some(tc) = params.traffic_class {
+        match res.read_traffic_class()? {
+            Some(read) => {
+                println!(" Traffic class   : {read} (--tclass {tc}; read back from QP 0)")
+            }
+            None => println!(" Traffic class   : {tc} (--tclass; in each UD address handle)"),
+        }
+    }
 
     // The passive side waits at the "done" barrier for as long as the peer measures: with
     // --run-infinitely, until the peer is interrupted (a year stands for that).
@@ -436,6 +468,7 @@ fn run_connected(
             validate::prepare(&mut res, data_roles, is_client, size)?;
         }
         watch.barrier(oob, &format!("start {size}"), measure_timeout)?;
+        let cpu_before = params.cpu_util.then(crate::cpu::CpuTimes::now).flatten();
         let result = match params.test {
             Test::Bw => bw::run_size(
                 &mut res,
@@ -452,7 +485,11 @@ fn run_connected(
                 base,
                 &mut watch,
             )?
-            .map(|(r, intervals)| {
+            .map(|(mut r, intervals)| {
+                let cpu_after = cpu_before.and(crate::cpu::CpuTimes::now());
+                r.cpu_util_percent = cpu_before
+                    .zip(cpu_after)
+                    .and_then(|(a, b)| a.util_since(&b));
                 if !intervals.is_empty() {
                     interval_series.push(IntervalSeries {
                         bytes: size,
@@ -493,6 +530,17 @@ fn run_connected(
             }) = &r
             {
                 println!("{}", interval_summary(stats, params.report_interval, gbits));
+            }
+            if params.cpu_util {
+                if let SizeResult::Bandwidth(b) = &r {
+                    match b.cpu_util_percent {
+                        Some(u) => println!(
+                            " CPU utilization : {u:.1} % of all CPUs during the measured loop \
+                             (/proc/stat)"
+                        ),
+                        None => println!(" CPU utilization : /proc/stat could not be read"),
+                    }
+                }
             }
             results.push(r);
         }
@@ -539,6 +587,9 @@ fn run_connected(
             println!("{}", report::row_for(r, gbits));
         }
     }
+    if args.report_both && measures {
+        print_both(&this_side, &peer, gbits, params.bidirectional);
+    }
     println!("{}", report::RULE);
     if let Some(path) = &args.json {
         let report = Report {
@@ -558,6 +609,33 @@ fn run_connected(
         println!(" results (both sides) written to {}", path.display());
     }
     Ok(())
+}
+
+/// `--report-both`: the peer's rows under this side's, and with `-b` each size's two
+/// directions together.
+fn print_both(ours: &SideReport, peer: &SideReport, gbits: bool, bidirectional: bool) {
+    let role = printable(&peer.role, PEER_TEXT_MAX);
+    if peer.results.is_empty() {
+        println!(" The {role} measured nothing (it served one-sided operations)");
+        return;
+    }
+    println!(" The {role}'s results (--report-both):");
+    for r in &peer.results {
+        println!("{}", report::row_for(r, gbits));
+    }
+    if bidirectional {
+        for (a, b) in ours.results.iter().zip(&peer.results) {
+            if let (SizeResult::Bandwidth(a), SizeResult::Bandwidth(b)) = (a, b) {
+                let unit = if gbits { "Gb/sec" } else { "MiB/sec" };
+                println!(
+                    " Both directions : {} B: {:.2} {unit}, {:.6} Mpps",
+                    a.bytes,
+                    a.avg(gbits) + b.avg(gbits),
+                    a.msg_rate_mpps + b.msg_rate_mpps
+                );
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use sideway::async_event::EventError;
 use sideway::device::{DeviceAttr, LinkLayer, Mtu, PortAttr};
-use sideway::queue_pair::{AddressVector, SendOpsFlags};
+use sideway::queue_pair::{AddressVector, QpAttrMask, SendOpsFlags};
 use sideway::{
     AccessFlags, AddressHandle, CompletionChannel, CompletionQueue, ConnectOptions, DeviceContext,
     Endpoint, Gid, ProtectionDomain, QpType, QueuePair, SendData, GRH_LEN,
@@ -508,6 +508,14 @@ impl Resources {
                 .max_dest_rd_atomic(rd_atomic(dev.dev_attr.max_qp_rd_atom()));
             if let Some(g) = dev.gid {
                 opts.gid_index(g.index);
+                if let Some(tc) = params.traffic_class {
+                    opts.traffic_class(tc);
+                }
+            } else if params.traffic_class.is_some() {
+                return Err(RunError::new(
+                    "--tclass sets the GRH's traffic class, and this InfiniBand port is \
+                     LID-routed, without a GRH: pass -x to route by GID, or drop --tclass",
+                ));
             }
             let peer = Endpoint {
                 lid: remote.lid,
@@ -523,7 +531,8 @@ impl Resources {
                     av.set_is_global(true)
                         .set_dgid(peer.gid)
                         .set_sgid_index(dev.gid.map_or(0, |g| g.index))
-                        .set_hop_limit(64);
+                        .set_hop_limit(64)
+                        .set_traffic_class(params.traffic_class.unwrap_or(0));
                 }
                 self.ahs.push(self._pd.create_ah(&av)?);
             }
@@ -541,6 +550,21 @@ impl Resources {
         }
         self.remotes = remotes;
         Ok(())
+    }
+
+    /// The traffic class QP 0's path carries, read back from the QP (`ibv_query_qp`): what
+    /// `--tclass` set, as the device took it. `None` for UD, whose path is in each address
+    /// handle.
+    pub(crate) fn read_traffic_class(&self) -> Result<Option<u8>, RunError> {
+        match self.qps.first() {
+            Some(qp) if qp.qp_type() != QpType::Ud => {
+                let attr = qp
+                    .query(QpAttrMask::AV)
+                    .map_err(|e| RunError::new(e.to_string()))?;
+                Ok(Some(attr.ah_attr().traffic_class()))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// The length of each QP's buffer, the same on both sides: two halves.

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# stride-perf's smaller perftest options, each checked where it shows: --tclass (read back
+# from the QP; in the UD address handles), --pin-cores and --numa-node (the CPU mask read
+# back), --cpu-util (a utilization per size), --report-both (the peer's rows, and both
+# directions' sum under -b); bad values refused. Binary: ${STRIDE_BIN:-target/debug/stride-perf}.
+# e2e-hosts: 1
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+. scripts/lib/stride.sh
+
+echo "--tclass: the traffic class in the GRH"
+stride "write bw --tclass 96" bw 4096 100 client write bw -s 4096 -n 100 --tclass 96
+must_say "$PAIR_DIR/client.log" '^ Traffic class   : 96 \(--tclass 96; read back from QP 0\)' "the traffic class read back"
+stride "send bw UD --tclass 32" bw 1024 + client send bw -c UD -s 1024 -n 100 --tclass 32
+must_say "$PAIR_DIR/client.log" '^ Traffic class   : 32 \(--tclass; in each UD address handle\)' "the UD traffic class"
+
+echo "--pin-cores and --numa-node: the mask read back"
+last=$(($(nproc) - 1))
+stride "write bw --pin-cores $last" bw 4096 100 client write bw -s 4096 -n 100 --pin-cores "$last"
+must_say "$PAIR_DIR/client.log" "^ CPU pinning     : cores $last \\(--pin-cores; read back\\)" "the pinned core"
+if [ -r /sys/devices/system/node/node0/cpulist ]; then
+    stride "write bw --numa-node 0" bw 4096 100 client write bw -s 4096 -n 100 --numa-node 0
+    must_say "$PAIR_DIR/client.log" "^ CPU pinning     : cores $(cat /sys/devices/system/node/node0/cpulist) \\(--numa-node 0; read back\\)" "node 0's cores"
+else
+    echo "  skipped: --numa-node: this kernel shows no NUMA nodes in sysfs"
+fi
+
+echo "--cpu-util and --report-both"
+stride "send bw -b --cpu-util --report-both" bw 4096 200 both send bw -s 4096 -n 200 -b \
+    --cpu-util --report-both
+must_say "$PAIR_DIR/client.log" '^ CPU utilization : [0-9.]+ % of all CPUs during the measured loop' "the CPU utilization"
+must_say "$PAIR_DIR/client.log" "^ The server's results \\(--report-both\\):" "the peer's rows"
+must_say "$PAIR_DIR/client.log" '^ Both directions : 4096 B: [0-9.]+ MiB/sec' "both directions' sum"
+stride "write bw --report-both (a passive server)" bw 4096 100 client write bw -s 4096 -n 100 \
+    --report-both
+must_say "$PAIR_DIR/client.log" "^ The server measured nothing" "a passive peer"
+
+echo "bad values are refused"
+expect_error "a traffic class past 255" "--tclass" "$bin" write bw --tclass 256
+expect_error "--tclass with -R" "rdma_cm builds the path" "$bin" write bw -d "$dev" -R --tclass 8
+expect_error "a bad core list" "--pin-cores: '1-x' in '1-x' is not a CPU number" \
+    "$bin" write bw -d "$dev" --pin-cores 1-x
+expect_error "a core that is not there" "cannot pin to CPUs 1000" \
+    "$bin" write bw -d "$dev" --pin-cores 1000
+expect_error "a NUMA node that is not there" "NUMA node 99 does not exist here" \
+    "$bin" write bw -d "$dev" --numa-node 99
+expect_error "--cpu-util of a latency test" "measures bandwidth tests" \
+    "$bin" send lat -d "$dev" --cpu-util
+finish
