@@ -2,7 +2,7 @@
 # stride-perf's smaller perftest options, each checked where it shows: --tclass (read back
 # from the QP; in the UD address handles), --pin-cores and --numa-node (the CPU mask read
 # back), --cpu-util (a utilization per size), --report-both (the peer's rows, and both
-# directions' sum under -b); bad values refused. Binary: ${STRIDE_BIN:-target/debug/stride-perf}.
+# directions' sum under -b), --perform-warm-up; bad values refused. Binary: ${STRIDE_BIN:-target/debug/stride-perf}.
 # e2e-hosts: 1
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -35,6 +35,12 @@ stride "write bw --report-both (a passive server)" bw 4096 100 client write bw -
     --report-both
 must_say "$PAIR_DIR/client.log" "^ The server measured nothing" "a passive peer"
 
+echo "--perform-warm-up: one unmeasured round first"
+stride "read bw -q 2 --perform-warm-up" bw 4096 200 client read bw -s 4096 -n 100 -q 2 \
+    --perform-warm-up
+must_say "$PAIR_DIR/client.log" '^ Warm-up         : one unmeasured round' "the warm-up line"
+stride "atomic bw --perform-warm-up" bw 8 100 client atomic bw -n 100 --perform-warm-up
+
 echo "bad values are refused"
 expect_error "a traffic class past 255" "--tclass" "$bin" write bw --tclass 256
 expect_error "--tclass with -R" "rdma_cm builds the path" "$bin" write bw -d "$dev" -R --tclass 8
@@ -44,6 +50,8 @@ expect_error "a core that is not there" "cannot pin to CPUs 1000" \
     "$bin" write bw -d "$dev" --pin-cores 1000
 expect_error "a NUMA node that is not there" "NUMA node 99 does not exist here" \
     "$bin" write bw -d "$dev" --numa-node 99
+expect_error "a SEND warm-up" "warms up one-sided bandwidth tests" \
+    "$bin" send bw -d "$dev" --perform-warm-up
 expect_error "--cpu-util of a latency test" "measures bandwidth tests" \
     "$bin" send lat -d "$dev" --cpu-util
 finish

@@ -247,6 +247,13 @@ pub struct RunArgs {
     #[arg(long = "burst-size", alias = "burst_size", requires = "rate_limit")]
     pub burst_size: Option<u32>,
 
+    /// Before each size's measured loop, post one unmeasured round of -t messages per QP
+    /// and wait for them (perftest's --perform_warm_up), so that the first measured
+    /// messages find the caches, the TLB and the device's context warm. One-sided bandwidth
+    /// tests (write, read, atomic): a SEND's receiver counts every message.
+    #[arg(long = "perform-warm-up", alias = "perform_warm_up")]
+    pub perform_warm_up: bool,
+
     /// Traffic class in the GRH of this side's packets (perftest's --tclass; 0-255; RoCE,
     /// or InfiniBand with -x). Each side sets its own; the banner reads it back from the QP.
     #[arg(long = "tclass", value_name = "TC")]

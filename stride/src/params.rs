@@ -73,6 +73,9 @@ pub struct TestParams {
     /// The GRH traffic class of this side's packets (`--tclass`); its own choice.
     #[serde(default)]
     pub traffic_class: Option<u8>,
+    /// An unmeasured round before each size (`--perform-warm-up`); the sender's own choice.
+    #[serde(default)]
+    pub warm_up: bool,
     /// Measure CPU utilization (`--cpu-util`); this side's own choice.
     #[serde(default)]
     pub cpu_util: bool,
@@ -197,6 +200,21 @@ impl TestParams {
                 "--tclass sets the GRH of the QPs stride connects itself; with -R rdma_cm \
                  builds the path (perftest's --tos, which stride does not have): drop one",
             )?;
+        }
+        if a.perform_warm_up {
+            if !bw || verb == Verb::Send {
+                bail(
+                    "--perform-warm-up warms up one-sided bandwidth tests (write, read, atomic \
+                     bw): a SEND's receiver counts every message, and a latency test's first \
+                     samples are its own",
+                )?;
+            }
+            if verb == Verb::Atomic && a.data_validation {
+                bail(
+                    "--perform-warm-up's atomics would change the target whose final value \
+                     --data-validation checks: drop one",
+                )?;
+            }
         }
         if a.cpu_util && !bw {
             bail("--cpu-util measures bandwidth tests (perftest's --cpu_util does too)")?;
@@ -328,6 +346,7 @@ impl TestParams {
             report_interval: a.report_interval,
             traffic_class: a.tclass,
             cpu_util: a.cpu_util,
+            warm_up: a.perform_warm_up,
             rate_limit: a.rate_limit.map(|rate| RateLimit {
                 rate,
                 unit: a.rate_units,
@@ -636,19 +655,40 @@ mod tests {
 
     #[test]
     fn perftest_side_options() {
+        assert!(
+            params(&["read", "bw", "--perform-warm-up"])
+                .unwrap()
+                .warm_up
+        );
+        for args in [
+            &["send", "bw", "--perform-warm-up"][..],
+            &["write", "lat", "--perform-warm-up"],
+            &["atomic", "bw", "--perform_warm_up", "--data-validation"],
+        ] {
+            assert!(params(args).is_err(), "{args:?}");
+        }
         let p = params(&["write", "bw", "--tclass", "96", "--cpu-util"]).unwrap();
         assert_eq!((p.traffic_class, p.cpu_util), (Some(96), true));
         // Each side's own: not agreed.
         assert!(p.mismatches(&params(&["write", "bw"]).unwrap()).is_empty());
         for (args, want) in [
-            (&["write", "bw", "--tclass", "96", "-R"][..], "with -R rdma_cm builds the path"),
-            (&["send", "lat", "--cpu-util"][..], "measures bandwidth tests"),
+            (
+                &["write", "bw", "--tclass", "96", "-R"][..],
+                "with -R rdma_cm builds the path",
+            ),
+            (
+                &["send", "lat", "--cpu-util"][..],
+                "measures bandwidth tests",
+            ),
         ] {
             let e = params(args).unwrap_err().to_string();
             assert!(e.contains(want), "{args:?}: {e}");
         }
         use clap::Parser;
-        for bad in [&["--tclass", "256"][..], &["--pin-cores", "0", "--numa-node", "0"]] {
+        for bad in [
+            &["--tclass", "256"][..],
+            &["--pin-cores", "0", "--numa-node", "0"],
+        ] {
             let mut argv = vec!["stride-perf", "write", "bw"];
             argv.extend_from_slice(bad);
             assert!(crate::cli::Cli::try_parse_from(argv).is_err(), "{bad:?}");

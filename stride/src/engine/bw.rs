@@ -186,6 +186,46 @@ fn first_cause(
     e
 }
 
+/// `--perform-warm-up`: posts `per_qp` signaled messages on every QP (the send CQ holds
+/// -t per QP) and waits for all of them, within the stall limit.
+fn warm_up<'a>(
+    qps: &'a mut [sideway::QueuePair],
+    ops: &[WrOpOwned<'a>],
+    cq: &mut sideway::ClaimedCq,
+    wcs: &mut [WorkCompletion],
+    per_qp: u64,
+    params: &TestParams,
+) -> Result<(), RunError> {
+    for (q, (qp, op)) in qps.iter_mut().zip(ops).enumerate() {
+        let mut guard = qp.start_post_send();
+        for _ in 0..per_qp {
+            op.push(&mut guard, q as u64 | 1 << 32, SendFlags::SIGNALED);
+        }
+        guard.post()?;
+    }
+    let mut left = per_qp * ops.len() as u64;
+    let deadline = Instant::now() + super::STALL;
+    while left > 0 {
+        let got = cq.poll_into(wcs)?;
+        for wc in &wcs[..got] {
+            if let Err(e) = wc.ok() {
+                let q = (wc.wr_id() & QP_INDEX_MASK) as usize;
+                let what = format!("the warm-up's {}", op_name(params.verb));
+                return Err(wc_failed(&e, &what, q, 1, params.qp_timeout));
+            }
+        }
+        left = left.saturating_sub(got as u64);
+        if got == 0 && Instant::now() > deadline {
+            return Err(RunError::new(format!(
+                "the warm-up's {left} last completions did not come within {} s: the peer \
+                 stopped answering; check its output",
+                super::STALL.as_secs()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Runs one size. `tx` and `rx` are cleared and refilled; they must have been allocated
 /// with room for every message. Returns what this side measured, if anything, with the
 /// reporting intervals of a timed run.
@@ -264,6 +304,9 @@ pub(crate) fn run_size(
     let mut send_poll = send_cq.claim()?;
     let mut recv_poll = recv_cq.claim()?;
     let mut wcs = [WorkCompletion::default(); 32];
+    if params.warm_up && role.sends {
+        warm_up(qps, &ops, &mut send_poll, &mut wcs, tx_depth, params)?;
+    }
     watch.start();
     let mut total_done = 0u64;
     let mut rx_count = 0u64;

@@ -285,6 +285,9 @@ fn print_banner(
     } else {
         println!(" QP setup        : endpoints traded over TCP (no rdma_cm)");
     }
+    if params.warm_up {
+        println!(" Warm-up         : one unmeasured round of -t messages per QP before each size");
+    }
     if let Some(limit) = &params.rate_limit {
         println!(
             " Rate limit      : {} (software pacing of this side's posts)",
