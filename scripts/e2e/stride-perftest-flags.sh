@@ -2,7 +2,7 @@
 # stride-perf's smaller perftest options, each checked where it shows: --tclass (read back
 # from the QP; in the UD address handles), --pin-cores and --numa-node (the CPU mask read
 # back), --cpu-util (a utilization per size), --report-both (the peer's rows, and both
-# directions' sum under -b), --perform-warm-up; bad values refused. Binary: ${STRIDE_BIN:-target/debug/stride-perf}.
+# directions' sum under -b), --perform-warm-up, --use-srq; bad values refused. Binary: ${STRIDE_BIN:-target/debug/stride-perf}.
 # e2e-hosts: 1
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -41,6 +41,14 @@ stride "read bw -q 2 --perform-warm-up" bw 4096 200 client read bw -s 4096 -n 10
 must_say "$PAIR_DIR/client.log" '^ Warm-up         : one unmeasured round' "the warm-up line"
 stride "atomic bw --perform-warm-up" bw 8 100 client atomic bw -n 100 --perform-warm-up
 
+echo "--use-srq: one receive queue for every QP"
+stride "send bw -q 4 --use-srq" bw 4096 400 both send bw -s 4096 -n 100 -q 4 --use-srq
+must_say "$PAIR_DIR/server.log" '^ Receives        : one shared receive queue \(--use-srq\), [0-9]+ entries' "the shared receive queue"
+stride "send bw UD -q 2 --use-srq" bw 1024 + both send bw -c UD -s 1024 -n 200 -q 2 -r 64 --use-srq
+stride "send bw --use-srq, validated" bw 8192 100 both send bw -s 8192 -n 100 --use-srq \
+    --data-validation
+must_say "$PAIR_DIR/server.log" "Data validation : 8192 bytes checked" "validated through the SRQ"
+
 echo "bad values are refused"
 expect_error "a traffic class past 255" "--tclass" "$bin" write bw --tclass 256
 expect_error "--tclass with -R" "rdma_cm builds the path" "$bin" write bw -d "$dev" -R --tclass 8
@@ -52,6 +60,7 @@ expect_error "a NUMA node that is not there" "NUMA node 99 does not exist here" 
     "$bin" write bw -d "$dev" --numa-node 99
 expect_error "a SEND warm-up" "warms up one-sided bandwidth tests" \
     "$bin" send bw -d "$dev" --perform-warm-up
+expect_error "--use-srq of a WRITE test" "SEND bandwidth tests" "$bin" write bw --use-srq
 expect_error "--cpu-util of a latency test" "measures bandwidth tests" \
     "$bin" send lat -d "$dev" --cpu-util
 finish

@@ -247,6 +247,11 @@ pub struct RunArgs {
     #[arg(long = "burst-size", alias = "burst_size", requires = "rate_limit")]
     pub burst_size: Option<u32>,
 
+    /// SEND bandwidth tests: the receives of every QP come from one shared receive queue
+    /// (perftest's --use_srq) of -r × -q entries, posted and reposted there.
+    #[arg(long = "use-srq", alias = "use_srq")]
+    pub use_srq: bool,
+
     /// Before each size's measured loop, post one unmeasured round of -t messages per QP
     /// and wait for them (perftest's --perform_warm_up), so that the first measured
     /// messages find the caches, the TLB and the device's context warm. One-sided bandwidth

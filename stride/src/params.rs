@@ -73,6 +73,10 @@ pub struct TestParams {
     /// The GRH traffic class of this side's packets (`--tclass`); its own choice.
     #[serde(default)]
     pub traffic_class: Option<u8>,
+    /// One shared receive queue for every QP's receives (`--use-srq`); the receiver's own
+    /// choice.
+    #[serde(default)]
+    pub use_srq: bool,
     /// An unmeasured round before each size (`--perform-warm-up`); the sender's own choice.
     #[serde(default)]
     pub warm_up: bool,
@@ -200,6 +204,21 @@ impl TestParams {
                 "--tclass sets the GRH of the QPs stride connects itself; with -R rdma_cm \
                  builds the path (perftest's --tos, which stride does not have): drop one",
             )?;
+        }
+        if a.use_srq {
+            if verb != Verb::Send || !bw {
+                bail(
+                    "--use-srq shares the receive queue of SEND bandwidth tests: the other \
+                     tests post no receives to share",
+                )?;
+            }
+            if a.data_validation && a.qps > 1 {
+                bail(
+                    "--data-validation compares each QP's buffer with that QP's pattern, and \
+                     with --use-srq a message may land in any QP's receive: use -q 1, or drop \
+                     one",
+                )?;
+            }
         }
         if a.perform_warm_up {
             if !bw || verb == Verb::Send {
@@ -347,6 +366,7 @@ impl TestParams {
             traffic_class: a.tclass,
             cpu_util: a.cpu_util,
             warm_up: a.perform_warm_up,
+            use_srq: a.use_srq,
             rate_limit: a.rate_limit.map(|rate| RateLimit {
                 rate,
                 unit: a.rate_units,
@@ -655,6 +675,24 @@ mod tests {
 
     #[test]
     fn perftest_side_options() {
+        let p = params(&["send", "bw", "-q", "4", "--use-srq"]).unwrap();
+        assert!(
+            p.use_srq
+                && p.mismatches(&params(&["send", "bw", "-q", "4"]).unwrap())
+                    .is_empty()
+        );
+        assert!(params(&["send", "bw", "--use_srq", "--data-validation"]).is_ok());
+        for (args, want) in [
+            (&["write", "bw", "--use-srq"][..], "SEND bandwidth tests"),
+            (&["send", "lat", "--use-srq"], "SEND bandwidth tests"),
+            (
+                &["send", "bw", "-q", "2", "--use-srq", "--data-validation"],
+                "use -q 1",
+            ),
+        ] {
+            let e = params(args).unwrap_err().to_string();
+            assert!(e.contains(want), "{args:?}: {e}");
+        }
         assert!(
             params(&["read", "bw", "--perform-warm-up"])
                 .unwrap()

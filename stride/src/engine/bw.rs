@@ -288,8 +288,10 @@ pub(crate) fn run_size(
         inline,
         events,
         ahs,
+        srq,
         ..
     } = res;
+    let srq = srq.as_deref();
     let targets = Targets {
         bufs,
         ahs,
@@ -437,10 +439,24 @@ pub(crate) fn run_size(
                         )));
                     }
                     rx_per_qp[q] += 1;
-                    if duration_mode || rx_per_qp[q] + rx_depth <= params.iterations {
-                        let mut guard = qps[q].start_post_recv();
-                        guard.recv(q as u64, &[recv_sges[q]]);
-                        guard.post()?;
+                    // With --use-srq, q is the buffer the receive pointed into, not the QP
+                    // the message came on: the queue is counted as a whole.
+                    let needed = match srq {
+                        Some(_) => {
+                            rx_count + 1 + rx_depth * n as u64 <= params.iterations * n as u64
+                        }
+                        None => rx_per_qp[q] + rx_depth <= params.iterations,
+                    };
+                    if duration_mode || needed {
+                        if let Some(srq) = srq {
+                            let mut guard = srq.start_post_recv();
+                            guard.recv(q as u64, &[recv_sges[q]]);
+                            guard.post()?;
+                        } else {
+                            let mut guard = qps[q].start_post_recv();
+                            guard.recv(q as u64, &[recv_sges[q]]);
+                            guard.post()?;
+                        }
                     } else {
                         rx_deferred[q] += 1;
                     }

@@ -98,6 +98,7 @@ run_error_from!(
     sideway::rdmacm::CmError,
     sideway::AddressHandleError,
     sideway::async_event::EventError,
+    sideway::SharedReceiveQueueError,
 );
 
 /// The operation a verb's work requests carry, as a person names it.
@@ -284,6 +285,12 @@ fn print_banner(
         println!(" QP setup        : rdma_cm (-R): path, PSNs and QP numbers from rdma_cm");
     } else {
         println!(" QP setup        : endpoints traded over TCP (no rdma_cm)");
+    }
+    if let Some(srq) = &res.srq {
+        println!(
+            " Receives        : one shared receive queue (--use-srq), {} entries",
+            srq.max_wr()
+        );
     }
     if params.warm_up {
         println!(" Warm-up         : one unmeasured round of -t messages per QP before each size");

@@ -12,6 +12,7 @@ use std::time::Duration;
 use sideway::async_event::EventError;
 use sideway::device::{DeviceAttr, LinkLayer, Mtu, PortAttr};
 use sideway::queue_pair::{AddressVector, QpAttrMask, SendOpsFlags};
+use sideway::SharedReceiveQueue;
 use sideway::{
     AccessFlags, AddressHandle, CompletionChannel, CompletionQueue, ConnectOptions, DeviceContext,
     Endpoint, Gid, ProtectionDomain, QpType, QueuePair, SendData, GRH_LEN,
@@ -305,6 +306,9 @@ pub(crate) struct Resources {
     pub(crate) inline: u32,
     /// The verbs API the QPs and CQs were made for.
     pub(crate) api: VerbsApi,
+    /// With `--use-srq`: the receive queue every QP shares. Receives posted there still
+    /// carry (and point into the buffer of) a QP index, spread over the QPs.
+    pub(crate) srq: Option<Arc<SharedReceiveQueue>>,
 }
 
 impl std::fmt::Debug for Resources {
@@ -399,6 +403,23 @@ impl Resources {
             | AccessFlags::REMOTE_WRITE
             | AccessFlags::REMOTE_READ
             | AccessFlags::REMOTE_ATOMIC;
+        let srq = if receives && params.use_srq {
+            let entries = params.rx_depth.saturating_mul(qps_n);
+            let most = dev.dev_attr.max_srq_wr();
+            if entries > most {
+                return Err(RunError::new(format!(
+                    "--use-srq: -r {} × -q {qps_n} = {entries} receives, more than {} allows in a \
+                     shared receive queue ({most}, its max_srq_wr): lower -r or -q",
+                    params.rx_depth,
+                    dev.name()
+                )));
+            }
+            let mut b = pd.create_srq_builder();
+            b.max_wr(entries).max_sge(1);
+            Some(b.build()?)
+        } else {
+            None
+        };
         let mut qps = Vec::new();
         let mut bufs = Vec::new();
         let mut psns = Vec::new();
@@ -420,6 +441,9 @@ impl Resources {
                 .max_recv_sge(1)
                 .max_inline_data(inline_size)
                 .send_ops_flags(send_ops(params));
+            if let Some(srq) = &srq {
+                qb.srq(srq);
+            }
             let qp = if api.extended_qp {
                 match qb.build_ex() {
                     Ok(qp) => qp,
@@ -457,6 +481,7 @@ impl Resources {
             half,
             inline,
             api,
+            srq,
         })
     }
 
@@ -583,6 +608,14 @@ impl Resources {
     /// Posts `n` receives on QP `q`.
     pub(crate) fn post_recvs(&mut self, q: usize, n: u32) -> Result<(), RunError> {
         let sge = self.recv_sge(q);
+        if let Some(srq) = &self.srq {
+            let mut guard = srq.start_post_recv();
+            for _ in 0..n {
+                guard.recv(q as u64, &[sge]);
+            }
+            guard.post()?;
+            return Ok(());
+        }
         let mut guard = self.qps[q].start_post_recv();
         for _ in 0..n {
             guard.recv(q as u64, &[sge]);
