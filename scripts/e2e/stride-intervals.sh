@@ -88,6 +88,9 @@ must_say "$PAIR_DIR/client.log" '^ Run             : until SIGINT' "the banner's
 must_say "$PAIR_DIR/client.log" '^ 16384 +[0-9]+ +[1-9]' "the client's row with a peak"
 must_say "$PAIR_DIR/client.log" '^ Intervals       : ' "the client's summary"
 must_say "$PAIR_DIR/server.log" '^ 16384 +[0-9]+ ' "the client's row on the server"
+infinite "send bw --run-infinitely: the receiver ends when the sender does" 8 -- \
+    send bw -s 4096
+must_say "$PAIR_DIR/server.log" '^ Intervals       : ' "the receiving server's summary"
 infinite "send bw -b --run-infinitely: the server's direction stops too" 8 -- \
     send bw -s 4096 -b
 must_say "$PAIR_DIR/server.log" '^ Intervals       : ' "the server's own summary under -b"
