@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # stride-perf's smaller perftest options, each checked where it shows: --tclass (read back
-# from the QP; in the UD address handles), --pin-cores and --numa-node (the CPU mask read
+# from the QP; in the UD address handles), --tos with -R (the traffic class rdma_cm made of it), --pin-cores and --numa-node (the CPU mask read
 # back), --cpu-util (a utilization per size), --report-both (the peer's rows, and both
 # directions' sum under -b), --perform-warm-up, --use-srq; bad values refused. Binary: ${STRIDE_BIN:-target/debug/stride-perf}.
 # e2e-hosts: 1
@@ -13,6 +13,11 @@ stride "write bw --tclass 96" bw 4096 100 client write bw -s 4096 -n 100 --tclas
 must_say "$PAIR_DIR/client.log" '^ Traffic class   : 96 \(--tclass 96; read back from QP 0\)' "the traffic class read back"
 stride "send bw UD --tclass 32" bw 1024 + client send bw -c UD -s 1024 -n 100 --tclass 32
 must_say "$PAIR_DIR/client.log" '^ Traffic class   : 32 \(--tclass; in each UD address handle\)' "the UD traffic class"
+
+# With -R, rdma_cm builds the path: --tos becomes its traffic class.
+host=$SERVER_IP stride "write bw -R --tos 96" bw 4096 100 client write bw -s 4096 -n 100 -R \
+    --tos 96
+must_say "$PAIR_DIR/client.log" "^ Type of service : 96 \(--tos, through rdma_cm; QP 0's traffic class reads 96\)" "the type of service read back"
 
 echo "--pin-cores and --numa-node: the mask read back"
 last=$(($(nproc) - 1))
@@ -52,6 +57,7 @@ must_say "$PAIR_DIR/server.log" "Data validation : 8192 bytes checked" "validate
 echo "bad values are refused"
 expect_error "a traffic class past 255" "--tclass" "$bin" write bw --tclass 256
 expect_error "--tclass with -R" "rdma_cm builds the path" "$bin" write bw -d "$dev" -R --tclass 8
+expect_error "--tos without -R" "--rdma-cm" "$bin" write bw --tos 8
 expect_error "a bad core list" "--pin-cores: '1-x' in '1-x' is not a CPU number" \
     "$bin" write bw -d "$dev" --pin-cores 1-x
 expect_error "a core that is not there" "cannot pin to CPUs 1000" \

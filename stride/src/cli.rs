@@ -264,6 +264,11 @@ pub struct RunArgs {
     #[arg(long = "tclass", value_name = "TC")]
     pub tclass: Option<u8>,
 
+    /// Type of service of the rdma_cm connections (perftest's --tos; 0-255; needs -R):
+    /// rdma_cm puts it into the path's traffic class, which the banner reads back from QP 0.
+    #[arg(long = "tos", value_name = "TOS", requires = "rdma_cm")]
+    pub tos: Option<u8>,
+
     /// Pin the process to these CPU cores before anything runs: a list such as 0,2-3 (as
     /// taskset -c and perftest users do by hand; the measured loop is one thread).
     #[arg(long = "pin-cores", value_name = "LIST", conflicts_with = "numa_node")]

@@ -80,6 +80,9 @@ pub struct TestParams {
     /// An unmeasured round before each size (`--perform-warm-up`); the sender's own choice.
     #[serde(default)]
     pub warm_up: bool,
+    /// The rdma_cm type of service (`--tos`); this side's own choice.
+    #[serde(default)]
+    pub tos: Option<u8>,
     /// Measure CPU utilization (`--cpu-util`); this side's own choice.
     #[serde(default)]
     pub cpu_util: bool,
@@ -202,7 +205,7 @@ impl TestParams {
         if a.tclass.is_some() && a.rdma_cm {
             bail(
                 "--tclass sets the GRH of the QPs stride connects itself; with -R rdma_cm \
-                 builds the path (perftest's --tos, which stride does not have): drop one",
+                 builds the path: use --tos (perftest's way with -R)",
             )?;
         }
         if a.use_srq {
@@ -365,6 +368,7 @@ impl TestParams {
             report_interval: a.report_interval,
             traffic_class: a.tclass,
             cpu_util: a.cpu_util,
+            tos: a.tos,
             warm_up: a.perform_warm_up,
             use_srq: a.use_srq,
             rate_limit: a.rate_limit.map(|rate| RateLimit {
@@ -722,10 +726,16 @@ mod tests {
             let e = params(args).unwrap_err().to_string();
             assert!(e.contains(want), "{args:?}: {e}");
         }
+        assert_eq!(
+            params(&["write", "bw", "-R", "--tos", "32"]).unwrap().tos,
+            Some(32)
+        );
         use clap::Parser;
         for bad in [
             &["--tclass", "256"][..],
             &["--pin-cores", "0", "--numa-node", "0"],
+            &["--tos", "8"],
+            &["-R", "--tos", "256"],
         ] {
             let mut argv = vec!["stride-perf", "write", "bw"];
             argv.extend_from_slice(bad);

@@ -348,7 +348,7 @@ fn run_connected(
     // With -R the server listens before the client learns anything, so that the client's
     // connection requests find the listener.
     let listener = match (params.rdma_cm, is_client) {
-        (true, false) => Some(cm::CmListener::listen(args.port, params.qps)?),
+        (true, false) => Some(cm::CmListener::listen(args.port, params.qps, params.tos)?),
         _ => None,
     };
     // Checked as it comes (one endpoint per QP, every buffer within the address space):
@@ -388,6 +388,14 @@ fn run_connected(
     println!(" Pre-flight      : {}", our_port.summary(&their_port));
     if let Some(line) = &pinned {
         println!(" CPU pinning     : {line}");
+    }
+    if let Some(tos) = params.tos {
+        match res.read_traffic_class()? {
+            Some(read) => println!(
+                " Type of service : {tos} (--tos, through rdma_cm; QP 0's traffic class reads {read})"
+            ),
+            None => println!(" Type of service : {tos} (--tos, through rdma_cm)"),
+        }
     }
     if let Some(tc) = params.traffic_class {
         match res.read_traffic_class()? {
