@@ -289,7 +289,9 @@ fn check_atomic(
         let got = value_at(half)?;
         if got != want {
             return Err(RunError::new(format!(
-                "data validation failed: QP {q}: the target of the peer's {} {op} operations                  holds {got:#018x}, expected {want:#018x} (it started at {start:#018x}); the                  first wrong byte at offset {}",
+                "data validation failed: QP {q}: the target of the peer's {} {op} operations \
+                 holds {got:#018x}, expected {want:#018x} (it started at {start:#018x}); the \
+                 first wrong byte at offset {}",
                 roles.ops,
                 first_diff(want, got)
             )));
@@ -302,7 +304,9 @@ fn check_atomic(
         let got = value_at(0)?;
         if got != want {
             return Err(RunError::new(format!(
-                "data validation failed: QP {q}: the last of {} {op} operations fetched                  {got:#018x}, expected {want:#018x} (the target started at {start:#018x}); the                  first wrong byte at offset {}",
+                "data validation failed: QP {q}: the last of {} {op} operations fetched \
+                 {got:#018x}, expected {want:#018x} (the target started at {start:#018x}); the \
+                 first wrong byte at offset {}",
                 roles.ops,
                 first_diff(want, got)
             )));
