@@ -149,9 +149,29 @@ pub struct RunArgs {
     #[arg(short = 'n', long = "iters", conflicts_with = "duration")]
     pub iterations: Option<u64>,
 
-    /// Run for this many seconds instead of a number of iterations.
+    /// Run for this many seconds instead of a number of iterations. Bandwidth tests print
+    /// the bandwidth and message rate of every reporting interval (--report-interval) as
+    /// they go, the minimum, median and maximum interval after the row, and report the best
+    /// interval as the peak (which perftest leaves at 0 under -D).
     #[arg(short = 'D', long = "duration")]
     pub duration: Option<u64>,
+
+    /// Bandwidth tests: run until the client gets SIGINT (Ctrl-C) or SIGTERM, printing every
+    /// reporting interval, then end the run on both sides and print the summary as -D does
+    /// (perftest's --run_infinitely, which prints every -D seconds; here --report-interval
+    /// sets the period).
+    #[arg(
+        long = "run-infinitely",
+        alias = "run_infinitely",
+        conflicts_with_all = ["duration", "iterations", "all_sizes"]
+    )]
+    pub run_infinitely: bool,
+
+    /// Seconds between two interval reports of a -D or --run-infinitely run (decimals
+    /// allowed; 0.01 to 3600).
+    #[arg(long = "report-interval", value_name = "SECS", default_value_t = 1.0,
+          value_parser = parse_interval)]
+    pub report_interval: f64,
 
     /// Most outstanding work requests per QP (default: bw 128, lat 1; never more than -n).
     #[arg(short = 't', long = "tx-depth")]
@@ -200,10 +220,75 @@ pub struct RunArgs {
 
     /// Check the data: the sender fills its messages with a pattern of the size and QP, the
     /// side they land on clears its buffer before each size and compares every byte after
-    /// it; a difference ends the run on both sides. RC bandwidth tests of write, read and
-    /// send; the timings include nothing of it.
+    /// it, naming the first bad offset; a difference ends the run on both sides. Every verb
+    /// and test, RC, UC and UD, any -q: write lat leaves out each message's last byte (the
+    /// ping-pong's counter); atomics (-n runs) check the target's final value and the last
+    /// value fetched. The timings include nothing of it.
     #[arg(long = "data-validation", alias = "data_validation")]
     pub data_validation: bool,
+
+    /// Pace the sender to at most this rate, in --rate-units (perftest's --rate_limit with
+    /// --rate_limit_type SW): bandwidth tests, every QP together. The limiter keeps a
+    /// schedule of bursts (--burst-size messages each) and never drifts from it; a sender
+    /// that falls more than a burst (or a millisecond) behind, because the link is slower
+    /// than the target, starts the schedule afresh instead of flooding to catch up.
+    #[arg(long = "rate-limit", alias = "rate_limit", value_name = "RATE",
+          value_parser = parse_rate)]
+    pub rate_limit: Option<f64>,
+
+    /// Unit of --rate-limit, as perftest's --rate_units: g (Gb/s, 10^9 bit; the default),
+    /// M (MiB/s, 2^20 bytes, stride's default bandwidth unit) or p (messages per second).
+    #[arg(long = "rate-units", alias = "rate_units", value_enum, default_value_t = RateUnit::G,
+          requires = "rate_limit")]
+    pub rate_units: RateUnit,
+
+    /// Messages posted back to back per burst of the rate limiter (perftest's --burst_size;
+    /// default: the post list, -l). At least -l.
+    #[arg(long = "burst-size", alias = "burst_size", requires = "rate_limit")]
+    pub burst_size: Option<u32>,
+
+    /// SEND bandwidth tests: the receives of every QP come from one shared receive queue
+    /// (perftest's --use_srq) of -r × -q entries, posted and reposted there.
+    #[arg(long = "use-srq", alias = "use_srq")]
+    pub use_srq: bool,
+
+    /// Before each size's measured loop, post one unmeasured round of -t messages per QP
+    /// and wait for them (perftest's --perform_warm_up), so that the first measured
+    /// messages find the caches, the TLB and the device's context warm. One-sided bandwidth
+    /// tests (write, read, atomic): a SEND's receiver counts every message.
+    #[arg(long = "perform-warm-up", alias = "perform_warm_up")]
+    pub perform_warm_up: bool,
+
+    /// Traffic class in the GRH of this side's packets (perftest's --tclass; 0-255; RoCE,
+    /// or InfiniBand with -x). Each side sets its own; the banner reads it back from the QP.
+    #[arg(long = "tclass", value_name = "TC")]
+    pub tclass: Option<u8>,
+
+    /// Type of service of the rdma_cm connections (perftest's --tos; 0-255; needs -R):
+    /// rdma_cm puts it into the path's traffic class, which the banner reads back from QP 0.
+    #[arg(long = "tos", value_name = "TOS", requires = "rdma_cm")]
+    pub tos: Option<u8>,
+
+    /// Pin the process to these CPU cores before anything runs: a list such as 0,2-3 (as
+    /// taskset -c and perftest users do by hand; the measured loop is one thread).
+    #[arg(long = "pin-cores", value_name = "LIST", conflicts_with = "numa_node")]
+    pub pin_cores: Option<String>,
+
+    /// Pin the process to the cores of this NUMA node (from
+    /// /sys/devices/system/node/nodeN/cpulist), such as the one nearest the NIC.
+    #[arg(long = "numa-node", value_name = "NODE")]
+    pub numa_node: Option<u32>,
+
+    /// Report the CPU utilization of the host during each size's measured loop (perftest's
+    /// --cpu_util): the busy share of all CPUs from /proc/stat, in the row's summary and the
+    /// JSON file. Bandwidth tests.
+    #[arg(long = "cpu-util", alias = "cpu_util")]
+    pub cpu_util: bool,
+
+    /// Also print the peer's results, and with -b the two directions' sum (perftest's
+    /// --report-both, which reports RX and TX separately on bidirectional tests).
+    #[arg(long = "report-both", alias = "report_both")]
+    pub report_both: bool,
 
     /// Atomic operation.
     #[arg(short = 'A', long = "atomic-type", value_enum, default_value_t = AtomicType::FetchAndAdd)]
@@ -291,6 +376,55 @@ impl RunArgs {
     }
 }
 
+/// The unit of `--rate-limit`, with perftest's letters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+pub enum RateUnit {
+    /// Gb/s (10^9 bit per second).
+    #[value(name = "g", alias = "Gbps")]
+    G,
+    /// MiB/s (2^20 bytes per second).
+    #[value(name = "M", alias = "MBps", alias = "MiBps")]
+    M,
+    /// Messages per second.
+    #[value(name = "p", alias = "pps")]
+    P,
+}
+
+impl RateUnit {
+    /// The unit as printed.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RateUnit::G => "Gb/s",
+            RateUnit::M => "MiB/s",
+            RateUnit::P => "messages/s",
+        }
+    }
+}
+
+/// A reporting interval: a number of seconds from 0.01 to 3600.
+fn parse_interval(text: &str) -> Result<f64, String> {
+    let v: f64 = text
+        .parse()
+        .map_err(|_| format!("'{text}' is not a number of seconds"))?;
+    if !(0.01..=3600.0).contains(&v) {
+        return Err(format!(
+            "{text} s is not a reporting interval: use 0.01 to 3600 seconds"
+        ));
+    }
+    Ok(v)
+}
+
+/// A rate: a positive, finite number.
+fn parse_rate(text: &str) -> Result<f64, String> {
+    let v: f64 = text
+        .parse()
+        .map_err(|_| format!("'{text}' is not a number (the unit goes in --rate-units)"))?;
+    if !(v.is_finite() && v > 0.0) {
+        return Err(format!("{text} is not a rate: it must be above 0"));
+    }
+    Ok(v)
+}
+
 /// Options of `plot`.
 #[derive(Debug, Clone, Args)]
 pub struct PlotArgs {
@@ -301,6 +435,11 @@ pub struct PlotArgs {
     /// The SVG file to write.
     #[arg(short = 'o', long = "output")]
     pub output: PathBuf,
+
+    /// Plot bandwidth against time from the reporting intervals of -D or --run-infinitely
+    /// runs (one line per file and size) instead of against message size.
+    #[arg(long = "intervals")]
+    pub intervals: bool,
 }
 
 #[cfg(test)]
@@ -384,5 +523,75 @@ mod tests {
             (None, Some(2), Some("--use-cuda-dmabuf"))
         );
         assert!(parse(&["--use-cuda", "x"]).is_err());
+    }
+
+    #[test]
+    fn interval_and_rate_options_are_checked() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["stride-perf", "write", "bw"];
+            argv.extend_from_slice(extra);
+            Cli::try_parse_from(argv)
+        };
+        let args = |extra: &[&str]| {
+            let cli = parse(extra).unwrap();
+            cli.command.run_args().unwrap().1.clone()
+        };
+        assert_eq!(args(&[]).report_interval, 1.0);
+        assert_eq!(
+            args(&["-D", "3", "--report-interval", "0.25"]).report_interval,
+            0.25
+        );
+        for bad in ["0", "-1", "x", "3601", "0.001"] {
+            let arg = format!("--report-interval={bad}");
+            let e = parse(&[&arg]).unwrap_err().to_string();
+            assert!(e.contains("--report-interval"), "{bad}: {e}");
+        }
+        assert!(args(&["--run-infinitely"]).run_infinitely);
+        assert!(args(&["--run_infinitely"]).run_infinitely);
+        for clash in [
+            &["--run-infinitely", "-D", "2"][..],
+            &["--run-infinitely", "-n", "9"],
+            &["--run-infinitely", "-a"],
+        ] {
+            assert_eq!(
+                parse(clash).unwrap_err().kind(),
+                clap::error::ErrorKind::ArgumentConflict,
+                "{clash:?}"
+            );
+        }
+        let a = args(&["--rate-limit", "1.5"]);
+        assert_eq!(
+            (a.rate_limit, a.rate_units, a.burst_size),
+            (Some(1.5), RateUnit::G, None)
+        );
+        let a = args(&[
+            "--rate_limit",
+            "100",
+            "--rate_units",
+            "M",
+            "--burst_size",
+            "4",
+        ]);
+        assert_eq!(
+            (a.rate_limit, a.rate_units, a.burst_size),
+            (Some(100.0), RateUnit::M, Some(4))
+        );
+        assert_eq!(
+            args(&["--rate-limit", "5000", "--rate-units", "p"]).rate_units,
+            RateUnit::P
+        );
+        for bad in [
+            &["--rate-limit", "0"][..],
+            &["--rate-limit=-3"],
+            &["--rate-limit", "1Gb"],
+            &["--rate-limit", "inf"],
+            &["--rate-limit", "1", "--rate-units", "k"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            parse(&["--burst-size", "4"]).unwrap_err().kind(),
+            clap::error::ErrorKind::MissingRequiredArgument
+        );
     }
 }

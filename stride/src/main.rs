@@ -39,7 +39,7 @@ fn main() -> ExitCode {
         Command::Write(a) => engine::run(Verb::Write, a),
         Command::Read(a) => engine::run(Verb::Read, a),
         Command::Atomic(a) => engine::run(Verb::Atomic, a),
-        Command::Plot(a) => plot::plot_files(&a.inputs, &a.output)
+        Command::Plot(a) => plot::plot_files(&a.inputs, &a.output, a.intervals)
             .map(|()| println!("wrote {}", a.output.display()))
             .map_err(RunError::new),
     };

@@ -20,13 +20,14 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::params::TestParams;
+use crate::preflight::PortProfile;
 use crate::report::SideReport;
 use sideway::peer_text::{printable, PEER_TEXT_MAX};
 
 /// Frame magic.
 pub const MAGIC: &[u8; 4] = b"STRD";
 /// Protocol version; bumped whenever a message changes.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Largest payload accepted, to refuse garbage early.
 pub const MAX_PAYLOAD: u32 = 1 << 20;
 /// How long the rest of a frame may take once its first bytes came.
@@ -73,6 +74,11 @@ pub enum Message {
         /// One line per setting that differs, from the server's point of view.
         mismatches: Vec<String>,
     },
+    /// The sender's port, for the pre-flight diagnosis (protocol version 2).
+    Preflight {
+        /// The port's link layer, MTU and GIDs.
+        profile: PortProfile,
+    },
     /// The sender's queue pairs, one per QP in order.
     Endpoints {
         /// The endpoints.
@@ -101,6 +107,7 @@ impl Message {
             Message::Hello { .. } => "hello",
             Message::Agree => "agree",
             Message::Refuse { .. } => "refuse",
+            Message::Preflight { .. } => "preflight",
             Message::Endpoints { .. } => "endpoints",
             Message::Ready { .. } => "ready",
             Message::Results { .. } => "results",
@@ -719,6 +726,25 @@ impl OobChannel {
         Ok(theirs)
     }
 
+    /// Trades port profiles for the pre-flight diagnosis: sends ours, returns the peer's
+    /// with its text made printable and its role set to the one opposite ours (the peer
+    /// does not get to name it).
+    pub fn exchange_profiles(&mut self, ours: &PortProfile) -> Result<PortProfile, OobError> {
+        self.send(&Message::Preflight {
+            profile: ours.clone(),
+        })?;
+        let theirs = match self.recv("the peer's port description")? {
+            Message::Preflight { profile } => profile,
+            other => {
+                return Err(OobError::Unexpected {
+                    expected: "preflight",
+                    got: other.name(),
+                })
+            }
+        };
+        Ok(theirs.from_peer(&ours.role))
+    }
+
     /// A barrier: both sides send `step` and wait for the other's, which must match.
     pub fn barrier(&mut self, step: &str) -> Result<(), OobError> {
         self.send_ready(step)?;
@@ -748,7 +774,7 @@ impl OobChannel {
     /// Trades this side's results for the peer's.
     pub fn exchange_results(&mut self, ours: &SideReport) -> Result<SideReport, OobError> {
         self.send(&Message::Results {
-            report: ours.clone(),
+            report: ours.for_peer(),
         })?;
         match self.recv("results")? {
             Message::Results { report } => Ok(report.printable()),

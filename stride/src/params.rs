@@ -5,13 +5,13 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cli::{AtomicType, Connection, RunArgs, Test, Verb};
+use crate::cli::{AtomicType, Connection, RateUnit, RunArgs, Test, Verb};
 
 /// The largest size of an `-a` sweep: 8 MiB.
 pub const MAX_SWEEP_SIZE: u64 = 8 << 20;
 
 /// Everything that defines a run, resolved.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TestParams {
     /// The verb.
     pub verb: Verb,
@@ -58,6 +58,72 @@ pub struct TestParams {
     /// parameters: off.
     #[serde(default)]
     pub data_validation: bool,
+    /// Run until the client is interrupted (`--run-infinitely`). Absent from an older
+    /// peer's parameters: off.
+    #[serde(default)]
+    pub run_infinitely: bool,
+    /// Seconds between interval reports of a timed run (`--report-interval`); this side's
+    /// own choice, not agreed.
+    #[serde(default = "default_report_interval")]
+    pub report_interval: f64,
+    /// The sender's pace (`--rate-limit`); this side's own choice, not agreed: with `-b`
+    /// each side paces its own direction.
+    #[serde(default)]
+    pub rate_limit: Option<RateLimit>,
+    /// The GRH traffic class of this side's packets (`--tclass`); its own choice.
+    #[serde(default)]
+    pub traffic_class: Option<u8>,
+    /// One shared receive queue for every QP's receives (`--use-srq`); the receiver's own
+    /// choice.
+    #[serde(default)]
+    pub use_srq: bool,
+    /// An unmeasured round before each size (`--perform-warm-up`); the sender's own choice.
+    #[serde(default)]
+    pub warm_up: bool,
+    /// The rdma_cm type of service (`--tos`); this side's own choice.
+    #[serde(default)]
+    pub tos: Option<u8>,
+    /// Measure CPU utilization (`--cpu-util`); this side's own choice.
+    #[serde(default)]
+    pub cpu_util: bool,
+}
+
+fn default_report_interval() -> f64 {
+    1.0
+}
+
+/// The rate limiter's setting: a rate in a unit, and the burst.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RateLimit {
+    /// The rate, in `unit`.
+    pub rate: f64,
+    /// Its unit.
+    pub unit: RateUnit,
+    /// Messages per burst.
+    pub burst: u32,
+}
+
+impl RateLimit {
+    /// Messages per second for `bytes`-byte messages.
+    pub fn messages_per_sec(&self, bytes: u64) -> f64 {
+        let bytes = bytes.max(1) as f64;
+        match self.unit {
+            RateUnit::G => self.rate * 1e9 / 8.0 / bytes,
+            RateUnit::M => self.rate * f64::from(1u32 << 20) / bytes,
+            RateUnit::P => self.rate,
+        }
+    }
+
+    /// The setting as printed: `2 Gb/s in bursts of 1 message`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} {} in bursts of {} message{}",
+            self.rate,
+            self.unit.as_str(),
+            self.burst,
+            if self.burst == 1 { "" } else { "s" }
+        )
+    }
 }
 
 /// A combination of options that cannot work, with what to do instead.
@@ -124,19 +190,67 @@ impl TestParams {
                 bail("-l (post list) is for bandwidth tests only")?;
             }
         }
-        if a.data_validation {
-            if !bw || verb == Verb::Atomic {
+        if a.data_validation && verb == Verb::Atomic && (a.duration.is_some() || a.run_infinitely) {
+            bail(
+                "--data-validation of atomics checks the target's final value against the \
+                 number of operations, which a timed run does not fix: use -n",
+            )?;
+        }
+        if a.run_infinitely && !bw {
+            bail("--run-infinitely is for bandwidth tests: use -D with latency tests")?;
+        }
+        if a.rate_limit.is_some() && !bw {
+            bail("--rate-limit paces bandwidth tests; a latency test sends one message at a time")?;
+        }
+        if a.tclass.is_some() && a.rdma_cm {
+            bail(
+                "--tclass sets the GRH of the QPs stride connects itself; with -R rdma_cm \
+                 builds the path: use --tos (perftest's way with -R)",
+            )?;
+        }
+        if a.use_srq {
+            if verb != Verb::Send || !bw {
                 bail(
-                    "--data-validation checks bandwidth tests of write, read and send: an \
-                     atomic moves no data of its own, and a latency test's ping-pong rewrites \
-                     its buffer as it goes",
+                    "--use-srq shares the receive queue of SEND bandwidth tests: the other \
+                     tests post no receives to share",
                 )?;
             }
-            if a.connection != Connection::Rc {
+            if a.data_validation && a.qps > 1 {
                 bail(
-                    "--data-validation needs -c RC: UC and UD may lose messages, which leaves \
-                     the receiver nothing certain to compare",
+                    "--data-validation compares each QP's buffer with that QP's pattern, and \
+                     with --use-srq a message may land in any QP's receive: use -q 1, or drop \
+                     one",
                 )?;
+            }
+        }
+        if a.perform_warm_up {
+            if !bw || verb == Verb::Send {
+                bail(
+                    "--perform-warm-up warms up one-sided bandwidth tests (write, read, atomic \
+                     bw): a SEND's receiver counts every message, and a latency test's first \
+                     samples are its own",
+                )?;
+            }
+            if verb == Verb::Atomic && a.data_validation {
+                bail(
+                    "--perform-warm-up's atomics would change the target whose final value \
+                     --data-validation checks: drop one",
+                )?;
+            }
+        }
+        if a.cpu_util && !bw {
+            bail("--cpu-util measures bandwidth tests (perftest's --cpu_util does too)")?;
+        }
+        if a.burst_size == Some(0) {
+            bail("--burst-size must be at least 1")?;
+        }
+        if let Some(burst) = a.burst_size {
+            if burst < a.post_list {
+                bail(format!(
+                    "--burst-size {burst} is smaller than the post list (-l {}): a burst holds \
+                     at least one post list",
+                    a.post_list
+                ))?;
             }
         }
         if a.qps == 0 || a.post_list == 0 || a.rx_depth == 0 || a.outstanding == Some(0) {
@@ -191,7 +305,7 @@ impl TestParams {
         // than it has messages, nor (SEND) posts more receives than it will use; UD and UC
         // SENDs, which lose what finds no receive, get one receive per message by default.
         let iters_u32 = u32::try_from(iterations).unwrap_or(u32::MAX);
-        let (tx_depth, rx_depth) = if a.duration.is_none() {
+        let (tx_depth, rx_depth) = if a.duration.is_none() && !a.run_infinitely {
             let rx_depth = match a.connection {
                 Ud | Uc if a.rx_depth == DEFAULT_RX_DEPTH => iters_u32.min(UD_UC_MAX_RX_DEPTH),
                 _ => a.rx_depth.min(iters_u32),
@@ -250,6 +364,18 @@ impl TestParams {
             rdma_cm: a.rdma_cm,
             qp_timeout: a.qp_timeout,
             data_validation: a.data_validation,
+            run_infinitely: a.run_infinitely,
+            report_interval: a.report_interval,
+            traffic_class: a.tclass,
+            cpu_util: a.cpu_util,
+            tos: a.tos,
+            warm_up: a.perform_warm_up,
+            use_srq: a.use_srq,
+            rate_limit: a.rate_limit.map(|rate| RateLimit {
+                rate,
+                unit: a.rate_units,
+                burst: a.burst_size.unwrap_or(a.post_list),
+            }),
         })
     }
 
@@ -311,6 +437,7 @@ impl TestParams {
             ("rdmacm setup (-R)", self.rdma_cm.to_string()),
             ("completion events (-e)", self.events.to_string()),
             ("data validation", self.data_validation.to_string()),
+            ("run infinitely", self.run_infinitely.to_string()),
         ]
     }
 
@@ -328,7 +455,14 @@ impl TestParams {
     /// True when peak bandwidth is reported: perftest leaves it out above 20,000
     /// iterations and in duration mode.
     pub fn reports_peak(&self) -> bool {
-        self.duration.is_none() && self.iterations <= 20_000
+        !self.timed() && self.iterations <= 20_000
+    }
+
+    /// True for a run timed by the clock rather than counted in messages: `-D` or
+    /// `--run-infinitely`. Such a bandwidth run reports intervals, and its peak is the best
+    /// interval's.
+    pub fn timed(&self) -> bool {
+        self.duration.is_some() || self.run_infinitely
     }
 }
 
@@ -538,5 +672,157 @@ mod tests {
             .unwrap()
             .reports_peak());
         assert!(!params(&["write", "bw", "-D", "2"]).unwrap().reports_peak());
+        assert!(!params(&["write", "bw", "--run-infinitely"])
+            .unwrap()
+            .reports_peak());
+    }
+
+    #[test]
+    fn perftest_side_options() {
+        let p = params(&["send", "bw", "-q", "4", "--use-srq"]).unwrap();
+        assert!(
+            p.use_srq
+                && p.mismatches(&params(&["send", "bw", "-q", "4"]).unwrap())
+                    .is_empty()
+        );
+        assert!(params(&["send", "bw", "--use_srq", "--data-validation"]).is_ok());
+        for (args, want) in [
+            (&["write", "bw", "--use-srq"][..], "SEND bandwidth tests"),
+            (&["send", "lat", "--use-srq"], "SEND bandwidth tests"),
+            (
+                &["send", "bw", "-q", "2", "--use-srq", "--data-validation"],
+                "use -q 1",
+            ),
+        ] {
+            let e = params(args).unwrap_err().to_string();
+            assert!(e.contains(want), "{args:?}: {e}");
+        }
+        assert!(
+            params(&["read", "bw", "--perform-warm-up"])
+                .unwrap()
+                .warm_up
+        );
+        for args in [
+            &["send", "bw", "--perform-warm-up"][..],
+            &["write", "lat", "--perform-warm-up"],
+            &["atomic", "bw", "--perform_warm_up", "--data-validation"],
+        ] {
+            assert!(params(args).is_err(), "{args:?}");
+        }
+        let p = params(&["write", "bw", "--tclass", "96", "--cpu-util"]).unwrap();
+        assert_eq!((p.traffic_class, p.cpu_util), (Some(96), true));
+        // Each side's own: not agreed.
+        assert!(p.mismatches(&params(&["write", "bw"]).unwrap()).is_empty());
+        for (args, want) in [
+            (
+                &["write", "bw", "--tclass", "96", "-R"][..],
+                "with -R rdma_cm builds the path",
+            ),
+            (
+                &["send", "lat", "--cpu-util"][..],
+                "measures bandwidth tests",
+            ),
+        ] {
+            let e = params(args).unwrap_err().to_string();
+            assert!(e.contains(want), "{args:?}: {e}");
+        }
+        assert_eq!(
+            params(&["write", "bw", "-R", "--tos", "32"]).unwrap().tos,
+            Some(32)
+        );
+        use clap::Parser;
+        for bad in [
+            &["--tclass", "256"][..],
+            &["--pin-cores", "0", "--numa-node", "0"],
+            &["--tos", "8"],
+            &["-R", "--tos", "256"],
+        ] {
+            let mut argv = vec!["stride-perf", "write", "bw"];
+            argv.extend_from_slice(bad);
+            assert!(crate::cli::Cli::try_parse_from(argv).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn timed_runs_and_rate_limits() {
+        let p = params(&["send", "bw", "--run-infinitely", "-r", "600"]).unwrap();
+        assert!(p.timed() && p.duration.is_none());
+        assert_eq!((p.tx_depth, p.rx_depth), (128, 600), "no clamp to -n");
+        assert!(params(&["write", "bw", "-D", "2"]).unwrap().timed());
+        assert!(!params(&["write", "bw"]).unwrap().timed());
+        // The client's --run-infinitely must be the server's too.
+        let a = params(&["write", "bw", "--run-infinitely"]).unwrap();
+        let b = params(&["write", "bw"]).unwrap();
+        assert_eq!(a.mismatches(&b), ["run infinitely: here true, peer false"]);
+        // The interval and the pace are each side's own.
+        let c = params(&["write", "bw", "--report-interval", "2", "--rate-limit", "1"]).unwrap();
+        assert!(b.mismatches(&c).is_empty());
+        let r = c.rate_limit.unwrap();
+        assert_eq!((r.rate, r.unit, r.burst), (1.0, RateUnit::G, 1));
+        // 1 Gb/s of 64 KiB messages: 125e6 / 65536 per second.
+        assert!((r.messages_per_sec(65536) - 125e6 / 65536.0).abs() < 1e-9);
+        assert_eq!(r.describe(), "1 Gb/s in bursts of 1 message");
+        let m = params(&[
+            "write",
+            "bw",
+            "--rate-limit",
+            "10",
+            "--rate-units",
+            "M",
+            "-l",
+            "4",
+        ])
+        .unwrap()
+        .rate_limit
+        .unwrap();
+        assert_eq!(m.burst, 4, "the burst defaults to the post list");
+        assert!((m.messages_per_sec(1024) - 10240.0).abs() < 1e-9);
+        let p = params(&[
+            "send",
+            "bw",
+            "--rate-limit",
+            "500",
+            "--rate-units",
+            "p",
+            "--burst-size",
+            "8",
+        ])
+        .unwrap()
+        .rate_limit
+        .unwrap();
+        assert_eq!(
+            (p.messages_per_sec(1), p.messages_per_sec(1 << 20), p.burst),
+            (500.0, 500.0, 8)
+        );
+        for (args, want) in [
+            (
+                &["write", "lat", "--run-infinitely"][..],
+                "for bandwidth tests",
+            ),
+            (
+                &["write", "lat", "--rate-limit", "1"][..],
+                "paces bandwidth tests",
+            ),
+            (
+                &["write", "bw", "--rate-limit", "1", "--burst-size", "0"][..],
+                "at least 1",
+            ),
+            (
+                &[
+                    "write",
+                    "bw",
+                    "--rate-limit",
+                    "1",
+                    "-l",
+                    "8",
+                    "--burst-size",
+                    "4",
+                ][..],
+                "smaller than the post list",
+            ),
+        ] {
+            let e = params(args).unwrap_err().to_string();
+            assert!(e.contains(want), "{args:?}: {e}");
+        }
     }
 }

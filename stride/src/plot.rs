@@ -1,9 +1,11 @@
 //! `stride-perf plot`: bandwidth or latency against message size as an SVG line chart, one
-//! line per result file. Written by hand: a chart this simple needs no plotting library.
+//! line per result file; with `--intervals`, bandwidth against time from the reporting
+//! intervals of timed runs. Written by hand: a chart this simple needs no plotting library.
 
 use std::fmt::Write as _;
 use std::path::Path;
 
+use crate::bandwidth::in_unit;
 use crate::report::{Report, SizeResult};
 
 const WIDTH: f64 = 800.0;
@@ -73,8 +75,13 @@ pub fn series_of(report: &Report, label: String, quantity: Quantity) -> Result<S
     Ok(Series { label, points })
 }
 
-/// Reads the result files and writes the chart to `output`.
-pub fn plot_files(inputs: &[impl AsRef<Path>], output: &Path) -> Result<(), String> {
+/// Reads the result files and writes the chart to `output`: against message size, or with
+/// `intervals` bandwidth against time from the reporting intervals.
+pub fn plot_files(
+    inputs: &[impl AsRef<Path>],
+    output: &Path,
+    intervals: bool,
+) -> Result<(), String> {
     let mut reports = Vec::new();
     for path in inputs {
         let path = path.as_ref();
@@ -87,6 +94,21 @@ pub fn plot_files(inputs: &[impl AsRef<Path>], output: &Path) -> Result<(), Stri
     let Some((_, first)) = reports.first() else {
         return Err("no input files".into());
     };
+    if intervals {
+        let title = format!(
+            "stride-perf {} {}: bandwidth per interval",
+            first.params.verb.as_str(),
+            first.params.test.as_str()
+        );
+        let gbits = first.report_gbits;
+        let mut lines = Vec::new();
+        for (label, r) in &reports {
+            lines.extend(interval_series_of(r, label)?);
+        }
+        let svg = render_intervals(&title, gbits, &lines);
+        return std::fs::write(output, svg)
+            .map_err(|e| format!("cannot write {}: {e}", output.display()));
+    }
     let quantity = match measured(first).first() {
         Some(SizeResult::Latency(_)) => Quantity::Latency,
         _ => Quantity::Bandwidth {
@@ -140,14 +162,129 @@ fn escape(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// The SVG text of the chart.
+/// The SVG text of the chart of `series` against message size (a log2 axis).
 pub fn render(title: &str, quantity: Quantity, series: &[Series]) -> String {
-    let all = series.iter().flat_map(|s| s.points.iter());
+    let ylabel = match quantity {
+        Quantity::Bandwidth { gbits: true } => "average bandwidth [Gb/s]",
+        Quantity::Bandwidth { gbits: false } => "average bandwidth [MiB/s]",
+        Quantity::Latency => "typical latency [µs]",
+    };
+    let lines: Vec<(&str, Vec<(f64, f64)>)> = series
+        .iter()
+        .map(|s| {
+            let pts = s
+                .points
+                .iter()
+                .map(|&(b, v)| ((b.max(1) as f64).log2(), v))
+                .collect();
+            (s.label.as_str(), pts)
+        })
+        .collect();
+    // X ticks at each power of two present.
+    let mut xs: Vec<u64> = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .collect();
+    xs.sort_unstable();
+    xs.dedup();
+    let every = xs.len().div_ceil(12).max(1);
+    let ticks: Vec<(f64, Option<String>)> = xs
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| {
+            (
+                (b.max(1) as f64).log2(),
+                (i % every == 0).then(|| size_label(b)),
+            )
+        })
+        .collect();
+    chart(title, "message size [bytes]", ylabel, &lines, &ticks)
+}
+
+/// One line of an interval chart: bandwidth (in the report's unit) at each interval's end,
+/// in seconds from the start of its run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimeSeries {
+    /// The legend label.
+    pub label: String,
+    /// `(seconds, bandwidth)` points in time order.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// The interval series of one report (this side's, or the peer's when this side has none),
+/// one line per size, labelled `label` (and the size when there are several).
+pub fn interval_series_of(report: &Report, label: &str) -> Result<Vec<TimeSeries>, String> {
+    let series = match &report.peer {
+        Some(peer) if report.this_side.intervals.is_empty() => &peer.intervals,
+        _ => &report.this_side.intervals,
+    };
+    if series.is_empty() {
+        return Err(format!(
+            "{label}: holds no reporting intervals (they come from bandwidth runs with -D or \
+             --run-infinitely)"
+        ));
+    }
+    Ok(series
+        .iter()
+        .map(|s| TimeSeries {
+            label: if series.len() > 1 {
+                format!("{label} {}", size_label(s.bytes))
+            } else {
+                label.to_owned()
+            },
+            points: s
+                .intervals
+                .iter()
+                .map(|iv| (iv.end_s, in_unit(iv.bytes_per_sec, report.report_gbits)))
+                .collect(),
+        })
+        .collect())
+}
+
+/// The SVG text of bandwidth against time, from the reporting intervals.
+pub fn render_intervals(title: &str, gbits: bool, series: &[TimeSeries]) -> String {
+    let xmax = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .fold(0f64, f64::max);
+    let step = nice_step(if xmax > 0.0 { xmax } else { 1.0 }, 8.0);
+    let mut ticks = Vec::new();
+    let mut x = 0.0;
+    while x <= xmax + step / 2.0 {
+        ticks.push((x, Some(trim_number(x))));
+        x += step;
+    }
+    let lines: Vec<(&str, Vec<(f64, f64)>)> = series
+        .iter()
+        .map(|s| (s.label.as_str(), s.points.clone()))
+        .collect();
+    let ylabel = if gbits {
+        "interval bandwidth [Gb/s]"
+    } else {
+        "interval bandwidth [MiB/s]"
+    };
+    chart(title, "time [s]", ylabel, &lines, &ticks)
+}
+
+/// The chart: `lines` of `(x, y)` points, x ticks at `ticks` (with a label or none).
+fn chart(
+    title: &str,
+    xlabel: &str,
+    ylabel: &str,
+    lines: &[(&str, Vec<(f64, f64)>)],
+    ticks: &[(f64, Option<String>)],
+) -> String {
     let (mut xmin, mut xmax, mut ymax) = (f64::MAX, f64::MIN, 0f64);
-    for &(b, v) in all {
-        let x = (b.max(1) as f64).log2();
+    // The x range covers every point and every tick (an interval chart starts at 0 s).
+    let xs = lines
+        .iter()
+        .flat_map(|l| l.1.iter().map(|p| p.0))
+        .chain(ticks.iter().map(|t| t.0));
+    for x in xs {
         xmin = xmin.min(x);
         xmax = xmax.max(x);
+    }
+    for &(_, v) in lines.iter().flat_map(|l| l.1.iter()) {
         ymax = ymax.max(v);
     }
     if xmin > xmax {
@@ -163,11 +300,6 @@ pub fn render(title: &str, quantity: Quantity, series: &[Series]) -> String {
     let ph = HEIGHT - TOP - BOTTOM;
     let sx = |x: f64| LEFT + (x - xmin) / (xmax - xmin) * pw;
     let sy = |y: f64| TOP + ph - y / ytop * ph;
-    let ylabel = match quantity {
-        Quantity::Bandwidth { gbits: true } => "average bandwidth [Gb/s]",
-        Quantity::Bandwidth { gbits: false } => "average bandwidth [MiB/s]",
-        Quantity::Latency => "typical latency [µs]",
-    };
 
     let mut svg = String::new();
     let _ = writeln!(
@@ -195,28 +327,20 @@ pub fn render(title: &str, quantity: Quantity, series: &[Series]) -> String {
         );
         y += step;
     }
-    // X ticks at each power of two present.
-    let mut xs: Vec<u64> = series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.0))
-        .collect();
-    xs.sort_unstable();
-    xs.dedup();
-    let every = xs.len().div_ceil(12).max(1);
-    for (i, &b) in xs.iter().enumerate() {
-        let px = sx((b.max(1) as f64).log2());
+    for (x, label) in ticks {
+        let px = sx(*x);
         let _ = writeln!(
             svg,
             r##"<line x1="{px:.1}" y1="{:.1}" x2="{px:.1}" y2="{:.1}" stroke="#999"/>"##,
             TOP + ph,
             TOP + ph + 5.0
         );
-        if i % every == 0 {
+        if let Some(label) = label {
             let _ = writeln!(
                 svg,
                 r#"<text x="{px:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
                 TOP + ph + 18.0,
-                size_label(b)
+                escape(label)
             );
         }
     }
@@ -226,7 +350,7 @@ pub fn render(title: &str, quantity: Quantity, series: &[Series]) -> String {
     );
     let _ = writeln!(
         svg,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">message size [bytes]</text>"#,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{xlabel}</text>"#,
         LEFT + pw / 2.0,
         HEIGHT - 15.0
     );
@@ -235,12 +359,11 @@ pub fn render(title: &str, quantity: Quantity, series: &[Series]) -> String {
         r#"<text transform="translate(20 {:.1}) rotate(-90)" text-anchor="middle">{ylabel}</text>"#,
         TOP + ph / 2.0
     );
-    for (i, s) in series.iter().enumerate() {
+    for (i, (label, points)) in lines.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        let pts: Vec<String> = s
-            .points
+        let pts: Vec<String> = points
             .iter()
-            .map(|&(b, v)| format!("{:.1},{:.1}", sx((b.max(1) as f64).log2()), sy(v)))
+            .map(|&(x, v)| format!("{:.1},{:.1}", sx(x), sy(v)))
             .collect();
         let _ = writeln!(
             svg,
@@ -259,7 +382,7 @@ pub fn render(title: &str, quantity: Quantity, series: &[Series]) -> String {
             lx + 20.0,
             lx + 26.0,
             ly + 4.0,
-            escape(&s.label)
+            escape(label)
         );
     }
     svg.push_str("</svg>\n");
@@ -320,6 +443,7 @@ mod tests {
             posting: None,
             polling: None,
             results,
+            intervals: vec![],
         };
         let report = Report {
             tool: "stride-perf".into(),
@@ -365,5 +489,65 @@ mod tests {
         assert!(svg.contains("stride &lt;rxe&gt;"));
         assert!(svg.contains(">4K<") && svg.contains(">64K<"));
         assert!(svg.contains("average bandwidth [MiB/s]"));
+    }
+
+    #[test]
+    fn intervals_plot_against_time() {
+        use crate::bandwidth::Interval;
+        use crate::report::IntervalSeries;
+        use clap::Parser;
+        let cli =
+            crate::cli::Cli::try_parse_from(["stride-perf", "write", "bw", "-D", "3"]).unwrap();
+        let (verb, a) = cli.command.run_args().unwrap();
+        let iv = |end: f64, bps: f64| Interval {
+            start_s: end - 1.0,
+            end_s: end,
+            messages: 10,
+            bytes_per_sec: bps,
+            msg_rate_mpps: 1e-5,
+            partial: false,
+        };
+        let side = |intervals| crate::report::SideReport {
+            role: "client".into(),
+            device: "rxe0".into(),
+            gid_index: 1,
+            buffer: None,
+            clock: None,
+            posting: None,
+            polling: None,
+            results: vec![],
+            intervals,
+        };
+        let mut report = Report {
+            tool: "stride-perf".into(),
+            version: "0".into(),
+            params: crate::params::TestParams::resolve(verb, a).unwrap(),
+            report_gbits: false,
+            this_side: side(vec![IntervalSeries {
+                bytes: 65536,
+                period_s: 1.0,
+                intervals: vec![
+                    iv(1.0, 1048576.0),
+                    iv(2.0, 2.0 * 1048576.0),
+                    iv(3.0, 1048576.0),
+                ],
+            }]),
+            peer: None,
+        };
+        let lines = interval_series_of(&report, "run").unwrap();
+        assert_eq!(lines.len(), 1);
+        assert_eq!(lines[0].points, [(1.0, 1.0), (2.0, 2.0), (3.0, 1.0)]);
+        let svg = render_intervals("t", false, &lines);
+        assert_eq!(svg.matches("<polyline").count(), 1);
+        assert_eq!(svg.matches("<circle").count(), 3);
+        assert!(svg.contains("time [s]") && svg.contains("interval bandwidth [MiB/s]"));
+        // A server's file holds the client's series as the peer's.
+        report.peer = Some(report.this_side.clone());
+        report.this_side = side(vec![]);
+        assert_eq!(interval_series_of(&report, "run").unwrap(), lines);
+        report.peer = None;
+        assert!(interval_series_of(&report, "run")
+            .unwrap_err()
+            .contains("no reporting intervals"));
     }
 }

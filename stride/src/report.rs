@@ -9,7 +9,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::bandwidth::BandwidthResult;
+use crate::bandwidth::{BandwidthResult, Interval};
 use crate::latency::LatencySummary;
 use crate::params::TestParams;
 
@@ -73,9 +73,41 @@ pub struct SideReport {
     pub polling: Option<String>,
     /// One entry per size, in run order.
     pub results: Vec<SizeResult>,
+    /// The reporting intervals of a duration run (`-D`, `--run-infinitely`), one series per
+    /// size; empty otherwise and in files written before stride-perf had them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub intervals: Vec<IntervalSeries>,
 }
 
+/// The intervals of one size's duration run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IntervalSeries {
+    /// Message size in bytes.
+    pub bytes: u64,
+    /// The reporting period in seconds (`--report-interval`).
+    pub period_s: f64,
+    /// The intervals in run order.
+    pub intervals: Vec<Interval>,
+}
+
+/// The most intervals a report sent to the peer carries: the out-of-band channel's frames
+/// are at most 1 MiB. A longer series keeps its first intervals in the peer's file (this
+/// side's own file has them all).
+pub const PEER_MAX_INTERVALS: usize = 4096;
+
 impl SideReport {
+    /// The report as sent to the peer: the interval series cut to [`PEER_MAX_INTERVALS`]
+    /// in all.
+    pub fn for_peer(&self) -> Self {
+        let mut out = self.clone();
+        let mut left = PEER_MAX_INTERVALS;
+        for series in &mut out.intervals {
+            series.intervals.truncate(left);
+            left -= series.intervals.len();
+        }
+        out
+    }
+
     /// The report with its text made printable ([`sideway::peer_text::printable`]): the
     /// peer's report is printed and written to the JSON file, which a person may print in
     /// turn, and JSON escapes only the C0 controls.
@@ -203,6 +235,8 @@ mod tests {
             peak_bytes_per_sec: Some(2.0 * 1048576.0 * 1000.0),
             avg_bytes_per_sec: 1048576.0 * 1000.0,
             msg_rate_mpps: 0.016,
+            intervals: None,
+            cpu_util_percent: None,
         }
     }
 
@@ -233,6 +267,7 @@ mod tests {
             posting: Some("ibv_wr_*\u{1b}[2J".into()),
             polling: None,
             results: vec![SizeResult::Bandwidth(bw())],
+            intervals: vec![],
         }
         .printable();
         assert_eq!(theirs.role, "server\\u{9b}2J");
@@ -283,6 +318,7 @@ mod tests {
             posting: Some("ibv_wr_* (extended QPs)".into()),
             polling: Some("ibv_poll_cq (classic CQs)".into()),
             results: vec![SizeResult::Bandwidth(bw())],
+            intervals: vec![],
         };
         let report = Report {
             tool: "stride-perf".into(),

@@ -24,6 +24,7 @@ use stride::oob::{
 };
 use stride::params::TestParams;
 use stride::plot::{self, Quantity};
+use stride::preflight;
 use stride::report::{self, LatencyResult, Report, SideReport, SizeResult};
 
 const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
@@ -64,6 +65,7 @@ fn side(role: &str, results: Vec<SizeResult>) -> SideReport {
         posting: Some("ibv_wr_* (extended QPs)".into()),
         polling: Some("ibv_poll_cq (classic CQs)".into()),
         results,
+        intervals: vec![],
     }
 }
 
@@ -74,6 +76,8 @@ fn bandwidth(bytes: u64) -> SizeResult {
         peak_bytes_per_sec: Some(2.5e9),
         avg_bytes_per_sec: 2.0e9,
         msg_rate_mpps: 0.03,
+        intervals: None,
+        cpu_util_percent: None,
     })
 }
 
@@ -112,6 +116,9 @@ fn messages() -> Vec<Message> {
                 endpoint(18, u64::MAX - 4096),
             ],
         },
+        Message::Preflight {
+            profile: profile("client"),
+        },
         Message::Ready {
             step: "start".into(),
         },
@@ -125,6 +132,30 @@ fn messages() -> Vec<Message> {
             reason: "device lost".into(),
         },
     ]
+}
+
+/// A SoftRoCE port's profile, on the IPv4 GID.
+fn profile(role: &str) -> preflight::PortProfile {
+    let gid = |index, family, address: &str| preflight::GidInfo {
+        index,
+        kind: preflight::GidKind::RoceV2,
+        family,
+        address: address.into(),
+    };
+    let table = vec![
+        gid(0, preflight::Family::Ipv6LinkLocal, "fe80::1"),
+        gid(1, preflight::Family::Ipv4, "::ffff:198.18.0.1"),
+    ];
+    preflight::PortProfile {
+        role: role.into(),
+        device: "rxe0".into(),
+        port: 1,
+        link: preflight::LinkKind::Ethernet,
+        active_mtu: 1024,
+        gid: Some(table[1].clone()),
+        gid_from_x: false,
+        table,
+    }
 }
 
 /// Fails the case when an error's text could drive the terminal.
@@ -166,6 +197,16 @@ fn consume(msg: &Message) -> Result<(), TestCaseError> {
                 "the peer's role",
                 &sideway::peer_text::printable(&report.role, sideway::peer_text::PEER_TEXT_MAX),
             )?;
+        }
+        Message::Preflight { profile: theirs } => {
+            for role in ["server", "client"] {
+                let theirs = theirs.clone().from_peer(role);
+                let d = preflight::diagnose(&profile(role), &theirs, false);
+                for line in d.errors.iter().chain(&d.notes) {
+                    check_text("a pre-flight diagnosis", line)?;
+                }
+                check_text("a pre-flight summary", &profile(role).summary(&theirs))?;
+            }
         }
         Message::Agree | Message::Ready { .. } | Message::Abort { .. } => {}
     }

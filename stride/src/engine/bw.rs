@@ -8,10 +8,14 @@
 //! while the messages still to come need it (the rest after the run, as perftest), and
 //! timestamps each receive completion.
 //!
-//! Duration mode (`-D`) posts until the deadline, then one last signaled message per QP so
-//! that every unsignaled request before it is accounted for; it keeps only the first post and
-//! the last completion, and reports no peak, as perftest does. Unlike perftest, it measures
-//! the whole duration rather than a window after a warm-up.
+//! Duration mode (`-D`, and `--run-infinitely` until a signal or the peer ends it) posts
+//! until the deadline, then one last signaled message per QP so that every unsignaled
+//! request before it is accounted for; it keeps only the first post and the last
+//! completion. Unlike perftest, it measures the whole duration rather than a window after a
+//! warm-up, prints every reporting interval as it closes, and reports the best interval as
+//! the peak (perftest reports none).
+//!
+//! With `--rate-limit`, the sender asks the [`Pacer`] before each post list.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,15 +23,17 @@ use std::time::{Duration, Instant};
 use sideway::memory_region::Sge;
 use sideway::{AddressHandle, SendData, SendFlags, WorkCompletion};
 
+use super::interrupt::stop_requested;
 use super::setup::{
     local_data, remote_target, sleep_on, RemoteTarget, Resources, QP_INDEX_MASK, UD_QKEY,
 };
 use super::watch::Watch;
 use super::{op_name, wc_failed, RunError};
-use crate::bandwidth::{BandwidthResult, BandwidthTimes};
+use crate::bandwidth::{interval_line, BandwidthResult, BandwidthTimes, Interval, IntervalMeter};
 use crate::buffer::TestBuffer;
 use crate::cli::{AtomicType, Connection, Verb};
 use crate::oob::{OobChannel, QpEndpoint};
+use crate::pacing::Pacer;
 use crate::params::TestParams;
 
 /// What one side does in a bandwidth run.
@@ -37,6 +43,8 @@ pub(crate) struct BwRole {
     pub(crate) sends: bool,
     /// Receives the peer's SENDs.
     pub(crate) receives: bool,
+    /// Prints intervals in Gb/s (else MiB/s).
+    pub(crate) gbits: bool,
 }
 
 /// The operation of one QP's work requests.
@@ -178,8 +186,49 @@ fn first_cause(
     e
 }
 
+/// `--perform-warm-up`: posts `per_qp` signaled messages on every QP (the send CQ holds
+/// -t per QP) and waits for all of them, within the stall limit.
+fn warm_up<'a>(
+    qps: &'a mut [sideway::QueuePair],
+    ops: &[WrOpOwned<'a>],
+    cq: &mut sideway::ClaimedCq,
+    wcs: &mut [WorkCompletion],
+    per_qp: u64,
+    params: &TestParams,
+) -> Result<(), RunError> {
+    for (q, (qp, op)) in qps.iter_mut().zip(ops).enumerate() {
+        let mut guard = qp.start_post_send();
+        for _ in 0..per_qp {
+            op.push(&mut guard, q as u64 | 1 << 32, SendFlags::SIGNALED);
+        }
+        guard.post()?;
+    }
+    let mut left = per_qp * ops.len() as u64;
+    let deadline = Instant::now() + super::STALL;
+    while left > 0 {
+        let got = cq.poll_into(wcs)?;
+        for wc in &wcs[..got] {
+            if let Err(e) = wc.ok() {
+                let q = (wc.wr_id() & QP_INDEX_MASK) as usize;
+                let what = format!("the warm-up's {}", op_name(params.verb));
+                return Err(wc_failed(&e, &what, q, 1, params.qp_timeout));
+            }
+        }
+        left = left.saturating_sub(got as u64);
+        if got == 0 && Instant::now() > deadline {
+            return Err(RunError::new(format!(
+                "the warm-up's {left} last completions did not come within {} s: the peer \
+                 stopped answering; check its output",
+                super::STALL.as_secs()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Runs one size. `tx` and `rx` are cleared and refilled; they must have been allocated
-/// with room for every message. Returns what this side measured, if anything.
+/// with room for every message. Returns what this side measured, if anything, with the
+/// reporting intervals of a timed run.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_size(
     res: &mut Resources,
@@ -191,8 +240,8 @@ pub(crate) fn run_size(
     rx: &mut BandwidthTimes,
     base: Instant,
     watch: &mut Watch,
-) -> Result<Option<BandwidthResult>, RunError> {
-    let duration_mode = params.duration.is_some();
+) -> Result<Option<(BandwidthResult, Vec<Interval>)>, RunError> {
+    let duration_mode = params.timed();
     let n = res.qps.len();
     let per_qp = if duration_mode {
         u64::MAX
@@ -239,8 +288,10 @@ pub(crate) fn run_size(
         inline,
         events,
         ahs,
+        srq,
         ..
     } = res;
+    let srq = srq.as_deref();
     let targets = Targets {
         bufs,
         ahs,
@@ -255,19 +306,44 @@ pub(crate) fn run_size(
     let mut send_poll = send_cq.claim()?;
     let mut recv_poll = recv_cq.claim()?;
     let mut wcs = [WorkCompletion::default(); 32];
+    if params.warm_up && role.sends {
+        warm_up(qps, &ops, &mut send_poll, &mut wcs, tx_depth, params)?;
+    }
     watch.start();
     let mut total_done = 0u64;
     let mut rx_count = 0u64;
     let mut stopping = false;
     let mut peer_done_at: Option<Instant> = None;
+    let says_sent = duration_mode && role.sends && role.receives;
+    let sent_step = format!("sent {size}");
+    let mut sent_said = false;
     let now = |base: Instant| base.elapsed().as_secs_f64();
-    rx.posted.push(now(base));
+    let t0 = now(base);
+    rx.posted.push(t0);
+    // The side that measures meters its own count: the sender its completions, a receiver
+    // that sends nothing its receives.
+    let mut meter = duration_mode.then(|| IntervalMeter::new(params.report_interval, size, t0));
+    let mut pacer = match (role.sends, params.rate_limit) {
+        (true, Some(limit)) => Some(Pacer::new(limit.messages_per_sec(size), limit.burst, t0)),
+        _ => None,
+    };
 
     loop {
         let mut idle = true;
         if role.sends {
-            if let (Some(end), false) = (deadline, stopping) {
-                if Instant::now() >= end {
+            if !stopping {
+                let over = match deadline {
+                    Some(end) => Instant::now() >= end,
+                    // --run-infinitely: until a signal or, with -b, until the peer
+                    // stopped sending (it spoke; a passive peer speaks at once, so only
+                    // a sending one counts).
+                    None => {
+                        params.run_infinitely
+                            && (stop_requested()
+                                || (params.bidirectional && watch.peer_has_spoken()))
+                    }
+                };
+                if over {
                     stopping = true;
                     // One last signaled message per QP accounts for the unsignaled ones.
                     for c in &mut counts {
@@ -278,6 +354,12 @@ pub(crate) fn run_size(
             for (q, c) in counts.iter_mut().enumerate() {
                 while c.posted < c.target && c.posted - c.completed + post_list <= tx_depth {
                     let batch = post_list.min(c.target - c.posted);
+                    if let Some(p) = pacer.as_mut() {
+                        if !p.may_post(now(base), batch) {
+                            break;
+                        }
+                        p.posted(batch);
+                    }
                     let mut guard = qps[q].start_post_send();
                     for j in 0..batch {
                         let k = c.posted + j + 1;
@@ -332,6 +414,11 @@ pub(crate) fn run_size(
                     }
                     tx.completed.push(entry);
                 }
+                if let Some(m) = meter.as_mut() {
+                    if let Some(iv) = m.observe(t, total_done) {
+                        println!("{}", interval_line(&iv, role.gbits));
+                    }
+                }
                 idle = false;
             }
         }
@@ -352,10 +439,24 @@ pub(crate) fn run_size(
                         )));
                     }
                     rx_per_qp[q] += 1;
-                    if duration_mode || rx_per_qp[q] + rx_depth <= params.iterations {
-                        let mut guard = qps[q].start_post_recv();
-                        guard.recv(q as u64, &[recv_sges[q]]);
-                        guard.post()?;
+                    // With --use-srq, q is the buffer the receive pointed into, not the QP
+                    // the message came on: the queue is counted as a whole.
+                    let needed = match srq {
+                        Some(_) => {
+                            rx_count + 1 + rx_depth * n as u64 <= params.iterations * n as u64
+                        }
+                        None => rx_per_qp[q] + rx_depth <= params.iterations,
+                    };
+                    if duration_mode || needed {
+                        if let Some(srq) = srq {
+                            let mut guard = srq.start_post_recv();
+                            guard.recv(q as u64, &[recv_sges[q]]);
+                            guard.post()?;
+                        } else {
+                            let mut guard = qps[q].start_post_recv();
+                            guard.recv(q as u64, &[recv_sges[q]]);
+                            guard.post()?;
+                        }
                     } else {
                         rx_deferred[q] += 1;
                     }
@@ -364,6 +465,11 @@ pub(crate) fn run_size(
                         rx.completed.clear();
                     }
                     rx.completed.push((rx_count as usize - 1, t));
+                }
+                if let (Some(m), false) = (meter.as_mut(), role.sends) {
+                    if let Some(iv) = m.observe(t, rx_count) {
+                        println!("{}", interval_line(&iv, role.gbits));
+                    }
                 }
                 idle = false;
                 if peer_done_at.is_some() {
@@ -374,6 +480,13 @@ pub(crate) fn run_size(
         let tx_done = counts
             .iter()
             .all(|c| c.posted == c.target && c.completed == c.signaled);
+        // A timed run in which both sides send and receive (send -b): each side's receive
+        // part ends when the peer said it sent its last message, so say so at once rather
+        // than at the "done" barrier, which the peer, still receiving, would wait for.
+        if tx_done && says_sent && !sent_said {
+            oob.send_ready(&sent_step)?;
+            sent_said = true;
+        }
         let rx_done = match (rx_expected, peer_done_at) {
             _ if !role.receives => true,
             (Some(e), _) if rx_count >= e => true,
@@ -399,6 +512,9 @@ pub(crate) fn run_size(
         }
     }
 
+    if says_sent {
+        oob.expect_ready(&sent_step)?;
+    }
     for (q, &deferred) in rx_deferred.iter().enumerate() {
         if deferred > 0 {
             res.post_recvs(q, deferred)?;
@@ -412,12 +528,22 @@ pub(crate) fn run_size(
             )));
         }
     }
-    let result = if role.sends {
-        Some(BandwidthResult::compute(size, tx, params.reports_peak())?)
+    let (times, count, peak) = if role.sends {
+        (&*tx, total_done, params.reports_peak())
     } else if role.receives {
-        Some(BandwidthResult::compute(size, rx, false)?)
+        (&*rx, rx_count, false)
     } else {
-        None
+        return Ok(None);
     };
-    Ok(result)
+    let mut result = BandwidthResult::compute(size, times, peak)?;
+    let mut intervals = Vec::new();
+    if let Some(mut m) = meter {
+        let end = times.completed.last().map_or(t0, |&(_, t)| t);
+        if let Some(iv) = m.finish(end, count) {
+            println!("{}", interval_line(&iv, role.gbits));
+        }
+        result = result.with_intervals(&m.intervals);
+        intervals = m.intervals;
+    }
+    Ok(Some((result, intervals)))
 }

@@ -76,11 +76,42 @@ fn check_device(id: &CmId, device: &str) -> Result<(), RunError> {
     Ok(())
 }
 
+/// `--tos`: sets the id's type of service (`rdma_set_option(RDMA_OPTION_ID_TOS)`), which
+/// rdma_cm turns into the traffic class of the path it resolves next. sideway's rdmacm module
+/// has no wrapper for rdma_set_option yet, so this calls the re-exported binding on the
+/// id's raw pointer.
+#[allow(unsafe_code)]
+fn set_tos(id: &CmId, tos: u8) -> Result<(), RunError> {
+    let mut value = tos;
+    // SAFETY: the id is alive for the call (borrowed); optval points at one readable byte
+    // and optlen says 1, as RDMA_OPTION_ID_TOS takes a u8; librdmacm copies it.
+    let ret = unsafe {
+        sideway::sys::rdma_set_option(
+            id.as_raw(),
+            sideway::sys::RDMA_OPTION_ID as std::os::raw::c_int,
+            sideway::sys::RDMA_OPTION_ID_TOS as std::os::raw::c_int,
+            (&mut value as *mut u8).cast(),
+            1,
+        )
+    };
+    if ret != 0 {
+        return Err(RunError::new(format!(
+            "--tos {tos}: rdma_set_option(RDMA_OPTION_ID_TOS) failed: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(())
+}
+
 impl CmListener {
-    /// Listens for rdma_cm connection requests on `port` (all addresses).
-    pub(crate) fn listen(port: u16, backlog: u32) -> Result<Self, RunError> {
+    /// Listens for rdma_cm connection requests on `port` (all addresses), with the type of
+    /// service `tos` (`--tos`) when given.
+    pub(crate) fn listen(port: u16, backlog: u32, tos: Option<u8>) -> Result<Self, RunError> {
         let channel = EventChannel::new()?;
         let id = channel.create_id(PortSpace::Tcp)?;
+        if let Some(tos) = tos {
+            set_tos(&id, tos)?;
+        }
         id.bind_addr(SocketAddr::from(([0, 0, 0, 0], port)))?;
         id.listen(i32::try_from(backlog).unwrap_or(i32::MAX))?;
         Ok(CmListener { channel, id })
@@ -142,6 +173,9 @@ pub(crate) fn connect_all(
         id.resolve_addr(None, server, Duration::from_secs(2))?;
         id.wait_for(EventType::AddrResolved, Some(CM_TIMEOUT))?;
         check_device(&id, device)?;
+        if let Some(tos) = params.tos {
+            set_tos(&id, tos)?;
+        }
         id.resolve_route(Duration::from_secs(2))?;
         id.wait_for(EventType::RouteResolved, Some(CM_TIMEOUT))?;
         move_qp(&id, qp, &[QpTargetState::Init])?;

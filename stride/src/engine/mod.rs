@@ -19,6 +19,7 @@
 
 mod bw;
 mod cm;
+mod interrupt;
 mod lat;
 mod link;
 mod setup;
@@ -29,15 +30,16 @@ use std::fmt;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
-use crate::bandwidth::{BandwidthError, BandwidthTimes};
+use crate::bandwidth::{interval_summary, BandwidthError, BandwidthResult, BandwidthTimes};
 use crate::buffer::{BufferError, BufferKind, Memory};
 use crate::cli::{RunArgs, Test, Verb};
 use crate::clock::{current_source, ClockCheck};
 use crate::latency::TooFewSamples;
 use crate::oob::{OobChannel, OobError, QpEndpoint};
 use crate::params::{ParamError, TestParams};
+use crate::preflight;
 use crate::progress::Progress;
-use crate::report::{self, Report, SideReport, SizeResult};
+use crate::report::{self, IntervalSeries, Report, SideReport, SizeResult};
 use sideway::peer_text::{printable, PEER_TEXT_MAX};
 
 use link::LinkWatch;
@@ -96,6 +98,7 @@ run_error_from!(
     sideway::rdmacm::CmError,
     sideway::AddressHandleError,
     sideway::async_event::EventError,
+    sideway::SharedReceiveQueueError,
 );
 
 /// The operation a verb's work requests carry, as a person names it.
@@ -152,6 +155,8 @@ fn check_supported(params: &TestParams) -> Result<(), RunError> {
 pub fn run(verb: Verb, args: &RunArgs) -> Result<(), RunError> {
     let mut params = TestParams::resolve(verb, args)?;
     check_supported(&params)?;
+    // Before any memory is touched, so that it comes from the pinned cores' node.
+    let pinned = pin(args)?;
     // First: with --use-cuda and no driver (or no such GPU) nothing else runs.
     let memory = Memory::prepare(BufferKind::from_args(args))?;
     let dev = DeviceSide::open(args, &params)?;
@@ -184,11 +189,29 @@ pub fn run(verb: Verb, args: &RunArgs) -> Result<(), RunError> {
             oob
         }
     };
-    let result = run_connected(&dev, &memory, &clock, args, &params, &mut oob);
+    let result = run_connected(&dev, &memory, &clock, args, &params, &mut oob, pinned);
     if let Err(e) = &result {
         oob.abort(&e.to_string());
     }
     result
+}
+
+/// Pins the process as `--pin-cores` or `--numa-node` ask; returns the banner's line.
+fn pin(args: &RunArgs) -> Result<Option<String>, RunError> {
+    use crate::cpu::{numa_node_cpus, parse_cpu_list, pin_to, CpuList};
+    let (cpus, why) = match (&args.pin_cores, args.numa_node) {
+        (Some(list), _) => (
+            parse_cpu_list(list).map_err(|e| RunError::new(format!("--pin-cores: {e}")))?,
+            "--pin-cores".to_owned(),
+        ),
+        (None, Some(node)) => (
+            numa_node_cpus(node).map_err(|e| RunError::new(format!("--numa-node: {e}")))?,
+            format!("--numa-node {node}"),
+        ),
+        (None, None) => return Ok(None),
+    };
+    let got = pin_to(&cpus).map_err(RunError::new)?;
+    Ok(Some(format!("cores {} ({why}; read back)", CpuList(&got))))
 }
 
 fn verb_title(verb: Verb) -> &'static str {
@@ -218,6 +241,7 @@ fn print_banner(
     };
     let amount = match params.duration {
         Some(d) => format!("{d} s per size"),
+        None if params.run_infinitely => "until interrupted".to_owned(),
         None => format!("{} iterations", params.iterations),
     };
     println!("{}", report::RULE);
@@ -262,6 +286,21 @@ fn print_banner(
     } else {
         println!(" QP setup        : endpoints traded over TCP (no rdma_cm)");
     }
+    if let Some(srq) = &res.srq {
+        println!(
+            " Receives        : one shared receive queue (--use-srq), {} entries",
+            srq.max_wr()
+        );
+    }
+    if params.warm_up {
+        println!(" Warm-up         : one unmeasured round of -t messages per QP before each size");
+    }
+    if let Some(limit) = &params.rate_limit {
+        println!(
+            " Rate limit      : {} (software pacing of this side's posts)",
+            limit.describe()
+        );
+    }
     if params.data_validation {
         println!(" Data validation : on: every byte that lands is compared after each size");
     }
@@ -281,9 +320,23 @@ fn run_connected(
     args: &RunArgs,
     params: &TestParams,
     oob: &mut OobChannel,
+    pinned: Option<String>,
 ) -> Result<(), RunError> {
     let is_client = args.server.is_some();
     let role_name = if is_client { "client" } else { "server" };
+    // Before anything is created, let alone moved to RTR: can the two ports talk at all?
+    let our_port = dev.profile(role_name);
+    let their_port = oob.exchange_profiles(&our_port)?;
+    let diagnosis = preflight::diagnose(&our_port, &their_port, params.rdma_cm);
+    for note in &diagnosis.notes {
+        eprintln!("stride-perf: pre-flight: {note}");
+    }
+    if !diagnosis.errors.is_empty() {
+        return Err(RunError::new(format!(
+            "pre-flight check, before connecting: {}",
+            diagnosis.errors.join("; ")
+        )));
+    }
     let mut res = Resources::create(dev, memory, params, VerbsApi::from_args(args, dev))?;
     for why in [&res.api.qp_fallback, &res.api.cq_fallback]
         .into_iter()
@@ -295,7 +348,7 @@ fn run_connected(
     // With -R the server listens before the client learns anything, so that the client's
     // connection requests find the listener.
     let listener = match (params.rdma_cm, is_client) {
-        (true, false) => Some(cm::CmListener::listen(args.port, params.qps)?),
+        (true, false) => Some(cm::CmListener::listen(args.port, params.qps, params.tos)?),
         _ => None,
     };
     // Checked as it comes (one endpoint per QP, every buffer within the address space):
@@ -332,9 +385,34 @@ fn run_connected(
         mtu.bytes().unwrap_or(0),
         role_name,
     );
+    println!(" Pre-flight      : {}", our_port.summary(&their_port));
+    if let Some(line) = &pinned {
+        println!(" CPU pinning     : {line}");
+    }
+    if let Some(tos) = params.tos {
+        match res.read_traffic_class()? {
+            Some(read) => println!(
+                " Type of service : {tos} (--tos, through rdma_cm; QP 0's traffic class reads {read})"
+            ),
+            None => println!(" Type of service : {tos} (--tos, through rdma_cm)"),
+        }
+    }
+    if let Some(tc) = params.traffic_class {
+        match res.read_traffic_class()? {
+            Some(read) => {
+                println!(" Traffic class   : {read} (--tclass {tc}; read back from QP 0)")
+            }
+            None => println!(" Traffic class   : {tc} (--tclass; in each UD address handle)"),
+        }
+    }
 
-    // The passive side waits at the "done" barrier for as long as the peer measures.
-    let measure_timeout = Duration::from_secs(300 + 2 * params.duration.unwrap_or(0));
+    // The passive side waits at the "done" barrier for as long as the peer measures: with
+    // --run-infinitely, until the peer is interrupted (a year stands for that).
+    let measure_timeout = if params.run_infinitely {
+        Duration::from_secs(365 * 24 * 3600)
+    } else {
+        Duration::from_secs(300 + 2 * params.duration.unwrap_or(0))
+    };
     oob.set_timeout(measure_timeout)?;
     let mut watch = Watch::new(
         STALL,
@@ -348,7 +426,14 @@ fn run_connected(
         (Test::Lat, Verb::Write | Verb::Send) => true,
         (Test::Lat, _) => is_client,
     };
-    let messages = if params.duration.is_some() {
+    if params.run_infinitely && sends {
+        interrupt::catch_stop_signals()?;
+        println!(
+            " Run             : until SIGINT (Ctrl-C) or SIGTERM; an interval every {} s",
+            params.report_interval
+        );
+    }
+    let messages = if params.timed() {
         1
     } else {
         usize::try_from(params.iterations.saturating_mul(u64::from(params.qps)))
@@ -377,7 +462,9 @@ fn run_connected(
         Test::Bw => report::bandwidth_header(gbits),
         Test::Lat => report::latency_header(),
     };
-    if measures {
+    // A timed bandwidth run prints its intervals first and the header just above its row.
+    let header_per_row = params.timed() && params.test == Test::Bw;
+    if measures && !header_per_row {
         println!("{header}");
     }
     let mut progress = Progress::new(
@@ -389,6 +476,7 @@ fn run_connected(
             && std::io::stdout().is_terminal(),
     );
     let mut results = Vec::with_capacity(params.sizes.len());
+    let mut interval_series = Vec::new();
     let data_roles = validate::DataRoles::of(params, is_client);
     let mut validated = 0u64;
     let base = Instant::now();
@@ -398,19 +486,37 @@ fn run_connected(
             validate::prepare(&mut res, data_roles, is_client, size)?;
         }
         watch.barrier(oob, &format!("start {size}"), measure_timeout)?;
+        let cpu_before = params.cpu_util.then(crate::cpu::CpuTimes::now).flatten();
         let result = match params.test {
             Test::Bw => bw::run_size(
                 &mut res,
                 params,
                 oob,
                 size,
-                bw::BwRole { sends, receives },
+                bw::BwRole {
+                    sends,
+                    receives,
+                    gbits,
+                },
                 &mut tx,
                 &mut rx,
                 base,
                 &mut watch,
             )?
-            .map(SizeResult::Bandwidth),
+            .map(|(mut r, intervals)| {
+                let cpu_after = cpu_before.and(crate::cpu::CpuTimes::now());
+                r.cpu_util_percent = cpu_before
+                    .zip(cpu_after)
+                    .and_then(|(a, b)| a.util_since(&b));
+                if !intervals.is_empty() {
+                    interval_series.push(IntervalSeries {
+                        bytes: size,
+                        period_s: params.report_interval,
+                        intervals,
+                    });
+                }
+                SizeResult::Bandwidth(r)
+            }),
             Test::Lat => lat::run_size(
                 &mut res,
                 params,
@@ -432,7 +538,28 @@ fn run_connected(
         }
         progress.clear();
         if let Some(r) = result {
+            if header_per_row {
+                println!("{header}");
+            }
             println!("{}", report::row_for(&r, gbits));
+            if let SizeResult::Bandwidth(BandwidthResult {
+                intervals: Some(stats),
+                ..
+            }) = &r
+            {
+                println!("{}", interval_summary(stats, params.report_interval, gbits));
+            }
+            if params.cpu_util {
+                if let SizeResult::Bandwidth(b) = &r {
+                    match b.cpu_util_percent {
+                        Some(u) => println!(
+                            " CPU utilization : {u:.1} % of all CPUs during the measured loop \
+                             (/proc/stat)"
+                        ),
+                        None => println!(" CPU utilization : /proc/stat could not be read"),
+                    }
+                }
+            }
             results.push(r);
         }
     }
@@ -464,6 +591,7 @@ fn run_connected(
         posting: Some(res.api.posting()),
         polling: Some(res.api.polling()),
         results,
+        intervals: interval_series,
     };
     let peer = oob.exchange_results(&this_side)?;
     if !measures {
@@ -476,6 +604,9 @@ fn run_connected(
         for r in &peer.results {
             println!("{}", report::row_for(r, gbits));
         }
+    }
+    if args.report_both && measures {
+        print_both(&this_side, &peer, gbits, params.bidirectional);
     }
     println!("{}", report::RULE);
     if let Some(path) = &args.json {
@@ -496,6 +627,33 @@ fn run_connected(
         println!(" results (both sides) written to {}", path.display());
     }
     Ok(())
+}
+
+/// `--report-both`: the peer's rows under this side's, and with `-b` each size's two
+/// directions together.
+fn print_both(ours: &SideReport, peer: &SideReport, gbits: bool, bidirectional: bool) {
+    let role = printable(&peer.role, PEER_TEXT_MAX);
+    if peer.results.is_empty() {
+        println!(" The {role} measured nothing (it served one-sided operations)");
+        return;
+    }
+    println!(" The {role}'s results (--report-both):");
+    for r in &peer.results {
+        println!("{}", report::row_for(r, gbits));
+    }
+    if bidirectional {
+        for (a, b) in ours.results.iter().zip(&peer.results) {
+            if let (SizeResult::Bandwidth(a), SizeResult::Bandwidth(b)) = (a, b) {
+                let unit = if gbits { "Gb/sec" } else { "MiB/sec" };
+                println!(
+                    " Both directions : {} B: {:.2} {unit}, {:.6} Mpps",
+                    a.bytes,
+                    a.avg(gbits) + b.avg(gbits),
+                    a.msg_rate_mpps + b.msg_rate_mpps
+                );
+            }
+        }
+    }
 }
 
 #[cfg(test)]

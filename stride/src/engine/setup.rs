@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use sideway::async_event::EventError;
 use sideway::device::{DeviceAttr, LinkLayer, Mtu, PortAttr};
-use sideway::queue_pair::{AddressVector, SendOpsFlags};
+use sideway::queue_pair::{AddressVector, QpAttrMask, SendOpsFlags};
+use sideway::SharedReceiveQueue;
 use sideway::{
     AccessFlags, AddressHandle, CompletionChannel, CompletionQueue, ConnectOptions, DeviceContext,
     Endpoint, Gid, ProtectionDomain, QpType, QueuePair, SendData, GRH_LEN,
@@ -25,6 +26,7 @@ use crate::cli::{AtomicType, Connection, RunArgs, Verb};
 use crate::gid_select::{best_gid, GidCandidate};
 use crate::oob::QpEndpoint;
 use crate::params::TestParams;
+use crate::preflight::{GidInfo, LinkKind, PortProfile};
 
 /// The device, port and GID a side runs on.
 #[derive(Debug)]
@@ -127,6 +129,43 @@ impl DeviceSide {
             LinkLayer::Ethernet => "Ethernet",
             LinkLayer::Infiniband | LinkLayer::Unspecified => "IB",
             _ => "unknown",
+        }
+    }
+
+    /// This side's port as the pre-flight diagnosis describes it to the peer. The GID table
+    /// lists the port's usable entries; a device whose table cannot be read lists none (the
+    /// diagnosis then only cannot suggest an index).
+    pub(crate) fn profile(&self, role: &str) -> PortProfile {
+        let table: Vec<GidInfo> = self
+            .ctx
+            .query_gid_table()
+            .map(|t| {
+                t.into_iter()
+                    .filter(|e| e.port == self.port && !e.gid.is_zero())
+                    .take(crate::preflight::MAX_GIDS)
+                    .map(|e| {
+                        GidInfo::of(&GidCandidate {
+                            index: e.index,
+                            gid: e.gid,
+                            gid_type: e.gid_type,
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        PortProfile {
+            role: role.to_owned(),
+            device: self.name().to_owned(),
+            port: self.port,
+            link: match self.port_attr.link_layer() {
+                LinkLayer::Ethernet => LinkKind::Ethernet,
+                LinkLayer::Infiniband | LinkLayer::Unspecified => LinkKind::InfiniBand,
+                _ => LinkKind::Other,
+            },
+            active_mtu: self.port_attr.active_mtu().bytes().unwrap_or(0),
+            gid: self.gid.as_ref().map(GidInfo::of),
+            gid_from_x: !self.gid_auto,
+            table,
         }
     }
 
@@ -267,6 +306,9 @@ pub(crate) struct Resources {
     pub(crate) inline: u32,
     /// The verbs API the QPs and CQs were made for.
     pub(crate) api: VerbsApi,
+    /// With `--use-srq`: the receive queue every QP shares. Receives posted there still
+    /// carry (and point into the buffer of) a QP index, spread over the QPs.
+    pub(crate) srq: Option<Arc<SharedReceiveQueue>>,
 }
 
 impl std::fmt::Debug for Resources {
@@ -361,6 +403,23 @@ impl Resources {
             | AccessFlags::REMOTE_WRITE
             | AccessFlags::REMOTE_READ
             | AccessFlags::REMOTE_ATOMIC;
+        let srq = if receives && params.use_srq {
+            let entries = params.rx_depth.saturating_mul(qps_n);
+            let most = dev.dev_attr.max_srq_wr();
+            if entries > most {
+                return Err(RunError::new(format!(
+                    "--use-srq: -r {} × -q {qps_n} = {entries} receives, more than {} allows in a \
+                     shared receive queue ({most}, its max_srq_wr): lower -r or -q",
+                    params.rx_depth,
+                    dev.name()
+                )));
+            }
+            let mut b = pd.create_srq_builder();
+            b.max_wr(entries).max_sge(1);
+            Some(b.build()?)
+        } else {
+            None
+        };
         let mut qps = Vec::new();
         let mut bufs = Vec::new();
         let mut psns = Vec::new();
@@ -382,6 +441,9 @@ impl Resources {
                 .max_recv_sge(1)
                 .max_inline_data(inline_size)
                 .send_ops_flags(send_ops(params));
+            if let Some(srq) = &srq {
+                qb.srq(srq);
+            }
             let qp = if api.extended_qp {
                 match qb.build_ex() {
                     Ok(qp) => qp,
@@ -419,6 +481,7 @@ impl Resources {
             half,
             inline,
             api,
+            srq,
         })
     }
 
@@ -470,6 +533,14 @@ impl Resources {
                 .max_dest_rd_atomic(rd_atomic(dev.dev_attr.max_qp_rd_atom()));
             if let Some(g) = dev.gid {
                 opts.gid_index(g.index);
+                if let Some(tc) = params.traffic_class {
+                    opts.traffic_class(tc);
+                }
+            } else if params.traffic_class.is_some() {
+                return Err(RunError::new(
+                    "--tclass sets the GRH's traffic class, and this InfiniBand port is \
+                     LID-routed, without a GRH: pass -x to route by GID, or drop --tclass",
+                ));
             }
             let peer = Endpoint {
                 lid: remote.lid,
@@ -485,7 +556,8 @@ impl Resources {
                     av.set_is_global(true)
                         .set_dgid(peer.gid)
                         .set_sgid_index(dev.gid.map_or(0, |g| g.index))
-                        .set_hop_limit(64);
+                        .set_hop_limit(64)
+                        .set_traffic_class(params.traffic_class.unwrap_or(0));
                 }
                 self.ahs.push(self._pd.create_ah(&av)?);
             }
@@ -505,6 +577,21 @@ impl Resources {
         Ok(())
     }
 
+    /// The traffic class QP 0's path carries, read back from the QP (`ibv_query_qp`): what
+    /// `--tclass` set, as the device took it. `None` for UD, whose path is in each address
+    /// handle.
+    pub(crate) fn read_traffic_class(&self) -> Result<Option<u8>, RunError> {
+        match self.qps.first() {
+            Some(qp) if qp.qp_type() != QpType::Ud => {
+                let attr = qp
+                    .query(QpAttrMask::AV)
+                    .map_err(|e| RunError::new(e.to_string()))?;
+                Ok(Some(attr.ah_attr().traffic_class()))
+            }
+            _ => Ok(None),
+        }
+    }
+
     /// The length of each QP's buffer, the same on both sides: two halves.
     pub(crate) fn buffer_len(&self) -> u64 {
         u64::try_from(self.half).map_or(u64::MAX, |h| h.saturating_mul(2))
@@ -521,6 +608,14 @@ impl Resources {
     /// Posts `n` receives on QP `q`.
     pub(crate) fn post_recvs(&mut self, q: usize, n: u32) -> Result<(), RunError> {
         let sge = self.recv_sge(q);
+        if let Some(srq) = &self.srq {
+            let mut guard = srq.start_post_recv();
+            for _ in 0..n {
+                guard.recv(q as u64, &[sge]);
+            }
+            guard.post()?;
+            return Ok(());
+        }
         let mut guard = self.qps[q].start_post_recv();
         for _ in 0..n {
             guard.recv(q as u64, &[sge]);

@@ -89,6 +89,13 @@ impl Watch {
         Ok(oob.expect_ready(step)?)
     }
 
+    /// Whether the peer has sent a message since [`Watch::start`], as last seen by
+    /// [`Watch::idle`] (a `--run-infinitely` peer that stopped says so this way).
+    #[inline]
+    pub(crate) fn peer_has_spoken(&self) -> bool {
+        self.peer_spoke
+    }
+
     /// A failed completion's error, with the link's part in it if its port went down.
     #[cold]
     pub(crate) fn explain(&mut self, e: RunError) -> RunError {
