@@ -87,7 +87,7 @@ impl CmConnection {
         move_qp(id, &qp, &[QpTargetState::Init])?;
         Ok(CmConnection {
             id: Arc::clone(id),
-            channel: Arc::clone(id.channel()),
+            channel: id.channel(),
             pd,
             cq,
             qp,

@@ -12,12 +12,12 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use sideway::rdmacm::{
-    CmError, CmId, CmQpInitAttr, ConnParam, EventChannel, EventType, IbRejectReason, PortSpace,
+    CmError, CmId, ConnParam, EventChannel, EventType, IbRejectReason, PortSpace,
     QpTargetState,
 };
 use sideway::sys as ffi;
 use sideway::{
-    AccessFlags, CompletionQueue, ProtectionDomain, QpState, QueuePair, QueuePairAttribute,
+    AccessFlags, CompletionQueue, ProtectionDomain, QpState, QpAttrMask, QpType, QueuePair,
     RegisteredBuffer, SendFlags, WorkCompletion,
 };
 
@@ -90,9 +90,11 @@ fn client_to(addr: SocketAddr, ps: PortSpace) -> (Arc<EventChannel>, Arc<CmId>) 
     (ch, id)
 }
 
+/// A QP made on an id, and (for the tests' convenience) its PD and CQ, which it holds too.
 struct Qp {
     pd: Arc<ProtectionDomain>,
     cq: Arc<CompletionQueue>,
+    _qp: QueuePair,
 }
 
 /// A QP on the id (`rdma_create_qp`), with a PD and CQ from the id's device context.
@@ -104,16 +106,25 @@ fn give_qp(id: &Arc<CmId>) -> Qp {
     );
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq_builder().build().unwrap();
-    let cap = id
+    let qp_type = match id.port_space() {
+        PortSpace::Tcp => QpType::Rc,
+        PortSpace::Udp => QpType::Ud,
+    };
+    let qp = id
         .create_qp(
-            CmQpInitAttr::new(&pd, &cq, &cq)
+            pd.create_qp_builder()
+                .send_cq(&cq)
+                .recv_cq(&cq)
+                .qp_type(qp_type)
                 .max_send_wr(8)
                 .max_recv_wr(8),
         )
         .unwrap();
+    let cap = qp.cap();
     assert!(cap.max_send_wr >= 8 && cap.max_recv_wr >= 8, "{cap:?}");
-    assert!(id.qp_num().is_some());
-    Qp { pd, cq }
+    assert_eq!(id.qp_num(), Some(qp.qp_num()));
+    assert_eq!(id.qp_as_raw(), qp.as_raw());
+    Qp { pd, cq, _qp: qp }
 }
 
 fn connect_param(data: &[u8]) -> ConnParam {
@@ -180,17 +191,17 @@ fn connect_accept(addr: SocketAddr, connect_data: &[u8], accept_data: &[u8]) {
     let init = p.sid.init_qp_attr(QpTargetState::Init).unwrap();
     let need = |mask: u32, bits: u32| assert_eq!(mask & bits, bits, "mask {mask:#x}");
     need(
-        init.mask(),
+        init.mask().bits(),
         ffi::ibv_qp_attr_mask::IBV_QP_STATE
             | ffi::ibv_qp_attr_mask::IBV_QP_PORT
             | ffi::ibv_qp_attr_mask::IBV_QP_PKEY_INDEX
             | ffi::ibv_qp_attr_mask::IBV_QP_ACCESS_FLAGS,
     );
-    assert_eq!(init.qp_state(), ffi::ibv_qp_state::IBV_QPS_INIT);
+    assert_eq!(init.qp_state(), QpState::Init);
     assert_eq!(init.port_num(), p.sid.port_num());
     let rtr = p.sid.init_qp_attr(QpTargetState::Rtr).unwrap();
     need(
-        rtr.mask(),
+        rtr.mask().bits(),
         ffi::ibv_qp_attr_mask::IBV_QP_AV
             | ffi::ibv_qp_attr_mask::IBV_QP_PATH_MTU
             | ffi::ibv_qp_attr_mask::IBV_QP_DEST_QPN
@@ -733,7 +744,7 @@ fn dropping_an_unanswered_request_or_its_listener_refuses_the_peer() {
 }
 
 /// A QP of the program's own on `id`'s device, moved to `states` with the id's
-/// `init_qp_attr` (through `From<CmQpAttr> for QueuePairAttribute`).
+/// `init_qp_attr`, which gives a `QueuePairAttribute`.
 fn own_qp(id: &Arc<CmId>, states: &[QpTargetState]) -> (Arc<ProtectionDomain>, QueuePair) {
     let ctx = id.device_context().unwrap();
     let pd = ctx.alloc_pd().unwrap();
@@ -748,11 +759,8 @@ fn own_qp(id: &Arc<CmId>, states: &[QpTargetState]) -> (Arc<ProtectionDomain>, Q
         .unwrap();
     for &state in states {
         let attr = id.init_qp_attr(state).unwrap();
-        let (raw, mask) = attr.into_raw();
-        let converted = QueuePairAttribute::from(attr);
-        assert_eq!(converted.mask().bits(), mask, "the mask survives");
-        assert_eq!(converted.as_raw().qp_state, raw.qp_state);
-        qp.modify(&converted)
+        assert!(attr.mask().contains(QpAttrMask::STATE), "{attr:?}");
+        qp.modify(&attr)
             .unwrap_or_else(|e| panic!("moving to {state:?}: {e}"));
     }
     (pd, qp)
@@ -793,13 +801,12 @@ fn own_qps_follow_the_connection_through_init_qp_attr() {
     // Init again first: the remote access for the server's RDMA READ comes with the
     // responder resources, agreed only now.
     let init = cid.init_qp_attr(Init).unwrap();
-    assert_ne!(
-        init.qp_access_flags() & AccessFlags::REMOTE_READ.bits(),
-        0,
+    assert!(
+        init.qp_access_flags().contains(AccessFlags::REMOTE_READ),
         "{init:?}"
     );
     for state in [Init, Rtr, Rts] {
-        cqp.modify(&cid.init_qp_attr(state).unwrap().into())
+        cqp.modify(&cid.init_qp_attr(state).unwrap())
             .unwrap();
     }
     assert_eq!(cqp.state().unwrap(), QpState::Rts);
