@@ -90,6 +90,7 @@ pub mod async_event;
 pub mod completion_event;
 #[allow(unsafe_code)]
 pub mod completion_queue;
+pub mod connection;
 #[allow(unsafe_code)]
 pub mod device;
 pub mod gid;
