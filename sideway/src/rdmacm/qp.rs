@@ -254,8 +254,9 @@ impl CmId {
     ///   afterwards; it says nothing new.
     ///
     /// The wait reads the channel's next events: give the id a channel of its own (or no
-    /// other id with events pending). Post receives before calling: the server may send as
-    /// soon as it has accepted.
+    /// other id with events pending). Post receives before calling (the server may send as
+    /// soon as it has accepted); a QP of the program's own takes them once it is in Init
+    /// ([`modify_qp`](Self::modify_qp) with [`QpTargetState::Init`]).
     pub fn connect_qp(
         &self,
         qp: &QueuePair,
@@ -289,7 +290,8 @@ impl CmId {
     ///
     /// The wait reads the channel's next events: [`migrate`](Self::migrate) the id to a
     /// channel of its own first when the listener's channel keeps taking requests. Post
-    /// receives before calling: the client may send as soon as it is connected.
+    /// receives before calling (the client may send as soon as it is connected); a QP of the
+    /// program's own takes them once it is in Init ([`modify_qp`](Self::modify_qp)).
     pub fn accept_qp(
         &self,
         qp: &QueuePair,
