@@ -172,14 +172,14 @@ fn peer_left(id: &Arc<CmId>, channel: &EventChannel, what: &str) -> Result<bool,
         return Ok(false);
     };
     if !Arc::ptr_eq(event.id(), id) {
-            return Ok(false);
-        }
-        match event.into_result().map_err(CliError::run)?.event_type() {
-            EventType::Disconnected => Ok(true),
-            // Late news of what is already known.
-            EventType::Established | EventType::TimewaitExit => Ok(false),
-            other => Err(CliError::run(format!(
-                "{what}: unexpected rdma_cm event {other:?}"
-            ))),
-        }
+        return Ok(false);
     }
+    match event.into_result().map_err(CliError::run)?.event_type() {
+        EventType::Disconnected => Ok(true),
+        // Late news of what is already known.
+        EventType::Established | EventType::TimewaitExit => Ok(false),
+        other => Err(CliError::run(format!(
+            "{what}: unexpected rdma_cm event {other:?}"
+        ))),
+    }
+}

@@ -407,33 +407,23 @@ pub fn run_connected(args: &PingpongArgs, qp_type: QpType) -> Result<(), CliErro
 
     let remote = match &args.server {
         Some(host) => {
-            let remote = exchange::client_exchange(
-                host,
-                args.port,
-                &local,
-                args.exchange_timeout(),
-            )
-            .map_err(CliError::run)?;
+            let remote =
+                exchange::client_exchange(host, args.port, &local, args.exchange_timeout())
+                    .map_err(CliError::run)?;
             side.qp.connect(&opts, &remote).map_err(CliError::run)?;
             side.post_recvs(args.rx_depth)?;
             remote
         }
         None => {
-            let remote = exchange::server_exchange(
-                args.port,
-                &local,
-                args.exchange_timeout(),
-                |peer| {
-                    // The receives must be up before the client learns our endpoint.
-                    side.qp
-                        .connect(&opts, peer)
-                        .map_err(CliError::run)
-                        .and_then(|()| side.post_recvs(args.rx_depth))
-                        .map_err(|e| e.to_string().into())
-                },
-            )
-            .map_err(CliError::run)?;
-            remote
+            exchange::server_exchange(args.port, &local, args.exchange_timeout(), |peer| {
+                // The receives must be up before the client learns our endpoint.
+                side.qp
+                    .connect(&opts, peer)
+                    .map_err(CliError::run)
+                    .and_then(|()| side.post_recvs(args.rx_depth))
+                    .map_err(|e| e.to_string().into())
+            })
+            .map_err(CliError::run)?
         }
     };
     print_endpoint("remote address:", &remote);
@@ -679,31 +669,19 @@ pub fn run_ud(args: &PingpongArgs, size_given: bool) -> Result<(), CliError> {
     print_ud_endpoint("local address:", &local);
     let remote = match &args.server {
         Some(host) => {
-            let remote = exchange::client_exchange(
-                host,
-                args.port,
-                &local,
-                args.exchange_timeout(),
-            )
-            .map_err(CliError::run)?;
+            let remote =
+                exchange::client_exchange(host, args.port, &local, args.exchange_timeout())
+                    .map_err(CliError::run)?;
             side.connect(args, psn, &remote)?;
             side.post_recvs(args.rx_depth)?;
             remote
         }
-        None => {
-            let remote = exchange::server_exchange(
-                args.port,
-                &local,
-                args.exchange_timeout(),
-                |peer| {
-                    side.connect(args, psn, peer)
-                        .and_then(|()| side.post_recvs(args.rx_depth))
-                        .map_err(|e| e.to_string().into())
-                },
-            )
-            .map_err(CliError::run)?;
-            remote
-        }
+        None => exchange::server_exchange(args.port, &local, args.exchange_timeout(), |peer| {
+            side.connect(args, psn, peer)
+                .and_then(|()| side.post_recvs(args.rx_depth))
+                .map_err(|e| e.to_string().into())
+        })
+        .map_err(CliError::run)?,
     };
     print_ud_endpoint("remote address:", &remote);
 
@@ -858,10 +836,7 @@ pub fn run_srq(args: &PingpongArgs, num_qp: u32) -> Result<(), CliError> {
     };
     // ibv_srq_pingpong always trades SRQ_WIRE_LINES lines each way, the unused ones zero.
     let mut wire_local: Vec<_> = local.clone();
-    wire_local.resize(
-        SRQ_WIRE_LINES.max(local.len()),
-        Endpoint::default(),
-    );
+    wire_local.resize(SRQ_WIRE_LINES.max(local.len()), Endpoint::default());
     let remote: Vec<Endpoint> = match &args.server {
         Some(host) => {
             let remote = exchange::client_exchange_many(

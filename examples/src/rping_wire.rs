@@ -13,7 +13,6 @@
 //! Each side keeps one receive posted for the other's next SEND, reposting it before it
 //! sends again, so no SEND ever finds the peer without a receive.
 
-
 use sideway::peer_text::printable;
 
 /// The first byte value of the rotating pattern (`A`).

@@ -11,12 +11,11 @@
 #[path = "../../sideway/tests/support/fuzz.rs"]
 mod fuzz;
 
-
 use fuzz::harmless;
 
 use proptest::prelude::*;
-use sideway_examples::cmtime_wire::{check_announced, check_answer, STEPS, SYNC_STEPS};
 use sideway::connection::{RemoteBuffer, REMOTE_BUFFER_LEN};
+use sideway_examples::cmtime_wire::{check_announced, check_answer, STEPS, SYNC_STEPS};
 use sideway_examples::rping_wire::{fill_ping, ping_text};
 
 const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");

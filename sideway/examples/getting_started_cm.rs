@@ -70,13 +70,19 @@ fn server(channel: &Arc<EventChannel>, addr: SocketAddr) -> Result<(), Report> {
     let mut counter = pd.reg_buffer(8, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ATOMIC)?;
     counter.write_at(0, &37u64.to_ne_bytes())?;
     let inbox = pd.reg_buffer(64, AccessFlags::LOCAL_WRITE)?;
-    qp.start_post_recv().recv(RECV, &[inbox.sge(0..64).unwrap()]).post()?;
+    qp.start_post_recv()
+        .recv(RECV, &[inbox.sge(0..64).unwrap()])
+        .post()?;
 
     // Tell the client where the two buffers are, in the accept's private data.
     let mut private = Vec::new();
     for buf in [&target, &counter] {
         let len = buf.len() as u32;
-        let remote = RemoteBuffer { addr: buf.addr(), rkey: buf.rkey(), len };
+        let remote = RemoteBuffer {
+            addr: buf.addr(),
+            rkey: buf.rkey(),
+            len,
+        };
         private.extend_from_slice(&remote.to_bytes());
     }
     id.accept_qp(&qp, ConnParam::new().private_data(&private), WAIT)?;
@@ -91,7 +97,10 @@ fn server(channel: &Arc<EventChannel>, addr: SocketAddr) -> Result<(), Report> {
         String::from_utf8_lossy(&message)
     );
     let written = target.to_vec(0..64)?;
-    let end = written.iter().position(|&b| b == 0).unwrap_or(written.len());
+    let end = written
+        .iter()
+        .position(|&b| b == 0)
+        .unwrap_or(written.len());
     println!("RDMA WRITE: {}", String::from_utf8_lossy(&written[..end]));
     let mut value = [0u8; 8];
     counter.read_at(0, &mut value)?;
@@ -128,7 +137,11 @@ fn client(channel: &Arc<EventChannel>, addr: SocketAddr) -> Result<(), Report> {
     let mut batch = qp.start_post_send();
     batch
         .wr(WRITE, SendFlags::SIGNALED)
-        .rdma_write(target.rkey, target.addr, buf.sge(0..greeting.len()).unwrap())
+        .rdma_write(
+            target.rkey,
+            target.addr,
+            buf.sge(0..greeting.len()).unwrap(),
+        )
         .wr(FETCH_ADD, SendFlags::SIGNALED)
         .atomic_fetch_add(counter.rkey, counter.addr, 5, old.sge(0..8).unwrap())
         .wr(SEND, SendFlags::SIGNALED)
@@ -137,7 +150,10 @@ fn client(channel: &Arc<EventChannel>, addr: SocketAddr) -> Result<(), Report> {
     waiter.wait_all(&[WRITE, FETCH_ADD, SEND])?;
     let mut value = [0u8; 8];
     old.read_at(0, &mut value)?;
-    println!("fetch-and-add: the counter was {}", u64::from_ne_bytes(value));
+    println!(
+        "fetch-and-add: the counter was {}",
+        u64::from_ne_bytes(value)
+    );
 
     id.disconnect()?;
     id.wait_for(EventType::Disconnected, WAIT)?;
@@ -152,11 +168,18 @@ fn parse_args() -> Result<(bool, SocketAddr), Report> {
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--listen" => listen = true,
-            "--port" => port = it.next().ok_or(Error::other("--port needs a value"))?.parse()?,
+            "--port" => {
+                port = it
+                    .next()
+                    .ok_or(Error::other("--port needs a value"))?
+                    .parse()?
+            }
             _ if arg.starts_with('-') => Err(Error::other(format!("unknown option {arg}")))?,
             _ => ip = Some(arg.parse()?),
         }
     }
-    let ip = ip.ok_or(Error::other("usage: getting_started_cm [--listen] [--port P] ADDRESS"))?;
+    let ip = ip.ok_or(Error::other(
+        "usage: getting_started_cm [--listen] [--port P] ADDRESS",
+    ))?;
     Ok((listen, SocketAddr::new(ip, port)))
 }

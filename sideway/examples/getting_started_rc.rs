@@ -59,12 +59,16 @@ fn main() -> Result<(), Report> {
         Some(host) => {
             let remote = exchange::client_exchange(host, args.port, &local, TIMEOUT)?;
             qp.connect(&opts, &remote)?;
-            qp.start_post_recv().recv(RECV, &[buf.sge(0..64).unwrap()]).post()?;
+            qp.start_post_recv()
+                .recv(RECV, &[buf.sge(0..64).unwrap()])
+                .post()?;
             remote
         }
         None => exchange::server_exchange(args.port, &local, TIMEOUT, |remote| {
             qp.connect(&opts, remote)?;
-            qp.start_post_recv().recv(RECV, &[buf.sge(0..64).unwrap()]).post()?;
+            qp.start_post_recv()
+                .recv(RECV, &[buf.sge(0..64).unwrap()])
+                .post()?;
             Ok(())
         })?,
     };
@@ -123,7 +127,10 @@ impl Args {
         };
         let mut it = std::env::args().skip(1);
         while let Some(arg) = it.next() {
-            let mut value = || it.next().ok_or(Error::other(format!("{arg} needs a value")));
+            let mut value = || {
+                it.next()
+                    .ok_or(Error::other(format!("{arg} needs a value")))
+            };
             match arg.as_str() {
                 "--device" => args.device = Some(value()?),
                 "--gid-index" => args.gid_index = Some(value()?.parse()?),

@@ -18,9 +18,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use sideway::peer_text::{printable, PEER_TEXT_MAX};
 use sideway::connection::exchange::client_exchange_many;
 use sideway::connection::{RemoteBuffer, PINGPONG_LINE_LEN, REMOTE_BUFFER_LEN};
+use sideway::peer_text::{printable, PEER_TEXT_MAX};
 use sideway::{Endpoint, Gid, Grh, GrhKind, GRH_LEN};
 
 use support::fuzz;
@@ -272,7 +272,9 @@ fn endpoints() -> Vec<Endpoint> {
 }
 
 fn wire(ep: &Endpoint) -> Vec<u8> {
-    ep.to_pingpong_line().expect("a sample endpoint fits").to_vec()
+    ep.to_pingpong_line()
+        .expect("a sample endpoint fits")
+        .to_vec()
 }
 
 /// The endpoint line target: any bytes decode or are refused with harmless text, and a line
@@ -402,7 +404,6 @@ fn pingpong_exchange() {
     });
 }
 
-
 /// The endpoint text target (`FromStr`): any text parses or is refused with harmless text,
 /// and what parses prints back the same, up to the case of its hex digits.
 #[test]
@@ -432,7 +433,9 @@ fn endpoint_bytes() {
     fuzz::fuzz_bytes(MANIFEST_DIR, "endpoint-bytes", valid, |bytes| {
         match Endpoint::from_bytes(bytes) {
             Ok(ep) => {
-                let again = ep.to_bytes().map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let again = ep
+                    .to_bytes()
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 prop_assert_eq!(again.to_vec(), bytes.to_vec());
             }
             Err(e) => check_text("an endpoint bytes error", &e.to_string())?,
@@ -458,7 +461,9 @@ fn endpoint_forms_round_trip() {
         });
     fuzz::fuzz_values("endpoint-forms-round-trip", endpoint, |ep| {
         prop_assert_eq!(ep.to_string().parse::<Endpoint>(), Ok(ep));
-        let bytes = ep.to_bytes().map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let bytes = ep
+            .to_bytes()
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(Endpoint::from_bytes(&bytes), Ok(ep));
         Ok(())
     });
@@ -476,7 +481,11 @@ fn remote_buffer() {
     };
     let mut padded = b.to_bytes().to_vec();
     padded.resize(56, 0);
-    let valid = vec![b.to_bytes().to_vec(), [0xff; REMOTE_BUFFER_LEN].to_vec(), padded];
+    let valid = vec![
+        b.to_bytes().to_vec(),
+        [0xff; REMOTE_BUFFER_LEN].to_vec(),
+        padded,
+    ];
     fuzz::fuzz_bytes(MANIFEST_DIR, "remote-buffer", valid, |bytes| {
         match RemoteBuffer::from_bytes(bytes) {
             Ok(r) => {

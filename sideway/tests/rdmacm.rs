@@ -11,14 +11,13 @@ use std::os::fd::AsRawFd;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use sideway::rdmacm::{
-    CmError, CmId, ConnParam, EventChannel, EventType, IbRejectReason, PortSpace,
-    QpTargetState,
-};
 use sideway::connection::{CompletionWaiter, RemoteBuffer};
+use sideway::rdmacm::{
+    CmError, CmId, ConnParam, EventChannel, EventType, IbRejectReason, PortSpace, QpTargetState,
+};
 use sideway::sys as ffi;
 use sideway::{
-    AccessFlags, CompletionQueue, ProtectionDomain, QpState, QpAttrMask, QpType, QueuePair,
+    AccessFlags, CompletionQueue, ProtectionDomain, QpAttrMask, QpState, QpType, QueuePair,
     RegisteredBuffer, SendFlags, WorkCompletion,
 };
 
@@ -807,8 +806,7 @@ fn own_qps_follow_the_connection_through_init_qp_attr() {
         "{init:?}"
     );
     for state in [Init, Rtr, Rts] {
-        cqp.modify(&cid.init_qp_attr(state).unwrap())
-            .unwrap();
+        cqp.modify(&cid.init_qp_attr(state).unwrap()).unwrap();
     }
     assert_eq!(cqp.state().unwrap(), QpState::Rts);
     cid.establish().unwrap();
@@ -858,9 +856,17 @@ const CONCURRENT_CLIENTS: u8 = 8;
 fn serve_one(id: Arc<CmId>, own_qp: bool, n: u8) -> Result<(), String> {
     let ctx = id.device_context().map_err(|e| e.to_string())?;
     let pd = ctx.alloc_pd().map_err(|e| e.to_string())?;
-    let cq = ctx.create_cq_builder().cqe(16).build().map_err(|e| e.to_string())?;
+    let cq = ctx
+        .create_cq_builder()
+        .cqe(16)
+        .build()
+        .map_err(|e| e.to_string())?;
     let mut builder = pd.create_qp_builder();
-    builder.send_cq(&cq).recv_cq(&cq).max_send_wr(4).max_recv_wr(4);
+    builder
+        .send_cq(&cq)
+        .recv_cq(&cq)
+        .max_send_wr(4)
+        .max_recv_wr(4);
     let mut qp = if own_qp {
         let qp = builder.build().map_err(|e| e.to_string())?;
         // Out of Reset, so that it takes receives.
@@ -870,7 +876,9 @@ fn serve_one(id: Arc<CmId>, own_qp: bool, n: u8) -> Result<(), String> {
     } else {
         id.create_qp(&builder).map_err(|e| e.to_string())?
     };
-    let mut msg = pd.reg_buffer(64, AccessFlags::LOCAL_WRITE).map_err(|e| e.to_string())?;
+    let mut msg = pd
+        .reg_buffer(64, AccessFlags::LOCAL_WRITE)
+        .map_err(|e| e.to_string())?;
     let target = pd
         .reg_buffer(64, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
         .map_err(|e| e.to_string())?;
@@ -886,14 +894,19 @@ fn serve_one(id: Arc<CmId>, own_qp: bool, n: u8) -> Result<(), String> {
         .map_err(|e| format!("server {n}: accept: {e}"))?;
     let mut waiter = CompletionWaiter::new(&cq, Duration::from_secs(10));
     let wc = waiter.wait(1).map_err(|e| format!("server {n}: {e}"))?;
-    let said = msg.to_vec(0..wc.byte_len() as usize).map_err(|e| e.to_string())?;
+    let said = msg
+        .to_vec(0..wc.byte_len() as usize)
+        .map_err(|e| e.to_string())?;
     let written = common::bytes(&target);
-    if said != format!("client {n}").as_bytes() || &written[..7] != format!("write {n}").as_bytes() {
+    if said != format!("client {n}").as_bytes() || &written[..7] != format!("write {n}").as_bytes()
+    {
         return Err(format!("server {n}: got {said:?} and {written:?}"));
     }
-    msg.write_at(32, format!("server {n}").as_bytes()).map_err(|e| e.to_string())?;
+    msg.write_at(32, format!("server {n}").as_bytes())
+        .map_err(|e| e.to_string())?;
     let mut send = qp.start_post_send();
-    send.wr(2, SendFlags::SIGNALED).send(msg.sge(32..40).ok_or("sge")?);
+    send.wr(2, SendFlags::SIGNALED)
+        .send(msg.sge(32..40).ok_or("sge")?);
     send.post().map_err(|e| e.to_string())?;
     waiter.wait(2).map_err(|e| format!("server {n}: {e}"))?;
     let ev = id
@@ -912,9 +925,17 @@ fn client_one(addr: SocketAddr, n: u8) -> Result<(), String> {
     let (_ch, id) = client_to(addr, PortSpace::Tcp);
     let ctx = id.device_context().map_err(|e| e.to_string())?;
     let pd = ctx.alloc_pd().map_err(|e| e.to_string())?;
-    let cq = ctx.create_cq_builder().cqe(16).build().map_err(|e| e.to_string())?;
+    let cq = ctx
+        .create_cq_builder()
+        .cqe(16)
+        .build()
+        .map_err(|e| e.to_string())?;
     let mut builder = pd.create_qp_builder();
-    builder.send_cq(&cq).recv_cq(&cq).max_send_wr(4).max_recv_wr(4);
+    builder
+        .send_cq(&cq)
+        .recv_cq(&cq)
+        .max_send_wr(4)
+        .max_recv_wr(4);
     let mut qp = if own_qp {
         let qp = builder.build().map_err(|e| e.to_string())?;
         // Out of Reset, so that it takes receives.
@@ -924,12 +945,18 @@ fn client_one(addr: SocketAddr, n: u8) -> Result<(), String> {
     } else {
         id.create_qp(&builder).map_err(|e| e.to_string())?
     };
-    let mut buf = pd.reg_buffer(64, AccessFlags::LOCAL_WRITE).map_err(|e| e.to_string())?;
+    let mut buf = pd
+        .reg_buffer(64, AccessFlags::LOCAL_WRITE)
+        .map_err(|e| e.to_string())?;
     let mut recv = qp.start_post_recv();
     recv.recv(1, &[buf.sge(32..64).ok_or("sge")?]);
     recv.post().map_err(|e| e.to_string())?;
     let answer = id
-        .connect_qp(&qp, ConnParam::new().private_data(&[n, u8::from(own_qp)]), WAIT)
+        .connect_qp(
+            &qp,
+            ConnParam::new().private_data(&[n, u8::from(own_qp)]),
+            WAIT,
+        )
         .map_err(|e| format!("client {n}: connect: {e}"))?;
     if own_qp {
         assert_eq!(answer.event_type(), EventType::ConnectResponse);
@@ -937,10 +964,13 @@ fn client_one(addr: SocketAddr, n: u8) -> Result<(), String> {
     } else {
         assert_eq!(answer.event_type(), EventType::Established);
     }
-    let target = RemoteBuffer::from_private_data(answer.private_data()).map_err(|e| e.to_string())?;
+    let target =
+        RemoteBuffer::from_private_data(answer.private_data()).map_err(|e| e.to_string())?;
     drop(answer);
-    buf.write_at(0, format!("write {n}").as_bytes()).map_err(|e| e.to_string())?;
-    buf.write_at(16, format!("client {n}").as_bytes()).map_err(|e| e.to_string())?;
+    buf.write_at(0, format!("write {n}").as_bytes())
+        .map_err(|e| e.to_string())?;
+    buf.write_at(16, format!("client {n}").as_bytes())
+        .map_err(|e| e.to_string())?;
     let mut send = qp.start_post_send();
     send.wr(2, SendFlags::SIGNALED)
         .rdma_write(target.rkey, target.addr, buf.sge(0..7).ok_or("sge")?)
@@ -949,8 +979,12 @@ fn client_one(addr: SocketAddr, n: u8) -> Result<(), String> {
     send.post().map_err(|e| e.to_string())?;
     let mut waiter = CompletionWaiter::new(&cq, Duration::from_secs(10));
     // The answer may complete before the sends are reaped: the waiter keeps it.
-    let got = waiter.wait_all(&[1, 2, 3]).map_err(|e| format!("client {n}: {e}"))?;
-    let answer = buf.to_vec(32..32 + got[0].byte_len() as usize).map_err(|e| e.to_string())?;
+    let got = waiter
+        .wait_all(&[1, 2, 3])
+        .map_err(|e| format!("client {n}: {e}"))?;
+    let answer = buf
+        .to_vec(32..32 + got[0].byte_len() as usize)
+        .map_err(|e| e.to_string())?;
     if answer != format!("server {n}").as_bytes() {
         return Err(format!("client {n}: the server answered {answer:?}"));
     }
@@ -990,7 +1024,10 @@ fn many_clients_are_accepted_at_once_on_migrated_ids() {
             }
             servers
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err("a server thread panicked".into())))
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("a server thread panicked".into()))
+                })
                 .collect::<Result<Vec<()>, String>>()
         });
         let clients: Vec<_> = (0..CONCURRENT_CLIENTS)
@@ -1026,11 +1063,18 @@ fn an_id_takes_one_qp_of_its_type_at_a_time() {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq_builder().build().unwrap();
     let mut builder = pd.create_qp_builder();
-    builder.send_cq(&cq).recv_cq(&cq).max_send_wr(2).max_recv_wr(2);
+    builder
+        .send_cq(&cq)
+        .recv_cq(&cq)
+        .max_send_wr(2)
+        .max_recv_wr(2);
     let first = cid.create_qp(&builder).unwrap();
     assert_eq!(first.state().unwrap(), QpState::Init);
     let e = cid.create_qp(&builder).unwrap_err();
-    assert!(matches!(e, CmError::QpExists { qp_num, .. } if qp_num == first.qp_num()), "{e}");
+    assert!(
+        matches!(e, CmError::QpExists { qp_num, .. } if qp_num == first.qp_num()),
+        "{e}"
+    );
     drop(first);
     assert_eq!(cid.qp_num(), None);
     assert!(cid.qp_as_raw().is_null());

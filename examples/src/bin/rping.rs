@@ -11,15 +11,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use sideway::peer_text::PEER_TEXT_MAX;
 use sideway::connection::{RemoteBuffer, RemoteBufferError, REMOTE_BUFFER_LEN};
+use sideway::peer_text::PEER_TEXT_MAX;
 use sideway::rdmacm::{CmId, ConnParam, Event, EventChannel, EventType, PortSpace};
 use sideway::{AccessFlags, RegisteredBuffer, SendFlags};
 use sideway_examples::cli::{exit_status, log_to_stderr, select_devices, CliError};
 use sideway_examples::cm_connection::{socket_addr, CmConnection, Waited};
-use sideway_examples::rping_wire::{
-    fill_ping, ping_text, MAX_SIZE, MIN_SIZE,
-};
+use sideway_examples::rping_wire::{fill_ping, ping_text, MAX_SIZE, MIN_SIZE};
 
 /// RDMA ping over rdma_cm: the client's ping data travels to the server by RDMA READ and
 /// back by RDMA WRITE, as rdma-core's rping does it.
@@ -148,7 +146,10 @@ impl MessageBuffers {
 
     /// Posts the receive for the peer's next message.
     fn post_recv(&self, conn: &mut CmConnection) -> Result<(), CliError> {
-        let sge = self.recv.sge(0..REMOTE_BUFFER_LEN).ok_or_else(short_buffer)?;
+        let sge = self
+            .recv
+            .sge(0..REMOTE_BUFFER_LEN)
+            .ok_or_else(short_buffer)?;
         let mut guard = conn.qp.start_post_recv();
         guard.recv(WR_RECV, &[sge]);
         guard.post().map_err(CliError::run)
@@ -159,7 +160,10 @@ impl MessageBuffers {
         self.send
             .write_at(0, &advert.to_bytes())
             .map_err(CliError::run)?;
-        let sge = self.send.sge(0..REMOTE_BUFFER_LEN).ok_or_else(short_buffer)?;
+        let sge = self
+            .send
+            .sge(0..REMOTE_BUFFER_LEN)
+            .ok_or_else(short_buffer)?;
         let mut guard = conn.qp.start_post_send();
         guard.wr(WR_SEND, SendFlags::SIGNALED).send(sge);
         guard.post().map_err(CliError::run)

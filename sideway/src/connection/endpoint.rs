@@ -274,11 +274,18 @@ mod tests {
     fn refuses_what_it_cannot_carry_or_read() {
         let mut ep = sample();
         ep.qp_num = 0x0100_0000;
-        assert!(ep.to_pingpong_line().unwrap_err().to_string().contains("QPN"));
+        assert!(ep
+            .to_pingpong_line()
+            .unwrap_err()
+            .to_string()
+            .contains("QPN"));
         assert!(ep.to_bytes().is_err());
         let mut b = sample().to_bytes().unwrap();
         b[0] = 2;
-        assert!(Endpoint::from_bytes(&b).unwrap_err().to_string().contains("version 2"));
+        assert!(Endpoint::from_bytes(&b)
+            .unwrap_err()
+            .to_string()
+            .contains("version 2"));
         assert!(Endpoint::from_bytes(&b[..27]).is_err());
         for bad in [
             "",
@@ -289,7 +296,10 @@ mod tests {
         ] {
             assert!(bad.parse::<Endpoint>().is_err(), "{bad:?} parsed");
         }
-        let err = "\u{1b}[2J:0:0:0".parse::<Endpoint>().unwrap_err().to_string();
+        let err = "\u{1b}[2J:0:0:0"
+            .parse::<Endpoint>()
+            .unwrap_err()
+            .to_string();
         assert!(!err.contains('\u{1b}'), "{err:?}");
     }
 }

@@ -100,7 +100,10 @@ mod tests {
             rkey: 0x090a_0b0c,
             len: 0x0d0e_0f10,
         };
-        assert_eq!(b.to_bytes(), *b"\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10");
+        assert_eq!(
+            b.to_bytes(),
+            *b"\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10"
+        );
         assert_eq!(RemoteBuffer::from_bytes(&b.to_bytes()), Ok(b));
     }
 
@@ -108,7 +111,10 @@ mod tests {
     fn short_or_long_messages_are_refused() {
         assert_eq!(
             RemoteBuffer::from_bytes(&[0; 15]),
-            Err(RemoteBufferError { got: 15, exact: true })
+            Err(RemoteBufferError {
+                got: 15,
+                exact: true
+            })
         );
         assert!(RemoteBuffer::from_bytes(&[0; 17]).is_err());
         assert!(RemoteBuffer::from_private_data(&[0; 56]).is_ok());

@@ -617,8 +617,14 @@ impl QueuePairBuilder {
     /// the QP must hold).
     pub(crate) fn classic_init_attr(
         &self,
-    ) -> Result<(ffi::ibv_qp_init_attr, Arc<CompletionQueue>, Arc<CompletionQueue>), QueuePairError>
-    {
+    ) -> Result<
+        (
+            ffi::ibv_qp_init_attr,
+            Arc<CompletionQueue>,
+            Arc<CompletionQueue>,
+        ),
+        QueuePairError,
+    > {
         let (send_cq, recv_cq) = self.cqs()?;
         let init = ffi::ibv_qp_init_attr {
             qp_context: std::ptr::null_mut(),

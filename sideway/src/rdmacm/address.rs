@@ -1,10 +1,10 @@
 //! Socket addresses as rdma_cm takes and gives them, and the pair of them an id has.
 
+use rdma_mummy_sys as ffi;
 use std::ffi::c_void;
 use std::fmt;
-use std::os::raw::c_int;
-use rdma_mummy_sys as ffi;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::raw::c_int;
 use std::ptr;
 
 /// The addresses of an rdma_cm id, as far as they are known; shown in errors.
@@ -108,4 +108,3 @@ pub(super) unsafe fn read_sockaddr(sa: *const c_void) -> Option<SocketAddr> {
         _ => None,
     }
 }
-

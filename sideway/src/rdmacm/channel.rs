@@ -77,7 +77,6 @@ impl AsFd for EventChannel {
     }
 }
 
-
 impl EventChannel {
     /// Opens an event channel (`rdma_create_event_channel`) and puts its descriptor in
     /// non-blocking mode, so waiting happens in [`get_event`](Self::get_event)'s `poll`.
@@ -125,5 +124,4 @@ impl EventChannel {
     pub(super) fn guard(&self) -> MutexGuard<'_, ()> {
         lock(&self.lock)
     }
-
 }

@@ -12,7 +12,6 @@ use super::error::CmError;
 use crate::errno::{fresh, from_ret, non_null};
 use crate::protection_domain::ProtectionDomain;
 
-
 /// Most private data `rdma_connect` carries on an `RDMA_PS_TCP` id over InfiniBand or RoCE
 /// (the IB CM REQ's 92 bytes less rdma_cm's 36-byte header).
 pub const MAX_PRIVATE_DATA_TCP_CONNECT: usize = 56;

@@ -51,7 +51,9 @@ impl Drop for RdmacmDevices {
 /// Live wrappers of librdmacm's contexts, so ids on one device share one `DeviceContext`.
 static LENT_CONTEXTS: Mutex<Vec<Weak<DeviceContext>>> = Mutex::new(Vec::new());
 
-pub(super) fn lent_context(verbs: NonNull<ffi::ibv_context>) -> Result<Arc<DeviceContext>, io::Error> {
+pub(super) fn lent_context(
+    verbs: NonNull<ffi::ibv_context>,
+) -> Result<Arc<DeviceContext>, io::Error> {
     let mut cache = lock(&LENT_CONTEXTS);
     cache.retain(|w| w.strong_count() > 0);
     if let Some(ctx) = cache
@@ -77,4 +79,3 @@ pub(super) fn lent_context(verbs: NonNull<ffi::ibv_context>) -> Result<Arc<Devic
     cache.push(Arc::downgrade(&ctx));
     Ok(ctx)
 }
-

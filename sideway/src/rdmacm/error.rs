@@ -7,10 +7,9 @@ use std::time::Duration;
 use rdma_mummy_sys::{Library, LoadError};
 
 use super::address::Endpoints;
-use crate::queue_pair::{ModifyQpError, QpType, QueryQpError, QueuePairError};
 use super::conn_param::PortSpace;
 use super::event_type::{status_text, EventType, RejectReason};
-
+use crate::queue_pair::{ModifyQpError, QpType, QueryQpError, QueuePairError};
 
 /// Why an rdma_cm call, or the connection step an event reports, failed.
 #[derive(Debug, thiserror::Error)]
@@ -156,7 +155,9 @@ pub enum CmError {
         source: Box<QueuePairError>,
     },
     /// The id already has a QP; drop its `QueuePair` before creating another.
-    #[error("the rdma_cm id{endpoints} already has QP {qp_num:#x}; drop it before creating another")]
+    #[error(
+        "the rdma_cm id{endpoints} already has QP {qp_num:#x}; drop it before creating another"
+    )]
     QpExists {
         /// The id's addresses.
         endpoints: Endpoints,

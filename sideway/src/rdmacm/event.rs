@@ -4,8 +4,8 @@
 use std::ffi::c_void;
 use std::fmt;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::mem::ManuallyDrop;
+use std::os::fd::AsRawFd;
 use std::ptr::{self, NonNull};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -240,8 +240,7 @@ impl Event {
             };
             // SAFETY: new_raw is the new id, known to nobody yet; it belongs to the listener's
             // channel and port space.
-            let id =
-                unsafe { CmId::adopt(new_raw, channel, listener.port_space()) };
+            let id = unsafe { CmId::adopt(new_raw, channel, listener.port_space()) };
             (id, Some(listener))
         } else {
             // SAFETY: e.id is a live id of this crate.

@@ -8,7 +8,6 @@ use rdma_mummy_sys as ffi;
 
 use crate::macros::c_enum;
 
-
 c_enum! {
     /// The type of an rdma_cm event.
     pub enum EventType: "rdma_cm_event_type" {

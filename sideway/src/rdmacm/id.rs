@@ -83,7 +83,11 @@ impl fmt::Debug for CmId {
 impl Drop for CmId {
     fn drop(&mut self) {
         // No other reference to the id is left, so nothing can migrate it meanwhile.
-        let channel = Arc::clone(self.channel.get_mut().unwrap_or_else(PoisonError::into_inner));
+        let channel = Arc::clone(
+            self.channel
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
         let _guard = channel.guard();
         let raw = self.raw.as_ptr();
         for group in std::mem::take(&mut *lock(&self.groups)) {
@@ -195,8 +199,7 @@ impl CmId {
         // SAFETY: the id is alive and both channels are open and locked, so no event of the
         // id is being read; every event already read was acknowledged (get_event does so
         // before returning), which rdma_migrate_id waits for.
-        let ret =
-            fresh(|| unsafe { ffi::rdma_migrate_id(self.raw.as_ptr(), channel.as_raw()) });
+        let ret = fresh(|| unsafe { ffi::rdma_migrate_id(self.raw.as_ptr(), channel.as_raw()) });
         self.check("rdma_migrate_id", ret)?;
         *current = Arc::clone(channel);
         Ok(())
@@ -259,7 +262,6 @@ impl CmId {
         // SAFETY: the id is alive and the channel lock is held.
         unsafe { (*self.raw.as_ptr()).port_num }
     }
-
 
     pub(super) fn call_err(&self, call: &'static str, source: io::Error) -> CmError {
         CmError::Call {
@@ -505,7 +507,6 @@ impl CmId {
         }
     }
 
-
     /// Joins a multicast group (`rdma_join_multicast`) on a bound or address-resolved `Udp`
     /// id; [`EventType::MulticastJoin`] follows, with the group's [`UdParam`]. When the id
     /// has a QP, librdmacm attaches it to the group as that event is retrieved. Groups still
@@ -565,7 +566,7 @@ impl CmId {
     pub fn device_context(&self) -> Result<Arc<DeviceContext>, CmError> {
         let verbs = {
             let channel = lock(&self.channel);
-        let _guard = channel.guard();
+            let _guard = channel.guard();
             // SAFETY: the id is alive and the lock held.
             unsafe { (*self.raw.as_ptr()).verbs }
         };

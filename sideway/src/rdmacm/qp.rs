@@ -24,7 +24,9 @@ use super::event::Event;
 use super::event_type::EventType;
 use super::id::CmId;
 use crate::errno::{fresh, from_ret};
-use crate::queue_pair::{QpAttrMask, QpState, QpType, QueuePair, QueuePairAttribute, QueuePairBuilder};
+use crate::queue_pair::{
+    QpAttrMask, QpState, QpType, QueuePair, QueuePairAttribute, QueuePairBuilder,
+};
 
 /// The state [`CmId::init_qp_attr`] asks the attributes for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -68,8 +70,7 @@ impl CmId {
         let mut mask: c_int = 0;
         // SAFETY: the id is alive; attr (input qp_state, output the rest) and mask are valid
         // out-parameters.
-        let ret =
-            fresh(|| unsafe { ffi::rdma_init_qp_attr(self.as_raw(), &mut attr, &mut mask) });
+        let ret = fresh(|| unsafe { ffi::rdma_init_qp_attr(self.as_raw(), &mut attr, &mut mask) });
         self.check("rdma_init_qp_attr", ret)?;
         Ok(QueuePairAttribute::from_raw(
             attr,
