@@ -62,7 +62,7 @@ impl Drop for EventChannel {
 
 impl AsRawFd for EventChannel {
     /// The channel's descriptor, for poll/epoll: readable when an event is waiting. It is in
-    /// non-blocking mode; read events with [`EventChannel::try_get_event`].
+    /// non-blocking mode; read events with [`EventChannel::try_get_event`](super::EventChannel::try_get_event).
     fn as_raw_fd(&self) -> RawFd {
         // SAFETY: raw is a live channel; fd is a plain field set at creation.
         unsafe { (*self.raw.as_ptr()).fd }

@@ -233,7 +233,7 @@ impl fmt::Debug for CmAddressHandle {
     }
 }
 
-/// Connection parameters for [`CmId::connect`] and [`CmId::accept`] (`struct
+/// Connection parameters for [`CmId::connect`](super::CmId::connect) and [`CmId::accept`](super::CmId::accept) (`struct
 /// rdma_conn_param`), private data included. The defaults are what librdmacm uses when given
 /// none: the device's most responder resources and initiator depth, retry and RNR retry 7.
 ///
@@ -320,7 +320,7 @@ impl ConnParam {
     }
 
     /// The QP number of the connection (`qp_num`), for a QP that is not the id's own (see
-    /// [`CmId::init_qp_attr`]); ignored when the id has a QP.
+    /// [`CmId::init_qp_attr`](super::CmId::init_qp_attr)); ignored when the id has a QP.
     pub fn qp_num(&mut self, qp_num: u32) -> &mut Self {
         self.qp_num = qp_num;
         self

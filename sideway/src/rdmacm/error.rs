@@ -1,4 +1,4 @@
-//! [`CmError`], and the hints its messages give.
+//! [`CmError`](super::CmError), and the hints its messages give.
 
 use std::io;
 use std::net::SocketAddr;
@@ -99,8 +99,8 @@ pub enum CmError {
         local: Option<SocketAddr>,
     },
     /// No event arrived in time. The message names the step when the wait was for one
-    /// event ([`EventChannel::wait_for`], [`CmId::wait_for`]), the addresses when the id is
-    /// known ([`CmId::wait_for`]), and what most often causes that step to hang.
+    /// event ([`EventChannel::wait_for`](super::EventChannel::wait_for), [`CmId::wait_for`](super::CmId::wait_for)), the addresses when the id is
+    /// known ([`CmId::wait_for`](super::CmId::wait_for)), and what most often causes that step to hang.
     #[error("{}", timeout_text(*timeout, *waiting_for, endpoints))]
     Timeout {
         /// How long was waited.

@@ -1,5 +1,5 @@
-//! Events: [`EventChannel::get_event`] and its kin copy everything out of librdmacm's event
-//! and acknowledge it before returning; [`Event`] holds the ids it names.
+//! Events: [`EventChannel::get_event`](super::EventChannel::get_event) and its kin copy everything out of librdmacm's event
+//! and acknowledge it before returning; [`Event`](super::Event) holds the ids it names.
 
 use std::ffi::c_void;
 use std::fmt;
@@ -31,7 +31,7 @@ enum Fetched {
 impl EventChannel {
     /// Waits for the next event (`poll` on the descriptor, then `rdma_get_cm_event`), at most
     /// `timeout` (`None`: without limit), and acknowledges it (`rdma_ack_cm_event`) after
-    /// copying out what it carries. No event within `timeout` is a [`CmError::Timeout`].
+    /// copying out what it carries. No event within `timeout` is a [`CmError::Timeout`](super::CmError::Timeout).
     ///
     /// Events for ids that are being dropped are acknowledged and skipped.
     #[doc(alias = "rdma_get_cm_event")]
@@ -93,10 +93,10 @@ impl EventChannel {
     }
 
     /// Waits like [`get_event`](Self::get_event) for an event of type `expected`; an event
-    /// that reports a failure becomes its typed error ([`Event::into_result`]), any other type
-    /// a [`CmError::UnexpectedEvent`]. Meant for channels whose events come in a known order
-    /// (one id per channel, or one connection step at a time). A [`CmError::Timeout`] names
-    /// the event waited for; [`CmId::wait_for`] adds the id's addresses.
+    /// that reports a failure becomes its typed error ([`Event::into_result`](super::Event::into_result)), any other type
+    /// a [`CmError::UnexpectedEvent`](super::CmError::UnexpectedEvent). Meant for channels whose events come in a known order
+    /// (one id per channel, or one connection step at a time). A [`CmError::Timeout`](super::CmError::Timeout) names
+    /// the event waited for; [`CmId::wait_for`](super::CmId::wait_for) adds the id's addresses.
     pub fn wait_for(
         &self,
         expected: EventType,
@@ -305,19 +305,19 @@ impl Event {
     }
 
     /// The event's status: 0 on success, else a negative errno or a transport-specific value
-    /// (for [`EventType::Rejected`], the reject reason).
+    /// (for [`EventType::Rejected`](super::EventType::Rejected), the reject reason).
     pub fn status(&self) -> i32 {
         self.status
     }
 
-    /// The id the event is about. For [`EventType::ConnectRequest`], the new id of the
+    /// The id the event is about. For [`EventType::ConnectRequest`](super::EventType::ConnectRequest), the new id of the
     /// incoming connection: accept or reject it, and keep it (it is destroyed with its last
     /// `Arc`).
     pub fn id(&self) -> &Arc<CmId> {
         &self.id
     }
 
-    /// The listening id, for [`EventType::ConnectRequest`].
+    /// The listening id, for [`EventType::ConnectRequest`](super::EventType::ConnectRequest).
     pub fn listener(&self) -> Option<&Arc<CmId>> {
         self.listener.as_ref()
     }
@@ -332,21 +332,21 @@ impl Event {
     }
 
     /// The peer's connection parameters, for events of `RDMA_PS_TCP` ids (meaningful for
-    /// [`EventType::ConnectRequest`], [`EventType::ConnectResponse`] and
-    /// [`EventType::Established`]).
+    /// [`EventType::ConnectRequest`](super::EventType::ConnectRequest), [`EventType::ConnectResponse`](super::EventType::ConnectResponse) and
+    /// [`EventType::Established`](super::EventType::Established)).
     pub fn conn_param(&self) -> Option<&PeerConnParam> {
         self.conn.as_ref()
     }
 
     /// The UD parameters, for events of `RDMA_PS_UDP` ids (meaningful for
-    /// [`EventType::Established`] and [`EventType::MulticastJoin`]).
+    /// [`EventType::Established`](super::EventType::Established) and [`EventType::MulticastJoin`](super::EventType::MulticastJoin)).
     pub fn ud_param(&self) -> Option<&UdParam> {
         self.ud.as_ref()
     }
 
     /// The event as a result: events that report a failure (`ADDR_ERROR`, `ROUTE_ERROR`,
     /// `CONNECT_ERROR`, `UNREACHABLE`, `REJECTED`, `MULTICAST_ERROR`, `DEVICE_REMOVAL`) become
-    /// their typed [`CmError`], with the id's addresses; every other event is `Ok`.
+    /// their typed [`CmError`](super::CmError), with the id's addresses; every other event is `Ok`.
     pub fn into_result(self) -> Result<Event, CmError> {
         let errno = |status: i32| {
             io::Error::from_raw_os_error(if status == 0 {
@@ -412,7 +412,7 @@ unsafe fn copy_private(data: *const c_void, len: u8) -> Vec<u8> {
 }
 
 impl CmId {
-    /// Waits on this id's channel like [`EventChannel::wait_for`]; a timeout also names
+    /// Waits on this id's channel like [`EventChannel::wait_for`](super::EventChannel::wait_for); a timeout also names
     /// this id's addresses. For a channel whose next event is this id's (one id per channel,
     /// or one connection step at a time).
     pub fn wait_for(

@@ -21,7 +21,7 @@ c_enum! {
         RouteError = ffi::rdma_cm_event_type::RDMA_CM_EVENT_ROUTE_ERROR,
         /// A connection request arrived on a listening id; the event's id is the new one.
         ConnectRequest = ffi::rdma_cm_event_type::RDMA_CM_EVENT_CONNECT_REQUEST,
-        /// The peer accepted, on an id without a QP: finish with [`CmId::establish`].
+        /// The peer accepted, on an id without a QP: finish with [`CmId::establish`](super::CmId::establish).
         ConnectResponse = ffi::rdma_cm_event_type::RDMA_CM_EVENT_CONNECT_RESPONSE,
         /// Setting up the connection failed.
         ConnectError = ffi::rdma_cm_event_type::RDMA_CM_EVENT_CONNECT_ERROR,

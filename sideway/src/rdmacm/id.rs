@@ -1,4 +1,4 @@
-//! The rdma_cm identifier [`CmId`]: creating, binding, resolving, listening, connecting,
+//! The rdma_cm identifier [`CmId`](super::CmId): creating, binding, resolving, listening, connecting,
 //! accepting, migrating between channels, multicast, and its device.
 
 use std::ffi::c_void;
@@ -49,12 +49,12 @@ impl EventChannel {
 /// An rdma_cm identifier (`struct rdma_cm_id`): the RDMA analogue of a socket.
 ///
 /// Always held in an `Arc`. Dropping the last one leaves the multicast groups it joined and
-/// destroys the id (`rdma_destroy_id`). A QP created on the id ([`CmId::create_qp`]) holds the
+/// destroys the id (`rdma_destroy_id`). A QP created on the id ([`CmId::create_qp`](super::CmId::create_qp)) holds the
 /// id's `Arc`, so the id is destroyed only after its QP.
 #[doc(alias = "rdma_cm_id")]
 pub struct CmId {
     raw: NonNull<ffi::rdma_cm_id>,
-    /// The channel the id's events arrive on; [`CmId::migrate`] replaces it. Every call on
+    /// The channel the id's events arrive on; [`CmId::migrate`](super::CmId::migrate) replaces it. Every call on
     /// the id holds this lock and then the channel's, in that order, so a call never runs
     /// under the lock of a channel the id has left.
     channel: Mutex<Arc<EventChannel>>,
@@ -295,7 +295,7 @@ impl CmId {
     }
 
     /// Starts resolving `dst` (and `src`, if given) to RDMA addresses (`rdma_resolve_addr`);
-    /// [`EventType::AddrResolved`] or [`EventType::AddrError`] follows within `timeout`.
+    /// [`EventType::AddrResolved`](super::EventType::AddrResolved) or [`EventType::AddrError`](super::EventType::AddrError) follows within `timeout`.
     /// Afterwards the id is bound to a device ([`device_context`](Self::device_context)).
     #[doc(alias = "rdma_resolve_addr")]
     pub fn resolve_addr(
@@ -337,7 +337,7 @@ impl CmId {
     }
 
     /// Starts resolving a route to the resolved destination (`rdma_resolve_route`);
-    /// [`EventType::RouteResolved`] or [`EventType::RouteError`] follows within `timeout`.
+    /// [`EventType::RouteResolved`](super::EventType::RouteResolved) or [`EventType::RouteError`](super::EventType::RouteError) follows within `timeout`.
     #[doc(alias = "rdma_resolve_route")]
     pub fn resolve_route(&self, timeout: Duration) -> Result<(), CmError> {
         let channel = lock(&self.channel);
@@ -365,7 +365,7 @@ impl CmId {
     }
 
     /// Listens for connection requests (`rdma_listen`); bind first. Each request arrives as an
-    /// [`EventType::ConnectRequest`] whose id is the new connection.
+    /// [`EventType::ConnectRequest`](super::EventType::ConnectRequest) whose id is the new connection.
     #[doc(alias = "rdma_listen")]
     pub fn listen(&self, backlog: i32) -> Result<(), CmError> {
         let channel = lock(&self.channel);
@@ -420,9 +420,9 @@ impl CmId {
 
     /// Connects to the resolved destination (`rdma_connect`): a connection request on `Tcp`
     /// ids, a QP lookup (SIDR) on `Udp` ids. Private data over the transport's limit is an
-    /// error before anything is sent. [`EventType::Established`] (or, on an id without a QP,
-    /// [`EventType::ConnectResponse`]) follows; failures arrive as
-    /// [`EventType::Rejected`], [`EventType::Unreachable`] or [`EventType::ConnectError`].
+    /// error before anything is sent. [`EventType::Established`](super::EventType::Established) (or, on an id without a QP,
+    /// [`EventType::ConnectResponse`](super::EventType::ConnectResponse)) follows; failures arrive as
+    /// [`EventType::Rejected`](super::EventType::Rejected), [`EventType::Unreachable`](super::EventType::Unreachable) or [`EventType::ConnectError`](super::EventType::ConnectError).
     #[doc(alias = "rdma_connect")]
     pub fn connect(&self, param: &ConnParam) -> Result<(), CmError> {
         let channel = lock(&self.channel);
@@ -437,7 +437,7 @@ impl CmId {
 
     /// Accepts the connection request this id came from (`rdma_accept`). Private data over
     /// the transport's limit is an error before anything is sent. On an id without a QP, set
-    /// [`ConnParam::qp_num`] to the QP that serves the connection.
+    /// [`ConnParam::qp_num`](super::ConnParam::qp_num) to the QP that serves the connection.
     #[doc(alias = "rdma_accept")]
     pub fn accept(&self, param: &ConnParam) -> Result<(), CmError> {
         let channel = lock(&self.channel);
@@ -471,7 +471,7 @@ impl CmId {
     }
 
     /// Completes a connection on the active side of an id without a QP, after
-    /// [`EventType::ConnectResponse`] (`rdma_establish`).
+    /// [`EventType::ConnectResponse`](super::EventType::ConnectResponse) (`rdma_establish`).
     #[doc(alias = "rdma_establish")]
     pub fn establish(&self) -> Result<(), CmError> {
         let channel = lock(&self.channel);
@@ -482,7 +482,7 @@ impl CmId {
     }
 
     /// Disconnects (`rdma_disconnect`); the id's QP goes to the error state, and both sides
-    /// get [`EventType::Disconnected`].
+    /// get [`EventType::Disconnected`](super::EventType::Disconnected).
     #[doc(alias = "rdma_disconnect")]
     pub fn disconnect(&self) -> Result<(), CmError> {
         let channel = lock(&self.channel);
@@ -493,7 +493,7 @@ impl CmId {
     }
 
     /// Tells librdmacm of a QP event it should act on (`rdma_notify`), in practice
-    /// `IBV_EVENT_COMM_EST` when data arrives before [`EventType::Established`]. `EISCONN`
+    /// `IBV_EVENT_COMM_EST` when data arrives before [`EventType::Established`](super::EventType::Established). `EISCONN`
     /// (already established) is not an error.
     #[doc(alias = "rdma_notify")]
     pub fn notify(&self, event: ffi::ibv_event_type::Type) -> Result<(), CmError> {
@@ -508,7 +508,7 @@ impl CmId {
     }
 
     /// Joins a multicast group (`rdma_join_multicast`) on a bound or address-resolved `Udp`
-    /// id; [`EventType::MulticastJoin`] follows, with the group's [`UdParam`]. When the id
+    /// id; [`EventType::MulticastJoin`](super::EventType::MulticastJoin) follows, with the group's [`UdParam`](super::UdParam). When the id
     /// has a QP, librdmacm attaches it to the group as that event is retrieved. Groups still
     /// joined are left when the id is dropped.
     #[doc(alias = "rdma_join_multicast")]
