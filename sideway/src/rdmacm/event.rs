@@ -14,10 +14,11 @@ use rdma_mummy_sys as ffi;
 
 use super::address::Endpoints;
 use super::channel::{millis, EventChannel};
-use super::conn_param::{PeerConnParam, PortSpace, UdParam};
+use super::conn_param::{PeerConnParam, PortSpace};
 use super::error::CmError;
 use super::event_type::{EventType, RejectReason};
 use super::id::CmId;
+use super::ud::UdParam;
 use crate::errno::{fresh, from_ret};
 
 /// What one `rdma_get_cm_event` produced.

@@ -72,8 +72,8 @@
 //! # Files
 //!
 //! Leaves first: `address` (socket addresses in C form), `event_type` (event and reject
-//! codes), `conn_param` (port spaces, private data limits, connection and UD parameters),
-//! `error` ([`CmError`]); then `channel` ([`EventChannel`] and its lock), `device` (the
+//! codes), `conn_param` (port spaces, private data limits, connection parameters), `error`
+//! ([`CmError`]); then `ud` (UD parameters and address handles), `channel` ([`EventChannel`] and its lock), `device` (the
 //! contexts librdmacm lends), `id` ([`CmId`]), `event` ([`Event`], reading a channel) and
 //! `qp` (queue pairs on an id and the connect/accept helpers that drive them). Each imports
 //! only the ones listed before it; none imports this file.
@@ -89,16 +89,18 @@ mod id;
 mod qp;
 #[cfg(test)]
 mod tests;
+mod ud;
 
 pub use address::Endpoints;
 pub use channel::EventChannel;
 pub use conn_param::{
-    max_private_data, CmAddressHandle, ConnParam, PeerConnParam, PortSpace, PrivateDataCall,
-    UdParam, MAX_PRIVATE_DATA_TCP_ACCEPT, MAX_PRIVATE_DATA_TCP_CONNECT,
-    MAX_PRIVATE_DATA_TCP_REJECT, MAX_PRIVATE_DATA_UDP_CONNECT, MAX_PRIVATE_DATA_UDP_REPLY,
+    max_private_data, ConnParam, PeerConnParam, PortSpace, PrivateDataCall,
+    MAX_PRIVATE_DATA_TCP_ACCEPT, MAX_PRIVATE_DATA_TCP_CONNECT, MAX_PRIVATE_DATA_TCP_REJECT,
+    MAX_PRIVATE_DATA_UDP_CONNECT, MAX_PRIVATE_DATA_UDP_REPLY,
 };
 pub use error::CmError;
 pub use event::Event;
 pub use event_type::{EventType, IbRejectReason, RejectReason};
 pub use id::CmId;
 pub use qp::QpTargetState;
+pub use ud::{CmAddressHandle, UdParam};
