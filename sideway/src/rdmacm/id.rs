@@ -90,14 +90,7 @@ impl Drop for CmId {
         );
         let _guard = channel.guard();
         let raw = self.raw.as_ptr();
-        for group in std::mem::take(&mut *lock(&self.groups)) {
-            let mut sa = RawSockAddr::new(group);
-            // SAFETY: the id is alive and joined this group; librdmacm detaches the QP.
-            let ret = fresh(|| unsafe { ffi::rdma_leave_multicast(raw, sa.as_mut_ptr()) });
-            if let Err(e) = from_ret(ret) {
-                crate::report_drop_failure("rdma_leave_multicast", &group.to_string(), &e);
-            }
-        }
+        self.leave_groups_locked();
         // Every event retrieved for this id was acknowledged before the channel lock was
         // released, so this does not wait on any.
         // SAFETY: the id is alive, and no Rust value refers to it after this.
@@ -203,6 +196,20 @@ impl CmId {
         self.check("rdma_migrate_id", ret)?;
         *current = Arc::clone(channel);
         Ok(())
+    }
+
+    /// Leaves every multicast group the id joined, detaching its QP (if any) from them.
+    /// The caller holds the channel's lock.
+    pub(super) fn leave_groups_locked(&self) {
+        let raw = self.raw.as_ptr();
+        for group in std::mem::take(&mut *lock(&self.groups)) {
+            let mut sa = RawSockAddr::new(group);
+            // SAFETY: the id is alive and joined this group; librdmacm detaches the QP.
+            let ret = fresh(|| unsafe { ffi::rdma_leave_multicast(raw, sa.as_mut_ptr()) });
+            if let Err(e) = from_ret(ret) {
+                crate::report_drop_failure("rdma_leave_multicast", &group.to_string(), &e);
+            }
+        }
     }
 
     /// The lock that holds the id's channel; take it before the channel's own lock.

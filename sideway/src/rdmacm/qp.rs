@@ -100,8 +100,8 @@ impl CmId {
     /// through its states as the connection proceeds (to Init here; RTR and RTS in
     /// [`connect`](Self::connect) or [`accept`](Self::accept) and their events; Error on
     /// [`disconnect`](Self::disconnect)), so the program never modifies it. It holds the
-    /// id's `Arc`; dropping it destroys it and leaves the id without a QP, ready for
-    /// another.
+    /// id's `Arc`; dropping it leaves the multicast groups the id joined, destroys it, and
+    /// leaves the id without a QP, ready for another.
     ///
     /// ```no_run
     /// # fn demo(id: &std::sync::Arc<sideway::rdmacm::CmId>) -> Result<(), Box<dyn std::error::Error>> {
@@ -187,6 +187,8 @@ impl CmId {
     fn destroy_qp(&self, qp: NonNull<ffi::ibv_qp>) {
         let channel = lock(self.channel_slot());
         let _guard = channel.guard();
+        // A QP attached to multicast groups cannot be destroyed: leave them first.
+        self.leave_groups_locked();
         // SAFETY: qp is the id's live QP, destroyed once, here; no guard on it is alive.
         let ret = fresh(|| unsafe { ffi::ibv_destroy_qp(qp.as_ptr()) });
         match from_ret(ret) {
