@@ -1,12 +1,13 @@
 //! A reliable connection made with rdma_cm on a queue pair of the program's own (as `rping`
-//! and `cmtime` make theirs): the QP, its CQ and PD on the id's device, moved through its
-//! states with the id's `rdma_init_qp_attr`, and waits for completions that never outlast
-//! their limit or the peer.
+//! makes its): the QP, its CQ and PD on the id's device (connected with
+//! [`CmId::connect_qp`] / [`CmId::accept_qp`]), and waits for completions
+//! ([`CompletionWaiter`]) that never outlast their limit or the peer.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use sideway::connection::{CompletionWaiter, WaitError};
 use sideway::rdmacm::{CmId, EventChannel, EventType, QpTargetState};
 use sideway::{CompletionQueue, ProtectionDomain, QueuePair, WorkCompletion};
 
@@ -25,16 +26,6 @@ pub fn socket_addr(host: &str, port: u16) -> Result<SocketAddr, CliError> {
         .or_else(|| addrs.first())
         .copied()
         .ok_or_else(|| CliError::run(format!("the address {host:?} resolves to nothing")))
-}
-
-/// Moves `qp` to each of `states` in turn, with the attributes `id`'s connection gives
-/// (`rdma_init_qp_attr`, then `ibv_modify_qp`).
-pub fn move_qp(id: &CmId, qp: &QueuePair, states: &[QpTargetState]) -> Result<(), CliError> {
-    for &state in states {
-        let attr = id.init_qp_attr(state).map_err(CliError::run)?;
-        qp.modify(&attr.into()).map_err(CliError::run)?;
-    }
-    Ok(())
 }
 
 /// How a wait ended when the peer might leave instead.
@@ -61,8 +52,20 @@ pub struct CmConnection {
     pub qp: QueuePair,
     /// How long any one wait may take.
     pub timeout: Duration,
-    /// Completions that came before a wait asked for them.
-    early: Vec<WorkCompletion>,
+    /// Waits on `cq`, keeping completions that came before a wait asked for them.
+    waiter: CompletionWaiter,
+}
+
+/// What ends a wait early: the CQ's own trouble, or the program's.
+enum Stop {
+    Wait(WaitError),
+    Cli(CliError),
+}
+
+impl From<WaitError> for Stop {
+    fn from(e: WaitError) -> Self {
+        Stop::Wait(e)
+    }
 }
 
 impl CmConnection {
@@ -84,15 +87,17 @@ impl CmConnection {
             .max_recv_wr(depth)
             .build()
             .map_err(CliError::run)?;
-        move_qp(id, &qp, &[QpTargetState::Init])?;
+        id.modify_qp(&qp, &[QpTargetState::Init])
+            .map_err(CliError::run)?;
+        let cq_for_waits = Arc::clone(&cq);
         Ok(CmConnection {
             id: Arc::clone(id),
-            channel: Arc::clone(id.channel()),
+            channel: id.channel(),
             pd,
             cq,
             qp,
             timeout,
-            early: Vec::new(),
+            waiter: CompletionWaiter::new(&cq_for_waits, timeout),
         })
     }
 
@@ -113,63 +118,23 @@ impl CmConnection {
     /// that asks for them: a CQ shared by both queues does not order a send's completion
     /// before the peer's reply to it.
     pub fn wait_or_disconnect(&mut self, wr_ids: &[u64], what: &str) -> Result<Waited, CliError> {
-        let deadline = Instant::now() + self.timeout;
-        let mut got: Vec<Option<WorkCompletion>> = vec![None; wr_ids.len()];
-        for wc in std::mem::take(&mut self.early) {
-            claim(wr_ids, &mut got, wc, &mut self.early);
+        let (id, channel) = (&self.id, &self.channel);
+        let waited = self
+            .waiter
+            .wait_all_unless(wr_ids, || peer_left(id, channel, what).map_err(Stop::Cli));
+        match waited {
+            Ok(Some(wcs)) => Ok(Waited::Done(wcs)),
+            Ok(None) => Ok(Waited::Disconnected),
+            Err(Stop::Wait(e)) => Err(CliError::run(format!("{what}: {e}"))),
+            Err(Stop::Cli(e)) => Err(e),
         }
-        let mut idle_polls = 0u32;
-        while got.iter().any(Option::is_none) {
-            let mut poller = self.cq.poll().map_err(CliError::run)?;
-            let mut any = false;
-            while let Some(wc) = poller.next_completion().map_err(CliError::run)? {
-                any = true;
-                wc.ok().map_err(|e| CliError::run(format!("{what}: {e}")))?;
-                claim(wr_ids, &mut got, wc, &mut self.early);
-            }
-            drop(poller);
-            if any {
-                idle_polls = 0;
-                continue;
-            }
-            if self.peer_left(what)? {
-                return Ok(Waited::Disconnected);
-            }
-            if Instant::now() >= deadline {
-                return Err(CliError::run(format!(
-                    "no completion of {what} within {:?} (is the peer still there?)",
-                    self.timeout
-                )));
-            }
-            // Spin briefly for latency, then sleep so an idle wait costs no CPU.
-            idle_polls += 1;
-            if idle_polls < 2000 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(200));
-            }
-        }
-        Ok(Waited::Done(got.into_iter().flatten().collect()))
     }
 
     /// Handles the rdma_cm event waiting on the channel, if any: true when it says the peer
     /// disconnected. Connection requests for a listener sharing the channel are refused
     /// (the request's id is dropped): this connection is being served.
     fn peer_left(&self, what: &str) -> Result<bool, CliError> {
-        let Some(event) = self.channel.try_get_event().map_err(CliError::run)? else {
-            return Ok(false);
-        };
-        if !Arc::ptr_eq(event.id(), &self.id) {
-            return Ok(false);
-        }
-        match event.into_result().map_err(CliError::run)?.event_type() {
-            EventType::Disconnected => Ok(true),
-            // Late news of what is already known.
-            EventType::Established | EventType::TimewaitExit => Ok(false),
-            other => Err(CliError::run(format!(
-                "{what}: unexpected rdma_cm event {other:?}"
-            ))),
-        }
+        peer_left(&self.id, &self.channel, what)
     }
 
     /// Waits, at most the timeout, for the peer to disconnect
@@ -199,15 +164,22 @@ impl CmConnection {
     }
 }
 
-/// Files `wc` under the work request of `wr_ids` it completes, or with the early ones.
-fn claim(
-    wr_ids: &[u64],
-    got: &mut [Option<WorkCompletion>],
-    wc: WorkCompletion,
-    early: &mut Vec<WorkCompletion>,
-) {
-    match wr_ids.iter().position(|&id| id == wc.wr_id()) {
-        Some(i) if got[i].is_none() => got[i] = Some(wc),
-        _ => early.push(wc),
+/// Handles the rdma_cm event waiting on `channel`, if any: true when it says the peer of
+/// `id` disconnected. Connection requests for a listener sharing the channel are refused
+/// (the request's id is dropped): this connection is being served.
+fn peer_left(id: &Arc<CmId>, channel: &EventChannel, what: &str) -> Result<bool, CliError> {
+    let Some(event) = channel.try_get_event().map_err(CliError::run)? else {
+        return Ok(false);
+    };
+    if !Arc::ptr_eq(event.id(), id) {
+        return Ok(false);
+    }
+    match event.into_result().map_err(CliError::run)?.event_type() {
+        EventType::Disconnected => Ok(true),
+        // Late news of what is already known.
+        EventType::Established | EventType::TimewaitExit => Ok(false),
+        other => Err(CliError::run(format!(
+            "{what}: unexpected rdma_cm event {other:?}"
+        ))),
     }
 }

@@ -14,5 +14,4 @@ pub mod cm_connection;
 pub mod cmtime_wire;
 pub mod device_text;
 pub mod pingpong;
-pub mod pingpong_wire;
 pub mod rping_wire;

@@ -1,7 +1,7 @@
 //! The ping-pong that rdma-core's `ibv_rc_pingpong`, `ibv_uc_pingpong`, `ibv_ud_pingpong`
 //! and `ibv_srq_pingpong` run, on sideway.
 //!
-//! Both sides post `rx_depth` receives, trade endpoints over TCP ([`crate::pingpong_wire`]),
+//! Both sides post `rx_depth` receives, trade endpoints over TCP ([`sideway::connection::exchange`]),
 //! and then bounce one `size`-byte SEND back and forth `iters` times: the client sends first;
 //! each side sends its next message once its previous send and the peer's message have both
 //! completed. Each side prints the two endpoints and the throughput and time per iteration,
@@ -29,7 +29,7 @@ use sideway::{
 };
 
 use crate::cli::CliError;
-use crate::pingpong_wire::{self, Endpoint as WireEndpoint};
+use sideway::connection::exchange;
 
 /// The options every pingpong shares, with rdma-core's letters and defaults.
 #[derive(Debug, Clone, Args)]
@@ -273,24 +273,6 @@ fn print_endpoint(which: &str, ep: &Endpoint) {
     );
 }
 
-fn to_wire(ep: &Endpoint) -> WireEndpoint {
-    WireEndpoint {
-        lid: ep.lid,
-        qpn: ep.qp_num,
-        psn: ep.psn,
-        gid: ep.gid,
-    }
-}
-
-fn from_wire(ep: &WireEndpoint) -> Endpoint {
-    Endpoint {
-        lid: ep.lid,
-        qp_num: ep.qpn,
-        psn: ep.psn,
-        gid: ep.gid,
-    }
-}
-
 /// The resources of one side.
 /// What the ping-pong loop needs of a side, whatever its transport.
 trait PingSide {
@@ -425,34 +407,23 @@ pub fn run_connected(args: &PingpongArgs, qp_type: QpType) -> Result<(), CliErro
 
     let remote = match &args.server {
         Some(host) => {
-            let remote = pingpong_wire::client_exchange(
-                host,
-                args.port,
-                &to_wire(&local),
-                args.exchange_timeout(),
-            )
-            .map_err(CliError::run)?;
-            let remote = from_wire(&remote);
+            let remote =
+                exchange::client_exchange(host, args.port, &local, args.exchange_timeout())
+                    .map_err(CliError::run)?;
             side.qp.connect(&opts, &remote).map_err(CliError::run)?;
             side.post_recvs(args.rx_depth)?;
             remote
         }
         None => {
-            let remote = pingpong_wire::server_exchange(
-                args.port,
-                &to_wire(&local),
-                args.exchange_timeout(),
-                |peer| {
-                    // The receives must be up before the client learns our endpoint.
-                    side.qp
-                        .connect(&opts, &from_wire(peer))
-                        .map_err(CliError::run)
-                        .and_then(|()| side.post_recvs(args.rx_depth))
-                        .map_err(|e| e.to_string().into())
-                },
-            )
-            .map_err(CliError::run)?;
-            from_wire(&remote)
+            exchange::server_exchange(args.port, &local, args.exchange_timeout(), |peer| {
+                // The receives must be up before the client learns our endpoint.
+                side.qp
+                    .connect(&opts, peer)
+                    .map_err(CliError::run)
+                    .and_then(|()| side.post_recvs(args.rx_depth))
+                    .map_err(|e| e.to_string().into())
+            })
+            .map_err(CliError::run)?
         }
     };
     print_endpoint("remote address:", &remote);
@@ -698,32 +669,19 @@ pub fn run_ud(args: &PingpongArgs, size_given: bool) -> Result<(), CliError> {
     print_ud_endpoint("local address:", &local);
     let remote = match &args.server {
         Some(host) => {
-            let remote = pingpong_wire::client_exchange(
-                host,
-                args.port,
-                &to_wire(&local),
-                args.exchange_timeout(),
-            )
-            .map_err(CliError::run)?;
-            let remote = from_wire(&remote);
+            let remote =
+                exchange::client_exchange(host, args.port, &local, args.exchange_timeout())
+                    .map_err(CliError::run)?;
             side.connect(args, psn, &remote)?;
             side.post_recvs(args.rx_depth)?;
             remote
         }
-        None => {
-            let remote = pingpong_wire::server_exchange(
-                args.port,
-                &to_wire(&local),
-                args.exchange_timeout(),
-                |peer| {
-                    side.connect(args, psn, &from_wire(peer))
-                        .and_then(|()| side.post_recvs(args.rx_depth))
-                        .map_err(|e| e.to_string().into())
-                },
-            )
-            .map_err(CliError::run)?;
-            from_wire(&remote)
-        }
+        None => exchange::server_exchange(args.port, &local, args.exchange_timeout(), |peer| {
+            side.connect(args, psn, peer)
+                .and_then(|()| side.post_recvs(args.rx_depth))
+                .map_err(|e| e.to_string().into())
+        })
+        .map_err(CliError::run)?,
     };
     print_ud_endpoint("remote address:", &remote);
 
@@ -877,36 +835,33 @@ pub fn run_srq(args: &PingpongArgs, num_qp: u32) -> Result<(), CliError> {
         Ok(())
     };
     // ibv_srq_pingpong always trades SRQ_WIRE_LINES lines each way, the unused ones zero.
-    let mut wire_local: Vec<_> = local.iter().map(to_wire).collect();
-    wire_local.resize(
-        SRQ_WIRE_LINES.max(local.len()),
-        to_wire(&Endpoint::default()),
-    );
+    let mut wire_local: Vec<_> = local.clone();
+    wire_local.resize(SRQ_WIRE_LINES.max(local.len()), Endpoint::default());
     let remote: Vec<Endpoint> = match &args.server {
         Some(host) => {
-            let remote = pingpong_wire::client_exchange_many(
+            let remote = exchange::client_exchange_many(
                 host,
                 args.port,
                 &wire_local,
                 args.exchange_timeout(),
             )
             .map_err(CliError::run)?;
-            let remote: Vec<Endpoint> = remote.iter().take(n_qp).map(from_wire).collect();
+            let remote: Vec<Endpoint> = remote.iter().take(n_qp).copied().collect();
             connect_all(&side.qps, &remote)?;
             remote
         }
         None => {
-            let remote = pingpong_wire::server_exchange_many(
+            let remote = exchange::server_exchange_many(
                 args.port,
                 &wire_local,
                 args.exchange_timeout(),
                 |peer| {
-                    let peer: Vec<Endpoint> = peer.iter().take(n_qp).map(from_wire).collect();
+                    let peer: Vec<Endpoint> = peer.iter().take(n_qp).copied().collect();
                     connect_all(&side.qps, &peer).map_err(|e| e.to_string().into())
                 },
             )
             .map_err(CliError::run)?;
-            remote.iter().take(n_qp).map(from_wire).collect()
+            remote.iter().take(n_qp).copied().collect()
         }
     };
     for ep in &remote {
@@ -1060,16 +1015,5 @@ mod tests {
         for _ in 0..100 {
             assert!(random_psn() <= 0x00ff_ffff);
         }
-    }
-
-    #[test]
-    fn wire_conversion_round_trips() {
-        let ep = Endpoint {
-            lid: 7,
-            qp_num: 0x1234,
-            psn: 0xabcdef,
-            gid: "::ffff:198.18.0.1".parse().unwrap(),
-        };
-        assert_eq!(from_wire(&to_wire(&ep)), ep);
     }
 }

@@ -1,5 +1,6 @@
-//! What rdma-core's `rping` puts on the wire, so our `rping` and theirs talk: the buffer
-//! advertisement each SEND carries, and the ping data the client fills its buffer with.
+//! What rdma-core's `rping` puts on the wire, so our `rping` and theirs talk: the ping data
+//! the client fills its buffer with. The buffer advertisement each SEND carries is
+//! [`sideway::connection::RemoteBuffer`].
 //!
 //! One ping, as both programs run it over an RC connection made with rdma_cm:
 //!
@@ -12,69 +13,12 @@
 //! Each side keeps one receive posted for the other's next SEND, reposting it before it
 //! sends again, so no SEND ever finds the peer without a receive.
 
-use std::fmt;
-
 use sideway::peer_text::printable;
-
-/// The bytes of a [`BufferAdvert`] on the wire.
-pub const ADVERT_LEN: usize = 16;
 
 /// The first byte value of the rotating pattern (`A`).
 const PATTERN_FIRST: u8 = b'A';
 /// How many characters the pattern rotates through: `A` up to `z`, 58 of them.
 const PATTERN_LEN: u8 = b'z' - b'A' + 1;
-
-/// Where a buffer of the sender lies: `struct { u64 buf; u32 rkey; u32 size; }`, each field
-/// in network byte order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BufferAdvert {
-    /// The buffer's address in the sender's memory.
-    pub addr: u64,
-    /// The rkey of its memory region.
-    pub rkey: u32,
-    /// Its length in bytes.
-    pub len: u32,
-}
-
-impl BufferAdvert {
-    /// The 16 bytes a SEND carries.
-    pub fn to_bytes(self) -> [u8; ADVERT_LEN] {
-        let mut out = [0; ADVERT_LEN];
-        out[..8].copy_from_slice(&self.addr.to_be_bytes());
-        out[8..12].copy_from_slice(&self.rkey.to_be_bytes());
-        out[12..].copy_from_slice(&self.len.to_be_bytes());
-        out
-    }
-
-    /// Reads an advertisement from a received message, which must be exactly 16 bytes long.
-    pub fn from_bytes(msg: &[u8]) -> Result<Self, ShortAdvert> {
-        let bytes: &[u8; ADVERT_LEN] = msg.try_into().map_err(|_| ShortAdvert(msg.len()))?;
-        let (addr, rest) = bytes.split_at(8);
-        let (rkey, len) = rest.split_at(4);
-        // The splits above are 8, 4 and 4 bytes long: the conversions cannot fail.
-        let addr = u64::from_be_bytes(addr.try_into().unwrap_or_default());
-        let rkey = u32::from_be_bytes(rkey.try_into().unwrap_or_default());
-        let len = u32::from_be_bytes(len.try_into().unwrap_or_default());
-        Ok(BufferAdvert { addr, rkey, len })
-    }
-}
-
-/// A message that cannot be a buffer advertisement: its length, which is not 16.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ShortAdvert(pub usize);
-
-impl fmt::Display for ShortAdvert {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "the peer sent a {}-byte message where a {ADVERT_LEN}-byte buffer advertisement \
-             (address, rkey, length) belongs",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for ShortAdvert {}
 
 /// The smallest `-S` rdma-core's `rping` accepts: room for the longest prefix
 /// (`rdma-ping-2147483647: `) and the terminating NUL.
@@ -115,23 +59,6 @@ pub fn ping_text(buf: &[u8], max_chars: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn adverts_are_big_endian_and_round_trip() {
-        let a = BufferAdvert {
-            addr: 0x0102_0304_0506_0708,
-            rkey: 0x1112_1314,
-            len: 64,
-        };
-        let bytes = a.to_bytes();
-        assert_eq!(
-            bytes,
-            [1, 2, 3, 4, 5, 6, 7, 8, 0x11, 0x12, 0x13, 0x14, 0, 0, 0, 64]
-        );
-        assert_eq!(BufferAdvert::from_bytes(&bytes), Ok(a));
-        assert_eq!(BufferAdvert::from_bytes(&bytes[..15]), Err(ShortAdvert(15)));
-        assert!(ShortAdvert(3).to_string().contains("3-byte"));
-    }
 
     #[test]
     fn ping_data_matches_what_rdma_core_prints() {

@@ -87,6 +87,71 @@
 //! println!("lkey {:#x}", buf.lkey());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! # Threads
+//!
+//! Every object is `Send` and `Sync`, and lives in an `Arc`: hand clones to as many threads
+//! as you like. What each allows from several threads at once, and why that is sound:
+//!
+//! | type | from many threads | why |
+//! | --- | --- | --- |
+//! | [`DeviceContext`], [`ProtectionDomain`], [`MemoryRegion`], [`AddressHandle`], [`MemoryWindow`], [`CompletionChannel`] | everything (`&self` methods) | libibverbs' control verbs are thread-safe; these objects have no state of their own that changes |
+//! | [`CompletionQueue`] | polling by one thread at a time; arming, events, queries by any | each poll claims the CQ (a second concurrent [`CompletionQueue::poll`] gets [`CompletionQueueError::Busy`]), so it is sound even where the provider takes no CQ lock (mlx5's single-threaded mode, thread domains); a hot loop [`CompletionQueue::claim`]s once |
+//! | [`QueuePair`] | `modify`, `query`, `state`, `qp_num` by any; posting needs `&mut` | the post guards build their batch in storage inside the QP, so posting takes `&mut QueuePair`: put the QP in a `Mutex` to post from several threads, or give each thread its own QP |
+//! | [`SharedReceiveQueue`] | everything | its receive batches are built behind a lock |
+//! | [`RegisteredBuffer`] | reads and copies by any; writes need `&mut` | the device may write it at any time, so no safe slice is handed out; copies and volatile reads are sound whoever runs them |
+//! | [`rdmacm::EventChannel`], [`rdmacm::CmId`] | everything | every call on an id, and every event read, holds its channel's lock (librdmacm rewrites an id's fields while it handles events); serve connections in parallel by giving each id its own channel ([`rdmacm::CmId::migrate`]) |
+//!
+//! A QP posted from two threads, and its CQ polled by a third:
+//!
+//! ```no_run
+//! use std::sync::{Arc, Mutex};
+//! use sideway::SendFlags;
+//!
+//! # fn demo(qp: sideway::QueuePair, buf: sideway::RegisteredBuffer) -> Result<(), Box<dyn std::error::Error>> {
+//! let cq = Arc::clone(qp.send_cq());
+//! let qp = Arc::new(Mutex::new(qp));
+//! let buf = Arc::new(buf);
+//! let senders: Vec<_> = (0..2u64)
+//!     .map(|t| {
+//!         let (qp, buf) = (Arc::clone(&qp), Arc::clone(&buf));
+//!         std::thread::spawn(move || {
+//!             let mut qp = qp.lock().unwrap(); // posting needs the QP to itself
+//!             let mut batch = qp.start_post_send();
+//!             batch.wr(t, SendFlags::SIGNALED).send(buf.sge(0..64).unwrap());
+//!             batch.post()
+//!         })
+//!     })
+//!     .collect();
+//! let poller = std::thread::spawn(move || {
+//!     let mut seen = 0;
+//!     while seen < 2 {
+//!         seen += cq.poll().map(|p| p.count()).unwrap_or(0); // one poller at a time
+//!     }
+//! });
+//! for s in senders {
+//!     s.join().unwrap()?;
+//! }
+//! poller.join().unwrap();
+//! # Ok(()) }
+//! ```
+//!
+//! The promise, checked at compile time:
+//!
+//! ```
+//! fn shareable<T: Send + Sync>() {}
+//! shareable::<sideway::DeviceContext>();
+//! shareable::<sideway::ProtectionDomain>();
+//! shareable::<sideway::MemoryRegion>();
+//! shareable::<sideway::RegisteredBuffer>();
+//! shareable::<sideway::CompletionQueue>();
+//! shareable::<sideway::CompletionChannel>();
+//! shareable::<sideway::QueuePair>();
+//! shareable::<sideway::SharedReceiveQueue>();
+//! shareable::<sideway::rdmacm::EventChannel>();
+//! shareable::<sideway::rdmacm::CmId>();
+//! shareable::<sideway::rdmacm::Event>();
+//! ```
 
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
@@ -94,6 +159,7 @@
 mod diagnostics;
 #[allow(unsafe_code)]
 mod fd;
+pub mod connection;
 pub mod gid;
 pub mod peer_text;
 #[allow(unsafe_code)]

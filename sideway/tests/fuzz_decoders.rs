@@ -1,6 +1,8 @@
 //! Fuzz targets for what sideway decodes of a peer's bytes: the GRH in front of every UD
 //! receive (written by the peer's packet headers), GIDs in text (the peer's endpoint line),
-//! and the sanitising of peer text before it reaches a terminal. The harness, and why it is
+//! endpoints (text, bytes, the pingpong line alone and in the TCP exchange against a peer
+//! that sends anything), `RemoteBuffer` (rkey/address/length, as a message and as private
+//! data), and the sanitising of peer text before it reaches a terminal. The harness, and why it is
 //! proptest, is in `support/fuzz.rs`.
 //!
 //! Every target holds to: no input panics; errors are printable; what decodes encodes back to
@@ -10,11 +12,16 @@ mod support {
     pub mod fuzz;
 }
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, Ipv6Addr, Shutdown, TcpListener};
+use std::thread;
+use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
+use sideway::connection::exchange::client_exchange_many;
+use sideway::connection::{RemoteBuffer, PINGPONG_LINE_LEN, REMOTE_BUFFER_LEN};
 use sideway::peer_text::{printable, PEER_TEXT_MAX};
-use sideway::{Gid, Grh, GrhKind, GRH_LEN};
+use sideway::{Endpoint, Gid, Grh, GrhKind, GRH_LEN};
 
 use support::fuzz;
 use support::fuzz::harmless;
@@ -226,6 +233,291 @@ fn peer_text() {
                 prop_assert_eq!(&shown, &*text);
             }
         }
+        Ok(())
+    });
+}
+
+fn check_text(what: &str, text: &str) -> Result<(), TestCaseError> {
+    prop_assert!(harmless(text), "{what} is not harmless: {text:?}");
+    Ok(())
+}
+
+fn endpoints() -> Vec<Endpoint> {
+    let gid = |last: u8| {
+        let mut raw = [0u8; 16];
+        raw[..2].copy_from_slice(&[0xfe, 0x80]);
+        raw[15] = last;
+        Gid::from_raw(raw)
+    };
+    vec![
+        Endpoint {
+            lid: 0,
+            qp_num: 0x11,
+            psn: 0x12_3456,
+            gid: gid(1),
+        },
+        Endpoint {
+            lid: 0xffff,
+            qp_num: 0xff_ffff,
+            psn: 0,
+            gid: Gid::from(std::net::Ipv4Addr::new(198, 18, 1, 2)),
+        },
+        Endpoint {
+            lid: 7,
+            qp_num: 1,
+            psn: 0xab_cdef,
+            gid: Gid::from_raw([0; 16]),
+        },
+    ]
+}
+
+fn wire(ep: &Endpoint) -> Vec<u8> {
+    ep.to_pingpong_line()
+        .expect("a sample endpoint fits")
+        .to_vec()
+}
+
+/// The endpoint line target: any bytes decode or are refused with harmless text, and a line
+/// that decodes is the line its endpoint encodes to, up to the case of its hex digits and
+/// whatever follows the NUL.
+#[test]
+fn pingpong_line() {
+    let valid: Vec<Vec<u8>> = endpoints().iter().map(wire).collect();
+    fuzz::fuzz_bytes(MANIFEST_DIR, "pingpong-line", valid, |bytes| {
+        match Endpoint::from_pingpong_line(bytes) {
+            Ok(ep) => {
+                prop_assert_eq!(bytes.len(), PINGPONG_LINE_LEN);
+                prop_assert!(ep.qp_num <= 0xff_ffff && ep.psn <= 0xff_ffff);
+                let again = ep
+                    .to_pingpong_line()
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let text_len = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+                prop_assert_eq!(
+                    bytes[..text_len].to_ascii_lowercase(),
+                    again[..PINGPONG_LINE_LEN - 1].to_vec()
+                );
+                prop_assert_eq!(Endpoint::from_pingpong_line(&again), Ok(ep));
+            }
+            Err(e) => check_text("a line error", &e.to_string())?,
+        }
+        Ok(())
+    });
+}
+
+/// Every endpoint that fits encodes to a line that decodes back to it.
+#[test]
+fn pingpong_line_round_trip() {
+    let endpoint = (
+        any::<u16>(),
+        0u32..=0xff_ffff,
+        0u32..=0xff_ffff,
+        any::<[u8; 16]>(),
+    )
+        .prop_map(|(lid, qp_num, psn, gid)| Endpoint {
+            lid,
+            qp_num,
+            psn,
+            gid: Gid::from_raw(gid),
+        });
+    fuzz::fuzz_values("pingpong-line-round-trip", endpoint, |ep| {
+        let line = ep
+            .to_pingpong_line()
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(line[PINGPONG_LINE_LEN - 1], 0);
+        prop_assert_eq!(Endpoint::from_pingpong_line(&line), Ok(ep));
+        Ok(())
+    });
+}
+
+/// How long the exchange may wait for one step: never reached when the peer closes.
+const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The exchange target: a client meets a "server" on loopback that sends `bytes` and
+/// closes. The client gets the server's endpoints exactly when the first lines of `bytes`
+/// are good lines; otherwise a harmless error; and either way at once, not after the
+/// timeout. (A TCP connection per case: a fixed number of cases, not a timed run.)
+#[test]
+fn pingpong_exchange() {
+    let eps = endpoints();
+    let valid = vec![
+        wire(&eps[0]),
+        [wire(&eps[1]), wire(&eps[2]), b"trailing bytes".to_vec()].concat(),
+        wire(&eps[0])[..PINGPONG_LINE_LEN - 7].to_vec(),
+    ];
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let port = listener.local_addr().expect("its address").port();
+    fuzz::fuzz_bytes_with(MANIFEST_DIR, "pingpong-exchange", valid, false, |bytes| {
+        // As many lines as the client sends: one to three, from the input.
+        let lines = 1 + bytes.first().map_or(0, |b| usize::from(b % 3));
+        let ours: Vec<Endpoint> = eps.iter().cycle().take(lines).copied().collect();
+        let server = thread::scope(|s| {
+            let server = s.spawn(|| -> std::io::Result<Vec<u8>> {
+                let (mut stream, _) = listener.accept()?;
+                stream.set_read_timeout(Some(EXCHANGE_TIMEOUT))?;
+                // A client that refused the first line closes at once, and its unread bytes
+                // reset the connection: writing and shutting down may fail, harmlessly.
+                let _ = stream.write_all(bytes);
+                let _ = stream.shutdown(Shutdown::Write);
+                let mut heard = Vec::new();
+                let _ = stream.read_to_end(&mut heard);
+                Ok(heard)
+            });
+            let started = Instant::now();
+            let got = client_exchange_many("127.0.0.1", port, &ours, EXCHANGE_TIMEOUT);
+            let took = started.elapsed();
+            (got, took, server.join())
+        });
+        let (got, took, heard) = server;
+        prop_assert!(
+            took < EXCHANGE_TIMEOUT / 2,
+            "the exchange took {took:?} with a closed peer"
+        );
+        let heard = match heard {
+            Ok(Ok(heard)) => heard,
+            Ok(Err(e)) => return Err(TestCaseError::fail(format!("the fake server: {e}"))),
+            Err(_) => return Err(TestCaseError::fail("the fake server panicked")),
+        };
+        let mut ours_on_wire: Vec<u8> = ours.iter().flat_map(wire).collect();
+        let expected: Option<Vec<Endpoint>> = (0..lines)
+            .map(|i| {
+                bytes
+                    .get(i * PINGPONG_LINE_LEN..(i + 1) * PINGPONG_LINE_LEN)
+                    .and_then(|line| Endpoint::from_pingpong_line(line).ok())
+            })
+            .collect();
+        match (got, expected) {
+            (Ok(theirs), Some(expected)) => {
+                prop_assert_eq!(theirs, expected);
+                // The client's lines, then its closing word. (After a refusal the client
+                // closes with bytes unread, the connection is reset, and what the fake
+                // server heard may be cut short: nothing to check then.)
+                ours_on_wire.extend_from_slice(b"done\0");
+                prop_assert_eq!(heard, ours_on_wire, "what the client sent");
+            }
+            (Err(e), None) => check_text("an exchange error", &e.to_string())?,
+            (Ok(theirs), None) => {
+                prop_assert!(false, "accepted {theirs:?} from bad lines");
+            }
+            (Err(e), Some(_)) => prop_assert!(false, "refused good lines: {e}"),
+        }
+        Ok(())
+    });
+}
+
+/// The endpoint text target (`FromStr`): any text parses or is refused with harmless text,
+/// and what parses prints back the same, up to the case of its hex digits.
+#[test]
+fn endpoint_text() {
+    let valid: Vec<Vec<u8>> = endpoints()
+        .iter()
+        .map(|ep| ep.to_string().into_bytes())
+        .collect();
+    fuzz::fuzz_bytes(MANIFEST_DIR, "endpoint-text", valid, |bytes| {
+        let text = String::from_utf8_lossy(bytes);
+        match text.parse::<Endpoint>() {
+            Ok(ep) => prop_assert_eq!(ep.to_string(), text.to_ascii_lowercase()),
+            Err(e) => check_text("an endpoint text error", &e.to_string())?,
+        }
+        Ok(())
+    });
+}
+
+/// The endpoint byte-form target: any bytes decode or are refused with harmless text, and
+/// what decodes encodes back to the same bytes.
+#[test]
+fn endpoint_bytes() {
+    let valid: Vec<Vec<u8>> = endpoints()
+        .iter()
+        .map(|ep| ep.to_bytes().expect("a sample endpoint fits").to_vec())
+        .collect();
+    fuzz::fuzz_bytes(MANIFEST_DIR, "endpoint-bytes", valid, |bytes| {
+        match Endpoint::from_bytes(bytes) {
+            Ok(ep) => {
+                let again = ep
+                    .to_bytes()
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                prop_assert_eq!(again.to_vec(), bytes.to_vec());
+            }
+            Err(e) => check_text("an endpoint bytes error", &e.to_string())?,
+        }
+        Ok(())
+    });
+}
+
+/// Every endpoint that fits goes through its text and byte forms unchanged.
+#[test]
+fn endpoint_forms_round_trip() {
+    let endpoint = (
+        any::<u16>(),
+        0u32..=0xff_ffff,
+        0u32..=0xff_ffff,
+        any::<[u8; 16]>(),
+    )
+        .prop_map(|(lid, qp_num, psn, gid)| Endpoint {
+            lid,
+            qp_num,
+            psn,
+            gid: Gid::from_raw(gid),
+        });
+    fuzz::fuzz_values("endpoint-forms-round-trip", endpoint, |ep| {
+        prop_assert_eq!(ep.to_string().parse::<Endpoint>(), Ok(ep));
+        let bytes = ep
+            .to_bytes()
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(Endpoint::from_bytes(&bytes), Ok(ep));
+        Ok(())
+    });
+}
+
+/// The private-data target: any bytes are a `RemoteBuffer` message exactly when they are 16
+/// bytes, and private data exactly when at least 16; either reads back what it says; every
+/// refusal is harmless text.
+#[test]
+fn remote_buffer() {
+    let b = RemoteBuffer {
+        addr: 0x7f12_3456_7000,
+        rkey: 0x1234,
+        len: 64,
+    };
+    let mut padded = b.to_bytes().to_vec();
+    padded.resize(56, 0);
+    let valid = vec![
+        b.to_bytes().to_vec(),
+        [0xff; REMOTE_BUFFER_LEN].to_vec(),
+        padded,
+    ];
+    fuzz::fuzz_bytes(MANIFEST_DIR, "remote-buffer", valid, |bytes| {
+        match RemoteBuffer::from_bytes(bytes) {
+            Ok(r) => {
+                prop_assert_eq!(bytes.len(), REMOTE_BUFFER_LEN);
+                prop_assert_eq!(r.to_bytes().to_vec(), bytes.to_vec());
+            }
+            Err(e) => {
+                prop_assert_ne!(bytes.len(), REMOTE_BUFFER_LEN);
+                check_text("a remote buffer error", &e.to_string())?;
+            }
+        }
+        match RemoteBuffer::from_private_data(bytes) {
+            Ok(r) => prop_assert_eq!(&r.to_bytes()[..], &bytes[..REMOTE_BUFFER_LEN]),
+            Err(e) => {
+                prop_assert!(bytes.len() < REMOTE_BUFFER_LEN);
+                check_text("a private data error", &e.to_string())?;
+            }
+        }
+        Ok(())
+    });
+}
+
+/// Every `RemoteBuffer` goes out and comes back the same, alone or padded as private data.
+#[test]
+fn remote_buffer_round_trip() {
+    let buffer = (any::<u64>(), any::<u32>(), any::<u32>(), 0usize..200)
+        .prop_map(|(addr, rkey, len, pad)| (RemoteBuffer { addr, rkey, len }, pad));
+    fuzz::fuzz_values("remote-buffer-round-trip", buffer, |(b, pad)| {
+        prop_assert_eq!(RemoteBuffer::from_bytes(&b.to_bytes()), Ok(b));
+        let mut data = b.to_bytes().to_vec();
+        data.resize(REMOTE_BUFFER_LEN + pad, 0);
+        prop_assert_eq!(RemoteBuffer::from_private_data(&data), Ok(b));
         Ok(())
     });
 }

@@ -11,13 +11,13 @@ use std::os::fd::AsRawFd;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+use sideway::connection::{CompletionWaiter, RemoteBuffer};
 use sideway::rdmacm::{
-    CmError, CmId, CmQpInitAttr, ConnParam, EventChannel, EventType, IbRejectReason, PortSpace,
-    QpTargetState,
+    CmError, CmId, ConnParam, EventChannel, EventType, IbRejectReason, PortSpace, QpTargetState,
 };
 use sideway::sys as ffi;
 use sideway::{
-    AccessFlags, CompletionQueue, ProtectionDomain, QpState, QueuePair, QueuePairAttribute,
+    AccessFlags, CompletionQueue, ProtectionDomain, QpAttrMask, QpState, QpType, QueuePair,
     RegisteredBuffer, SendFlags, WorkCompletion,
 };
 
@@ -90,9 +90,11 @@ fn client_to(addr: SocketAddr, ps: PortSpace) -> (Arc<EventChannel>, Arc<CmId>) 
     (ch, id)
 }
 
+/// A QP made on an id, and (for the tests' convenience) its PD and CQ, which it holds too.
 struct Qp {
     pd: Arc<ProtectionDomain>,
     cq: Arc<CompletionQueue>,
+    _qp: QueuePair,
 }
 
 /// A QP on the id (`rdma_create_qp`), with a PD and CQ from the id's device context.
@@ -104,16 +106,25 @@ fn give_qp(id: &Arc<CmId>) -> Qp {
     );
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq_builder().build().unwrap();
-    let cap = id
+    let qp_type = match id.port_space() {
+        PortSpace::Tcp => QpType::Rc,
+        PortSpace::Udp => QpType::Ud,
+    };
+    let qp = id
         .create_qp(
-            CmQpInitAttr::new(&pd, &cq, &cq)
+            pd.create_qp_builder()
+                .send_cq(&cq)
+                .recv_cq(&cq)
+                .qp_type(qp_type)
                 .max_send_wr(8)
                 .max_recv_wr(8),
         )
         .unwrap();
+    let cap = qp.cap();
     assert!(cap.max_send_wr >= 8 && cap.max_recv_wr >= 8, "{cap:?}");
-    assert!(id.qp_num().is_some());
-    Qp { pd, cq }
+    assert_eq!(id.qp_num(), Some(qp.qp_num()));
+    assert_eq!(id.qp_as_raw(), qp.as_raw());
+    Qp { pd, cq, _qp: qp }
 }
 
 fn connect_param(data: &[u8]) -> ConnParam {
@@ -180,17 +191,17 @@ fn connect_accept(addr: SocketAddr, connect_data: &[u8], accept_data: &[u8]) {
     let init = p.sid.init_qp_attr(QpTargetState::Init).unwrap();
     let need = |mask: u32, bits: u32| assert_eq!(mask & bits, bits, "mask {mask:#x}");
     need(
-        init.mask(),
+        init.mask().bits(),
         ffi::ibv_qp_attr_mask::IBV_QP_STATE
             | ffi::ibv_qp_attr_mask::IBV_QP_PORT
             | ffi::ibv_qp_attr_mask::IBV_QP_PKEY_INDEX
             | ffi::ibv_qp_attr_mask::IBV_QP_ACCESS_FLAGS,
     );
-    assert_eq!(init.qp_state(), ffi::ibv_qp_state::IBV_QPS_INIT);
+    assert_eq!(init.qp_state(), QpState::Init);
     assert_eq!(init.port_num(), p.sid.port_num());
     let rtr = p.sid.init_qp_attr(QpTargetState::Rtr).unwrap();
     need(
-        rtr.mask(),
+        rtr.mask().bits(),
         ffi::ibv_qp_attr_mask::IBV_QP_AV
             | ffi::ibv_qp_attr_mask::IBV_QP_PATH_MTU
             | ffi::ibv_qp_attr_mask::IBV_QP_DEST_QPN
@@ -733,7 +744,7 @@ fn dropping_an_unanswered_request_or_its_listener_refuses_the_peer() {
 }
 
 /// A QP of the program's own on `id`'s device, moved to `states` with the id's
-/// `init_qp_attr` (through `From<CmQpAttr> for QueuePairAttribute`).
+/// `init_qp_attr`, which gives a `QueuePairAttribute`.
 fn own_qp(id: &Arc<CmId>, states: &[QpTargetState]) -> (Arc<ProtectionDomain>, QueuePair) {
     let ctx = id.device_context().unwrap();
     let pd = ctx.alloc_pd().unwrap();
@@ -748,11 +759,8 @@ fn own_qp(id: &Arc<CmId>, states: &[QpTargetState]) -> (Arc<ProtectionDomain>, Q
         .unwrap();
     for &state in states {
         let attr = id.init_qp_attr(state).unwrap();
-        let (raw, mask) = attr.into_raw();
-        let converted = QueuePairAttribute::from(attr);
-        assert_eq!(converted.mask().bits(), mask, "the mask survives");
-        assert_eq!(converted.as_raw().qp_state, raw.qp_state);
-        qp.modify(&converted)
+        assert!(attr.mask().contains(QpAttrMask::STATE), "{attr:?}");
+        qp.modify(&attr)
             .unwrap_or_else(|e| panic!("moving to {state:?}: {e}"));
     }
     (pd, qp)
@@ -793,14 +801,12 @@ fn own_qps_follow_the_connection_through_init_qp_attr() {
     // Init again first: the remote access for the server's RDMA READ comes with the
     // responder resources, agreed only now.
     let init = cid.init_qp_attr(Init).unwrap();
-    assert_ne!(
-        init.qp_access_flags() & AccessFlags::REMOTE_READ.bits(),
-        0,
+    assert!(
+        init.qp_access_flags().contains(AccessFlags::REMOTE_READ),
         "{init:?}"
     );
     for state in [Init, Rtr, Rts] {
-        cqp.modify(&cid.init_qp_attr(state).unwrap().into())
-            .unwrap();
+        cqp.modify(&cid.init_qp_attr(state).unwrap()).unwrap();
     }
     assert_eq!(cqp.state().unwrap(), QpState::Rts);
     cid.establish().unwrap();
@@ -838,4 +844,242 @@ fn own_qps_follow_the_connection_through_init_qp_attr() {
     assert_eq!(completion(sqp.send_cq(), "server read").wr_id(), 4);
     assert_eq!(&common::bytes(&srecv)[16..20], b"back");
     let _ = (&mut srecv, &mut sdata, &mut cbuf);
+}
+
+/// Clients served at once by the concurrent-accept pattern.
+const CONCURRENT_CLIENTS: u8 = 8;
+
+/// The server's side of one connection, on its own thread and channel: a QP (the id's own
+/// or one of the program's, as the client's private data asks), a receive posted before
+/// `accept_qp`, the buffer the client WRITEs into advertised in the accept's private data;
+/// then the client's WRITE and SEND checked, the SEND answered, and the disconnect awaited.
+fn serve_one(id: Arc<CmId>, own_qp: bool, n: u8) -> Result<(), String> {
+    let ctx = id.device_context().map_err(|e| e.to_string())?;
+    let pd = ctx.alloc_pd().map_err(|e| e.to_string())?;
+    let cq = ctx
+        .create_cq_builder()
+        .cqe(16)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut builder = pd.create_qp_builder();
+    builder
+        .send_cq(&cq)
+        .recv_cq(&cq)
+        .max_send_wr(4)
+        .max_recv_wr(4);
+    let mut qp = if own_qp {
+        let qp = builder.build().map_err(|e| e.to_string())?;
+        // Out of Reset, so that it takes receives.
+        id.modify_qp(&qp, &[QpTargetState::Init])
+            .map_err(|e| e.to_string())?;
+        qp
+    } else {
+        id.create_qp(&builder).map_err(|e| e.to_string())?
+    };
+    let mut msg = pd
+        .reg_buffer(64, AccessFlags::LOCAL_WRITE)
+        .map_err(|e| e.to_string())?;
+    let target = pd
+        .reg_buffer(64, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+        .map_err(|e| e.to_string())?;
+    let mut recv = qp.start_post_recv();
+    recv.recv(1, &[msg.sge(0..32).ok_or("sge")?]);
+    recv.post().map_err(|e| e.to_string())?;
+    let advert = RemoteBuffer {
+        addr: target.addr(),
+        rkey: target.rkey(),
+        len: 64,
+    };
+    id.accept_qp(&qp, ConnParam::new().private_data(&advert.to_bytes()), WAIT)
+        .map_err(|e| format!("server {n}: accept: {e}"))?;
+    let mut waiter = CompletionWaiter::new(&cq, Duration::from_secs(10));
+    let wc = waiter.wait(1).map_err(|e| format!("server {n}: {e}"))?;
+    let said = msg
+        .to_vec(0..wc.byte_len() as usize)
+        .map_err(|e| e.to_string())?;
+    let written = common::bytes(&target);
+    if said != format!("client {n}").as_bytes() || &written[..7] != format!("write {n}").as_bytes()
+    {
+        return Err(format!("server {n}: got {said:?} and {written:?}"));
+    }
+    msg.write_at(32, format!("server {n}").as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut send = qp.start_post_send();
+    send.wr(2, SendFlags::SIGNALED)
+        .send(msg.sge(32..40).ok_or("sge")?);
+    send.post().map_err(|e| e.to_string())?;
+    waiter.wait(2).map_err(|e| format!("server {n}: {e}"))?;
+    let ev = id
+        .wait_for(EventType::Disconnected, WAIT)
+        .map_err(|e| format!("server {n}: waiting for the disconnect: {e}"))?;
+    drop(ev);
+    // An id-owned QP goes first; the id outlives it (the QP holds it).
+    drop(qp);
+    Ok(())
+}
+
+/// One client: its own channel, a QP (the id's, or one of its own for odd `n`), connect
+/// with `connect_qp`, WRITE into the buffer the server advertised, SEND, read the answer.
+fn client_one(addr: SocketAddr, n: u8) -> Result<(), String> {
+    let own_qp = n % 2 == 1;
+    let (_ch, id) = client_to(addr, PortSpace::Tcp);
+    let ctx = id.device_context().map_err(|e| e.to_string())?;
+    let pd = ctx.alloc_pd().map_err(|e| e.to_string())?;
+    let cq = ctx
+        .create_cq_builder()
+        .cqe(16)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut builder = pd.create_qp_builder();
+    builder
+        .send_cq(&cq)
+        .recv_cq(&cq)
+        .max_send_wr(4)
+        .max_recv_wr(4);
+    let mut qp = if own_qp {
+        let qp = builder.build().map_err(|e| e.to_string())?;
+        // Out of Reset, so that it takes receives.
+        id.modify_qp(&qp, &[QpTargetState::Init])
+            .map_err(|e| e.to_string())?;
+        qp
+    } else {
+        id.create_qp(&builder).map_err(|e| e.to_string())?
+    };
+    let mut buf = pd
+        .reg_buffer(64, AccessFlags::LOCAL_WRITE)
+        .map_err(|e| e.to_string())?;
+    let mut recv = qp.start_post_recv();
+    recv.recv(1, &[buf.sge(32..64).ok_or("sge")?]);
+    recv.post().map_err(|e| e.to_string())?;
+    let answer = id
+        .connect_qp(
+            &qp,
+            ConnParam::new().private_data(&[n, u8::from(own_qp)]),
+            WAIT,
+        )
+        .map_err(|e| format!("client {n}: connect: {e}"))?;
+    if own_qp {
+        assert_eq!(answer.event_type(), EventType::ConnectResponse);
+        assert_eq!(qp.state().unwrap(), QpState::Rts);
+    } else {
+        assert_eq!(answer.event_type(), EventType::Established);
+    }
+    let target =
+        RemoteBuffer::from_private_data(answer.private_data()).map_err(|e| e.to_string())?;
+    drop(answer);
+    buf.write_at(0, format!("write {n}").as_bytes())
+        .map_err(|e| e.to_string())?;
+    buf.write_at(16, format!("client {n}").as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut send = qp.start_post_send();
+    send.wr(2, SendFlags::SIGNALED)
+        .rdma_write(target.rkey, target.addr, buf.sge(0..7).ok_or("sge")?)
+        .wr(3, SendFlags::SIGNALED)
+        .send(buf.sge(16..24).ok_or("sge")?);
+    send.post().map_err(|e| e.to_string())?;
+    let mut waiter = CompletionWaiter::new(&cq, Duration::from_secs(10));
+    // The answer may complete before the sends are reaped: the waiter keeps it.
+    let got = waiter
+        .wait_all(&[1, 2, 3])
+        .map_err(|e| format!("client {n}: {e}"))?;
+    let answer = buf
+        .to_vec(32..32 + got[0].byte_len() as usize)
+        .map_err(|e| e.to_string())?;
+    if answer != format!("server {n}").as_bytes() {
+        return Err(format!("client {n}: the server answered {answer:?}"));
+    }
+    id.disconnect().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// The concurrent-accept pattern: one listener; each connection request's id migrated
+/// (`rdma_migrate_id`) to a channel of its own and served on its own thread, while the
+/// listener's channel keeps taking requests. Eight clients connect at once (half with QPs
+/// made on their ids, half with QPs of their own; the server alike, as each client asks)
+/// and each exchanges a WRITE and a SEND each way with its server thread.
+#[test]
+fn many_clients_are_accepted_at_once_on_migrated_ids() {
+    let Some(ip) = test_ip("many_clients_are_accepted_at_once_on_migrated_ids") else {
+        return;
+    };
+    let addr = SocketAddr::new(ip, 7490);
+    let (listen_ch, listener) = listen_on(addr, PortSpace::Tcp);
+    std::thread::scope(|s| {
+        let acceptor = s.spawn(|| {
+            let mut servers = Vec::new();
+            for _ in 0..CONCURRENT_CLIENTS {
+                let req = listen_ch
+                    .wait_for(EventType::ConnectRequest, WAIT)
+                    .map_err(|e| format!("waiting for a request: {e}"))?;
+                let (n, own) = match req.private_data() {
+                    [n, own, ..] => (*n, *own == 1),
+                    other => return Err(format!("private data {other:?}")),
+                };
+                let id = Arc::clone(req.id());
+                drop(req);
+                let own_channel = EventChannel::new().map_err(|e| e.to_string())?;
+                id.migrate(&own_channel).map_err(|e| e.to_string())?;
+                assert!(Arc::ptr_eq(&id.channel(), &own_channel));
+                servers.push(s.spawn(move || serve_one(id, own, n)));
+            }
+            servers
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("a server thread panicked".into()))
+                })
+                .collect::<Result<Vec<()>, String>>()
+        });
+        let clients: Vec<_> = (0..CONCURRENT_CLIENTS)
+            .map(|n| s.spawn(move || client_one(addr, n)))
+            .collect();
+        for (n, c) in clients.into_iter().enumerate() {
+            c.join()
+                .unwrap_or_else(|_| panic!("client {n} panicked"))
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let served = acceptor
+            .join()
+            .expect("the acceptor panicked")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(served.len(), usize::from(CONCURRENT_CLIENTS));
+    });
+    // The listener's channel saw only the requests: every later event went to its id's own.
+    assert!(listen_ch.try_get_event().unwrap().is_none());
+    drop(listener);
+}
+
+/// A second QP on an id that has one is refused, dropping the QP frees the id for another,
+/// and a builder of the wrong type for the port space is refused with the type to set.
+#[test]
+fn an_id_takes_one_qp_of_its_type_at_a_time() {
+    let Some(ip) = test_ip("an_id_takes_one_qp_of_its_type_at_a_time") else {
+        return;
+    };
+    let addr = SocketAddr::new(ip, 7491);
+    let (_sch, _listener) = listen_on(addr, PortSpace::Tcp);
+    let (_cch, cid) = client_to(addr, PortSpace::Tcp);
+    let ctx = cid.device_context().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq_builder().build().unwrap();
+    let mut builder = pd.create_qp_builder();
+    builder
+        .send_cq(&cq)
+        .recv_cq(&cq)
+        .max_send_wr(2)
+        .max_recv_wr(2);
+    let first = cid.create_qp(&builder).unwrap();
+    assert_eq!(first.state().unwrap(), QpState::Init);
+    let e = cid.create_qp(&builder).unwrap_err();
+    assert!(
+        matches!(e, CmError::QpExists { qp_num, .. } if qp_num == first.qp_num()),
+        "{e}"
+    );
+    drop(first);
+    assert_eq!(cid.qp_num(), None);
+    assert!(cid.qp_as_raw().is_null());
+    let second = cid.create_qp(&builder).unwrap();
+    assert_eq!(cid.qp_num(), Some(second.qp_num()));
+    let e = cid.create_qp(builder.qp_type(QpType::Ud)).unwrap_err();
+    assert!(e.to_string().contains("qp_type(Rc)"), "{e}");
 }

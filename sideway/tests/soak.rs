@@ -20,7 +20,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sideway::rdmacm::{CmId, CmQpInitAttr, ConnParam, EventChannel, EventType, PortSpace};
+use sideway::rdmacm::{CmId, ConnParam, EventChannel, EventType, PortSpace};
 use sideway::{leaked_memory, AccessFlags, DeviceContext, SendFlags};
 
 /// One test at a time: the kernel's counts are the whole device's.
@@ -163,18 +163,19 @@ fn test_ip(test: &str) -> Option<IpAddr> {
     }
 }
 
-/// A QP on the id, with its own PD and CQ (kept by the caller until the id goes).
-fn qp_on(id: &Arc<CmId>) -> impl Sized {
+/// A QP on the id, with its own PD and CQ (which the QP holds).
+fn qp_on(id: &Arc<CmId>) -> sideway::QueuePair {
     let ctx = id.device_context().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq_builder().cqe(8).build().unwrap();
     id.create_qp(
-        CmQpInitAttr::new(&pd, &cq, &cq)
+        pd.create_qp_builder()
+            .send_cq(&cq)
+            .recv_cq(&cq)
             .max_send_wr(4)
             .max_recv_wr(4),
     )
-    .unwrap();
-    (pd, cq)
+    .unwrap()
 }
 
 /// rdma_cm: a client id on its own event channel resolves, connects with a QP, the

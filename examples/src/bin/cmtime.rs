@@ -26,7 +26,7 @@ use sideway::rdmacm::{
 };
 use sideway::{CompletionQueue, ProtectionDomain, QueuePair};
 use sideway_examples::cli::{exit_status, log_to_stderr, select_devices, CliError};
-use sideway_examples::cm_connection::{move_qp, socket_addr};
+use sideway_examples::cm_connection::socket_addr;
 use sideway_examples::cmtime_wire::{check_announced, check_answer, Step, STEPS};
 
 /// Times the steps of rdma_cm connection setup and teardown over many connections.
@@ -256,7 +256,7 @@ impl Conn {
             .map_err(CliError::run)?;
         if let Some(qp) = &self.qp {
             self.times
-                .time(modify_step, || qp.modify(&attr.into()))
+                .time(modify_step, || qp.modify(&attr))
                 .map_err(CliError::run)?;
         }
         Ok(())
@@ -537,7 +537,8 @@ fn client_round(
         c.times.set(Step::CmConnect, c.started, Instant::now());
         // Init again: the access flags follow the responder resources agreed only now.
         if let Some(qp) = &c.qp {
-            move_qp(&c.id, qp, &[QpTargetState::Init])?;
+            c.id.modify_qp(qp, &[QpTargetState::Init])
+                .map_err(CliError::run)?;
         }
         c.advance(QpTargetState::Rtr, Step::RtrQpAttr, Step::RtrQp)?;
         c.advance(QpTargetState::Rts, Step::RtsQpAttr, Step::RtsQp)?;

@@ -11,14 +11,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use sideway::connection::{RemoteBuffer, RemoteBufferError, REMOTE_BUFFER_LEN};
 use sideway::peer_text::PEER_TEXT_MAX;
-use sideway::rdmacm::{CmId, ConnParam, Event, EventChannel, EventType, PortSpace, QpTargetState};
+use sideway::rdmacm::{CmId, ConnParam, Event, EventChannel, EventType, PortSpace};
 use sideway::{AccessFlags, RegisteredBuffer, SendFlags};
 use sideway_examples::cli::{exit_status, log_to_stderr, select_devices, CliError};
-use sideway_examples::cm_connection::{move_qp, socket_addr, CmConnection, Waited};
-use sideway_examples::rping_wire::{
-    fill_ping, ping_text, BufferAdvert, ShortAdvert, ADVERT_LEN, MAX_SIZE, MIN_SIZE,
-};
+use sideway_examples::cm_connection::{socket_addr, CmConnection, Waited};
+use sideway_examples::rping_wire::{fill_ping, ping_text, MAX_SIZE, MIN_SIZE};
 
 /// RDMA ping over rdma_cm: the client's ping data travels to the server by RDMA READ and
 /// back by RDMA WRITE, as rdma-core's rping does it.
@@ -140,38 +139,47 @@ impl MessageBuffers {
                 .map_err(CliError::run)
         };
         Ok(MessageBuffers {
-            send: reg(ADVERT_LEN)?,
-            recv: reg(ADVERT_LEN)?,
+            send: reg(REMOTE_BUFFER_LEN)?,
+            recv: reg(REMOTE_BUFFER_LEN)?,
         })
     }
 
     /// Posts the receive for the peer's next message.
     fn post_recv(&self, conn: &mut CmConnection) -> Result<(), CliError> {
-        let sge = self.recv.sge(0..ADVERT_LEN).ok_or_else(short_buffer)?;
+        let sge = self
+            .recv
+            .sge(0..REMOTE_BUFFER_LEN)
+            .ok_or_else(short_buffer)?;
         let mut guard = conn.qp.start_post_recv();
         guard.recv(WR_RECV, &[sge]);
         guard.post().map_err(CliError::run)
     }
 
     /// Posts a SEND of `advert`; wait for [`WR_SEND`] to know it went.
-    fn post_send(&mut self, conn: &mut CmConnection, advert: BufferAdvert) -> Result<(), CliError> {
+    fn post_send(&mut self, conn: &mut CmConnection, advert: RemoteBuffer) -> Result<(), CliError> {
         self.send
             .write_at(0, &advert.to_bytes())
             .map_err(CliError::run)?;
-        let sge = self.send.sge(0..ADVERT_LEN).ok_or_else(short_buffer)?;
+        let sge = self
+            .send
+            .sge(0..REMOTE_BUFFER_LEN)
+            .ok_or_else(short_buffer)?;
         let mut guard = conn.qp.start_post_send();
         guard.wr(WR_SEND, SendFlags::SIGNALED).send(sge);
         guard.post().map_err(CliError::run)
     }
 
     /// The advertisement the last receive brought, `len` bytes long.
-    fn received(&self, len: u32) -> Result<BufferAdvert, CliError> {
+    fn received(&self, len: u32) -> Result<RemoteBuffer, CliError> {
         let len = usize::try_from(len).unwrap_or(usize::MAX);
-        if len != ADVERT_LEN {
-            return Err(CliError::run(ShortAdvert(len)));
+        if len != REMOTE_BUFFER_LEN {
+            return Err(CliError::run(RemoteBufferError {
+                got: len,
+                exact: true,
+            }));
         }
         let bytes = self.recv.to_vec(0..len).map_err(|_| short_buffer())?;
-        BufferAdvert::from_bytes(&bytes).map_err(CliError::run)
+        RemoteBuffer::from_bytes(&bytes).map_err(CliError::run)
     }
 }
 
@@ -180,8 +188,8 @@ fn short_buffer() -> CliError {
     CliError::run("internal error: a registered buffer is shorter than its use")
 }
 
-fn advert(buf: &RegisteredBuffer) -> BufferAdvert {
-    BufferAdvert {
+fn advert(buf: &RegisteredBuffer) -> RemoteBuffer {
+    RemoteBuffer {
         addr: buf.addr(),
         rkey: buf.rkey(),
         len: u32::try_from(buf.len()).unwrap_or(u32::MAX),
@@ -228,20 +236,10 @@ fn client(run: &mut Run<'_>) -> Result<(), CliError> {
         .map_err(CliError::run)?;
     msgs.post_recv(&mut conn)?;
 
-    id.connect(ConnParam::new().qp_num(conn.qp.qp_num()))
+    run.debug(|| format!("connecting to {dst}, waiting up to {:?}", run.timeout()));
+    // The QP is ours: connect_qp moves it to RTR and RTS once the server has answered.
+    id.connect_qp(&conn.qp, &ConnParam::new(), wait)
         .map_err(CliError::run)?;
-    run.wait_for(&id, EventType::ConnectResponse, wait, || {
-        format!("the server at {dst} to answer the connection request")
-    })?;
-    // Init again first: the access flags for the server's RDMA READ come with the
-    // responder resources, which the id knows only now (librdmacm does the same for QPs
-    // it owns).
-    move_qp(
-        &id,
-        &conn.qp,
-        &[QpTargetState::Init, QpTargetState::Rtr, QpTargetState::Rts],
-    )?;
-    id.establish().map_err(CliError::run)?;
     run.debug(|| format!("connected to {dst}, QP {:#x}", conn.qp.qp_num()));
 
     let mut ping = 0u64;
@@ -322,7 +320,6 @@ fn serve(run: &mut Run<'_>, id: &Arc<sideway::rdmacm::CmId>) -> Result<(), CliEr
     // The id shares the listener's channel: requests from other clients that come while
     // this one is served are refused (see CmConnection).
     let mut conn = CmConnection::new(id, 4, run.timeout())?;
-    move_qp(id, &conn.qp, &[QpTargetState::Rtr, QpTargetState::Rts])?;
     let size = args.size as usize;
     let mut msgs = MessageBuffers::new(&conn)?;
     let rdma_buf = conn
@@ -330,11 +327,9 @@ fn serve(run: &mut Run<'_>, id: &Arc<sideway::rdmacm::CmId>) -> Result<(), CliEr
         .reg_buffer(size, AccessFlags::LOCAL_WRITE)
         .map_err(CliError::run)?;
     msgs.post_recv(&mut conn)?;
-    id.accept(ConnParam::new().qp_num(conn.qp.qp_num()))
+    // accept_qp moves our QP to RTR and RTS, accepts, and waits for the connection.
+    id.accept_qp(&conn.qp, &ConnParam::new(), Some(run.timeout()))
         .map_err(CliError::run)?;
-    run.wait_for(id, EventType::Established, Some(run.timeout()), || {
-        format!("the connection from {peer:?} to be established")
-    })?;
     run.debug(|| format!("connection from {peer:?} established"));
 
     let mut ping = 0u64;

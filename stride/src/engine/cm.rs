@@ -42,7 +42,7 @@ pub(crate) struct CmListener {
 fn move_qp(id: &CmId, qp: &QueuePair, states: &[QpTargetState]) -> Result<(), RunError> {
     for &state in states {
         let attr = id.init_qp_attr(state)?;
-        qp.modify(&attr.into()).map_err(|e| {
+        qp.modify(&attr).map_err(|e| {
             RunError::new(format!(
                 "moving QP {:#x} to {state:?} with rdma_cm's attributes: {e}",
                 qp.qp_num()

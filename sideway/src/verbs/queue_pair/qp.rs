@@ -509,7 +509,68 @@ impl QueuePairBuilder {
             recv_cq,
             srq: self.srq.clone(),
             pd: Arc::clone(&self.pd),
+            foreign: None,
         }
+    }
+}
+
+/// For the connection manager, which creates QPs through librdmacm (`rdma_create_qp`) from
+/// a builder's settings and wraps them as ordinary [`QueuePair`]s.
+impl QueuePairBuilder {
+    /// The builder's protection domain.
+    pub(crate) fn protection_domain(&self) -> &Arc<ProtectionDomain> {
+        &self.pd
+    }
+
+    /// The QP type asked for.
+    pub(crate) fn asked_qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
+    /// `struct ibv_qp_init_attr` with the builder's settings, and the CQs it names (which
+    /// the QP must hold).
+    pub(crate) fn classic_init_attr(
+        &self,
+    ) -> Result<
+        (
+            ffi::ibv_qp_init_attr,
+            Arc<CompletionQueue>,
+            Arc<CompletionQueue>,
+        ),
+        QueuePairError,
+    > {
+        let (send_cq, recv_cq) = self.cqs()?;
+        let init = ffi::ibv_qp_init_attr {
+            qp_context: std::ptr::null_mut(),
+            send_cq: send_cq.as_raw(),
+            recv_cq: recv_cq.as_raw(),
+            srq: self.srq_raw(),
+            cap: self.cap.into(),
+            qp_type: self.qp_type.into(),
+            sq_sig_all: c_int::from(self.sq_sig_all),
+        };
+        Ok((init, send_cq, recv_cq))
+    }
+
+    /// Wraps a classic QP created elsewhere from [`classic_init_attr`](Self::classic_init_attr),
+    /// which `destroy` destroys when the QP is dropped.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a live QP made on this builder's PD with the attributes of
+    /// `classic_init_attr` (`granted` holding the capacities written back), with these CQs;
+    /// nothing but `destroy`, called once with `raw`, destroys it.
+    pub(crate) unsafe fn wrap_foreign(
+        &self,
+        raw: NonNull<ffi::ibv_qp>,
+        granted: ffi::ibv_qp_cap,
+        send_cq: Arc<CompletionQueue>,
+        recv_cq: Arc<CompletionQueue>,
+        destroy: ForeignDestroy,
+    ) -> QueuePair {
+        let mut qp = self.wrap(raw, None, granted.into(), send_cq, recv_cq);
+        qp.foreign = Some(destroy);
+        qp
     }
 }
 
@@ -532,7 +593,13 @@ pub struct QueuePair {
     pub(super) send_cq: Arc<CompletionQueue>,
     pub(super) recv_cq: Arc<CompletionQueue>,
     pub(super) pd: Arc<ProtectionDomain>,
+    /// Set for a QP another library created (rdma_cm's `rdma_create_qp`): destroys it in
+    /// place of `ibv_destroy_qp`, and keeps alive what the QP's validity depends on (the id).
+    pub(super) foreign: Option<ForeignDestroy>,
 }
+
+/// Destroys a QP that [`QueuePairBuilder::wrap_foreign`] wrapped; called once, from `Drop`.
+pub(crate) type ForeignDestroy = Box<dyn FnOnce(NonNull<ffi::ibv_qp>) + Send + Sync>;
 
 // SAFETY: libibverbs QPs may be used from any thread. The storage the guards build batches
 // in is reached only through `&mut self`, so moving the QP to another thread moves it whole.
@@ -543,6 +610,12 @@ unsafe impl Sync for QueuePair {}
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
+        if let Some(destroy) = self.foreign.take() {
+            // No guard can be alive (they borrow the QP mutably); the CQs and PD outlive
+            // this call (fields).
+            destroy(self.raw);
+            return;
+        }
         if !self.pd.context().owns_objects() {
             // A test double's QP (QueuePairBuilder::wrap_raw): its owner frees it.
             return;

@@ -1,0 +1,147 @@
+//! Unit tests of what needs no device: private data limits, addresses through C, codes a newer
+//! librdmacm may add, and the text of errors.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::address::{read_sockaddr, RawSockAddr};
+use super::*;
+
+#[test]
+fn private_data_limits_follow_the_man_pages() {
+    assert_eq!(
+        max_private_data(PortSpace::Tcp, PrivateDataCall::Connect),
+        56
+    );
+    assert_eq!(
+        max_private_data(PortSpace::Tcp, PrivateDataCall::Accept),
+        196
+    );
+    assert_eq!(
+        max_private_data(PortSpace::Tcp, PrivateDataCall::Reject),
+        148
+    );
+    assert_eq!(
+        max_private_data(PortSpace::Udp, PrivateDataCall::Connect),
+        180
+    );
+    assert_eq!(
+        max_private_data(PortSpace::Udp, PrivateDataCall::Accept),
+        136
+    );
+}
+
+#[test]
+fn socket_addresses_round_trip_through_c() {
+    for addr in ["198.18.0.1:7471", "[fe80::1]:9", "0.0.0.0:0"] {
+        let addr: SocketAddr = addr.parse().unwrap();
+        let mut raw = RawSockAddr::new(addr);
+        // SAFETY: raw is a whole sockaddr_storage.
+        let back = unsafe { read_sockaddr(raw.as_mut_ptr().cast()) };
+        assert_eq!(back, Some(addr));
+    }
+}
+
+#[test]
+fn unknown_event_types_and_reasons_survive() {
+    assert_eq!(EventType::from(9), EventType::Established);
+    assert_eq!(EventType::from(99), EventType::Unknown(99));
+    let r = RejectReason { status: 28 };
+    assert!(r.is_consumer_reject());
+    assert_eq!(r.ib_reason(), Some(IbRejectReason::ConsumerDefined));
+    let r = RejectReason { status: 8 };
+    assert!(r.to_string().contains("nobody listens"), "{r}");
+    assert_eq!(RejectReason { status: -111 }.ib_reason(), None);
+}
+
+#[test]
+fn timeouts_name_the_step_the_addresses_and_the_wait() {
+    let ends = Endpoints {
+        local: Some("127.0.0.1:40000".parse().unwrap()),
+        remote: Some("127.0.0.2:7174".parse().unwrap()),
+    };
+    let e = CmError::Timeout {
+        timeout: Duration::from_secs(10),
+        waiting_for: Some(EventType::ConnectResponse),
+        endpoints: ends,
+    };
+    assert_eq!(
+        e.to_string(),
+        "rdma_cm connect (127.0.0.1:40000 -> 127.0.0.2:7174): no CONNECT_RESPONSE event \
+             within 10 s: the peer did not answer: is the server running and listening on that \
+             address and port, and reachable over RDMA?"
+    );
+    let e = CmError::Timeout {
+        timeout: Duration::from_millis(2500),
+        waiting_for: Some(EventType::AddrResolved),
+        endpoints: Endpoints {
+            local: None,
+            ..ends
+        },
+    };
+    let s = e.to_string();
+    assert!(
+        s.starts_with(
+            "address resolution (to 127.0.0.2:7174): no ADDR_RESOLVED event within 2500 ms: "
+        ),
+        "{s}"
+    );
+    let e = CmError::Timeout {
+        timeout: Duration::from_secs(1),
+        waiting_for: Some(EventType::RouteResolved),
+        endpoints: Endpoints::default(),
+    };
+    assert!(e
+        .to_string()
+        .starts_with("route resolution: no ROUTE_RESOLVED event within 1 s"));
+    let e = CmError::Timeout {
+        timeout: Duration::from_secs(1),
+        waiting_for: None,
+        endpoints: Endpoints::default(),
+    };
+    assert_eq!(e.to_string(), "no rdma_cm event arrived within 1 s");
+    let e = CmError::Timeout {
+        timeout: Duration::from_secs(1),
+        waiting_for: Some(EventType::Unknown(77)),
+        endpoints: Endpoints::default(),
+    };
+    assert_eq!(
+        e.to_string(),
+        "waiting for an rdma_cm event: no Unknown(77) event within 1 s"
+    );
+}
+
+#[test]
+fn errors_say_what_and_where() {
+    let e = CmError::RouteUnresolvable {
+        dst: Some("10.1.2.3:7471".parse().unwrap()),
+        source: io::Error::from_raw_os_error(libc::ENETUNREACH),
+    };
+    let s = e.to_string();
+    assert!(
+        s.starts_with("cannot resolve a route to 10.1.2.3:7471: no RDMA device"),
+        "{s}"
+    );
+    let e = CmError::PrivateDataTooLong {
+        call: "rdma_connect",
+        len: 57,
+        max: 56,
+        port_space: PortSpace::Tcp,
+        transport: "InfiniBand/RoCE",
+    };
+    assert!(e.to_string().contains("57 bytes"), "{e}");
+    let e = CmError::Call {
+        call: "rdma_listen",
+        endpoints: Endpoints {
+            local: Some("198.18.0.1:7000".parse().unwrap()),
+            remote: None,
+        },
+        source: io::Error::from_raw_os_error(libc::EADDRINUSE),
+    };
+    assert!(
+        e.to_string()
+            .starts_with("rdma_listen failed (on 198.18.0.1:7000): "),
+        "{e}"
+    );
+}
