@@ -156,10 +156,10 @@
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+pub mod connection;
 mod diagnostics;
 #[allow(unsafe_code)]
 mod fd;
-pub mod connection;
 pub mod gid;
 pub mod peer_text;
 #[allow(unsafe_code)]

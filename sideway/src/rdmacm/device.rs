@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, Weak};
 use rdma_mummy_sys as ffi;
 
 use super::channel::lock;
-use crate::verbs::device::DeviceContext;
 use crate::errno::{fresh, non_null};
+use crate::verbs::device::DeviceContext;
 
 pub(super) fn device_name(verbs: *mut ffi::ibv_context) -> String {
     // SAFETY: verbs is an open context (the caller's id is bound); device and its name are

@@ -17,8 +17,8 @@ use super::channel::{lock, millis, EventChannel};
 use super::conn_param::{max_private_data, ConnParam, PortSpace, PrivateDataCall};
 use super::device::lent_context;
 use super::error::{addr_hint, route_hint, CmError};
-use crate::verbs::device::{DeviceContext, TransportType};
 use crate::errno::{fresh, from_ret, out_ptr, Fresh};
+use crate::verbs::device::{DeviceContext, TransportType};
 
 impl EventChannel {
     /// `Udp` for datagrams and multicast.
@@ -207,7 +207,11 @@ impl CmId {
             // SAFETY: the id is alive and joined this group; librdmacm detaches the QP.
             let ret = fresh(|| unsafe { ffi::rdma_leave_multicast(raw, sa.as_mut_ptr()) });
             if let Err(e) = from_ret(ret) {
-                crate::diagnostics::report_drop_failure("rdma_leave_multicast", &group.to_string(), &e);
+                crate::diagnostics::report_drop_failure(
+                    "rdma_leave_multicast",
+                    &group.to_string(),
+                    &e,
+                );
             }
         }
     }

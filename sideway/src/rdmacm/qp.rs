@@ -202,7 +202,9 @@ impl CmId {
                     }
                 }
             }
-            Err(e) => crate::diagnostics::report_drop_failure("ibv_destroy_qp", "an rdma_cm id's QP", &e),
+            Err(e) => {
+                crate::diagnostics::report_drop_failure("ibv_destroy_qp", "an rdma_cm id's QP", &e)
+            }
         }
     }
 
