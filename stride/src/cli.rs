@@ -275,9 +275,14 @@ pub struct RunArgs {
     )]
     pub use_cuda_dmabuf: Option<u32>,
 
-    /// Also write the results, both sides', as JSON to this file.
+    /// Also write the results, both sides', as JSON to this file (with --cluster: the whole
+    /// run's, written by rank 0).
     #[arg(long = "json")]
     pub json: Option<PathBuf>,
+
+    /// Cluster mode: one rank of a run started by srun or mpirun.
+    #[command(flatten)]
+    pub cluster: crate::cluster::ClusterArgs,
 }
 
 impl RunArgs {

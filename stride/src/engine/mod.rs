@@ -148,8 +148,42 @@ fn check_supported(params: &TestParams) -> Result<(), RunError> {
     Ok(())
 }
 
-/// Runs one side of a test: the server when `args.server` is `None`.
+/// Runs one side of a test: the server when `args.server` is `None`; a rank of a cluster
+/// run with `--cluster`.
 pub fn run(verb: Verb, args: &RunArgs) -> Result<(), RunError> {
+    crate::cluster::check_args(args)?;
+    if args.cluster.cluster {
+        return crate::cluster::run(verb, args);
+    }
+    run_side(verb, args, false, |params| match &args.server {
+        Some(host) => {
+            let mut oob = OobChannel::connect(host, args.port, EXCHANGE_TIMEOUT)?;
+            oob.client_handshake(params)?;
+            Ok(oob)
+        }
+        None => {
+            println!(
+                "stride-perf server: waiting for a client on TCP port {}",
+                args.port
+            );
+            let mut oob = OobChannel::accept(args.port, EXCHANGE_TIMEOUT)?;
+            oob.server_handshake(params)?;
+            Ok(oob)
+        }
+    })
+    .map(drop)
+}
+
+/// One side of a pair over the out-of-band channel that `open` connects and opens (the
+/// handshake done): the client when `args.server` is set. Prints nothing on standard output
+/// when `quiet` (a cluster's rank runs several at once). Returns this side's report and the
+/// peer's.
+pub(crate) fn run_side(
+    verb: Verb,
+    args: &RunArgs,
+    quiet: bool,
+    open: impl FnOnce(&TestParams) -> Result<OobChannel, RunError>,
+) -> Result<(SideReport, SideReport), RunError> {
     let mut params = TestParams::resolve(verb, args)?;
     check_supported(&params)?;
     // First: with --use-cuda and no driver (or no such GPU) nothing else runs.
@@ -168,27 +202,23 @@ pub fn run(verb: Verb, args: &RunArgs) -> Result<(), RunError> {
     if let Some(warning) = clock.warning() {
         eprintln!("{warning}");
     }
-    let mut oob = match &args.server {
-        Some(host) => {
-            let mut oob = OobChannel::connect(host, args.port, EXCHANGE_TIMEOUT)?;
-            oob.client_handshake(&params)?;
-            oob
-        }
-        None => {
-            println!(
-                "stride-perf server: waiting for a client on TCP port {}",
-                args.port
-            );
-            let mut oob = OobChannel::accept(args.port, EXCHANGE_TIMEOUT)?;
-            oob.server_handshake(&params)?;
-            oob
-        }
-    };
-    let result = run_connected(&dev, &memory, &clock, args, &params, &mut oob);
+    let mut oob = open(&params)?;
+    let result = run_connected(&dev, &memory, &clock, args, &params, &mut oob, quiet);
     if let Err(e) = &result {
         oob.abort(&e.to_string());
     }
     result
+}
+
+/// This host's device, port and GID as a pair run would pick them: the device's name, the
+/// port, and the GID line of the banner.
+pub(crate) fn device_summary(
+    verb: Verb,
+    args: &RunArgs,
+) -> Result<(String, u8, String), RunError> {
+    let params = TestParams::resolve(verb, args)?;
+    let dev = DeviceSide::open(args, &params)?;
+    Ok((dev.name().to_owned(), dev.port, dev.gid_line()))
 }
 
 fn verb_title(verb: Verb) -> &'static str {
@@ -281,7 +311,16 @@ fn run_connected(
     args: &RunArgs,
     params: &TestParams,
     oob: &mut OobChannel,
-) -> Result<(), RunError> {
+    quiet: bool,
+) -> Result<(SideReport, SideReport), RunError> {
+    // A cluster's rank prints nothing of a pair: rank 0 prints the whole run's report.
+    macro_rules! println {
+        ($($t:tt)*) => {
+            if !quiet {
+                std::println!($($t)*);
+            }
+        };
+    }
     let is_client = args.server.is_some();
     let role_name = if is_client { "client" } else { "server" };
     let mut res = Resources::create(dev, memory, params, VerbsApi::from_args(args, dev))?;
@@ -321,7 +360,8 @@ fn run_connected(
     };
     res.fill_receive_queues(params)?;
     oob.barrier("connected")?;
-    print_banner(
+    if !quiet {
+        print_banner(
         dev,
         memory,
         clock,
@@ -332,6 +372,7 @@ fn run_connected(
         mtu.bytes().unwrap_or(0),
         role_name,
     );
+    }
 
     // The passive side waits at the "done" barrier for as long as the peer measures.
     let measure_timeout = Duration::from_secs(300 + 2 * params.duration.unwrap_or(0));
@@ -484,8 +525,8 @@ fn run_connected(
             version: env!("CARGO_PKG_VERSION").to_owned(),
             params: params.clone(),
             report_gbits: gbits,
-            this_side,
-            peer: Some(peer),
+            this_side: this_side.clone(),
+            peer: Some(peer.clone()),
         };
         report.write_json(path).map_err(|e| {
             RunError::new(format!(
@@ -495,7 +536,7 @@ fn run_connected(
         })?;
         println!(" results (both sides) written to {}", path.display());
     }
-    Ok(())
+    Ok((this_side, peer))
 }
 
 #[cfg(test)]
