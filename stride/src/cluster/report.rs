@@ -282,43 +282,22 @@ impl ClusterReport {
                 m.rank, m.host, m.pid, m.device, m.port, m.gid
             );
         }
-        let unit = if gbits { "Gb/sec" } else { "MiB/sec" };
-        let _ = writeln!(out, "{RULE}");
-        match self.params.test {
-            Test::Bw => {
-                let _ = writeln!(
-                    out,
-                    " pair      #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]"
-                );
-            }
-            Test::Lat => {
-                let _ = writeln!(
-                    out,
-                    " pair      #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    99% percentile[usec]"
-                );
+        // perftest's columns, as a pair run prints them, after the pair.
+        let header = match self.params.test {
+            Test::Bw => crate::report::bandwidth_header(gbits),
+            Test::Lat => crate::report::latency_header(),
+        };
+        for line in header.lines() {
+            if line == RULE {
+                let _ = writeln!(out, "{line}");
+            } else {
+                let _ = writeln!(out, " pair    {line}");
             }
         }
         for p in &self.pairs {
             for r in p.measured() {
                 let pair = format!("{} -> {}", p.client, p.server);
-                let row = match r {
-                    SizeResult::Bandwidth(b) => format!(
-                        " {pair:<9} {:<7}    {:<10}       {:<7.2}            {:<7.2}\t\t   {:<7.6}",
-                        b.bytes,
-                        b.iterations,
-                        b.peak(gbits),
-                        b.avg(gbits),
-                        b.msg_rate_mpps
-                    ),
-                    SizeResult::Latency(l) => {
-                        let s = &l.summary;
-                        format!(
-                            " {pair:<9} {:<7} {:<10}      {:<7.2}        {:<7.2}      {:<7.2}  \t       {:<7.2}     \t{:<7.2}",
-                            l.bytes, l.iterations, s.t_min, s.t_max, s.t_typical, s.t_avg, s.p99
-                        )
-                    }
-                };
-                let _ = writeln!(out, "{row}");
+                let _ = writeln!(out, " {pair:<8}{}", crate::report::row_for(r, gbits));
             }
         }
         let _ = writeln!(out, "{RULE}");
@@ -513,7 +492,7 @@ pub(crate) mod tests {
         let text = r.text();
         assert!(text.contains("2 -> 3 (n02 -> n03): 40.00"), "{text}");
         assert!(text.contains("FLAGGED"), "{text}");
-        assert!(text.contains(" 2 -> 3    65536"), "{text}");
+        assert!(text.contains(" 2 -> 3   65536"), "{text}");
     }
 
     #[test]
