@@ -65,6 +65,16 @@ pub(super) fn start(
             )));
         }
     }
+    start_on(listener, verb, args, launch)
+}
+
+/// Starts the coordinator on a listener made elsewhere.
+fn start_on(
+    listener: TcpListener,
+    verb: Verb,
+    args: &RunArgs,
+    launch: &Launch,
+) -> Result<JoinHandle<Result<(), RunError>>, RunError> {
     let params = TestParams::resolve(verb, args)?;
     let coordinator = Coordinator {
         size: launch.size,
@@ -158,9 +168,12 @@ impl Coordinator {
         if let Err(e) = &result {
             let reason = e.to_string();
             for r in &mut self.ranks {
-                let _ = wire::send(&mut r.stream, &Control::Abort {
-                    reason: reason.clone(),
-                });
+                let _ = wire::send(
+                    &mut r.stream,
+                    &Control::Abort {
+                        reason: reason.clone(),
+                    },
+                );
             }
         }
         result
@@ -333,11 +346,7 @@ impl Coordinator {
     }
 
     /// Waits for every rank's end of step `index`; the results of the pairs.
-    fn step(
-        &mut self,
-        inbox: &Receiver<Event>,
-        index: usize,
-    ) -> Result<Vec<PairResult>, RunError> {
+    fn step(&mut self, inbox: &Receiver<Event>, index: usize) -> Result<Vec<PairResult>, RunError> {
         let mut done = vec![false; self.size];
         let mut results = Vec::new();
         let mut failures: Vec<String> = Vec::new();
@@ -408,7 +417,10 @@ impl Coordinator {
                     deaths.push(death);
                 }
                 Ok(Control::Heartbeat) => {}
-                Ok(Control::StepDone { index: i, results: mut got }) if i == index => {
+                Ok(Control::StepDone {
+                    index: i,
+                    results: mut got,
+                }) if i == index => {
                     if let Some(d) = done.get_mut(rank) {
                         *d = true;
                     }
@@ -436,5 +448,191 @@ impl Coordinator {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::launcher::{LauncherKind, RankZeroHost};
+    use crate::cluster::report::tests::member;
+    use clap::Parser;
+
+    /// A coordinator for `size` ranks on a loopback port, with these extra arguments.
+    fn coordinator(size: usize, extra: &[&str]) -> (JoinHandle<Result<(), RunError>>, u16) {
+        let mut argv = vec!["stride-perf", "write", "bw", "--cluster", "-n", "10"];
+        argv.extend_from_slice(extra);
+        let cli = crate::cli::Cli::try_parse_from(argv).unwrap();
+        let args = cli.command.run_args().unwrap().1.clone();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let launch = Launch {
+            kind: LauncherKind::Slurm,
+            rank: 0,
+            size,
+            rank_zero: RankZeroHost::ThisHost,
+        };
+        (
+            start_on(listener, Verb::Write, &args, &launch).unwrap(),
+            port,
+        )
+    }
+
+    /// A fake rank: registered, its table read.
+    fn rank(port: u16, r: usize, size: usize) -> TcpStream {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut m = member(r);
+        m.size = size;
+        wire::send(&mut s, &Control::Register { member: m }).unwrap();
+        s
+    }
+
+    /// The next message that is not a heartbeat.
+    fn next(s: &mut TcpStream) -> Control {
+        loop {
+            match wire::recv(s).unwrap() {
+                Control::Heartbeat => {}
+                other => return other,
+            }
+        }
+    }
+
+    fn side(role: &str, results: Vec<crate::report::SizeResult>) -> crate::report::SideReport {
+        crate::report::SideReport {
+            role: role.into(),
+            device: "rxe0".into(),
+            gid_index: 1,
+            buffer: None,
+            clock: None,
+            posting: None,
+            polling: None,
+            results,
+        }
+    }
+
+    #[test]
+    fn fake_ranks_run_every_step_and_get_finish() {
+        let (handle, port) = coordinator(3, &["--pattern", "ring"]);
+        let mut ranks: Vec<TcpStream> = (0..3).map(|r| rank(port, r, 3)).collect();
+        for s in &mut ranks {
+            assert!(matches!(next(s), Control::Table { members } if members.len() == 3));
+        }
+        for (r, s) in ranks.iter_mut().enumerate() {
+            let Control::Step { index, jobs } = next(s) else {
+                panic!("no step")
+            };
+            assert_eq!(jobs.len(), 3);
+            let results = jobs
+                .iter()
+                .filter(|j| j.client == r)
+                .map(|&pair| PairResult {
+                    pair,
+                    client: side(
+                        "client",
+                        vec![crate::report::SizeResult::Bandwidth(
+                            crate::bandwidth::BandwidthResult {
+                                bytes: 65536,
+                                iterations: 10,
+                                peak_bytes_per_sec: None,
+                                avg_bytes_per_sec: 1e8,
+                                msg_rate_mpps: 0.001,
+                            },
+                        )],
+                    ),
+                    server: side("server", Vec::new()),
+                })
+                .collect();
+            wire::send(s, &Control::StepDone { index, results }).unwrap();
+        }
+        for s in &mut ranks {
+            assert_eq!(next(s), Control::Finish);
+        }
+        handle.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn a_rank_that_dies_is_named_to_every_other_rank() {
+        let (handle, port) = coordinator(3, &[]);
+        let mut ranks: Vec<TcpStream> = (0..3).map(|r| rank(port, r, 3)).collect();
+        for s in &mut ranks {
+            assert!(matches!(next(s), Control::Table { .. }));
+            assert!(matches!(next(s), Control::Step { index: 0, .. }));
+        }
+        drop(ranks.remove(1));
+        for s in &mut ranks {
+            let Control::Abort { reason } = next(s) else {
+                panic!("no abort")
+            };
+            assert_eq!(
+                reason,
+                "rank 1 (host n01, pid 101) closed the connection during step 1: it died or \
+                 was killed; see its output"
+            );
+        }
+        let e = handle.join().unwrap().unwrap_err().to_string();
+        assert!(e.starts_with("rank 1 (host n01, pid 101) closed"), "{e}");
+    }
+
+    #[test]
+    fn silent_missing_and_confused_ranks_end_the_run_in_bounded_time() {
+        // Rank 2 never comes.
+        let (handle, port) = coordinator(3, &["--cluster-timeout", "2"]);
+        let mut ranks: Vec<TcpStream> = (0..2).map(|r| rank(port, r, 3)).collect();
+        let started = Instant::now();
+        for s in &mut ranks {
+            let Control::Abort { reason } = next(s) else {
+                panic!("no abort")
+            };
+            assert!(
+                reason.starts_with("rank 2 never arrived at rank 0 within 2 s"),
+                "{reason}"
+            );
+        }
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert!(handle.join().unwrap().is_err());
+
+        // Rank 1 registers, then says nothing more: not even heartbeats.
+        let (handle, port) = coordinator(2, &["--cluster-timeout", "2"]);
+        let mut r0 = rank(port, 0, 2);
+        let _r1 = rank(port, 1, 2);
+        let beats = thread::spawn(move || loop {
+            let msg = wire::recv(&mut r0).unwrap();
+            if let Control::Abort { reason } = msg {
+                return reason;
+            }
+            if wire::send(&mut r0, &Control::Heartbeat).is_err() {
+                return String::new();
+            }
+        });
+        let reason = beats.join().unwrap();
+        assert!(
+            reason.starts_with("rank 1 (host n01, pid 101) sent nothing for 2 s during step 1"),
+            "{reason}"
+        );
+        assert!(handle.join().unwrap().is_err());
+
+        // Two processes claim rank 0; a rank with another world size.
+        let (handle, port) = coordinator(3, &[]);
+        let mut a = rank(port, 0, 3);
+        let _b = rank(port, 0, 3);
+        let Control::Abort { reason } = next(&mut a) else {
+            panic!("no abort")
+        };
+        assert!(
+            reason.starts_with("two processes say they are rank 0"),
+            "{reason}"
+        );
+        assert!(handle.join().unwrap().is_err());
+        let (handle, port) = coordinator(3, &[]);
+        let mut a = rank(port, 1, 4);
+        let Control::Abort { reason } = next(&mut a) else {
+            panic!("no abort")
+        };
+        assert!(
+            reason.contains("says the run has 4 ranks; rank 0 says 3"),
+            "{reason}"
+        );
+        assert!(handle.join().unwrap().is_err());
     }
 }

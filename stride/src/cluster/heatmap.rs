@@ -15,13 +15,25 @@ const LEGEND: f64 = 150.0;
 
 /// Red (0) through yellow to green (1).
 fn colour(t: f64) -> String {
-    let t = if t.is_finite() { t.clamp(0.0, 1.0) } else { 0.5 };
+    let t = if t.is_finite() {
+        t.clamp(0.0, 1.0)
+    } else {
+        0.5
+    };
     let (r, g, b) = if t < 0.5 {
         let u = t * 2.0;
-        (215.0 + (254.0 - 215.0) * u, 48.0 + (224.0 - 48.0) * u, 39.0 + (139.0 - 39.0) * u)
+        (
+            215.0 + (254.0 - 215.0) * u,
+            48.0 + (224.0 - 48.0) * u,
+            39.0 + (139.0 - 39.0) * u,
+        )
     } else {
         let u = (t - 0.5) * 2.0;
-        (254.0 + (26.0 - 254.0) * u, 224.0 + (152.0 - 224.0) * u, 139.0 + (80.0 - 139.0) * u)
+        (
+            254.0 + (26.0 - 254.0) * u,
+            224.0 + (152.0 - 224.0) * u,
+            139.0 + (80.0 - 139.0) * u,
+        )
     };
     format!("#{:02x}{:02x}{:02x}", r as u8, g as u8, b as u8)
 }
@@ -150,7 +162,11 @@ pub fn render(report: &ClusterReport) -> String {
         );
     }
     if lo.is_finite() && hi.is_finite() {
-        let (best, worst) = if m.higher_is_better { (hi, lo) } else { (lo, hi) };
+        let (best, worst) = if m.higher_is_better {
+            (hi, lo)
+        } else {
+            (lo, hi)
+        };
         let _ = writeln!(
             svg,
             r#"<text x="{:.1}" y="{:.1}">{} (best)</text><text x="{:.1}" y="{:.1}">{} (worst)</text>"#,
@@ -187,7 +203,10 @@ mod tests {
         // 16 cells (4 of them the unmeasured diagonal) and 10 legend steps.
         assert_eq!(svg.matches("<rect x=").count(), 16 + 10);
         assert_eq!(svg.matches(r#"stroke="black""#).count(), 1);
-        assert!(svg.contains("<title>1 -> 0 (n01 -> n00): 30</title>"), "{svg}");
+        assert!(
+            svg.contains("<title>1 -> 0 (n01 -> n00): 30</title>"),
+            "{svg}"
+        );
         assert_eq!(svg.matches(r##"fill="#e8e8e8""##).count(), 4);
     }
 

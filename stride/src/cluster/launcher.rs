@@ -104,12 +104,8 @@ impl Launch {
         let present = |name: &str| var(name).is_some();
         if present("OMPI_COMM_WORLD_RANK") || present("OMPI_COMM_WORLD_SIZE") {
             let kind = LauncherKind::OpenMpi;
-            let (rank, size) = rank_and_size(
-                kind,
-                &var,
-                "OMPI_COMM_WORLD_RANK",
-                "OMPI_COMM_WORLD_SIZE",
-            )?;
+            let (rank, size) =
+                rank_and_size(kind, &var, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")?;
             let local = number(kind, &var, "OMPI_COMM_WORLD_LOCAL_SIZE")?;
             let rank_zero = match local {
                 Some(l) if l == size => RankZeroHost::ThisHost,
@@ -153,13 +149,16 @@ impl Launch {
             let kind = LauncherKind::Slurm;
             let (rank, size) = rank_and_size(kind, &var, "SLURM_PROCID", "SLURM_NTASKS")?;
             // The step's nodes when srun runs inside a bigger allocation, else the job's.
-            let list = ["SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"]
-                .into_iter()
-                .find_map(|name| var(name).map(|v| (name, v)));
+            let list = [
+                "SLURM_STEP_NODELIST",
+                "SLURM_JOB_NODELIST",
+                "SLURM_NODELIST",
+            ]
+            .into_iter()
+            .find_map(|name| var(name).map(|v| (name, v)));
             let rank_zero = match list {
                 None => RankZeroHost::Unknown(
-                    "none of SLURM_STEP_NODELIST, SLURM_JOB_NODELIST, SLURM_NODELIST is set"
-                        .into(),
+                    "none of SLURM_STEP_NODELIST, SLURM_JOB_NODELIST, SLURM_NODELIST is set".into(),
                 ),
                 Some((name, list)) => {
                     let hosts = parse_host_list(&list)
@@ -173,10 +172,7 @@ impl Launch {
                         if n != hosts.len() {
                             return Err(inconsistent(
                                 kind,
-                                format!(
-                                    "{name} names {} hosts but {nodes}={n}",
-                                    hosts.len()
-                                ),
+                                format!("{name} names {} hosts but {nodes}={n}", hosts.len()),
                             ));
                         }
                     }
@@ -267,14 +263,17 @@ fn rank_and_size(
 /// ranges (`node[01-03,07]`, `rack[1-2]-n[1-4]`, `login1`); ranges keep the zero padding of
 /// their lower bound. Order is kept and duplicates stay (as Slurm's own expansion).
 pub fn parse_host_list(list: &str) -> Result<Vec<String>, HostListError> {
+    // The list comes from the environment: what it quotes is made printable too.
     let fail = |message: String| HostListError {
         list: sideway::peer_text::printable(list, 200),
-        message,
+        message: sideway::peer_text::printable(&message, 400),
     };
     let mut hosts = Vec::new();
     for item in split_top_level(list).map_err(fail)? {
         if item.is_empty() {
-            return Err(fail("an empty host name (two commas, or one at an end)".into()));
+            return Err(fail(
+                "an empty host name (two commas, or one at an end)".into(),
+            ));
         }
         let mut expanded = vec![String::new()];
         let mut rest = item;
@@ -326,9 +325,7 @@ fn split_top_level(list: &str) -> Result<Vec<&str>, String> {
                 items.push(list[start..i].trim());
                 start = i + 1;
             }
-            c if c.is_whitespace() && depth == 1 => {
-                return Err("a space inside brackets".into())
-            }
+            c if c.is_whitespace() && depth == 1 => return Err("a space inside brackets".into()),
             _ => {}
         }
     }
@@ -358,8 +355,7 @@ fn expand_ranges(inside: &str) -> Result<Vec<String>, String> {
         if a > b {
             return Err(format!("\"[{inside}]\": the range {part} runs backwards"));
         }
-        if b - a >= HOST_LIST_MAX as u64 || values.len() as u64 + (b - a) >= HOST_LIST_MAX as u64
-        {
+        if b - a >= HOST_LIST_MAX as u64 || values.len() as u64 + (b - a) >= HOST_LIST_MAX as u64 {
             return Err(format!("more than {HOST_LIST_MAX} hosts"));
         }
         let width = lo.len();

@@ -68,7 +68,11 @@ pub(crate) fn host_name() -> String {
 
 /// Connects to rank 0, trying again while nothing listens yet (ranks start in any order),
 /// for at most `limit`.
-fn connect_rank_zero(rendezvous: &str, rank: usize, limit: Duration) -> Result<TcpStream, RunError> {
+fn connect_rank_zero(
+    rendezvous: &str,
+    rank: usize,
+    limit: Duration,
+) -> Result<TcpStream, RunError> {
     let deadline = Instant::now() + limit;
     let mut last = String::from("the name resolved to no address");
     loop {
@@ -348,7 +352,11 @@ impl MemberState<'_> {
     /// Starts one pair of step `index` in a thread of its own.
     fn start_pair(&self, index: usize, job: PairJob) -> Result<(), RunError> {
         let me = self.me;
-        let peer_rank = if job.client == me { job.server } else { job.client };
+        let peer_rank = if job.client == me {
+            job.server
+        } else {
+            job.client
+        };
         let peer = self.members.get(peer_rank).cloned().ok_or_else(|| {
             RunError::new(format!(
                 "rank {me}: step {index} names rank {peer_rank}, which the table lacks"
@@ -366,8 +374,14 @@ impl MemberState<'_> {
             let outcome = engine::run_side(verb, &args, true, |params| {
                 let oob = if job.client == me {
                     let mut stream = connect_pair(&peer.pair_addr, &who)?;
-                    wire::send(&mut stream, &Control::PairHello { client: me, step: index })
-                        .map_err(|e| RunError::new(format!("greeting {who}: {e}")))?;
+                    wire::send(
+                        &mut stream,
+                        &Control::PairHello {
+                            client: me,
+                            step: index,
+                        },
+                    )
+                    .map_err(|e| RunError::new(format!("greeting {who}: {e}")))?;
                     let mut oob = OobChannel::from_stream(stream, PAIR_EXCHANGE)?;
                     oob.client_handshake(params)?;
                     oob

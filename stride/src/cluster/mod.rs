@@ -206,7 +206,10 @@ mod tests {
         let ring = Pattern::Ring.steps(4);
         assert_eq!(ring.len(), 1);
         assert_eq!(
-            ring[0].iter().map(|j| (j.client, j.server)).collect::<Vec<_>>(),
+            ring[0]
+                .iter()
+                .map(|j| (j.client, j.server))
+                .collect::<Vec<_>>(),
             [(0, 1), (1, 2), (2, 3), (3, 0)]
         );
         let all = Pattern::AllToAll.steps(4);
@@ -222,12 +225,22 @@ mod tests {
             "--pattern applies to cluster runs only: add --cluster"
         );
         let e = check_args(&args(&["write", "bw", "--cluster", "-R"])).unwrap_err();
-        assert!(e.to_string().contains("-R (rdma_cm) is not supported"), "{e}");
+        assert!(
+            e.to_string().contains("-R (rdma_cm) is not supported"),
+            "{e}"
+        );
         let a = args(&["write", "bw", "--cluster", "--pattern", "all-to-all"]);
         assert_eq!(a.cluster.pattern, Pattern::AllToAll);
         let full = ["stride-perf", "write", "bw", "--cluster", "10.0.0.1"];
         assert!(crate::cli::Cli::try_parse_from(full).is_err());
-        let short = ["stride-perf", "write", "bw", "--cluster", "--cluster-timeout", "1"];
+        let short = [
+            "stride-perf",
+            "write",
+            "bw",
+            "--cluster",
+            "--cluster-timeout",
+            "1",
+        ];
         assert!(crate::cli::Cli::try_parse_from(short).is_err());
     }
 

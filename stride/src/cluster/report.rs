@@ -167,7 +167,9 @@ impl ClusterReport {
         let mut figures = Vec::new();
         for p in &pairs {
             if let Some((b, v)) = figure(p.measured(), report_gbits) {
-                if let Some(cell) = cells.get_mut(p.client).and_then(|row| row.get_mut(p.server))
+                if let Some(cell) = cells
+                    .get_mut(p.client)
+                    .and_then(|row| row.get_mut(p.server))
                 {
                     *cell = Some(v);
                 }
@@ -273,7 +275,11 @@ impl ClusterReport {
         let mut out = String::new();
         let gbits = self.report_gbits;
         let _ = writeln!(out, "{RULE}");
-        let _ = writeln!(out, "                    {} (stride-perf cluster)", self.title());
+        let _ = writeln!(
+            out,
+            "                    {} (stride-perf cluster)",
+            self.title()
+        );
         let _ = writeln!(out, " rank  host              pid       device  port  GID");
         for m in &self.members {
             let _ = writeln!(
@@ -358,10 +364,7 @@ impl ClusterReport {
             MAD_FLOOR * 100.0
         );
         let flagged = self.slowest.iter().filter(|f| f.flagged).count();
-        let _ = writeln!(
-            out,
-            " {side} pairs ({flagged} flagged):"
-        );
+        let _ = writeln!(out, " {side} pairs ({flagged} flagged):");
         for f in &self.slowest {
             let _ = writeln!(
                 out,
@@ -372,7 +375,11 @@ impl ClusterReport {
                 f.server_host,
                 f.value,
                 f.from_median_percent,
-                if f.flagged { "  FLAGGED: check this link" } else { "" }
+                if f.flagged {
+                    "  FLAGGED: check this link"
+                } else {
+                    ""
+                }
             );
         }
         out
@@ -503,7 +510,10 @@ pub(crate) mod tests {
         // The JSON round-trips.
         let json = serde_json::to_string(&r).unwrap();
         let back: ClusterReport = serde_json::from_str(&json).unwrap();
-        assert_eq!((back.pairs.len(), &back.matrix.cells), (12, &r.matrix.cells));
+        assert_eq!(
+            (back.pairs.len(), &back.matrix.cells),
+            (12, &r.matrix.cells)
+        );
         assert_eq!(back.members, r.members);
     }
 }

@@ -242,9 +242,11 @@ mod tests {
         assert!(e.to_string().contains("-byte message"), "{e}");
         let e = recv(&mut io::Cursor::new(b"STRC\0\x01\0\0\0\x09{}".to_vec())).unwrap_err();
         assert!(matches!(e, RecvError::Closed), "{e}");
-        let e = recv(&mut io::Cursor::new(b"STRC\0\x01\0\0\0\x05\x1b[2J}".to_vec()))
-            .unwrap_err()
-            .to_string();
+        let e = recv(&mut io::Cursor::new(
+            b"STRC\0\x01\0\0\0\x05\x1b[2J}".to_vec(),
+        ))
+        .unwrap_err()
+        .to_string();
         assert!(!e.contains('\u{1b}'), "{e:?}");
     }
 }

@@ -212,10 +212,7 @@ pub(crate) fn run_side(
 
 /// This host's device, port and GID as a pair run would pick them: the device's name, the
 /// port, and the GID line of the banner.
-pub(crate) fn device_summary(
-    verb: Verb,
-    args: &RunArgs,
-) -> Result<(String, u8, String), RunError> {
+pub(crate) fn device_summary(verb: Verb, args: &RunArgs) -> Result<(String, u8, String), RunError> {
     let params = TestParams::resolve(verb, args)?;
     let dev = DeviceSide::open(args, &params)?;
     Ok((dev.name().to_owned(), dev.port, dev.gid_line()))
@@ -362,16 +359,16 @@ fn run_connected(
     oob.barrier("connected")?;
     if !quiet {
         print_banner(
-        dev,
-        memory,
-        clock,
-        params,
-        &res,
-        &our_first,
-        &their_first,
-        mtu.bytes().unwrap_or(0),
-        role_name,
-    );
+            dev,
+            memory,
+            clock,
+            params,
+            &res,
+            &our_first,
+            &their_first,
+            mtu.bytes().unwrap_or(0),
+            role_name,
+        );
     }
 
     // The passive side waits at the "done" barrier for as long as the peer measures.
