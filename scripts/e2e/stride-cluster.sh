@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # stride-perf --cluster: four ranks on the one device, started by Open MPI's mpirun and by
-# this script with Slurm's variables (SLURM_PROCID, SLURM_NTASKS, SLURM_NODELIST) set by hand.
+# this script with Slurm's variables (SLURM_PROCID, SLURM_NTASKS, SLURM_NODELIST) set by hand;
+# on two hosts (`scripts/softroce run --hosts 2`), ranks 0-1 here and 2-3 on the peer host,
+# with Slurm's variables and --rendezvous, every pair crossing or not crossing the link.
 # Each run must exit 0 on every rank, and rank 0's report must hold a row for every pair of
 # the pattern, the pair matrix and the slowest pairs; its JSON every pair, its heatmap a cell
 # per pair. Then the failures: a rank killed mid-run ends every other rank within the bound,
@@ -8,7 +10,7 @@
 # without a launcher says which variables it looked for.
 # Binary: ${STRIDE_BIN:-target/debug/stride-perf}. mpirun comes from the guest image's
 # openmpi-bin.
-# e2e-hosts: 1
+# e2e-hosts: 1 2
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib/stride.sh
@@ -68,18 +70,58 @@ cluster_mpirun() {
 
 # slurm_ranks DIR N ARGS...: starts the first N of 4 ranks as srun would (Slurm's variables,
 # one node named softroce, the guest's own name), each with ARGS, logs in DIR/rank-R; the
-# PIDs (of their `timeout`) in PIDS.
+# PIDs (of their `timeout`) in PIDS. On two hosts, ranks 2 and 3 run on the peer host, and
+# every rank finds rank 0 through --rendezvous at this host's address.
 slurm_ranks() {
-    local dir=$1 n=$2 r
+    local dir=$1 n=$2 r on dev_r extra=()
     shift 2
     PIDS=()
+    [ "$two_hosts" = 1 ] && extra=(--rendezvous "$RDMA_TEST_IP:$stride_port")
     for r in $(seq 0 $((n - 1))); do
-        SLURM_PROCID=$r SLURM_NTASKS=$ranks SLURM_NODELIST=softroce SLURM_JOB_NUM_NODES=1 \
-            timeout -k 5 300 "$bin" "$@" --cluster -d "$dev" -p "$stride_port" \
-            >"$dir/rank-$r" 2>&1 &
+        on=() dev_r=$dev
+        if [ "$two_hosts" = 1 ] && [ "$r" -ge 2 ]; then
+            on=("${SERVER_ON[@]}") dev_r=$SERVER_DEVICE
+        fi
+        "${on[@]}" env SLURM_PROCID="$r" SLURM_NTASKS="$ranks" SLURM_NODELIST=softroce \
+            SLURM_JOB_NUM_NODES=1 timeout -k 5 300 "$bin" "$@" --cluster -d "$dev_r" \
+            -p "$stride_port" "${extra[@]}" >"$dir/rank-$r" 2>&1 &
         PIDS+=($!)
     done
 }
+
+# wait_ranks NAME: every rank of PIDS must exit 0; rank 0's log must hold the report.
+wait_ranks() {
+    local name=$1 pid rc rcs=()
+    for pid in "${PIDS[@]}"; do rc=0; wait "$pid" || rc=$?; rcs+=("$rc"); done
+    if [ "${rcs[*]}" != "0 0 0 0" ]; then
+        fail "$name: exit statuses ${rcs[*]}"
+        for r in $(seq 0 $((ranks - 1))); do show_log "rank $r" "$work/rank-$r"; done
+        return 1
+    fi
+}
+
+two_hosts=0
+if [ "${RDMA_TEST_HOSTS:-1}" = 2 ]; then
+    two_hosts=1
+    echo "two hosts, Slurm's variables: write bw, every pair in turn"
+    stride_port=$((stride_port + 1))
+    slurm_ranks "$work" 4 write bw -s 65536 -n 300 --pattern pairs --json "$work/two.json"
+    if wait_ranks "two hosts"; then
+        report_ok "two hosts: write bw, pairs" "$work/rank-0" "$work/two.json" bw 65536 12
+        for ip in "$RDMA_TEST_IP" "$SERVER_IP"; do
+            must_say "$work/rank-0" "softroce +[0-9]+ +$ip:" "two hosts: a rank at $ip"
+        done
+        [ -n "$keep" ] && mkdir -p "$keep" && cp "$work/rank-0" "$keep/two-hosts.log"
+    fi
+    echo "two hosts, Slurm's variables: send bw, all-to-all"
+    stride_port=$((stride_port + 1))
+    slurm_ranks "$work" 4 send bw -s 4096 -n 200 --pattern all-to-all --json "$work/two.json"
+    if wait_ranks "two hosts"; then
+        report_ok "two hosts: send bw, all-to-all" "$work/rank-0" "$work/two.json" bw 4096 12
+    fi
+    finish
+    exit
+fi
 
 echo "mpirun: every pair in turn, ring, all-to-all"
 cluster_mpirun "mpirun: write bw, pairs" bw 4096 12 write bw -s 4096 -n 200 --pattern pairs
@@ -88,18 +130,13 @@ if [ -n "$keep" ]; then
     cp "$work/run.log" "$work/run.json" "$work/run.svg" "$keep/"
 fi
 cluster_mpirun "mpirun: send lat, ring" lat 2 4 send lat -n 200 --pattern ring
-cluster_mpirun "mpirun: read bw -q 2, all-to-all" bw 8192 12 read bw -s 8192 -n 100 -q 2 \
-    --pattern all-to-all
+cluster_mpirun "mpirun: read bw -q 2, validated, all-to-all" bw 8192 12 read bw -s 8192 -n 100 -q 2 \
+    --data-validation --pattern all-to-all
 
-echo "Slurm's variables: atomic bw, pairs, huge-page-free host buffers"
+echo "Slurm's variables: atomic bw, every pair in turn"
 stride_port=$((stride_port + 1))
 slurm_ranks "$work" 4 atomic bw -n 100 --pattern pairs --json "$work/slurm.json"
-rcs=()
-for pid in "${PIDS[@]}"; do rc=0; wait "$pid" || rc=$?; rcs+=("$rc"); done
-if [ "${rcs[*]}" != "0 0 0 0" ]; then
-    fail "Slurm ranks: exit statuses ${rcs[*]}"
-    for r in $(seq 0 $((ranks - 1))); do show_log "rank $r" "$work/rank-$r"; done
-else
+if wait_ranks "Slurm ranks"; then
     report_ok "Slurm ranks: atomic bw, pairs" "$work/rank-0" "$work/slurm.json" bw 8 12
     must_say "$work/rank-0" "4 ranks \(Slurm\), pattern pairs" "Slurm ranks (title)"
 fi

@@ -280,12 +280,15 @@ impl ClusterReport {
             "                    {} (stride-perf cluster)",
             self.title()
         );
-        let _ = writeln!(out, " rank  host              pid       device  port  GID");
+        let _ = writeln!(
+            out,
+            " rank  host              pid       pair address          device  port  GID"
+        );
         for m in &self.members {
             let _ = writeln!(
                 out,
-                " {:<4}  {:<16}  {:<8}  {:<6}  {:<4}  {}",
-                m.rank, m.host, m.pid, m.device, m.port, m.gid
+                " {:<4}  {:<16}  {:<8}  {:<20}  {:<6}  {:<4}  {}",
+                m.rank, m.host, m.pid, m.pair_addr, m.device, m.port, m.gid
             );
         }
         // perftest's columns, as a pair run prints them, after the pair.
