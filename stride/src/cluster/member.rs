@@ -371,41 +371,48 @@ impl MemberState<'_> {
         let events = self.events.clone();
         let who = format!("rank {} ({})", peer.rank, peer.host);
         thread::spawn(move || {
-            let outcome = engine::run_side(verb, &args, true, |params| {
-                let oob = if job.client == me {
-                    let mut stream = connect_pair(&peer.pair_addr, &who)?;
-                    wire::send(
-                        &mut stream,
-                        &Control::PairHello {
-                            client: me,
-                            step: index,
-                        },
-                    )
-                    .map_err(|e| RunError::new(format!("greeting {who}: {e}")))?;
-                    let mut oob = OobChannel::from_stream(stream, PAIR_EXCHANGE)?;
-                    oob.client_handshake(params)?;
-                    oob
-                } else {
-                    let stream = arrivals.take((index, job.client), limit).ok_or_else(|| {
-                        RunError::new(format!(
-                            "{who} did not connect for our pair within {} s",
-                            limit.as_secs()
-                        ))
-                    })?;
-                    let mut oob = OobChannel::from_stream(stream, PAIR_EXCHANGE)?;
-                    oob.server_handshake(params)?;
-                    oob
-                };
-                Ok(oob)
-            })
-            .map_err(|e| {
-                format!(
-                    "pair {} -> {} on rank {me} ({}): {e}",
-                    job.client,
-                    job.server,
-                    super::member::host_name()
-                )
+            // A pair that panicked must still end the step (as a failure), or the rank
+            // would wait for it while its heartbeats kept the run alive.
+            let run = std::panic::AssertUnwindSafe(|| {
+                engine::run_side(verb, &args, true, |params| {
+                    let oob = if job.client == me {
+                        let mut stream = connect_pair(&peer.pair_addr, &who)?;
+                        wire::send(
+                            &mut stream,
+                            &Control::PairHello {
+                                client: me,
+                                step: index,
+                            },
+                        )
+                        .map_err(|e| RunError::new(format!("greeting {who}: {e}")))?;
+                        let mut oob = OobChannel::from_stream(stream, PAIR_EXCHANGE)?;
+                        oob.client_handshake(params)?;
+                        oob
+                    } else {
+                        let stream =
+                            arrivals.take((index, job.client), limit).ok_or_else(|| {
+                                RunError::new(format!(
+                                    "{who} did not connect for our pair within {} s",
+                                    limit.as_secs()
+                                ))
+                            })?;
+                        let mut oob = OobChannel::from_stream(stream, PAIR_EXCHANGE)?;
+                        oob.server_handshake(params)?;
+                        oob
+                    };
+                    Ok(oob)
+                })
             });
+            let outcome = std::panic::catch_unwind(run)
+                .unwrap_or_else(|_| Err(RunError::new("the pair's thread panicked")))
+                .map_err(|e| {
+                    format!(
+                        "pair {} -> {} on rank {me} ({}): {e}",
+                        job.client,
+                        job.server,
+                        super::member::host_name()
+                    )
+                });
             let _ = events.send(Event::Pair(job, Box::new(outcome)));
         });
         Ok(())
