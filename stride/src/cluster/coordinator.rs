@@ -320,7 +320,12 @@ impl Coordinator {
                          output"
                     )));
                 }
-                Event::From(..) => {}
+                Event::From(rank, Ok(_)) => {
+                    // Those who came early keep up their heartbeats while the others come.
+                    if let Some(Some(r)) = came.get_mut(rank) {
+                        r.heard = Instant::now();
+                    }
+                }
             }
         }
         self.ranks = came.into_iter().flatten().collect();
@@ -548,6 +553,47 @@ mod tests {
         for s in &mut ranks {
             assert_eq!(next(s), Control::Finish);
         }
+        handle.join().unwrap().unwrap();
+    }
+
+    /// A fake rank in a thread: answers every heartbeat, reports a result for each pair it
+    /// initiates a second after the step begins, returns the message that ended it (finish
+    /// or abort).
+    fn live_rank(port: u16, r: usize, size: usize) -> thread::JoinHandle<Control> {
+        let mut s = rank(port, r, size);
+        thread::spawn(move || loop {
+            match wire::recv(&mut s).unwrap() {
+                Control::Heartbeat => wire::send(&mut s, &Control::Heartbeat).unwrap(),
+                Control::Table { .. } => {}
+                Control::Step { index, jobs } => {
+                    thread::sleep(Duration::from_secs(1));
+                    let results = jobs
+                        .iter()
+                        .filter(|j| j.client == r)
+                        .map(|&pair| PairResult {
+                            pair,
+                            client: side("client", Vec::new()),
+                            server: side("server", Vec::new()),
+                        })
+                        .collect();
+                    wire::send(&mut s, &Control::StepDone { index, results }).unwrap();
+                }
+                end => return end,
+            }
+        })
+    }
+
+    #[test]
+    fn ranks_that_came_early_and_kept_beating_are_not_called_silent() {
+        // Rank 0 waits 2.5 s for rank 1, and the step ends a second later: past the 3 s
+        // silence bound counted from rank 0's registration. Its heartbeats while it waited
+        // keep it alive.
+        let (handle, port) = coordinator(2, &["--cluster-timeout", "3", "--pattern", "ring"]);
+        let early = live_rank(port, 0, 2);
+        thread::sleep(Duration::from_millis(2500));
+        let late = live_rank(port, 1, 2);
+        assert_eq!(early.join().unwrap(), Control::Finish);
+        assert_eq!(late.join().unwrap(), Control::Finish);
         handle.join().unwrap().unwrap();
     }
 
