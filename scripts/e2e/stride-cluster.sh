@@ -2,7 +2,8 @@
 # stride-perf --cluster: four ranks on the one device, started by Open MPI's mpirun and by
 # this script with Slurm's variables (SLURM_PROCID, SLURM_NTASKS, SLURM_NODELIST) set by hand;
 # on two hosts (`scripts/softroce run --hosts 2`), ranks 0-1 here and 2-3 on the peer host,
-# with Slurm's variables and --rendezvous, every pair crossing or not crossing the link.
+# with Slurm's variables and --rendezvous, then under mpirun (its daemon on the peer host
+# started through scripts/on-peer-host as the launch agent).
 # Each run must exit 0 on every rank, and rank 0's report must hold a row for every pair of
 # the pattern, the pair matrix and the slowest pairs; its JSON every pair, its heatmap a cell
 # per pair. Then the failures: a rank killed mid-run ends every other rank within the bound,
@@ -118,6 +119,42 @@ if [ "${RDMA_TEST_HOSTS:-1}" = 2 ]; then
     slurm_ranks "$work" 4 send bw -s 4096 -n 200 --pattern all-to-all --json "$work/two.json"
     if wait_ranks "two hosts"; then
         report_ok "two hosts: send bw, all-to-all" "$work/rank-0" "$work/two.json" bw 4096 12
+    fi
+    echo "two hosts, mpirun: write lat, every pair in turn"
+    # Open MPI starts its daemon on the peer host through a launch agent (ssh's place):
+    # "AGENT HOST COMMAND" runs COMMAND there, under a host name of its own (the rig's two
+    # hosts share the guest's, and Open MPI would take them for one node).
+    agent=$work/peer-agent
+    cat >"$agent" <<EOF
+#!/bin/sh
+shift
+exec $PWD/scripts/on-peer-host unshare --uts /bin/sh -c \
+    "echo softroce-b >/proc/sys/kernel/hostname; \$*"
+EOF
+    chmod +x "$agent"
+    stride_port=$((stride_port + 1))
+    # Each rank runs on its own host's device (on-peer-host swapped RDMA_TEST_DEVICE there).
+    rc=0
+    # shellcheck disable=SC2016 # expanded by the rank's own shell, on its host
+    timeout -k 5 300 mpirun --allow-run-as-root --prtemca plm_ssh_agent "$agent" \
+        --host "softroce:2,$SERVER_IP:2" -np 4 \
+        sh -c 'exec "$0" "$@" -d "$RDMA_TEST_DEVICE"' "$bin" write lat -n 200 --pattern pairs \
+        --cluster -p "$stride_port" --rendezvous "$RDMA_TEST_IP:$stride_port" \
+        --json "$work/mpi2.json" --heatmap "$work/mpi2.svg" >"$work/mpi2.log" 2>&1 || rc=$?
+    if [ "$rc" -ne 0 ]; then
+        fail "two hosts, mpirun: exited $rc"
+        show_log mpirun "$work/mpi2.log"
+    else
+        report_ok "two hosts, mpirun: write lat, pairs" "$work/mpi2.log" "$work/mpi2.json" \
+            lat 2 12
+        must_say "$work/mpi2.log" "softroce-b +[0-9]+ +$SERVER_IP:[0-9]+ +$SERVER_DEVICE" \
+            "two hosts, mpirun: ranks on the peer host"
+        must_say "$work/mpi2.log" "softroce +[0-9]+ +$RDMA_TEST_IP:[0-9]+ +$dev" \
+            "two hosts, mpirun: ranks on this host"
+        if [ -n "$keep" ]; then
+            mkdir -p "$keep"
+            cp "$work/mpi2.log" "$work/mpi2.json" "$work/mpi2.svg" "$keep/"
+        fi
     fi
     finish
     exit
