@@ -422,7 +422,8 @@ fn run_connected(
         params.sizes.len(),
         // Only when both streams are a terminal: a progress line on a terminal between rows
         // that went down a pipe would land out of order.
-        params.sizes.len() > 1
+        !quiet
+            && params.sizes.len() > 1
             && std::io::stderr().is_terminal()
             && std::io::stdout().is_terminal(),
     );
