@@ -101,6 +101,51 @@ wait_ranks() {
     fi
 }
 
+# kill_rank VICTIM: 4 ranks with Slurm's variables, every pair in turn for 4 s each; rank
+# VICTIM is killed (SIGKILL) once everyone registered. Every other rank must end within 30 s
+# (the bound is 10 s; a dead rank's closed connection is seen at once), exit non-zero and
+# name the dead rank with its host and process id.
+kill_rank() {
+    local victim=$1 t0 t_kill victim_pid pid rc r
+    stride_port=$((stride_port + 1))
+    slurm_ranks "$work" 4 write bw -s 4096 -D 4 --pattern pairs --cluster-timeout 10
+    t0=$SECONDS
+    while ! grep -q "ranks registered" "$work/rank-0" 2>/dev/null &&
+        [ $((SECONDS - t0)) -lt 60 ]; do
+        sleep 0.2
+    done
+    sleep 1
+    # PIDS holds the ranks' `timeout`; the rank is its child.
+    victim_pid=$(pgrep -P "${PIDS[$victim]}" -x stride-perf || true)
+    [ -n "$victim_pid" ] || victim_pid=${PIDS[$victim]}
+    kill -9 "$victim_pid"
+    t_kill=$SECONDS
+    for r in 0 1 2 3; do
+        [ "$r" = "$victim" ] && continue
+        pid=${PIDS[$r]}
+        while kill -0 "$pid" 2>/dev/null && [ $((SECONDS - t_kill)) -lt 30 ]; do sleep 0.1; done
+        rc=0
+        if kill -0 "$pid" 2>/dev/null; then
+            fail "rank $r still runs 30 s after rank $victim was killed"
+            kill -9 "$pid"
+            wait "$pid" 2>/dev/null
+            continue
+        fi
+        wait "$pid" || rc=$?
+        if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+            fail "rank $r: exit status $rc after rank $victim died"
+            show_log "rank $r" "$work/rank-$r"
+        elif ! must_say "$work/rank-$r" \
+            "rank $victim \(host softroce, pid $victim_pid\) closed the connection" \
+            "rank $r names the dead rank"; then
+            show_log "rank $r" "$work/rank-$r"
+        else
+            echo "  ok: rank $r ended (exit $rc) $((SECONDS - t_kill)) s after the kill"
+        fi
+    done
+    wait "${PIDS[$victim]}" 2>/dev/null
+}
+
 two_hosts=0
 if [ "${RDMA_TEST_HOSTS:-1}" = 2 ]; then
     two_hosts=1
@@ -156,6 +201,8 @@ EOF
             cp "$work/mpi2.log" "$work/mpi2.json" "$work/mpi2.svg" "$keep/"
         fi
     fi
+    echo "two hosts: a rank killed on the peer host ends every other rank, naming it"
+    kill_rank 3
     finish
     exit
 fi
@@ -179,39 +226,7 @@ if wait_ranks "Slurm ranks"; then
 fi
 
 echo "a rank killed mid-run ends every other rank within the bound, naming it"
-stride_port=$((stride_port + 1))
-slurm_ranks "$work" 4 write bw -s 4096 -D 4 --pattern pairs --cluster-timeout 10
-t0=$SECONDS
-while ! grep -q "ranks registered" "$work/rank-0" 2>/dev/null && [ $((SECONDS - t0)) -lt 60 ]; do
-    sleep 0.2
-done
-sleep 1
-victim_pid=$(pgrep -P "${PIDS[2]}" -x stride-perf || true)
-[ -n "$victim_pid" ] || victim_pid=${PIDS[2]}
-kill -9 "$victim_pid"
-t_kill=$SECONDS
-for r in 0 1 3; do
-    pid=${PIDS[$r]}
-    while kill -0 "$pid" 2>/dev/null && [ $((SECONDS - t_kill)) -lt 30 ]; do sleep 0.1; done
-    rc=0
-    if kill -0 "$pid" 2>/dev/null; then
-        fail "rank $r still runs 30 s after rank 2 was killed"
-        kill -9 "$pid"
-        wait "$pid" 2>/dev/null
-        continue
-    fi
-    wait "$pid" || rc=$?
-    if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-        fail "rank $r: exit status $rc after rank 2 died"
-        show_log "rank $r" "$work/rank-$r"
-    elif ! must_say "$work/rank-$r" "rank 2 \(host softroce, pid $victim_pid\) closed the connection" \
-        "rank $r names the dead rank"; then
-        show_log "rank $r" "$work/rank-$r"
-    else
-        echo "  ok: rank $r ended (exit $rc) $((SECONDS - t_kill)) s after the kill"
-    fi
-done
-wait "${PIDS[2]}" 2>/dev/null
+kill_rank 2
 
 echo "a rank that never comes ends the others, naming it"
 stride_port=$((stride_port + 1))
