@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
 /// Run the server first (no address), then the client with the server's address; both print
 /// the results. `stride-perf write bw` measures RDMA WRITE bandwidth, `stride-perf send lat`
 /// SEND/RECV latency, and so on.
+///
+/// Whole clusters: start one rank per host (or several) with the launcher, e.g.
+/// `srun -N 8 stride-perf write bw --cluster` or `mpirun -np 8 stride-perf write bw
+/// --cluster`; rank 0 prints one report of every pair (see --cluster, --pattern).
 #[derive(Debug, Parser)]
 #[command(name = "stride-perf", version, propagate_version = true)]
 pub struct Cli {
@@ -360,9 +364,14 @@ pub struct RunArgs {
     )]
     pub use_cuda_dmabuf: Option<u32>,
 
-    /// Also write the results, both sides', as JSON to this file.
+    /// Also write the results, both sides', as JSON to this file (with --cluster: the whole
+    /// run's, written by rank 0).
     #[arg(long = "json")]
     pub json: Option<PathBuf>,
+
+    /// Cluster mode: one rank of a run started by srun or mpirun.
+    #[command(flatten)]
+    pub cluster: crate::cluster::ClusterArgs,
 }
 
 impl RunArgs {

@@ -11,6 +11,7 @@ pub mod bandwidth;
 pub mod buffer;
 pub mod cli;
 pub mod clock;
+pub mod cluster;
 pub mod compare;
 pub mod cpu;
 pub mod cuda;

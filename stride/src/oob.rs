@@ -456,6 +456,12 @@ impl OobChannel {
         Self::wrap(stream, timeout)
     }
 
+    /// A channel over a connection made elsewhere (a cluster's pair, whose client has
+    /// already introduced itself on it); every read waits at most `timeout`.
+    pub fn from_stream(stream: TcpStream, timeout: Duration) -> Result<Self, OobError> {
+        Self::wrap(stream, timeout)
+    }
+
     fn wrap(stream: TcpStream, timeout: Duration) -> Result<Self, OobError> {
         let set = |r: io::Result<()>| {
             r.map_err(|source| OobError::Io {

@@ -155,7 +155,7 @@ fn nice_step(max: f64, ticks: f64) -> f64 {
     nice * mag
 }
 
-fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -389,7 +389,7 @@ fn chart(
     svg
 }
 
-fn trim_number(v: f64) -> String {
+pub(crate) fn trim_number(v: f64) -> String {
     if v.fract().abs() < 1e-9 {
         format!("{v:.0}")
     } else {

@@ -17,6 +17,8 @@ use proptest::prelude::*;
 
 use stride::bandwidth::BandwidthResult;
 use stride::cli::Cli;
+use stride::cluster::launcher::{parse_host_list, HOST_LIST_MAX};
+use stride::cluster::wire::{self as cluster_wire, Control, PairJob, PairResult};
 use stride::latency::LatencySummary;
 use stride::oob::{
     check_endpoints, encode_frame, mismatch_error, FrameBuffer, Message, QpEndpoint, MAGIC,
@@ -460,4 +462,86 @@ fn result_file() {
         }
         Ok(())
     });
+}
+
+/// The host-list target: any text expands or is refused with a printable error; never more
+/// than the stated bound of hosts, each without brackets or commas.
+#[test]
+fn cluster_host_list() {
+    let valid = vec![
+        b"node[01-03,07]".to_vec(),
+        b"gpu[8-10]-ib,login1".to_vec(),
+        b"r[1-2]n[001-002]".to_vec(),
+    ];
+    fuzz::fuzz_bytes(MANIFEST_DIR, "cluster-host-list", valid, |bytes| {
+        let text = String::from_utf8_lossy(bytes);
+        match parse_host_list(&text) {
+            Ok(hosts) => {
+                prop_assert!(hosts.len() <= HOST_LIST_MAX);
+                for h in &hosts {
+                    prop_assert!(
+                        !h.contains(['[', ']', ',']),
+                        "{h:?} from {text:?} kept a bracket or comma"
+                    );
+                }
+                Ok(())
+            }
+            Err(e) => check_text("a host list error", &e.to_string()),
+        }
+    });
+}
+
+/// The cluster control target: any bytes decode to one message or are refused with a
+/// printable error; valid messages round-trip.
+#[test]
+fn cluster_control() {
+    let valid: Vec<Vec<u8>> = [
+        Control::Heartbeat,
+        Control::Abort {
+            reason: "rank 2 (host n03, pid 7) closed the connection".into(),
+        },
+        Control::Step {
+            index: 1,
+            jobs: vec![PairJob {
+                client: 0,
+                server: 1,
+            }],
+        },
+        Control::StepDone {
+            index: 1,
+            results: vec![PairResult {
+                pair: PairJob {
+                    client: 0,
+                    server: 1,
+                },
+                client: side("client", vec![bandwidth(65536)]),
+                server: side("server", Vec::new()),
+            }],
+        },
+    ]
+    .iter()
+    .map(|m| {
+        let payload = serde_json::to_vec(m).expect("a sample message encodes");
+        let mut frame = b"STRC\0\x01".to_vec();
+        frame.extend_from_slice(&u32::try_from(payload.len()).unwrap_or(0).to_be_bytes());
+        frame.extend_from_slice(&payload);
+        frame
+    })
+    .collect();
+    fuzz::fuzz_bytes(
+        MANIFEST_DIR,
+        "cluster-control",
+        valid,
+        |bytes| match cluster_wire::recv(&mut io::Cursor::new(bytes)) {
+            Ok(msg) => {
+                let again =
+                    serde_json::to_vec(&msg).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let back: Control = serde_json::from_slice(&again)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                prop_assert_eq!(back, msg);
+                Ok(())
+            }
+            Err(e) => check_text("a control error", &e.to_string()),
+        },
+    );
 }

@@ -151,8 +151,42 @@ fn check_supported(params: &TestParams) -> Result<(), RunError> {
     Ok(())
 }
 
-/// Runs one side of a test: the server when `args.server` is `None`.
+/// Runs one side of a test: the server when `args.server` is `None`; a rank of a cluster
+/// run with `--cluster`.
 pub fn run(verb: Verb, args: &RunArgs) -> Result<(), RunError> {
+    crate::cluster::check_args(args)?;
+    if args.cluster.cluster {
+        return crate::cluster::run(verb, args);
+    }
+    run_side(verb, args, false, |params| match &args.server {
+        Some(host) => {
+            let mut oob = OobChannel::connect(host, args.port, EXCHANGE_TIMEOUT)?;
+            oob.client_handshake(params)?;
+            Ok(oob)
+        }
+        None => {
+            println!(
+                "stride-perf server: waiting for a client on TCP port {}",
+                args.port
+            );
+            let mut oob = OobChannel::accept(args.port, EXCHANGE_TIMEOUT)?;
+            oob.server_handshake(params)?;
+            Ok(oob)
+        }
+    })
+    .map(drop)
+}
+
+/// One side of a pair over the out-of-band channel that `open` connects and opens (the
+/// handshake done): the client when `args.server` is set. Prints nothing on standard output
+/// when `quiet` (a cluster's rank runs several at once). Returns this side's report and the
+/// peer's.
+pub(crate) fn run_side(
+    verb: Verb,
+    args: &RunArgs,
+    quiet: bool,
+    open: impl FnOnce(&TestParams) -> Result<OobChannel, RunError>,
+) -> Result<(SideReport, SideReport), RunError> {
     let mut params = TestParams::resolve(verb, args)?;
     check_supported(&params)?;
     // Before any memory is touched, so that it comes from the pinned cores' node.
@@ -173,27 +207,27 @@ pub fn run(verb: Verb, args: &RunArgs) -> Result<(), RunError> {
     if let Some(warning) = clock.warning() {
         eprintln!("{warning}");
     }
-    let mut oob = match &args.server {
-        Some(host) => {
-            let mut oob = OobChannel::connect(host, args.port, EXCHANGE_TIMEOUT)?;
-            oob.client_handshake(&params)?;
-            oob
-        }
-        None => {
-            println!(
-                "stride-perf server: waiting for a client on TCP port {}",
-                args.port
-            );
-            let mut oob = OobChannel::accept(args.port, EXCHANGE_TIMEOUT)?;
-            oob.server_handshake(&params)?;
-            oob
-        }
-    };
-    let result = run_connected(&dev, &memory, &clock, args, &params, &mut oob, pinned);
+    let mut oob = open(&params)?;
+    let result = run_connected(
+        &dev,
+        &memory,
+        &clock,
+        args,
+        &params,
+        &mut oob,
+        SideOptions { pinned, quiet },
+    );
     if let Err(e) = &result {
         oob.abort(&e.to_string());
     }
     result
+}
+
+/// How one side of a pair presents itself: the CPU pinning line for its banner, and whether
+/// it prints at all (a cluster's ranks do not; rank 0 reports the whole run).
+struct SideOptions {
+    pinned: Option<String>,
+    quiet: bool,
 }
 
 /// Pins the process as `--pin-cores` or `--numa-node` ask; returns the banner's line.
@@ -212,6 +246,14 @@ fn pin(args: &RunArgs) -> Result<Option<String>, RunError> {
     };
     let got = pin_to(&cpus).map_err(RunError::new)?;
     Ok(Some(format!("cores {} ({why}; read back)", CpuList(&got))))
+}
+
+/// This host's device, port and GID as a pair run would pick them: the device's name, the
+/// port, and the GID line of the banner.
+pub(crate) fn device_summary(verb: Verb, args: &RunArgs) -> Result<(String, u8, String), RunError> {
+    let params = TestParams::resolve(verb, args)?;
+    let dev = DeviceSide::open(args, &params)?;
+    Ok((dev.name().to_owned(), dev.port, dev.gid_line()))
 }
 
 fn verb_title(verb: Verb) -> &'static str {
@@ -320,8 +362,17 @@ fn run_connected(
     args: &RunArgs,
     params: &TestParams,
     oob: &mut OobChannel,
-    pinned: Option<String>,
-) -> Result<(), RunError> {
+    side: SideOptions,
+) -> Result<(SideReport, SideReport), RunError> {
+    let SideOptions { pinned, quiet } = side;
+    // A cluster's rank prints nothing of a pair: rank 0 prints the whole run's report.
+    macro_rules! println {
+        ($($t:tt)*) => {
+            if !quiet {
+                std::println!($($t)*);
+            }
+        };
+    }
     let is_client = args.server.is_some();
     let role_name = if is_client { "client" } else { "server" };
     // Before anything is created, let alone moved to RTR: can the two ports talk at all?
@@ -374,17 +425,19 @@ fn run_connected(
     };
     res.fill_receive_queues(params)?;
     oob.barrier("connected")?;
-    print_banner(
-        dev,
-        memory,
-        clock,
-        params,
-        &res,
-        &our_first,
-        &their_first,
-        mtu.bytes().unwrap_or(0),
-        role_name,
-    );
+    if !quiet {
+        print_banner(
+            dev,
+            memory,
+            clock,
+            params,
+            &res,
+            &our_first,
+            &their_first,
+            mtu.bytes().unwrap_or(0),
+            role_name,
+        );
+    }
     println!(" Pre-flight      : {}", our_port.summary(&their_port));
     if let Some(line) = &pinned {
         println!(" CPU pinning     : {line}");
@@ -471,7 +524,8 @@ fn run_connected(
         params.sizes.len(),
         // Only when both streams are a terminal: a progress line on a terminal between rows
         // that went down a pipe would land out of order.
-        params.sizes.len() > 1
+        !quiet
+            && params.sizes.len() > 1
             && std::io::stderr().is_terminal()
             && std::io::stdout().is_terminal(),
     );
@@ -605,7 +659,7 @@ fn run_connected(
             println!("{}", report::row_for(r, gbits));
         }
     }
-    if args.report_both && measures {
+    if args.report_both && measures && !quiet {
         print_both(&this_side, &peer, gbits, params.bidirectional);
     }
     println!("{}", report::RULE);
@@ -615,8 +669,8 @@ fn run_connected(
             version: env!("CARGO_PKG_VERSION").to_owned(),
             params: params.clone(),
             report_gbits: gbits,
-            this_side,
-            peer: Some(peer),
+            this_side: this_side.clone(),
+            peer: Some(peer.clone()),
         };
         report.write_json(path).map_err(|e| {
             RunError::new(format!(
@@ -626,7 +680,7 @@ fn run_connected(
         })?;
         println!(" results (both sides) written to {}", path.display());
     }
-    Ok(())
+    Ok((this_side, peer))
 }
 
 /// `--report-both`: the peer's rows under this side's, and with `-b` each size's two
