@@ -34,9 +34,9 @@ start_pair() {
     wait_tcp_listen "$stride_port" 30 || { fail "the server never listened"; return 1; }
     "$bin" "$@" -d "$dev" -p "$stride_port" "$SERVER_ADDR" >"$work/client" 2>&1 &
     CLIENT_PID=$!
-    local deadline=$((SECONDS + 30))
+    local deadline=$((SECONDS + 90))
     until grep -q '#bytes' "$work/client" 2>/dev/null; do
-        [ "$SECONDS" -lt "$deadline" ] || { fail "the run did not start within 30 s"; return 1; }
+        [ "$SECONDS" -lt "$deadline" ] || { fail "the run did not start within 90 s"; return 1; }
         sleep 0.2
     done
 }

@@ -128,7 +128,7 @@ fi
 echo "5% loss both ways: the ping-pong completes, rxe recovers what netem drops"
 scripts/link fault loss 5% || fail "scripts/link fault loss 5%"
 snap before
-if pingpong 200; then
+if pingpong 100; then
     snap after
     dropped=$(sum_grew before after "$RDMA_TEST_NETDEV.netem_dropped" "$RDMA_TEST_PEER_NETDEV.netem_dropped")
     recovered=$(sum_grew before after "$A.rcvd_seq_err" "$B.rcvd_seq_err" \
