@@ -88,9 +88,14 @@ fn in_child() -> bool {
 }
 
 /// The C objects of a device that is not there: a device named `name`, its context, a PD,
-/// a CQ, an SRQ and an address handle, zeroed but for the links between them.
+/// a CQ, an SRQ and an address handle, zeroed but for the links between them. The device is
+/// laid out as the start of libibverbs' `struct verbs_device` (the device, then its provider's
+/// operation table, NULL here), which is what the real `mlx5dv_is_supported` reads.
+#[repr(C)]
 struct FakeVerbs {
     device: ffi::ibv_device,
+    verbs_device_ops: *const std::ffi::c_void,
+    verbs_device_rest: [u64; 8],
     context: ffi::ibv_context,
     pd: ffi::ibv_pd,
     cq: ffi::ibv_cq,
@@ -116,6 +121,8 @@ struct Fake {
 fn fake(name: &str) -> Fake {
     let mut v = Box::new(FakeVerbs {
         device: ffi::ibv_device::default(),
+        verbs_device_ops: std::ptr::null(),
+        verbs_device_rest: [0; 8],
         context: ffi::ibv_context::default(),
         pd: ffi::ibv_pd::default(),
         cq: ffi::ibv_cq::default(),
@@ -455,6 +462,43 @@ fn child_fake_dc() {
         }
         other => panic!("expected a verb error, got {other:?}"),
     }
+    println!("child checks passed");
+}
+
+#[test]
+fn the_real_libmlx5_refuses_a_device_that_is_not_its_own() {
+    // The installed library (the default soname), asked about a device whose provider
+    // table is not mlx5's: the host-side stand-in for the guest's rxe check below.
+    run_child("child_real_libmlx5", &[]);
+}
+
+#[test]
+#[ignore = "run by the_real_libmlx5_refuses_a_device_that_is_not_its_own"]
+fn child_real_libmlx5() {
+    assert!(in_child(), "run only as a child of this binary's tests");
+    if let Err(e) = sideway::sys::Library::Mlx5.load() {
+        println!("skipped: {e}");
+        println!("child checks passed");
+        return;
+    }
+    let f = fake("mlx5_0");
+    assert!(
+        !mlx5::is_supported(&f.ctx),
+        "the real library checks the provider, not the name"
+    );
+    let err =
+        f.pd.create_qp_builder()
+            .send_cq(&f.cq)
+            .recv_cq(&f.cq)
+            .build_mlx5_dci()
+            .expect_err("not an mlx5 device");
+    assert!(matches!(err, DvError::WrongProvider { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .starts_with("mlx5_0 is an unrecognised device, not mlx5: DC transport needs"),
+        "{err}"
+    );
+    println!("{err}");
     println!("child checks passed");
 }
 

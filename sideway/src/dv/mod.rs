@@ -123,7 +123,8 @@ pub enum DvError {
     WrongProvider {
         /// The device's name.
         device: String,
-        /// Its kernel driver or provider, as [`driver_name`] tells it (`rxe`, `mlx4`, ...).
+        /// Its kernel driver or provider, as [`driver_name`] tells it (`rxe`, `mlx4`, ...);
+        /// `unrecognised` when that guess names the very provider whose check said no.
         driver: String,
         /// The provider the call needs.
         provider: &'static str,
@@ -151,7 +152,7 @@ pub enum DvError {
 
 fn article(word: &str) -> &'static str {
     match word.chars().next() {
-        Some('a' | 'e' | 'i' | 'o' | 'u') => "n",
+        Some('a' | 'e' | 'i' | 'o' | 'u' | 'A' | 'E' | 'I' | 'O' | 'U') => "n",
         _ => "",
     }
 }
@@ -169,9 +170,14 @@ pub fn require<P: Provider>(ctx: &DeviceContext, need: &'static str) -> Result<(
     if P::is_supported(ctx) {
         return Ok(());
     }
+    let mut driver = driver_name(ctx);
+    if driver == P::NAME {
+        // Only a guess from the name said so; the provider's own check said no.
+        driver = "unrecognised".to_owned();
+    }
     Err(DvError::WrongProvider {
         device: ctx.name().to_owned(),
-        driver: driver_name(ctx),
+        driver,
         provider: P::NAME,
         need,
     })
