@@ -112,7 +112,8 @@ fn write_generated(path: &Path, text: &str) {
 fn probe_headers(out: &Path, extra_include: Option<&Path>) {
     let probe = out.join("rdma_header_probe.c");
     let text = "#include <infiniband/verbs.h>\n#include <rdma/rdma_cma.h>\n\
-                #include <rdma/rdma_verbs.h>\n#include <rdma/rsocket.h>\n";
+                #include <rdma/rdma_verbs.h>\n#include <rdma/rsocket.h>\n\
+                #include <infiniband/mlx5dv.h>\n";
     write_generated(&probe, text);
     let mut build = cc::Build::new();
     build.file(&probe).cargo_metadata(false);
@@ -121,7 +122,8 @@ fn probe_headers(out: &Path, extra_include: Option<&Path>) {
     }
     if let Err(e) = build.try_expand() {
         fail(
-            "cannot find the rdma-core headers (infiniband/verbs.h, rdma/rdma_cma.h, rdma/rsocket.h)",
+            "cannot find the rdma-core headers (infiniband/verbs.h, rdma/rdma_cma.h, rdma/rsocket.h, \
+             infiniband/mlx5dv.h)",
             HEADERS_HELP,
             &e.to_string(),
         );
@@ -182,7 +184,7 @@ fn shim_definitions(shim: &Path) -> std::collections::HashSet<String> {
 /// as forwarded by the shim: every public export, rsocket's `r*` functions included.
 fn forwarded_exports(shim: &Path) -> Vec<String> {
     let mut names = Vec::new();
-    for lib in ["libibverbs", "librdmacm"] {
+    for lib in ["libibverbs", "librdmacm", "libmlx5"] {
         let path = shim.join("exports").join(format!("{lib}.symbols"));
         let text = fs::read_to_string(&path).unwrap_or_else(|e| {
             fail(
@@ -224,6 +226,14 @@ fn generate_bindings(
         .allowlist_function("ibv_.*|_ibv_.*|rdma_.*|mult_to_ibv_rate|mbps_to_ibv_rate")
         .allowlist_type("ibv_.*|_ibv_.*|_compat_ibv_.*|rdma_.*|verbs_.*|ib_uverbs_.*|ibv_gid")
         .allowlist_var("IBV_.*|RDMA_.*|IB_UVERBS_.*")
+        // mlx5's direct verbs (mlx5dv.h): the types of its functions, its enums and the
+        // WQE/CQE layouts it describes.
+        .allowlist_type("mlx5dv_.*|mlx5_.*|mlx5dv_dc_type")
+        .allowlist_var("MLX5DV_.*|MLX5_.*")
+        // Packed and 4-byte aligned at once, which a Rust struct cannot be: bound as an
+        // opaque blob of the right size and alignment (it is written through
+        // mlx5dv_set_ctrl_seg, which the shim compiles in C).
+        .opaque_type("mlx5_wqe_ctrl_seg")
         // The error numbers the data path reports: ibv_start_poll and ibv_next_poll say
         // "empty" with ENOENT, and a missing operation is EOPNOTSUPP.
         .allowlist_var("ENOENT|EOPNOTSUPP")
@@ -234,7 +244,7 @@ fn generate_bindings(
         // Anonymous enums (`enum { IBV_LINK_LAYER_ETHERNET, ... }`) have no name to hold a
         // module, so their values become plain constants; bindgen matches an anonymous enum
         // by its variants' names, and no named enum has an upper-case name.
-        .constified_enum("IBV_.*|RDMA_.*|IB_UVERBS_.*")
+        .constified_enum("IBV_.*|RDMA_.*|IB_UVERBS_.*|MLX5DV_.*|MLX5_.*")
         .derive_default(true)
         .derive_debug(true)
         .derive_copy(true)
@@ -307,12 +317,15 @@ fn inline_wrappers(functions: &[String]) -> String {
         let Some(c_name) = wrapper.strip_prefix("rdma_mummy_") else {
             continue;
         };
-        if !(c_name.starts_with("ibv_") || c_name.starts_with("rdma_")) {
+        if !(c_name.starts_with("ibv_")
+            || c_name.starts_with("rdma_")
+            || c_name.starts_with("mlx5dv_"))
+        {
             continue;
         }
         text.push_str(&format!(
-            "/// `{c_name}()`: verbs.h's static inline, compiled into the shim as \
-             `{wrapper}()`.\n#[doc(inline)]\npub use crate::ffi::{wrapper} as {c_name};\n"
+            "/// `{c_name}()`: a static inline of the rdma-core headers, compiled into the \
+             shim as `{wrapper}()`.\n#[doc(inline)]\npub use crate::ffi::{wrapper} as {c_name};\n"
         ));
     }
     text

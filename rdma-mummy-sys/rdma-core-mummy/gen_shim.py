@@ -17,10 +17,15 @@ Writing ~200 definitions by hand invites typos, so this script writes:
   include/rdma_mummy_inline.h   the prototypes of those wrappers
 
 The outputs are checked in. After a new rdma-core release: `make exports LIBDIRS="DIR..."`
-(every directory holding a supported version's libibverbs.so.1 and librdmacm.so.1), then
+(every directory holding a supported version's libibverbs.so.1, librdmacm.so.1 and
+libmlx5.so.1), then
 `make regen`. A new export that no rule below classifies stops both with its name. The Rust
 tests (rdma-mummy-sys/tests/coverage.rs, tests/exports.rs) fail when the headers declare, or
 the installed libraries export, a function the checked-in shim does not define.
+
+The third library, libmlx5 (mlx5's direct verbs, mlx5dv.h), is a provider's: another
+provider's direct-verbs library (libefa's efadv.h, say) is one more LIBRARIES entry, header and
+export list here, and one more row of the loader's table.
 """
 
 import os
@@ -29,11 +34,16 @@ import subprocess
 import sys
 import tempfile
 
-HEADERS = ["infiniband/verbs.h", "rdma/rdma_cma.h", "rdma/rdma_verbs.h", "rdma/rsocket.h",
-           "rdma_mummy_extra.h"]
-# The headers whose control-path static inlines the shim wraps.
-INLINE_HEADERS = HEADERS[:3]
-LIBRARIES = {"libibverbs": "MUMMY_LIB_IBVERBS", "librdmacm": "MUMMY_LIB_RDMACM"}
+HEADERS = ["infiniband/verbs.h", "rdma/rdma_cma.h", "rdma/rdma_verbs.h", "infiniband/mlx5dv.h",
+           "rdma/rsocket.h", "rdma_mummy_extra.h"]
+# The headers whose static inlines the shim wraps (all of mlx5dv.h's: its wr_* setters
+# included, which sideway calls through the shim rather than as Rust inlines).
+INLINE_HEADERS = HEADERS[:4]
+# Each library, the loader's enum value for it, and its symbol table's name in forward.c.
+# libmlx5 is the first provider direct-verbs library: optional at run time (the shim loads
+# it on first use of an mlx5dv_* function), and never needed by programs that do not call it.
+LIBRARIES = {"libibverbs": "MUMMY_LIB_IBVERBS", "librdmacm": "MUMMY_LIB_RDMACM",
+             "libmlx5": "MUMMY_LIB_MLX5"}
 
 # Exports the shim leaves out, each with why; the first pattern that matches a name wins.
 # Only names in a private version node (IBVERBS_PRIVATE_*) may match: rdma-core builds its
@@ -97,6 +107,8 @@ NOT_WRAPPED = {
     "ibv_next_poll", "ibv_end_poll",
 }
 DATA_PATH_PREFIXES = ("ibv_wr_", "ibv_wc_read_")
+# mlx5dv.h's DEVX_SET/DEVX_GET macro helpers: bit twiddling on caller memory, no library call.
+NOT_WRAPPED |= {"_devx_set", "_devx_get", "_devx_set64", "_devx_get64"}
 
 DECL = re.compile(
     r"^/\* (?P<file>\S+):(?P<line>\d+):N[CF] \*/ (?P<storage>extern|static) "
@@ -144,11 +156,18 @@ def name_param(ctype, name):
     return f"{ctype}{'' if ctype.endswith('*') else ' '}{name}"
 
 
-def failure(name, ret):
+def failure(name, ret, lib):
     if name in SPECIAL_FAILURE:
         return SPECIAL_FAILURE[name]
     if ret == "void":
         return None
+    if ret == "_Bool":
+        # mlx5dv_is_supported(): without the library no device is an mlx5 one.
+        return "0"
+    if lib == "MUMMY_LIB_MLX5" and ret == "int":
+        # mlx5dv(7)'s functions returning int report failure with an errno value
+        # ("0 on success or the value of errno on failure"), as mlx5dv_query_device does.
+        return "EOPNOTSUPP"
     if ret.endswith("*"):
         return UNKNOWN_STRING if ret == "const char *" and name.endswith("_str") else "NULL"
     if name in RETURNS_ERRNO:
@@ -339,7 +358,7 @@ def main():
            " * name (verbs.h has them for ibv_query_port, ibv_reg_mr, ...) does not replace the\n"
            " * real exported symbol. A missing library or symbol fails the way the verb's man\n"
            " * page documents, with errno = EOPNOTSUPP. */\n\n"]
-    table = {"MUMMY_LIB_IBVERBS": [], "MUMMY_LIB_RDMACM": []}
+    table = {lib: [] for lib in LIBRARIES.values()}
     for lib, ret, name, params in exported:
         args = [f"a{i}" for i in range(len(params))]
         decl_params = ", ".join(name_param(p, a) for p, a in zip(params, args)) or "void"
@@ -352,7 +371,7 @@ def main():
                 sys.exit(f"gen_shim.py: {name} is variadic; write its forwarder in VARIADIC")
             fwd.append(VARIADIC[name])
             continue
-        fail = failure(name, ret)
+        fail = failure(name, ret, lib)
         fwd.append(f"{ret}{'' if ret.endswith('*') else ' '}({name})({decl_params})\n{{\n")
         fwd.append(f"\tmummy_load({lib});\n\tif (!mummy_fn_{name}) {{\n")
         fwd.append("\t\terrno = EOPNOTSUPP;\n")
@@ -360,14 +379,15 @@ def main():
         call = f"mummy_fn_{name}({', '.join(args)})"
         fwd.append(f"\t{call};\n}}\n\n" if ret == "void" else f"\treturn {call};\n}}\n\n")
     for lib, names in table.items():
-        var = "mummy_ibverbs_symbols" if lib == "MUMMY_LIB_IBVERBS" else "mummy_rdmacm_symbols"
+        var = f"mummy_{lib.removeprefix('MUMMY_LIB_').lower()}_symbols"
         fwd.append(f"const struct mummy_symbol {var}[] = {{\n")
         for name in names:
             fwd.append(f'\t{{ "{name}", (void **)&mummy_fn_{name} }},\n')
         fwd.append("\t{ NULL, NULL },\n};\n\n")
 
     inc = [banner, "#ifndef RDMA_MUMMY_INLINE_H\n#define RDMA_MUMMY_INLINE_H\n\n",
-           "#include <infiniband/verbs.h>\n#include <rdma/rdma_cma.h>\n#include <rdma/rdma_verbs.h>\n\n",
+           "#include <infiniband/verbs.h>\n#include <rdma/rdma_cma.h>\n#include <rdma/rdma_verbs.h>\n"
+           "#include <infiniband/mlx5dv.h>\n\n",
            "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n"]
     src = [banner, '#include "rdma_mummy.h"\n\n']
     for header, ret, name, params in inlines:

@@ -1,4 +1,4 @@
-//! Whether the shim could load libibverbs and librdmacm, and why not.
+//! Whether the shim could load libibverbs, librdmacm and libmlx5, and why not.
 //!
 //! The C shim owns the loading: each library is `dlopen`ed once per process, on the first call
 //! of one of its functions or of [`Library::load`]. This module turns the shim's record of that
@@ -20,17 +20,27 @@ pub enum Library {
     Ibverbs,
     /// `librdmacm.so.1`: every `rdma_*` function.
     Rdmacm,
+    /// `libmlx5.so.1`: every `mlx5dv_*` function (mlx5's direct verbs, `infiniband/mlx5dv.h`).
+    /// A provider library, shipped with the mlx5 provider (Debian/Ubuntu: `ibverbs-providers`):
+    /// optional, and not loaded by [`ensure_loaded`]; without it `mlx5dv_is_supported` is
+    /// false and the other `mlx5dv_*` functions fail with `EOPNOTSUPP`.
+    Mlx5,
 }
 
 impl Library {
-    /// Both libraries, in the order [`ensure_loaded`] loads them.
+    /// The libraries every program needs, in the order [`ensure_loaded`] loads them.
     pub const ALL: [Library; 2] = [Library::Ibverbs, Library::Rdmacm];
+
+    /// The providers' direct-verbs libraries: each is loaded only when its functions are used
+    /// (or [`Library::load`] is called), and a program runs without them.
+    pub const PROVIDERS: [Library; 1] = [Library::Mlx5];
 
     /// The file name the shim passes to `dlopen` unless [`Library::env_var`] overrides it.
     pub fn soname(self) -> &'static str {
         match self {
             Library::Ibverbs => "libibverbs.so.1",
             Library::Rdmacm => "librdmacm.so.1",
+            Library::Mlx5 => "libmlx5.so.1",
         }
     }
 
@@ -39,6 +49,7 @@ impl Library {
         match self {
             Library::Ibverbs => "RDMA_MUMMY_LIBIBVERBS",
             Library::Rdmacm => "RDMA_MUMMY_LIBRDMACM",
+            Library::Mlx5 => "RDMA_MUMMY_LIBMLX5",
         }
     }
 
@@ -48,6 +59,7 @@ impl Library {
         match self {
             Library::Ibverbs => c"ibv_get_device_list",
             Library::Rdmacm => c"rdma_create_event_channel",
+            Library::Mlx5 => c"mlx5dv_query_device",
         }
     }
 
@@ -55,6 +67,7 @@ impl Library {
         match self {
             Library::Ibverbs => ffi::rdma_mummy_library::RDMA_MUMMY_LIB_IBVERBS,
             Library::Rdmacm => ffi::rdma_mummy_library::RDMA_MUMMY_LIB_RDMACM,
+            Library::Mlx5 => ffi::rdma_mummy_library::RDMA_MUMMY_LIB_MLX5,
         }
     }
 
@@ -113,11 +126,23 @@ impl Library {
     }
 }
 
+impl Library {
+    /// The Debian/Ubuntu package that ships the library.
+    fn debian_package(self) -> &'static str {
+        match self {
+            Library::Ibverbs => "libibverbs1",
+            Library::Rdmacm => "librdmacm1",
+            Library::Mlx5 => "ibverbs-providers",
+        }
+    }
+}
+
 impl fmt::Display for Library {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Library::Ibverbs => "libibverbs",
             Library::Rdmacm => "librdmacm",
+            Library::Mlx5 => "libmlx5",
         })
     }
 }
@@ -184,10 +209,7 @@ impl fmt::Display for LoadError {
                      rdma-core's {lib} (Debian/Ubuntu: `apt install --reinstall {}`) or set \
                      {} to the real library's path",
                     self.path,
-                    match lib {
-                        Library::Ibverbs => "libibverbs1",
-                        Library::Rdmacm => "librdmacm1",
-                    },
+                    lib.debian_package(),
                     lib.env_var()
                 )
             } else {
@@ -201,11 +223,19 @@ impl fmt::Display for LoadError {
                 )
             };
         }
+        let install = match lib {
+            Library::Ibverbs | Library::Rdmacm => {
+                "install rdma-core's libraries (Debian/Ubuntu: `apt install libibverbs1 \
+                 librdmacm1`, RHEL/Fedora: `dnf install libibverbs librdmacm`)"
+            }
+            Library::Mlx5 => {
+                "install rdma-core's mlx5 provider (Debian/Ubuntu: `apt install \
+                 ibverbs-providers`, RHEL/Fedora: `dnf install libibverbs`)"
+            }
+        };
         write!(
             f,
-            "cannot load {} from `{}`: {}; install rdma-core's libraries \
-             (Debian/Ubuntu: `apt install libibverbs1 librdmacm1`, RHEL/Fedora: \
-             `dnf install libibverbs librdmacm`) or set {} to the library's path",
+            "cannot load {} from `{}`: {}; {install} or set {} to the library's path",
             self.library,
             self.path,
             self.message,
@@ -279,7 +309,31 @@ mod tests {
     }
 
     #[test]
+    fn a_missing_provider_library_names_its_package() {
+        let err = LoadError {
+            library: Library::Mlx5,
+            path: "libmlx5.so.1".to_owned(),
+            message: "libmlx5.so.1: cannot open shared object file".to_owned(),
+            wrong_library: false,
+        };
+        let text = err.to_string();
+        for needle in [
+            "libmlx5",
+            "apt install ibverbs-providers",
+            "RDMA_MUMMY_LIBMLX5",
+        ] {
+            assert!(text.contains(needle), "{needle:?} missing from {text:?}");
+        }
+        assert!(!text.contains("librdmacm1"), "{text}");
+    }
+
+    #[test]
     fn library_names_match_the_shim() {
+        assert_eq!(Library::Mlx5.soname(), "libmlx5.so.1");
+        assert_eq!(
+            Library::Mlx5.raw(),
+            ffi::rdma_mummy_library::RDMA_MUMMY_LIB_MLX5
+        );
         assert_eq!(Library::Ibverbs.soname(), "libibverbs.so.1");
         assert_eq!(Library::Rdmacm.env_var(), "RDMA_MUMMY_LIBRDMACM");
         assert_eq!(

@@ -58,11 +58,18 @@ fn forwarded_functions_are_exports_of_the_real_libraries() {
             .filter(|line| !line.starts_with('#'))
             .filter_map(|line| line.split(' ').next())
             .collect();
+    let mlx5_exports: std::collections::HashSet<&str> =
+        include_str!("../rdma-core-mummy/exports/libmlx5.symbols")
+            .lines()
+            .filter(|line| !line.starts_with('#'))
+            .filter_map(|line| line.split(' ').next())
+            .collect();
     // Exports that some supported release lacks (third field shorter than the `# releases:`
     // line): an older library may lack them, and the shim then reports EOPNOTSUPP.
     let newer_only: std::collections::HashSet<&str> = [
         include_str!("../rdma-core-mummy/exports/libibverbs.symbols"),
         include_str!("../rdma-core-mummy/exports/librdmacm.symbols"),
+        include_str!("../rdma-core-mummy/exports/libmlx5.symbols"),
     ]
     .into_iter()
     .flat_map(|list| {
@@ -87,6 +94,8 @@ fn forwarded_functions_are_exports_of_the_real_libraries() {
         }
         let library = if rdmacm_exports.contains(name) {
             Library::Rdmacm
+        } else if mlx5_exports.contains(name) {
+            Library::Mlx5
         } else {
             Library::Ibverbs
         };

@@ -2,7 +2,8 @@
 //!
 //! A process loads each library at most once, so the checks run in a child: the parent test
 //! re-runs this test binary, selecting only the ignored `child_*` test, with
-//! `RDMA_MUMMY_LIBIBVERBS` and `RDMA_MUMMY_LIBRDMACM` pointing at files that do not exist.
+//! `RDMA_MUMMY_LIBIBVERBS`, `RDMA_MUMMY_LIBRDMACM` and `RDMA_MUMMY_LIBMLX5` pointing at files
+//! that do not exist.
 
 use std::env;
 use std::ffi::CStr;
@@ -15,6 +16,7 @@ use rdma_mummy_sys::{Library, EOPNOTSUPP};
 const CHILD_MARKER: &str = "RDMA_MUMMY_SYS_TEST_CHILD";
 const MISSING_IBVERBS: &str = "/nonexistent/libibverbs.so.1";
 const MISSING_RDMACM: &str = "/nonexistent/librdmacm.so.1";
+const MISSING_MLX5: &str = "/nonexistent/libmlx5.so.1";
 
 fn last_errno() -> Option<i32> {
     io::Error::last_os_error().raw_os_error()
@@ -34,6 +36,7 @@ fn missing_libraries_fail_cleanly_in_a_child_process() {
         .env(CHILD_MARKER, "1")
         .env("RDMA_MUMMY_LIBIBVERBS", MISSING_IBVERBS)
         .env("RDMA_MUMMY_LIBRDMACM", MISSING_RDMACM)
+        .env("RDMA_MUMMY_LIBMLX5", MISSING_MLX5)
         .output()
         .expect("the test binary can be re-run");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -124,12 +127,33 @@ fn child_without_libraries() {
         assert_eq!(rdma_mummy_sys::ibv_dontfork_range(ptr::null_mut(), 0), -1);
         assert_eq!(last_errno(), Some(EOPNOTSUPP as i32));
         assert!(rdma_mummy_sys::ibv_get_sysfs_path().is_null());
+
+        // libmlx5: no device is an mlx5 one, an errno-returning mlx5dv call returns the
+        // errno value, a pointer-returning one NULL.
+        assert!(!rdma_mummy_sys::mlx5dv_is_supported(ptr::null_mut()));
+        let mut attrs = rdma_mummy_sys::mlx5dv_context::default();
+        assert_eq!(
+            rdma_mummy_sys::mlx5dv_query_device(ptr::null_mut(), &mut attrs),
+            EOPNOTSUPP as i32
+        );
+        let qp =
+            rdma_mummy_sys::mlx5dv_create_qp(ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+        assert!(qp.is_null());
+        assert_eq!(last_errno(), Some(EOPNOTSUPP as i32));
+        assert!(rdma_mummy_sys::mlx5dv_qp_ex_from_ibv_qp_ex(ptr::null_mut()).is_null());
     }
+    let err = Library::Mlx5.load().expect_err("libmlx5 must not load");
+    assert_eq!(err.path(), MISSING_MLX5);
+    let text = err.to_string();
+    assert!(
+        text.contains("apt install ibverbs-providers") && text.contains("RDMA_MUMMY_LIBMLX5"),
+        "{text}"
+    );
 
     // Nothing in this process linked rdma-core at build time: had either library been a
     // DT_NEEDED dependency it would be mapped since start-up.
     let maps = std::fs::read_to_string("/proc/self/maps").expect("Linux has /proc/self/maps");
-    for lib in ["libibverbs.so", "librdmacm.so"] {
+    for lib in ["libibverbs.so", "librdmacm.so", "libmlx5.so"] {
         assert!(!maps.contains(lib), "{lib} is mapped into the process");
     }
     println!("child checks passed");

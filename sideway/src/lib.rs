@@ -158,6 +158,7 @@
 
 pub mod connection;
 mod diagnostics;
+pub mod dv;
 #[allow(unsafe_code)]
 mod fd;
 pub mod gid;

@@ -12,8 +12,13 @@
  * also exported as rdma_mummy_<name>() (see rdma_mummy_inline.h) for languages that cannot
  * compile C inlines.
  *
- * Environment: RDMA_MUMMY_LIBIBVERBS and RDMA_MUMMY_LIBRDMACM replace the file names passed to
- * dlopen() (default "libibverbs.so.1" and "librdmacm.so.1").
+ * The same goes for libmlx5.so.1, the mlx5 provider's direct-verbs library (mlx5dv.h, shipped
+ * with the provider: Debian's ibverbs-providers): every mlx5dv_* function it exports is defined
+ * here and loads it on first use; mlx5dv.h's static inlines are exported as rdma_mummy_mlx5dv_*.
+ * Without it, mlx5dv_is_supported() is false and the other mlx5dv_* calls fail with EOPNOTSUPP.
+ *
+ * Environment: RDMA_MUMMY_LIBIBVERBS, RDMA_MUMMY_LIBRDMACM and RDMA_MUMMY_LIBMLX5 replace the
+ * file names passed to dlopen() (default "libibverbs.so.1", "librdmacm.so.1", "libmlx5.so.1").
  */
 #ifndef RDMA_MUMMY_H
 #define RDMA_MUMMY_H
@@ -31,6 +36,8 @@ extern "C" {
 enum rdma_mummy_library {
 	RDMA_MUMMY_LIB_IBVERBS = 0,
 	RDMA_MUMMY_LIB_RDMACM = 1,
+	/* mlx5's direct verbs (mlx5dv.h), a provider library: optional, loaded on first use. */
+	RDMA_MUMMY_LIB_MLX5 = 2,
 };
 
 /*

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <infiniband/mlx5dv.h>
 #include <infiniband/sa.h>
 #include <infiniband/verbs.h>
 #include <rdma/ib_user_sa.h>
@@ -26,6 +27,12 @@ extern "C" {
 
 /* verbs.h of rdma-core 56 declares it too (a compatible redeclaration); 44's does not. */
 const char *ibv_wr_opcode_str(enum ibv_wr_opcode opcode);
+
+/* libmlx5 exports of rdma-core 56 that 44's mlx5dv.h does not declare (56's declares them
+ * with these very prototypes). */
+struct ibv_mr *mlx5dv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length,
+				    uint64_t iova, int fd, int access, int mlx5_access);
+int mlx5dv_get_data_direct_sysfs_path(struct ibv_context *context, char *buf, size_t buf_len);
 
 #ifndef INFINIBAND_DRIVER_H
 /* The GID types ibv_query_gid_type() reports (driver.h's enum). */

@@ -7,6 +7,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
+#include <infiniband/mlx5dv.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -200,6 +201,78 @@ int rdma_mummy_rdma_get_send_comp(struct rdma_cm_id *id, struct ibv_wc *wc);
 
 /* Exported form of the static inline rdma_get_recv_comp() of <rdma/rdma_verbs.h>. */
 int rdma_mummy_rdma_get_recv_comp(struct rdma_cm_id *id, struct ibv_wc *wc);
+
+/* Exported form of the static inline mlx5dv_wr_set_dc_addr() of <infiniband/mlx5dv.h>. */
+void rdma_mummy_mlx5dv_wr_set_dc_addr(struct mlx5dv_qp_ex *mqp, struct ibv_ah *ah, uint32_t remote_dctn, uint64_t remote_dc_key);
+
+/* Exported form of the static inline mlx5dv_wr_set_dc_addr_stream() of <infiniband/mlx5dv.h>. */
+void rdma_mummy_mlx5dv_wr_set_dc_addr_stream(struct mlx5dv_qp_ex *mqp, struct ibv_ah *ah, uint32_t remote_dctn, uint64_t remote_dc_key, uint16_t stream_id);
+
+/* Exported form of the static inline mlx5dv_wr_mr_interleaved() of <infiniband/mlx5dv.h>. */
+void rdma_mummy_mlx5dv_wr_mr_interleaved(struct mlx5dv_qp_ex *mqp, struct mlx5dv_mkey *mkey, uint32_t access_flags, uint32_t repeat_count, uint16_t num_interleaved, struct mlx5dv_mr_interleaved *data);
+
+/* Exported form of the static inline mlx5dv_wr_mr_list() of <infiniband/mlx5dv.h>. */
+void rdma_mummy_mlx5dv_wr_mr_list(struct mlx5dv_qp_ex *mqp, struct mlx5dv_mkey *mkey, uint32_t access_flags, uint16_t num_sges, struct ibv_sge *sge);
+
+/* Exported form of the static inline mlx5dv_wr_mkey_configure() of <infiniband/mlx5dv.h>. */
+void rdma_mummy_mlx5dv_wr_mkey_configure(struct mlx5dv_qp_ex *mqp, struct mlx5dv_mkey *mkey, uint8_t num_setters, struct mlx5dv_mkey_conf_attr *attr);
+
+/* Exported form of the static inline mlx5dv_wr_set_mkey_access_flags() of <infiniband/mlx5dv.h>. */
+void rdma_mummy_mlx5dv_wr_set_mkey_access_flags(struct mlx5dv_qp_ex *mqp, uint32_t access_flags);
+
+/* Exported form of the static inline mlx5dv_wr_set_mkey_layout_list() of <infiniband/mlx5dv.h>. */
+void rdma_mummy_mlx5dv_wr_set_mkey_layout_list(struct mlx5dv_qp_ex *mqp, uint16_t num_sges, const struct ibv_sge *sge);
+
+/* Exported form of the static inline mlx5dv_wr_set_mkey_layout_interleaved() of <infiniband/mlx5dv.h>. */
+void rdma_mummy_mlx5dv_wr_set_mkey_layout_interleaved(struct mlx5dv_qp_ex *mqp, uint32_t repeat_count, uint16_t num_interleaved, const struct mlx5dv_mr_interleaved *data);
+
+/* Exported form of the static inline mlx5dv_wr_set_mkey_sig_block() of <infiniband/mlx5dv.h>. */
+void rdma_mummy_mlx5dv_wr_set_mkey_sig_block(struct mlx5dv_qp_ex *mqp, const struct mlx5dv_sig_block_attr *attr);
+
+/* Exported form of the static inline mlx5dv_wr_set_mkey_crypto() of <infiniband/mlx5dv.h>. */
+void rdma_mummy_mlx5dv_wr_set_mkey_crypto(struct mlx5dv_qp_ex *mqp, const struct mlx5dv_crypto_attr *attr);
+
+/* Exported form of the static inline mlx5dv_wr_memcpy() of <infiniband/mlx5dv.h>. */
+void rdma_mummy_mlx5dv_wr_memcpy(struct mlx5dv_qp_ex *mqp, uint32_t dest_lkey, uint64_t dest_addr, uint32_t src_lkey, uint64_t src_addr, size_t length);
+
+/* Exported form of the static inline mlx5dv_mkey_check() of <infiniband/mlx5dv.h>. */
+int rdma_mummy_mlx5dv_mkey_check(struct mlx5dv_mkey *mkey, struct mlx5dv_mkey_err *err_info);
+
+/* Exported form of the static inline mlx5dv_wr_raw_wqe() of <infiniband/mlx5dv.h>. */
+void rdma_mummy_mlx5dv_wr_raw_wqe(struct mlx5dv_qp_ex *mqp, const void *wqe);
+
+/* Exported form of the static inline mlx5dv_get_cqe_owner() of <infiniband/mlx5dv.h>. */
+uint8_t rdma_mummy_mlx5dv_get_cqe_owner(struct mlx5_cqe64 *cqe);
+
+/* Exported form of the static inline mlx5dv_set_cqe_owner() of <infiniband/mlx5dv.h>. */
+void rdma_mummy_mlx5dv_set_cqe_owner(struct mlx5_cqe64 *cqe, uint8_t val);
+
+/* Exported form of the static inline mlx5dv_get_cqe_se() of <infiniband/mlx5dv.h>. */
+uint8_t rdma_mummy_mlx5dv_get_cqe_se(struct mlx5_cqe64 *cqe);
+
+/* Exported form of the static inline mlx5dv_get_cqe_format() of <infiniband/mlx5dv.h>. */
+uint8_t rdma_mummy_mlx5dv_get_cqe_format(struct mlx5_cqe64 *cqe);
+
+/* Exported form of the static inline mlx5dv_get_cqe_opcode() of <infiniband/mlx5dv.h>. */
+uint8_t rdma_mummy_mlx5dv_get_cqe_opcode(struct mlx5_cqe64 *cqe);
+
+/* Exported form of the static inline mlx5dv_set_ctrl_seg() of <infiniband/mlx5dv.h>. */
+void rdma_mummy_mlx5dv_set_ctrl_seg(struct mlx5_wqe_ctrl_seg *seg, uint16_t pi, uint8_t opcode, uint8_t opmod, uint32_t qp_num, uint8_t fm_ce_se, uint8_t ds, uint8_t signature, uint32_t imm);
+
+/* Exported form of the static inline mlx5dv_set_dgram_seg() of <infiniband/mlx5dv.h>. */
+void rdma_mummy_mlx5dv_set_dgram_seg(struct mlx5_wqe_datagram_seg *seg, uint64_t key, uint32_t dqp_dct, uint8_t ext, uint8_t stat_rate_sl, uint8_t fl_mlid, uint16_t rlid, uint8_t *rmac, uint8_t tclass, uint8_t hop_limit, uint32_t grh_gid_fi, uint8_t *rgid);
+
+/* Exported form of the static inline mlx5dv_set_data_seg() of <infiniband/mlx5dv.h>. */
+void rdma_mummy_mlx5dv_set_data_seg(struct mlx5_wqe_data_seg *seg, uint32_t length, uint32_t lkey, uintptr_t address);
+
+/* Exported form of the static inline mlx5dv_set_eth_seg() of <infiniband/mlx5dv.h>. */
+void rdma_mummy_mlx5dv_set_eth_seg(struct mlx5_wqe_eth_seg *seg, uint8_t cs_flags, uint16_t mss, uint16_t inline_hdr_sz, uint8_t *inline_hdr_start);
+
+/* Exported form of the static inline mlx5dv_ts_to_ns() of <infiniband/mlx5dv.h>. */
+uint64_t rdma_mummy_mlx5dv_ts_to_ns(struct mlx5dv_clock_info *clock_info, uint64_t device_timestamp);
+
+/* Exported form of the static inline mlx5dv_query_port() of <infiniband/mlx5dv.h>. */
+int rdma_mummy_mlx5dv_query_port(struct ibv_context *context, uint32_t port_num, struct mlx5_ib_uapi_query_port *info);
 
 #ifdef __cplusplus
 }

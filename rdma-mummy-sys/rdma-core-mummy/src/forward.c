@@ -1635,6 +1635,1436 @@ ssize_t (rwritev)(int a0, const struct iovec *a1, int a2)
 	return mummy_fn_rwritev(a0, a1, a2);
 }
 
+static __typeof__(_mlx5dv_mkey_check) *mummy_fn__mlx5dv_mkey_check;
+int (_mlx5dv_mkey_check)(struct mlx5dv_mkey *a0, struct mlx5dv_mkey_err *a1, size_t a2)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn__mlx5dv_mkey_check) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn__mlx5dv_mkey_check(a0, a1, a2);
+}
+
+static __typeof__(_mlx5dv_query_port) *mummy_fn__mlx5dv_query_port;
+int (_mlx5dv_query_port)(struct ibv_context *a0, uint32_t a1, struct mlx5_ib_uapi_query_port *a2, size_t a3)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn__mlx5dv_query_port) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn__mlx5dv_query_port(a0, a1, a2, a3);
+}
+
+static __typeof__(mlx5dv_alloc_dm) *mummy_fn_mlx5dv_alloc_dm;
+struct ibv_dm *(mlx5dv_alloc_dm)(struct ibv_context *a0, struct ibv_alloc_dm_attr *a1, struct mlx5dv_alloc_dm_attr *a2)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_alloc_dm) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_alloc_dm(a0, a1, a2);
+}
+
+static __typeof__(mlx5dv_alloc_var) *mummy_fn_mlx5dv_alloc_var;
+struct mlx5dv_var *(mlx5dv_alloc_var)(struct ibv_context *a0, uint32_t a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_alloc_var) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_alloc_var(a0, a1);
+}
+
+static __typeof__(mlx5dv_create_cq) *mummy_fn_mlx5dv_create_cq;
+struct ibv_cq_ex *(mlx5dv_create_cq)(struct ibv_context *a0, struct ibv_cq_init_attr_ex *a1, struct mlx5dv_cq_init_attr *a2)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_create_cq) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_create_cq(a0, a1, a2);
+}
+
+static __typeof__(mlx5dv_create_flow) *mummy_fn_mlx5dv_create_flow;
+struct ibv_flow *(mlx5dv_create_flow)(struct mlx5dv_flow_matcher *a0, struct mlx5dv_flow_match_parameters *a1, size_t a2, struct mlx5dv_flow_action_attr *a3)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_create_flow) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_create_flow(a0, a1, a2, a3);
+}
+
+static __typeof__(mlx5dv_create_flow_action_esp) *mummy_fn_mlx5dv_create_flow_action_esp;
+struct ibv_flow_action *(mlx5dv_create_flow_action_esp)(struct ibv_context *a0, struct ibv_flow_action_esp_attr *a1, struct mlx5dv_flow_action_esp *a2)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_create_flow_action_esp) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_create_flow_action_esp(a0, a1, a2);
+}
+
+static __typeof__(mlx5dv_create_flow_action_modify_header) *mummy_fn_mlx5dv_create_flow_action_modify_header;
+struct ibv_flow_action *(mlx5dv_create_flow_action_modify_header)(struct ibv_context *a0, size_t a1, uint64_t *a2, enum mlx5_ib_uapi_flow_table_type a3)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_create_flow_action_modify_header) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_create_flow_action_modify_header(a0, a1, a2, a3);
+}
+
+static __typeof__(mlx5dv_create_flow_action_packet_reformat) *mummy_fn_mlx5dv_create_flow_action_packet_reformat;
+struct ibv_flow_action *(mlx5dv_create_flow_action_packet_reformat)(struct ibv_context *a0, size_t a1, void *a2, enum mlx5_ib_uapi_flow_action_packet_reformat_type a3, enum mlx5_ib_uapi_flow_table_type a4)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_create_flow_action_packet_reformat) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_create_flow_action_packet_reformat(a0, a1, a2, a3, a4);
+}
+
+static __typeof__(mlx5dv_create_flow_matcher) *mummy_fn_mlx5dv_create_flow_matcher;
+struct mlx5dv_flow_matcher *(mlx5dv_create_flow_matcher)(struct ibv_context *a0, struct mlx5dv_flow_matcher_attr *a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_create_flow_matcher) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_create_flow_matcher(a0, a1);
+}
+
+static __typeof__(mlx5dv_create_mkey) *mummy_fn_mlx5dv_create_mkey;
+struct mlx5dv_mkey *(mlx5dv_create_mkey)(struct mlx5dv_mkey_init_attr *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_create_mkey) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_create_mkey(a0);
+}
+
+static __typeof__(mlx5dv_create_qp) *mummy_fn_mlx5dv_create_qp;
+struct ibv_qp *(mlx5dv_create_qp)(struct ibv_context *a0, struct ibv_qp_init_attr_ex *a1, struct mlx5dv_qp_init_attr *a2)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_create_qp) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_create_qp(a0, a1, a2);
+}
+
+static __typeof__(mlx5dv_create_steering_anchor) *mummy_fn_mlx5dv_create_steering_anchor;
+struct mlx5dv_steering_anchor *(mlx5dv_create_steering_anchor)(struct ibv_context *a0, struct mlx5dv_steering_anchor_attr *a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_create_steering_anchor) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_create_steering_anchor(a0, a1);
+}
+
+static __typeof__(mlx5dv_create_wq) *mummy_fn_mlx5dv_create_wq;
+struct ibv_wq *(mlx5dv_create_wq)(struct ibv_context *a0, struct ibv_wq_init_attr *a1, struct mlx5dv_wq_init_attr *a2)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_create_wq) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_create_wq(a0, a1, a2);
+}
+
+static __typeof__(mlx5dv_crypto_login) *mummy_fn_mlx5dv_crypto_login;
+int (mlx5dv_crypto_login)(struct ibv_context *a0, struct mlx5dv_crypto_login_attr *a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_crypto_login) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_crypto_login(a0, a1);
+}
+
+static __typeof__(mlx5dv_crypto_login_create) *mummy_fn_mlx5dv_crypto_login_create;
+struct mlx5dv_crypto_login_obj *(mlx5dv_crypto_login_create)(struct ibv_context *a0, struct mlx5dv_crypto_login_attr_ex *a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_crypto_login_create) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_crypto_login_create(a0, a1);
+}
+
+static __typeof__(mlx5dv_crypto_login_destroy) *mummy_fn_mlx5dv_crypto_login_destroy;
+int (mlx5dv_crypto_login_destroy)(struct mlx5dv_crypto_login_obj *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_crypto_login_destroy) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_crypto_login_destroy(a0);
+}
+
+static __typeof__(mlx5dv_crypto_login_query) *mummy_fn_mlx5dv_crypto_login_query;
+int (mlx5dv_crypto_login_query)(struct mlx5dv_crypto_login_obj *a0, struct mlx5dv_crypto_login_query_attr *a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_crypto_login_query) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_crypto_login_query(a0, a1);
+}
+
+static __typeof__(mlx5dv_crypto_login_query_state) *mummy_fn_mlx5dv_crypto_login_query_state;
+int (mlx5dv_crypto_login_query_state)(struct ibv_context *a0, enum mlx5dv_crypto_login_state *a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_crypto_login_query_state) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_crypto_login_query_state(a0, a1);
+}
+
+static __typeof__(mlx5dv_crypto_logout) *mummy_fn_mlx5dv_crypto_logout;
+int (mlx5dv_crypto_logout)(struct ibv_context *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_crypto_logout) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_crypto_logout(a0);
+}
+
+static __typeof__(mlx5dv_dci_stream_id_reset) *mummy_fn_mlx5dv_dci_stream_id_reset;
+int (mlx5dv_dci_stream_id_reset)(struct ibv_qp *a0, uint16_t a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dci_stream_id_reset) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_dci_stream_id_reset(a0, a1);
+}
+
+static __typeof__(mlx5dv_dek_create) *mummy_fn_mlx5dv_dek_create;
+struct mlx5dv_dek *(mlx5dv_dek_create)(struct ibv_context *a0, struct mlx5dv_dek_init_attr *a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dek_create) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_dek_create(a0, a1);
+}
+
+static __typeof__(mlx5dv_dek_destroy) *mummy_fn_mlx5dv_dek_destroy;
+int (mlx5dv_dek_destroy)(struct mlx5dv_dek *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dek_destroy) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_dek_destroy(a0);
+}
+
+static __typeof__(mlx5dv_dek_query) *mummy_fn_mlx5dv_dek_query;
+int (mlx5dv_dek_query)(struct mlx5dv_dek *a0, struct mlx5dv_dek_attr *a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dek_query) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_dek_query(a0, a1);
+}
+
+static __typeof__(mlx5dv_destroy_flow_matcher) *mummy_fn_mlx5dv_destroy_flow_matcher;
+int (mlx5dv_destroy_flow_matcher)(struct mlx5dv_flow_matcher *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_destroy_flow_matcher) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_destroy_flow_matcher(a0);
+}
+
+static __typeof__(mlx5dv_destroy_mkey) *mummy_fn_mlx5dv_destroy_mkey;
+int (mlx5dv_destroy_mkey)(struct mlx5dv_mkey *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_destroy_mkey) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_destroy_mkey(a0);
+}
+
+static __typeof__(mlx5dv_destroy_steering_anchor) *mummy_fn_mlx5dv_destroy_steering_anchor;
+int (mlx5dv_destroy_steering_anchor)(struct mlx5dv_steering_anchor *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_destroy_steering_anchor) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_destroy_steering_anchor(a0);
+}
+
+static __typeof__(mlx5dv_devx_alloc_msi_vector) *mummy_fn_mlx5dv_devx_alloc_msi_vector;
+struct mlx5dv_devx_msi_vector *(mlx5dv_devx_alloc_msi_vector)(struct ibv_context *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_alloc_msi_vector) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_devx_alloc_msi_vector(a0);
+}
+
+static __typeof__(mlx5dv_devx_alloc_uar) *mummy_fn_mlx5dv_devx_alloc_uar;
+struct mlx5dv_devx_uar *(mlx5dv_devx_alloc_uar)(struct ibv_context *a0, uint32_t a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_alloc_uar) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_devx_alloc_uar(a0, a1);
+}
+
+static __typeof__(mlx5dv_devx_cq_modify) *mummy_fn_mlx5dv_devx_cq_modify;
+int (mlx5dv_devx_cq_modify)(struct ibv_cq *a0, const void *a1, size_t a2, void *a3, size_t a4)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_cq_modify) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_devx_cq_modify(a0, a1, a2, a3, a4);
+}
+
+static __typeof__(mlx5dv_devx_cq_query) *mummy_fn_mlx5dv_devx_cq_query;
+int (mlx5dv_devx_cq_query)(struct ibv_cq *a0, const void *a1, size_t a2, void *a3, size_t a4)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_cq_query) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_devx_cq_query(a0, a1, a2, a3, a4);
+}
+
+static __typeof__(mlx5dv_devx_create_cmd_comp) *mummy_fn_mlx5dv_devx_create_cmd_comp;
+struct mlx5dv_devx_cmd_comp *(mlx5dv_devx_create_cmd_comp)(struct ibv_context *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_create_cmd_comp) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_devx_create_cmd_comp(a0);
+}
+
+static __typeof__(mlx5dv_devx_create_eq) *mummy_fn_mlx5dv_devx_create_eq;
+struct mlx5dv_devx_eq *(mlx5dv_devx_create_eq)(struct ibv_context *a0, const void *a1, size_t a2, void *a3, size_t a4)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_create_eq) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_devx_create_eq(a0, a1, a2, a3, a4);
+}
+
+static __typeof__(mlx5dv_devx_create_event_channel) *mummy_fn_mlx5dv_devx_create_event_channel;
+struct mlx5dv_devx_event_channel *(mlx5dv_devx_create_event_channel)(struct ibv_context *a0, enum mlx5_ib_uapi_devx_create_event_channel_flags a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_create_event_channel) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_devx_create_event_channel(a0, a1);
+}
+
+static __typeof__(mlx5dv_devx_destroy_cmd_comp) *mummy_fn_mlx5dv_devx_destroy_cmd_comp;
+void (mlx5dv_devx_destroy_cmd_comp)(struct mlx5dv_devx_cmd_comp *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_destroy_cmd_comp) {
+		errno = EOPNOTSUPP;
+		return;
+	}
+	mummy_fn_mlx5dv_devx_destroy_cmd_comp(a0);
+}
+
+static __typeof__(mlx5dv_devx_destroy_eq) *mummy_fn_mlx5dv_devx_destroy_eq;
+int (mlx5dv_devx_destroy_eq)(struct mlx5dv_devx_eq *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_destroy_eq) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_devx_destroy_eq(a0);
+}
+
+static __typeof__(mlx5dv_devx_destroy_event_channel) *mummy_fn_mlx5dv_devx_destroy_event_channel;
+void (mlx5dv_devx_destroy_event_channel)(struct mlx5dv_devx_event_channel *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_destroy_event_channel) {
+		errno = EOPNOTSUPP;
+		return;
+	}
+	mummy_fn_mlx5dv_devx_destroy_event_channel(a0);
+}
+
+static __typeof__(mlx5dv_devx_free_msi_vector) *mummy_fn_mlx5dv_devx_free_msi_vector;
+int (mlx5dv_devx_free_msi_vector)(struct mlx5dv_devx_msi_vector *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_free_msi_vector) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_devx_free_msi_vector(a0);
+}
+
+static __typeof__(mlx5dv_devx_free_uar) *mummy_fn_mlx5dv_devx_free_uar;
+void (mlx5dv_devx_free_uar)(struct mlx5dv_devx_uar *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_free_uar) {
+		errno = EOPNOTSUPP;
+		return;
+	}
+	mummy_fn_mlx5dv_devx_free_uar(a0);
+}
+
+static __typeof__(mlx5dv_devx_general_cmd) *mummy_fn_mlx5dv_devx_general_cmd;
+int (mlx5dv_devx_general_cmd)(struct ibv_context *a0, const void *a1, size_t a2, void *a3, size_t a4)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_general_cmd) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_devx_general_cmd(a0, a1, a2, a3, a4);
+}
+
+static __typeof__(mlx5dv_devx_get_async_cmd_comp) *mummy_fn_mlx5dv_devx_get_async_cmd_comp;
+int (mlx5dv_devx_get_async_cmd_comp)(struct mlx5dv_devx_cmd_comp *a0, struct mlx5_ib_uapi_devx_async_cmd_hdr *a1, size_t a2)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_get_async_cmd_comp) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_devx_get_async_cmd_comp(a0, a1, a2);
+}
+
+static __typeof__(mlx5dv_devx_get_event) *mummy_fn_mlx5dv_devx_get_event;
+ssize_t (mlx5dv_devx_get_event)(struct mlx5dv_devx_event_channel *a0, struct mlx5_ib_uapi_devx_async_event_hdr *a1, size_t a2)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_get_event) {
+		errno = EOPNOTSUPP;
+		return -1;
+	}
+	return mummy_fn_mlx5dv_devx_get_event(a0, a1, a2);
+}
+
+static __typeof__(mlx5dv_devx_ind_tbl_modify) *mummy_fn_mlx5dv_devx_ind_tbl_modify;
+int (mlx5dv_devx_ind_tbl_modify)(struct ibv_rwq_ind_table *a0, const void *a1, size_t a2, void *a3, size_t a4)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_ind_tbl_modify) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_devx_ind_tbl_modify(a0, a1, a2, a3, a4);
+}
+
+static __typeof__(mlx5dv_devx_ind_tbl_query) *mummy_fn_mlx5dv_devx_ind_tbl_query;
+int (mlx5dv_devx_ind_tbl_query)(struct ibv_rwq_ind_table *a0, const void *a1, size_t a2, void *a3, size_t a4)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_ind_tbl_query) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_devx_ind_tbl_query(a0, a1, a2, a3, a4);
+}
+
+static __typeof__(mlx5dv_devx_obj_create) *mummy_fn_mlx5dv_devx_obj_create;
+struct mlx5dv_devx_obj *(mlx5dv_devx_obj_create)(struct ibv_context *a0, const void *a1, size_t a2, void *a3, size_t a4)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_obj_create) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_devx_obj_create(a0, a1, a2, a3, a4);
+}
+
+static __typeof__(mlx5dv_devx_obj_destroy) *mummy_fn_mlx5dv_devx_obj_destroy;
+int (mlx5dv_devx_obj_destroy)(struct mlx5dv_devx_obj *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_obj_destroy) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_devx_obj_destroy(a0);
+}
+
+static __typeof__(mlx5dv_devx_obj_modify) *mummy_fn_mlx5dv_devx_obj_modify;
+int (mlx5dv_devx_obj_modify)(struct mlx5dv_devx_obj *a0, const void *a1, size_t a2, void *a3, size_t a4)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_obj_modify) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_devx_obj_modify(a0, a1, a2, a3, a4);
+}
+
+static __typeof__(mlx5dv_devx_obj_query) *mummy_fn_mlx5dv_devx_obj_query;
+int (mlx5dv_devx_obj_query)(struct mlx5dv_devx_obj *a0, const void *a1, size_t a2, void *a3, size_t a4)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_obj_query) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_devx_obj_query(a0, a1, a2, a3, a4);
+}
+
+static __typeof__(mlx5dv_devx_obj_query_async) *mummy_fn_mlx5dv_devx_obj_query_async;
+int (mlx5dv_devx_obj_query_async)(struct mlx5dv_devx_obj *a0, const void *a1, size_t a2, size_t a3, uint64_t a4, struct mlx5dv_devx_cmd_comp *a5)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_obj_query_async) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_devx_obj_query_async(a0, a1, a2, a3, a4, a5);
+}
+
+static __typeof__(mlx5dv_devx_qp_modify) *mummy_fn_mlx5dv_devx_qp_modify;
+int (mlx5dv_devx_qp_modify)(struct ibv_qp *a0, const void *a1, size_t a2, void *a3, size_t a4)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_qp_modify) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_devx_qp_modify(a0, a1, a2, a3, a4);
+}
+
+static __typeof__(mlx5dv_devx_qp_query) *mummy_fn_mlx5dv_devx_qp_query;
+int (mlx5dv_devx_qp_query)(struct ibv_qp *a0, const void *a1, size_t a2, void *a3, size_t a4)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_qp_query) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_devx_qp_query(a0, a1, a2, a3, a4);
+}
+
+static __typeof__(mlx5dv_devx_query_eqn) *mummy_fn_mlx5dv_devx_query_eqn;
+int (mlx5dv_devx_query_eqn)(struct ibv_context *a0, uint32_t a1, uint32_t *a2)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_query_eqn) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_devx_query_eqn(a0, a1, a2);
+}
+
+static __typeof__(mlx5dv_devx_srq_modify) *mummy_fn_mlx5dv_devx_srq_modify;
+int (mlx5dv_devx_srq_modify)(struct ibv_srq *a0, const void *a1, size_t a2, void *a3, size_t a4)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_srq_modify) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_devx_srq_modify(a0, a1, a2, a3, a4);
+}
+
+static __typeof__(mlx5dv_devx_srq_query) *mummy_fn_mlx5dv_devx_srq_query;
+int (mlx5dv_devx_srq_query)(struct ibv_srq *a0, const void *a1, size_t a2, void *a3, size_t a4)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_srq_query) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_devx_srq_query(a0, a1, a2, a3, a4);
+}
+
+static __typeof__(mlx5dv_devx_subscribe_devx_event) *mummy_fn_mlx5dv_devx_subscribe_devx_event;
+int (mlx5dv_devx_subscribe_devx_event)(struct mlx5dv_devx_event_channel *a0, struct mlx5dv_devx_obj *a1, uint16_t a2, uint16_t *a3, uint64_t a4)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_subscribe_devx_event) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_devx_subscribe_devx_event(a0, a1, a2, a3, a4);
+}
+
+static __typeof__(mlx5dv_devx_subscribe_devx_event_fd) *mummy_fn_mlx5dv_devx_subscribe_devx_event_fd;
+int (mlx5dv_devx_subscribe_devx_event_fd)(struct mlx5dv_devx_event_channel *a0, int a1, struct mlx5dv_devx_obj *a2, uint16_t a3)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_subscribe_devx_event_fd) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_devx_subscribe_devx_event_fd(a0, a1, a2, a3);
+}
+
+static __typeof__(mlx5dv_devx_umem_dereg) *mummy_fn_mlx5dv_devx_umem_dereg;
+int (mlx5dv_devx_umem_dereg)(struct mlx5dv_devx_umem *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_umem_dereg) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_devx_umem_dereg(a0);
+}
+
+static __typeof__(mlx5dv_devx_umem_reg) *mummy_fn_mlx5dv_devx_umem_reg;
+struct mlx5dv_devx_umem *(mlx5dv_devx_umem_reg)(struct ibv_context *a0, void *a1, size_t a2, uint32_t a3)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_umem_reg) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_devx_umem_reg(a0, a1, a2, a3);
+}
+
+static __typeof__(mlx5dv_devx_umem_reg_ex) *mummy_fn_mlx5dv_devx_umem_reg_ex;
+struct mlx5dv_devx_umem *(mlx5dv_devx_umem_reg_ex)(struct ibv_context *a0, struct mlx5dv_devx_umem_in *a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_umem_reg_ex) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_devx_umem_reg_ex(a0, a1);
+}
+
+static __typeof__(mlx5dv_devx_wq_modify) *mummy_fn_mlx5dv_devx_wq_modify;
+int (mlx5dv_devx_wq_modify)(struct ibv_wq *a0, const void *a1, size_t a2, void *a3, size_t a4)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_wq_modify) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_devx_wq_modify(a0, a1, a2, a3, a4);
+}
+
+static __typeof__(mlx5dv_devx_wq_query) *mummy_fn_mlx5dv_devx_wq_query;
+int (mlx5dv_devx_wq_query)(struct ibv_wq *a0, const void *a1, size_t a2, void *a3, size_t a4)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_devx_wq_query) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_devx_wq_query(a0, a1, a2, a3, a4);
+}
+
+static __typeof__(mlx5dv_dm_map_op_addr) *mummy_fn_mlx5dv_dm_map_op_addr;
+void *(mlx5dv_dm_map_op_addr)(struct ibv_dm *a0, uint8_t a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dm_map_op_addr) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_dm_map_op_addr(a0, a1);
+}
+
+static __typeof__(mlx5dv_dr_action_create_aso) *mummy_fn_mlx5dv_dr_action_create_aso;
+struct mlx5dv_dr_action *(mlx5dv_dr_action_create_aso)(struct mlx5dv_dr_domain *a0, struct mlx5dv_devx_obj *a1, uint32_t a2, uint32_t a3, uint8_t a4)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_action_create_aso) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_dr_action_create_aso(a0, a1, a2, a3, a4);
+}
+
+static __typeof__(mlx5dv_dr_action_create_default_miss) *mummy_fn_mlx5dv_dr_action_create_default_miss;
+struct mlx5dv_dr_action *(mlx5dv_dr_action_create_default_miss)(void)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_action_create_default_miss) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_dr_action_create_default_miss();
+}
+
+static __typeof__(mlx5dv_dr_action_create_dest_array) *mummy_fn_mlx5dv_dr_action_create_dest_array;
+struct mlx5dv_dr_action *(mlx5dv_dr_action_create_dest_array)(struct mlx5dv_dr_domain *a0, size_t a1, struct mlx5dv_dr_action_dest_attr **a2)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_action_create_dest_array) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_dr_action_create_dest_array(a0, a1, a2);
+}
+
+static __typeof__(mlx5dv_dr_action_create_dest_devx_tir) *mummy_fn_mlx5dv_dr_action_create_dest_devx_tir;
+struct mlx5dv_dr_action *(mlx5dv_dr_action_create_dest_devx_tir)(struct mlx5dv_devx_obj *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_action_create_dest_devx_tir) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_dr_action_create_dest_devx_tir(a0);
+}
+
+static __typeof__(mlx5dv_dr_action_create_dest_ib_port) *mummy_fn_mlx5dv_dr_action_create_dest_ib_port;
+struct mlx5dv_dr_action *(mlx5dv_dr_action_create_dest_ib_port)(struct mlx5dv_dr_domain *a0, uint32_t a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_action_create_dest_ib_port) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_dr_action_create_dest_ib_port(a0, a1);
+}
+
+static __typeof__(mlx5dv_dr_action_create_dest_ibv_qp) *mummy_fn_mlx5dv_dr_action_create_dest_ibv_qp;
+struct mlx5dv_dr_action *(mlx5dv_dr_action_create_dest_ibv_qp)(struct ibv_qp *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_action_create_dest_ibv_qp) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_dr_action_create_dest_ibv_qp(a0);
+}
+
+static __typeof__(mlx5dv_dr_action_create_dest_root_table) *mummy_fn_mlx5dv_dr_action_create_dest_root_table;
+struct mlx5dv_dr_action *(mlx5dv_dr_action_create_dest_root_table)(struct mlx5dv_dr_table *a0, uint16_t a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_action_create_dest_root_table) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_dr_action_create_dest_root_table(a0, a1);
+}
+
+static __typeof__(mlx5dv_dr_action_create_dest_table) *mummy_fn_mlx5dv_dr_action_create_dest_table;
+struct mlx5dv_dr_action *(mlx5dv_dr_action_create_dest_table)(struct mlx5dv_dr_table *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_action_create_dest_table) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_dr_action_create_dest_table(a0);
+}
+
+static __typeof__(mlx5dv_dr_action_create_dest_vport) *mummy_fn_mlx5dv_dr_action_create_dest_vport;
+struct mlx5dv_dr_action *(mlx5dv_dr_action_create_dest_vport)(struct mlx5dv_dr_domain *a0, uint32_t a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_action_create_dest_vport) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_dr_action_create_dest_vport(a0, a1);
+}
+
+static __typeof__(mlx5dv_dr_action_create_drop) *mummy_fn_mlx5dv_dr_action_create_drop;
+struct mlx5dv_dr_action *(mlx5dv_dr_action_create_drop)(void)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_action_create_drop) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_dr_action_create_drop();
+}
+
+static __typeof__(mlx5dv_dr_action_create_flow_counter) *mummy_fn_mlx5dv_dr_action_create_flow_counter;
+struct mlx5dv_dr_action *(mlx5dv_dr_action_create_flow_counter)(struct mlx5dv_devx_obj *a0, uint32_t a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_action_create_flow_counter) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_dr_action_create_flow_counter(a0, a1);
+}
+
+static __typeof__(mlx5dv_dr_action_create_flow_meter) *mummy_fn_mlx5dv_dr_action_create_flow_meter;
+struct mlx5dv_dr_action *(mlx5dv_dr_action_create_flow_meter)(struct mlx5dv_dr_flow_meter_attr *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_action_create_flow_meter) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_dr_action_create_flow_meter(a0);
+}
+
+static __typeof__(mlx5dv_dr_action_create_flow_sampler) *mummy_fn_mlx5dv_dr_action_create_flow_sampler;
+struct mlx5dv_dr_action *(mlx5dv_dr_action_create_flow_sampler)(struct mlx5dv_dr_flow_sampler_attr *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_action_create_flow_sampler) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_dr_action_create_flow_sampler(a0);
+}
+
+static __typeof__(mlx5dv_dr_action_create_modify_header) *mummy_fn_mlx5dv_dr_action_create_modify_header;
+struct mlx5dv_dr_action *(mlx5dv_dr_action_create_modify_header)(struct mlx5dv_dr_domain *a0, uint32_t a1, size_t a2, __be64 *a3)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_action_create_modify_header) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_dr_action_create_modify_header(a0, a1, a2, a3);
+}
+
+static __typeof__(mlx5dv_dr_action_create_packet_reformat) *mummy_fn_mlx5dv_dr_action_create_packet_reformat;
+struct mlx5dv_dr_action *(mlx5dv_dr_action_create_packet_reformat)(struct mlx5dv_dr_domain *a0, uint32_t a1, enum mlx5_ib_uapi_flow_action_packet_reformat_type a2, size_t a3, void *a4)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_action_create_packet_reformat) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_dr_action_create_packet_reformat(a0, a1, a2, a3, a4);
+}
+
+static __typeof__(mlx5dv_dr_action_create_pop_vlan) *mummy_fn_mlx5dv_dr_action_create_pop_vlan;
+struct mlx5dv_dr_action *(mlx5dv_dr_action_create_pop_vlan)(void)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_action_create_pop_vlan) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_dr_action_create_pop_vlan();
+}
+
+static __typeof__(mlx5dv_dr_action_create_push_vlan) *mummy_fn_mlx5dv_dr_action_create_push_vlan;
+struct mlx5dv_dr_action *(mlx5dv_dr_action_create_push_vlan)(struct mlx5dv_dr_domain *a0, __be32 a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_action_create_push_vlan) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_dr_action_create_push_vlan(a0, a1);
+}
+
+static __typeof__(mlx5dv_dr_action_create_tag) *mummy_fn_mlx5dv_dr_action_create_tag;
+struct mlx5dv_dr_action *(mlx5dv_dr_action_create_tag)(uint32_t a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_action_create_tag) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_dr_action_create_tag(a0);
+}
+
+static __typeof__(mlx5dv_dr_action_destroy) *mummy_fn_mlx5dv_dr_action_destroy;
+int (mlx5dv_dr_action_destroy)(struct mlx5dv_dr_action *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_action_destroy) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_dr_action_destroy(a0);
+}
+
+static __typeof__(mlx5dv_dr_action_modify_aso) *mummy_fn_mlx5dv_dr_action_modify_aso;
+int (mlx5dv_dr_action_modify_aso)(struct mlx5dv_dr_action *a0, uint32_t a1, uint32_t a2, uint8_t a3)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_action_modify_aso) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_dr_action_modify_aso(a0, a1, a2, a3);
+}
+
+static __typeof__(mlx5dv_dr_action_modify_flow_meter) *mummy_fn_mlx5dv_dr_action_modify_flow_meter;
+int (mlx5dv_dr_action_modify_flow_meter)(struct mlx5dv_dr_action *a0, struct mlx5dv_dr_flow_meter_attr *a1, __be64 a2)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_action_modify_flow_meter) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_dr_action_modify_flow_meter(a0, a1, a2);
+}
+
+static __typeof__(mlx5dv_dr_aso_other_domain_link) *mummy_fn_mlx5dv_dr_aso_other_domain_link;
+int (mlx5dv_dr_aso_other_domain_link)(struct mlx5dv_devx_obj *a0, struct mlx5dv_dr_domain *a1, struct mlx5dv_dr_domain *a2, uint32_t a3, uint8_t a4)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_aso_other_domain_link) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_dr_aso_other_domain_link(a0, a1, a2, a3, a4);
+}
+
+static __typeof__(mlx5dv_dr_aso_other_domain_unlink) *mummy_fn_mlx5dv_dr_aso_other_domain_unlink;
+int (mlx5dv_dr_aso_other_domain_unlink)(struct mlx5dv_devx_obj *a0, struct mlx5dv_dr_domain *a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_aso_other_domain_unlink) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_dr_aso_other_domain_unlink(a0, a1);
+}
+
+static __typeof__(mlx5dv_dr_domain_allow_duplicate_rules) *mummy_fn_mlx5dv_dr_domain_allow_duplicate_rules;
+void (mlx5dv_dr_domain_allow_duplicate_rules)(struct mlx5dv_dr_domain *a0, _Bool a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_domain_allow_duplicate_rules) {
+		errno = EOPNOTSUPP;
+		return;
+	}
+	mummy_fn_mlx5dv_dr_domain_allow_duplicate_rules(a0, a1);
+}
+
+static __typeof__(mlx5dv_dr_domain_create) *mummy_fn_mlx5dv_dr_domain_create;
+struct mlx5dv_dr_domain *(mlx5dv_dr_domain_create)(struct ibv_context *a0, enum mlx5dv_dr_domain_type a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_domain_create) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_dr_domain_create(a0, a1);
+}
+
+static __typeof__(mlx5dv_dr_domain_destroy) *mummy_fn_mlx5dv_dr_domain_destroy;
+int (mlx5dv_dr_domain_destroy)(struct mlx5dv_dr_domain *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_domain_destroy) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_dr_domain_destroy(a0);
+}
+
+static __typeof__(mlx5dv_dr_domain_set_reclaim_device_memory) *mummy_fn_mlx5dv_dr_domain_set_reclaim_device_memory;
+void (mlx5dv_dr_domain_set_reclaim_device_memory)(struct mlx5dv_dr_domain *a0, _Bool a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_domain_set_reclaim_device_memory) {
+		errno = EOPNOTSUPP;
+		return;
+	}
+	mummy_fn_mlx5dv_dr_domain_set_reclaim_device_memory(a0, a1);
+}
+
+static __typeof__(mlx5dv_dr_domain_sync) *mummy_fn_mlx5dv_dr_domain_sync;
+int (mlx5dv_dr_domain_sync)(struct mlx5dv_dr_domain *a0, uint32_t a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_domain_sync) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_dr_domain_sync(a0, a1);
+}
+
+static __typeof__(mlx5dv_dr_matcher_create) *mummy_fn_mlx5dv_dr_matcher_create;
+struct mlx5dv_dr_matcher *(mlx5dv_dr_matcher_create)(struct mlx5dv_dr_table *a0, uint16_t a1, uint8_t a2, struct mlx5dv_flow_match_parameters *a3)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_matcher_create) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_dr_matcher_create(a0, a1, a2, a3);
+}
+
+static __typeof__(mlx5dv_dr_matcher_destroy) *mummy_fn_mlx5dv_dr_matcher_destroy;
+int (mlx5dv_dr_matcher_destroy)(struct mlx5dv_dr_matcher *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_matcher_destroy) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_dr_matcher_destroy(a0);
+}
+
+static __typeof__(mlx5dv_dr_matcher_set_layout) *mummy_fn_mlx5dv_dr_matcher_set_layout;
+int (mlx5dv_dr_matcher_set_layout)(struct mlx5dv_dr_matcher *a0, struct mlx5dv_dr_matcher_layout *a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_matcher_set_layout) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_dr_matcher_set_layout(a0, a1);
+}
+
+static __typeof__(mlx5dv_dr_rule_create) *mummy_fn_mlx5dv_dr_rule_create;
+struct mlx5dv_dr_rule *(mlx5dv_dr_rule_create)(struct mlx5dv_dr_matcher *a0, struct mlx5dv_flow_match_parameters *a1, size_t a2, struct mlx5dv_dr_action **a3)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_rule_create) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_dr_rule_create(a0, a1, a2, a3);
+}
+
+static __typeof__(mlx5dv_dr_rule_destroy) *mummy_fn_mlx5dv_dr_rule_destroy;
+int (mlx5dv_dr_rule_destroy)(struct mlx5dv_dr_rule *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_rule_destroy) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_dr_rule_destroy(a0);
+}
+
+static __typeof__(mlx5dv_dr_table_create) *mummy_fn_mlx5dv_dr_table_create;
+struct mlx5dv_dr_table *(mlx5dv_dr_table_create)(struct mlx5dv_dr_domain *a0, uint32_t a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_table_create) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_dr_table_create(a0, a1);
+}
+
+static __typeof__(mlx5dv_dr_table_destroy) *mummy_fn_mlx5dv_dr_table_destroy;
+int (mlx5dv_dr_table_destroy)(struct mlx5dv_dr_table *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dr_table_destroy) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_dr_table_destroy(a0);
+}
+
+static __typeof__(mlx5dv_dump_dr_domain) *mummy_fn_mlx5dv_dump_dr_domain;
+int (mlx5dv_dump_dr_domain)(FILE *a0, struct mlx5dv_dr_domain *a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dump_dr_domain) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_dump_dr_domain(a0, a1);
+}
+
+static __typeof__(mlx5dv_dump_dr_matcher) *mummy_fn_mlx5dv_dump_dr_matcher;
+int (mlx5dv_dump_dr_matcher)(FILE *a0, struct mlx5dv_dr_matcher *a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dump_dr_matcher) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_dump_dr_matcher(a0, a1);
+}
+
+static __typeof__(mlx5dv_dump_dr_rule) *mummy_fn_mlx5dv_dump_dr_rule;
+int (mlx5dv_dump_dr_rule)(FILE *a0, struct mlx5dv_dr_rule *a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dump_dr_rule) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_dump_dr_rule(a0, a1);
+}
+
+static __typeof__(mlx5dv_dump_dr_table) *mummy_fn_mlx5dv_dump_dr_table;
+int (mlx5dv_dump_dr_table)(FILE *a0, struct mlx5dv_dr_table *a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_dump_dr_table) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_dump_dr_table(a0, a1);
+}
+
+static __typeof__(mlx5dv_free_var) *mummy_fn_mlx5dv_free_var;
+void (mlx5dv_free_var)(struct mlx5dv_var *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_free_var) {
+		errno = EOPNOTSUPP;
+		return;
+	}
+	mummy_fn_mlx5dv_free_var(a0);
+}
+
+static __typeof__(mlx5dv_get_clock_info) *mummy_fn_mlx5dv_get_clock_info;
+int (mlx5dv_get_clock_info)(struct ibv_context *a0, struct mlx5dv_clock_info *a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_get_clock_info) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_get_clock_info(a0, a1);
+}
+
+static __typeof__(mlx5dv_get_data_direct_sysfs_path) *mummy_fn_mlx5dv_get_data_direct_sysfs_path;
+int (mlx5dv_get_data_direct_sysfs_path)(struct ibv_context *a0, char *a1, size_t a2)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_get_data_direct_sysfs_path) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_get_data_direct_sysfs_path(a0, a1, a2);
+}
+
+static __typeof__(mlx5dv_get_vfio_device_list) *mummy_fn_mlx5dv_get_vfio_device_list;
+struct ibv_device **(mlx5dv_get_vfio_device_list)(struct mlx5dv_vfio_context_attr *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_get_vfio_device_list) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_get_vfio_device_list(a0);
+}
+
+static __typeof__(mlx5dv_init_obj) *mummy_fn_mlx5dv_init_obj;
+int (mlx5dv_init_obj)(struct mlx5dv_obj *a0, uint64_t a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_init_obj) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_init_obj(a0, a1);
+}
+
+static __typeof__(mlx5dv_is_supported) *mummy_fn_mlx5dv_is_supported;
+_Bool (mlx5dv_is_supported)(struct ibv_device *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_is_supported) {
+		errno = EOPNOTSUPP;
+		return 0;
+	}
+	return mummy_fn_mlx5dv_is_supported(a0);
+}
+
+static __typeof__(mlx5dv_map_ah_to_qp) *mummy_fn_mlx5dv_map_ah_to_qp;
+int (mlx5dv_map_ah_to_qp)(struct ibv_ah *a0, uint32_t a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_map_ah_to_qp) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_map_ah_to_qp(a0, a1);
+}
+
+static __typeof__(mlx5dv_modify_qp_lag_port) *mummy_fn_mlx5dv_modify_qp_lag_port;
+int (mlx5dv_modify_qp_lag_port)(struct ibv_qp *a0, uint8_t a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_modify_qp_lag_port) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_modify_qp_lag_port(a0, a1);
+}
+
+static __typeof__(mlx5dv_modify_qp_sched_elem) *mummy_fn_mlx5dv_modify_qp_sched_elem;
+int (mlx5dv_modify_qp_sched_elem)(struct ibv_qp *a0, const struct mlx5dv_sched_leaf *a1, const struct mlx5dv_sched_leaf *a2)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_modify_qp_sched_elem) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_modify_qp_sched_elem(a0, a1, a2);
+}
+
+static __typeof__(mlx5dv_modify_qp_udp_sport) *mummy_fn_mlx5dv_modify_qp_udp_sport;
+int (mlx5dv_modify_qp_udp_sport)(struct ibv_qp *a0, uint16_t a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_modify_qp_udp_sport) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_modify_qp_udp_sport(a0, a1);
+}
+
+static __typeof__(mlx5dv_open_device) *mummy_fn_mlx5dv_open_device;
+struct ibv_context *(mlx5dv_open_device)(struct ibv_device *a0, struct mlx5dv_context_attr *a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_open_device) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_open_device(a0, a1);
+}
+
+static __typeof__(mlx5dv_pp_alloc) *mummy_fn_mlx5dv_pp_alloc;
+struct mlx5dv_pp *(mlx5dv_pp_alloc)(struct ibv_context *a0, size_t a1, const void *a2, uint32_t a3)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_pp_alloc) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_pp_alloc(a0, a1, a2, a3);
+}
+
+static __typeof__(mlx5dv_pp_free) *mummy_fn_mlx5dv_pp_free;
+void (mlx5dv_pp_free)(struct mlx5dv_pp *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_pp_free) {
+		errno = EOPNOTSUPP;
+		return;
+	}
+	mummy_fn_mlx5dv_pp_free(a0);
+}
+
+static __typeof__(mlx5dv_qp_cancel_posted_send_wrs) *mummy_fn_mlx5dv_qp_cancel_posted_send_wrs;
+int (mlx5dv_qp_cancel_posted_send_wrs)(struct mlx5dv_qp_ex *a0, uint64_t a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_qp_cancel_posted_send_wrs) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_qp_cancel_posted_send_wrs(a0, a1);
+}
+
+static __typeof__(mlx5dv_qp_ex_from_ibv_qp_ex) *mummy_fn_mlx5dv_qp_ex_from_ibv_qp_ex;
+struct mlx5dv_qp_ex *(mlx5dv_qp_ex_from_ibv_qp_ex)(struct ibv_qp_ex *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_qp_ex_from_ibv_qp_ex) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_qp_ex_from_ibv_qp_ex(a0);
+}
+
+static __typeof__(mlx5dv_query_device) *mummy_fn_mlx5dv_query_device;
+int (mlx5dv_query_device)(struct ibv_context *a0, struct mlx5dv_context *a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_query_device) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_query_device(a0, a1);
+}
+
+static __typeof__(mlx5dv_query_qp_lag_port) *mummy_fn_mlx5dv_query_qp_lag_port;
+int (mlx5dv_query_qp_lag_port)(struct ibv_qp *a0, uint8_t *a1, uint8_t *a2)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_query_qp_lag_port) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_query_qp_lag_port(a0, a1, a2);
+}
+
+static __typeof__(mlx5dv_reg_dmabuf_mr) *mummy_fn_mlx5dv_reg_dmabuf_mr;
+struct ibv_mr *(mlx5dv_reg_dmabuf_mr)(struct ibv_pd *a0, uint64_t a1, size_t a2, uint64_t a3, int a4, int a5, int a6)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_reg_dmabuf_mr) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_reg_dmabuf_mr(a0, a1, a2, a3, a4, a5, a6);
+}
+
+static __typeof__(mlx5dv_reserved_qpn_alloc) *mummy_fn_mlx5dv_reserved_qpn_alloc;
+int (mlx5dv_reserved_qpn_alloc)(struct ibv_context *a0, uint32_t *a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_reserved_qpn_alloc) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_reserved_qpn_alloc(a0, a1);
+}
+
+static __typeof__(mlx5dv_reserved_qpn_dealloc) *mummy_fn_mlx5dv_reserved_qpn_dealloc;
+int (mlx5dv_reserved_qpn_dealloc)(struct ibv_context *a0, uint32_t a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_reserved_qpn_dealloc) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_reserved_qpn_dealloc(a0, a1);
+}
+
+static __typeof__(mlx5dv_sched_leaf_create) *mummy_fn_mlx5dv_sched_leaf_create;
+struct mlx5dv_sched_leaf *(mlx5dv_sched_leaf_create)(struct ibv_context *a0, const struct mlx5dv_sched_attr *a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_sched_leaf_create) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_sched_leaf_create(a0, a1);
+}
+
+static __typeof__(mlx5dv_sched_leaf_destroy) *mummy_fn_mlx5dv_sched_leaf_destroy;
+int (mlx5dv_sched_leaf_destroy)(struct mlx5dv_sched_leaf *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_sched_leaf_destroy) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_sched_leaf_destroy(a0);
+}
+
+static __typeof__(mlx5dv_sched_leaf_modify) *mummy_fn_mlx5dv_sched_leaf_modify;
+int (mlx5dv_sched_leaf_modify)(struct mlx5dv_sched_leaf *a0, const struct mlx5dv_sched_attr *a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_sched_leaf_modify) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_sched_leaf_modify(a0, a1);
+}
+
+static __typeof__(mlx5dv_sched_node_create) *mummy_fn_mlx5dv_sched_node_create;
+struct mlx5dv_sched_node *(mlx5dv_sched_node_create)(struct ibv_context *a0, const struct mlx5dv_sched_attr *a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_sched_node_create) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return mummy_fn_mlx5dv_sched_node_create(a0, a1);
+}
+
+static __typeof__(mlx5dv_sched_node_destroy) *mummy_fn_mlx5dv_sched_node_destroy;
+int (mlx5dv_sched_node_destroy)(struct mlx5dv_sched_node *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_sched_node_destroy) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_sched_node_destroy(a0);
+}
+
+static __typeof__(mlx5dv_sched_node_modify) *mummy_fn_mlx5dv_sched_node_modify;
+int (mlx5dv_sched_node_modify)(struct mlx5dv_sched_node *a0, const struct mlx5dv_sched_attr *a1)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_sched_node_modify) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_sched_node_modify(a0, a1);
+}
+
+static __typeof__(mlx5dv_set_context_attr) *mummy_fn_mlx5dv_set_context_attr;
+int (mlx5dv_set_context_attr)(struct ibv_context *a0, enum mlx5dv_set_ctx_attr_type a1, void *a2)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_set_context_attr) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_set_context_attr(a0, a1, a2);
+}
+
+static __typeof__(mlx5dv_vfio_get_events_fd) *mummy_fn_mlx5dv_vfio_get_events_fd;
+int (mlx5dv_vfio_get_events_fd)(struct ibv_context *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_vfio_get_events_fd) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_vfio_get_events_fd(a0);
+}
+
+static __typeof__(mlx5dv_vfio_process_events) *mummy_fn_mlx5dv_vfio_process_events;
+int (mlx5dv_vfio_process_events)(struct ibv_context *a0)
+{
+	mummy_load(MUMMY_LIB_MLX5);
+	if (!mummy_fn_mlx5dv_vfio_process_events) {
+		errno = EOPNOTSUPP;
+		return EOPNOTSUPP;
+	}
+	return mummy_fn_mlx5dv_vfio_process_events(a0);
+}
+
 const struct mummy_symbol mummy_ibverbs_symbols[] = {
 	{ "_ibv_query_gid_ex", (void **)&mummy_fn__ibv_query_gid_ex },
 	{ "_ibv_query_gid_table", (void **)&mummy_fn__ibv_query_gid_table },
@@ -1785,6 +3215,140 @@ const struct mummy_symbol mummy_rdmacm_symbols[] = {
 	{ "rsocket", (void **)&mummy_fn_rsocket },
 	{ "rwrite", (void **)&mummy_fn_rwrite },
 	{ "rwritev", (void **)&mummy_fn_rwritev },
+	{ NULL, NULL },
+};
+
+const struct mummy_symbol mummy_mlx5_symbols[] = {
+	{ "_mlx5dv_mkey_check", (void **)&mummy_fn__mlx5dv_mkey_check },
+	{ "_mlx5dv_query_port", (void **)&mummy_fn__mlx5dv_query_port },
+	{ "mlx5dv_alloc_dm", (void **)&mummy_fn_mlx5dv_alloc_dm },
+	{ "mlx5dv_alloc_var", (void **)&mummy_fn_mlx5dv_alloc_var },
+	{ "mlx5dv_create_cq", (void **)&mummy_fn_mlx5dv_create_cq },
+	{ "mlx5dv_create_flow", (void **)&mummy_fn_mlx5dv_create_flow },
+	{ "mlx5dv_create_flow_action_esp", (void **)&mummy_fn_mlx5dv_create_flow_action_esp },
+	{ "mlx5dv_create_flow_action_modify_header", (void **)&mummy_fn_mlx5dv_create_flow_action_modify_header },
+	{ "mlx5dv_create_flow_action_packet_reformat", (void **)&mummy_fn_mlx5dv_create_flow_action_packet_reformat },
+	{ "mlx5dv_create_flow_matcher", (void **)&mummy_fn_mlx5dv_create_flow_matcher },
+	{ "mlx5dv_create_mkey", (void **)&mummy_fn_mlx5dv_create_mkey },
+	{ "mlx5dv_create_qp", (void **)&mummy_fn_mlx5dv_create_qp },
+	{ "mlx5dv_create_steering_anchor", (void **)&mummy_fn_mlx5dv_create_steering_anchor },
+	{ "mlx5dv_create_wq", (void **)&mummy_fn_mlx5dv_create_wq },
+	{ "mlx5dv_crypto_login", (void **)&mummy_fn_mlx5dv_crypto_login },
+	{ "mlx5dv_crypto_login_create", (void **)&mummy_fn_mlx5dv_crypto_login_create },
+	{ "mlx5dv_crypto_login_destroy", (void **)&mummy_fn_mlx5dv_crypto_login_destroy },
+	{ "mlx5dv_crypto_login_query", (void **)&mummy_fn_mlx5dv_crypto_login_query },
+	{ "mlx5dv_crypto_login_query_state", (void **)&mummy_fn_mlx5dv_crypto_login_query_state },
+	{ "mlx5dv_crypto_logout", (void **)&mummy_fn_mlx5dv_crypto_logout },
+	{ "mlx5dv_dci_stream_id_reset", (void **)&mummy_fn_mlx5dv_dci_stream_id_reset },
+	{ "mlx5dv_dek_create", (void **)&mummy_fn_mlx5dv_dek_create },
+	{ "mlx5dv_dek_destroy", (void **)&mummy_fn_mlx5dv_dek_destroy },
+	{ "mlx5dv_dek_query", (void **)&mummy_fn_mlx5dv_dek_query },
+	{ "mlx5dv_destroy_flow_matcher", (void **)&mummy_fn_mlx5dv_destroy_flow_matcher },
+	{ "mlx5dv_destroy_mkey", (void **)&mummy_fn_mlx5dv_destroy_mkey },
+	{ "mlx5dv_destroy_steering_anchor", (void **)&mummy_fn_mlx5dv_destroy_steering_anchor },
+	{ "mlx5dv_devx_alloc_msi_vector", (void **)&mummy_fn_mlx5dv_devx_alloc_msi_vector },
+	{ "mlx5dv_devx_alloc_uar", (void **)&mummy_fn_mlx5dv_devx_alloc_uar },
+	{ "mlx5dv_devx_cq_modify", (void **)&mummy_fn_mlx5dv_devx_cq_modify },
+	{ "mlx5dv_devx_cq_query", (void **)&mummy_fn_mlx5dv_devx_cq_query },
+	{ "mlx5dv_devx_create_cmd_comp", (void **)&mummy_fn_mlx5dv_devx_create_cmd_comp },
+	{ "mlx5dv_devx_create_eq", (void **)&mummy_fn_mlx5dv_devx_create_eq },
+	{ "mlx5dv_devx_create_event_channel", (void **)&mummy_fn_mlx5dv_devx_create_event_channel },
+	{ "mlx5dv_devx_destroy_cmd_comp", (void **)&mummy_fn_mlx5dv_devx_destroy_cmd_comp },
+	{ "mlx5dv_devx_destroy_eq", (void **)&mummy_fn_mlx5dv_devx_destroy_eq },
+	{ "mlx5dv_devx_destroy_event_channel", (void **)&mummy_fn_mlx5dv_devx_destroy_event_channel },
+	{ "mlx5dv_devx_free_msi_vector", (void **)&mummy_fn_mlx5dv_devx_free_msi_vector },
+	{ "mlx5dv_devx_free_uar", (void **)&mummy_fn_mlx5dv_devx_free_uar },
+	{ "mlx5dv_devx_general_cmd", (void **)&mummy_fn_mlx5dv_devx_general_cmd },
+	{ "mlx5dv_devx_get_async_cmd_comp", (void **)&mummy_fn_mlx5dv_devx_get_async_cmd_comp },
+	{ "mlx5dv_devx_get_event", (void **)&mummy_fn_mlx5dv_devx_get_event },
+	{ "mlx5dv_devx_ind_tbl_modify", (void **)&mummy_fn_mlx5dv_devx_ind_tbl_modify },
+	{ "mlx5dv_devx_ind_tbl_query", (void **)&mummy_fn_mlx5dv_devx_ind_tbl_query },
+	{ "mlx5dv_devx_obj_create", (void **)&mummy_fn_mlx5dv_devx_obj_create },
+	{ "mlx5dv_devx_obj_destroy", (void **)&mummy_fn_mlx5dv_devx_obj_destroy },
+	{ "mlx5dv_devx_obj_modify", (void **)&mummy_fn_mlx5dv_devx_obj_modify },
+	{ "mlx5dv_devx_obj_query", (void **)&mummy_fn_mlx5dv_devx_obj_query },
+	{ "mlx5dv_devx_obj_query_async", (void **)&mummy_fn_mlx5dv_devx_obj_query_async },
+	{ "mlx5dv_devx_qp_modify", (void **)&mummy_fn_mlx5dv_devx_qp_modify },
+	{ "mlx5dv_devx_qp_query", (void **)&mummy_fn_mlx5dv_devx_qp_query },
+	{ "mlx5dv_devx_query_eqn", (void **)&mummy_fn_mlx5dv_devx_query_eqn },
+	{ "mlx5dv_devx_srq_modify", (void **)&mummy_fn_mlx5dv_devx_srq_modify },
+	{ "mlx5dv_devx_srq_query", (void **)&mummy_fn_mlx5dv_devx_srq_query },
+	{ "mlx5dv_devx_subscribe_devx_event", (void **)&mummy_fn_mlx5dv_devx_subscribe_devx_event },
+	{ "mlx5dv_devx_subscribe_devx_event_fd", (void **)&mummy_fn_mlx5dv_devx_subscribe_devx_event_fd },
+	{ "mlx5dv_devx_umem_dereg", (void **)&mummy_fn_mlx5dv_devx_umem_dereg },
+	{ "mlx5dv_devx_umem_reg", (void **)&mummy_fn_mlx5dv_devx_umem_reg },
+	{ "mlx5dv_devx_umem_reg_ex", (void **)&mummy_fn_mlx5dv_devx_umem_reg_ex },
+	{ "mlx5dv_devx_wq_modify", (void **)&mummy_fn_mlx5dv_devx_wq_modify },
+	{ "mlx5dv_devx_wq_query", (void **)&mummy_fn_mlx5dv_devx_wq_query },
+	{ "mlx5dv_dm_map_op_addr", (void **)&mummy_fn_mlx5dv_dm_map_op_addr },
+	{ "mlx5dv_dr_action_create_aso", (void **)&mummy_fn_mlx5dv_dr_action_create_aso },
+	{ "mlx5dv_dr_action_create_default_miss", (void **)&mummy_fn_mlx5dv_dr_action_create_default_miss },
+	{ "mlx5dv_dr_action_create_dest_array", (void **)&mummy_fn_mlx5dv_dr_action_create_dest_array },
+	{ "mlx5dv_dr_action_create_dest_devx_tir", (void **)&mummy_fn_mlx5dv_dr_action_create_dest_devx_tir },
+	{ "mlx5dv_dr_action_create_dest_ib_port", (void **)&mummy_fn_mlx5dv_dr_action_create_dest_ib_port },
+	{ "mlx5dv_dr_action_create_dest_ibv_qp", (void **)&mummy_fn_mlx5dv_dr_action_create_dest_ibv_qp },
+	{ "mlx5dv_dr_action_create_dest_root_table", (void **)&mummy_fn_mlx5dv_dr_action_create_dest_root_table },
+	{ "mlx5dv_dr_action_create_dest_table", (void **)&mummy_fn_mlx5dv_dr_action_create_dest_table },
+	{ "mlx5dv_dr_action_create_dest_vport", (void **)&mummy_fn_mlx5dv_dr_action_create_dest_vport },
+	{ "mlx5dv_dr_action_create_drop", (void **)&mummy_fn_mlx5dv_dr_action_create_drop },
+	{ "mlx5dv_dr_action_create_flow_counter", (void **)&mummy_fn_mlx5dv_dr_action_create_flow_counter },
+	{ "mlx5dv_dr_action_create_flow_meter", (void **)&mummy_fn_mlx5dv_dr_action_create_flow_meter },
+	{ "mlx5dv_dr_action_create_flow_sampler", (void **)&mummy_fn_mlx5dv_dr_action_create_flow_sampler },
+	{ "mlx5dv_dr_action_create_modify_header", (void **)&mummy_fn_mlx5dv_dr_action_create_modify_header },
+	{ "mlx5dv_dr_action_create_packet_reformat", (void **)&mummy_fn_mlx5dv_dr_action_create_packet_reformat },
+	{ "mlx5dv_dr_action_create_pop_vlan", (void **)&mummy_fn_mlx5dv_dr_action_create_pop_vlan },
+	{ "mlx5dv_dr_action_create_push_vlan", (void **)&mummy_fn_mlx5dv_dr_action_create_push_vlan },
+	{ "mlx5dv_dr_action_create_tag", (void **)&mummy_fn_mlx5dv_dr_action_create_tag },
+	{ "mlx5dv_dr_action_destroy", (void **)&mummy_fn_mlx5dv_dr_action_destroy },
+	{ "mlx5dv_dr_action_modify_aso", (void **)&mummy_fn_mlx5dv_dr_action_modify_aso },
+	{ "mlx5dv_dr_action_modify_flow_meter", (void **)&mummy_fn_mlx5dv_dr_action_modify_flow_meter },
+	{ "mlx5dv_dr_aso_other_domain_link", (void **)&mummy_fn_mlx5dv_dr_aso_other_domain_link },
+	{ "mlx5dv_dr_aso_other_domain_unlink", (void **)&mummy_fn_mlx5dv_dr_aso_other_domain_unlink },
+	{ "mlx5dv_dr_domain_allow_duplicate_rules", (void **)&mummy_fn_mlx5dv_dr_domain_allow_duplicate_rules },
+	{ "mlx5dv_dr_domain_create", (void **)&mummy_fn_mlx5dv_dr_domain_create },
+	{ "mlx5dv_dr_domain_destroy", (void **)&mummy_fn_mlx5dv_dr_domain_destroy },
+	{ "mlx5dv_dr_domain_set_reclaim_device_memory", (void **)&mummy_fn_mlx5dv_dr_domain_set_reclaim_device_memory },
+	{ "mlx5dv_dr_domain_sync", (void **)&mummy_fn_mlx5dv_dr_domain_sync },
+	{ "mlx5dv_dr_matcher_create", (void **)&mummy_fn_mlx5dv_dr_matcher_create },
+	{ "mlx5dv_dr_matcher_destroy", (void **)&mummy_fn_mlx5dv_dr_matcher_destroy },
+	{ "mlx5dv_dr_matcher_set_layout", (void **)&mummy_fn_mlx5dv_dr_matcher_set_layout },
+	{ "mlx5dv_dr_rule_create", (void **)&mummy_fn_mlx5dv_dr_rule_create },
+	{ "mlx5dv_dr_rule_destroy", (void **)&mummy_fn_mlx5dv_dr_rule_destroy },
+	{ "mlx5dv_dr_table_create", (void **)&mummy_fn_mlx5dv_dr_table_create },
+	{ "mlx5dv_dr_table_destroy", (void **)&mummy_fn_mlx5dv_dr_table_destroy },
+	{ "mlx5dv_dump_dr_domain", (void **)&mummy_fn_mlx5dv_dump_dr_domain },
+	{ "mlx5dv_dump_dr_matcher", (void **)&mummy_fn_mlx5dv_dump_dr_matcher },
+	{ "mlx5dv_dump_dr_rule", (void **)&mummy_fn_mlx5dv_dump_dr_rule },
+	{ "mlx5dv_dump_dr_table", (void **)&mummy_fn_mlx5dv_dump_dr_table },
+	{ "mlx5dv_free_var", (void **)&mummy_fn_mlx5dv_free_var },
+	{ "mlx5dv_get_clock_info", (void **)&mummy_fn_mlx5dv_get_clock_info },
+	{ "mlx5dv_get_data_direct_sysfs_path", (void **)&mummy_fn_mlx5dv_get_data_direct_sysfs_path },
+	{ "mlx5dv_get_vfio_device_list", (void **)&mummy_fn_mlx5dv_get_vfio_device_list },
+	{ "mlx5dv_init_obj", (void **)&mummy_fn_mlx5dv_init_obj },
+	{ "mlx5dv_is_supported", (void **)&mummy_fn_mlx5dv_is_supported },
+	{ "mlx5dv_map_ah_to_qp", (void **)&mummy_fn_mlx5dv_map_ah_to_qp },
+	{ "mlx5dv_modify_qp_lag_port", (void **)&mummy_fn_mlx5dv_modify_qp_lag_port },
+	{ "mlx5dv_modify_qp_sched_elem", (void **)&mummy_fn_mlx5dv_modify_qp_sched_elem },
+	{ "mlx5dv_modify_qp_udp_sport", (void **)&mummy_fn_mlx5dv_modify_qp_udp_sport },
+	{ "mlx5dv_open_device", (void **)&mummy_fn_mlx5dv_open_device },
+	{ "mlx5dv_pp_alloc", (void **)&mummy_fn_mlx5dv_pp_alloc },
+	{ "mlx5dv_pp_free", (void **)&mummy_fn_mlx5dv_pp_free },
+	{ "mlx5dv_qp_cancel_posted_send_wrs", (void **)&mummy_fn_mlx5dv_qp_cancel_posted_send_wrs },
+	{ "mlx5dv_qp_ex_from_ibv_qp_ex", (void **)&mummy_fn_mlx5dv_qp_ex_from_ibv_qp_ex },
+	{ "mlx5dv_query_device", (void **)&mummy_fn_mlx5dv_query_device },
+	{ "mlx5dv_query_qp_lag_port", (void **)&mummy_fn_mlx5dv_query_qp_lag_port },
+	{ "mlx5dv_reg_dmabuf_mr", (void **)&mummy_fn_mlx5dv_reg_dmabuf_mr },
+	{ "mlx5dv_reserved_qpn_alloc", (void **)&mummy_fn_mlx5dv_reserved_qpn_alloc },
+	{ "mlx5dv_reserved_qpn_dealloc", (void **)&mummy_fn_mlx5dv_reserved_qpn_dealloc },
+	{ "mlx5dv_sched_leaf_create", (void **)&mummy_fn_mlx5dv_sched_leaf_create },
+	{ "mlx5dv_sched_leaf_destroy", (void **)&mummy_fn_mlx5dv_sched_leaf_destroy },
+	{ "mlx5dv_sched_leaf_modify", (void **)&mummy_fn_mlx5dv_sched_leaf_modify },
+	{ "mlx5dv_sched_node_create", (void **)&mummy_fn_mlx5dv_sched_node_create },
+	{ "mlx5dv_sched_node_destroy", (void **)&mummy_fn_mlx5dv_sched_node_destroy },
+	{ "mlx5dv_sched_node_modify", (void **)&mummy_fn_mlx5dv_sched_node_modify },
+	{ "mlx5dv_set_context_attr", (void **)&mummy_fn_mlx5dv_set_context_attr },
+	{ "mlx5dv_vfio_get_events_fd", (void **)&mummy_fn_mlx5dv_vfio_get_events_fd },
+	{ "mlx5dv_vfio_process_events", (void **)&mummy_fn_mlx5dv_vfio_process_events },
 	{ NULL, NULL },
 };
 

@@ -1,5 +1,5 @@
 /*
- * Loading libibverbs and librdmacm at run time.
+ * Loading libibverbs, librdmacm and libmlx5 at run time.
  *
  * Each library is loaded at most once per process, by pthread_once, on the first call of any
  * of its functions (or of rdma_mummy_load()). The once routine resolves every exported
@@ -38,6 +38,17 @@ static struct mummy_library libraries[] = {
 		.env = "RDMA_MUMMY_LIBRDMACM",
 		.default_path = "librdmacm.so.1",
 		.symbols = mummy_rdmacm_symbols,
+		.once = PTHREAD_ONCE_INIT,
+	},
+	/*
+	 * libmlx5 links libibverbs.so.1 itself and is the very file libibverbs loads as its
+	 * mlx5 provider (libibverbs/libmlx5-rdmavNN.so is a link to it): the dynamic loader maps
+	 * one copy, so mlx5dv_is_supported() recognises the devices libibverbs opened.
+	 */
+	[MUMMY_LIB_MLX5] = {
+		.env = "RDMA_MUMMY_LIBMLX5",
+		.default_path = "libmlx5.so.1",
+		.symbols = mummy_mlx5_symbols,
 		.once = PTHREAD_ONCE_INIT,
 	},
 };
@@ -81,9 +92,15 @@ static void load_rdmacm(void)
 	load_library(&libraries[MUMMY_LIB_RDMACM]);
 }
 
+static void load_mlx5(void)
+{
+	load_library(&libraries[MUMMY_LIB_MLX5]);
+}
+
 static void (*const load_routines[])(void) = {
 	[MUMMY_LIB_IBVERBS] = load_ibverbs,
 	[MUMMY_LIB_RDMACM] = load_rdmacm,
+	[MUMMY_LIB_MLX5] = load_mlx5,
 };
 
 void mummy_load(enum mummy_lib lib)

@@ -10,6 +10,7 @@
 enum mummy_lib {
 	MUMMY_LIB_IBVERBS = RDMA_MUMMY_LIB_IBVERBS,
 	MUMMY_LIB_RDMACM = RDMA_MUMMY_LIB_RDMACM,
+	MUMMY_LIB_MLX5 = RDMA_MUMMY_LIB_MLX5,
 };
 
 /* One exported function: its name and the slot its dlsym() result is cached in. */
@@ -21,6 +22,7 @@ struct mummy_symbol {
 /* Generated tables (forward.c), each ending with a { NULL, NULL } entry. */
 extern const struct mummy_symbol mummy_ibverbs_symbols[];
 extern const struct mummy_symbol mummy_rdmacm_symbols[];
+extern const struct mummy_symbol mummy_mlx5_symbols[];
 
 /*
  * Load lib once. Every slot of its table is filled (or left NULL) inside the pthread_once

@@ -211,8 +211,36 @@ impl AddressHandle {
     }
 }
 
+impl AddressHandle {
+    /// Wraps an address handle of a PD whose context came from
+    /// [`DeviceContext::from_raw_parts`](crate::DeviceContext::from_raw_parts) (a test
+    /// double's): dropping the wrapper calls no destroy verb.
+    ///
+    /// # Safety
+    ///
+    /// `pd`'s context comes from `DeviceContext::from_raw_parts`, and `raw` is an address
+    /// handle of that context for `attr`, valid until the context's owner is dropped; that
+    /// constructor's contract (data path only) applies to the returned handle too.
+    #[doc(hidden)]
+    pub unsafe fn from_raw_parts(
+        raw: NonNull<ffi::ibv_ah>,
+        attr: &AddressVector,
+        pd: &Arc<ProtectionDomain>,
+    ) -> Arc<AddressHandle> {
+        Arc::new(AddressHandle {
+            raw,
+            attr: *attr,
+            pd: Arc::clone(pd),
+        })
+    }
+}
+
 impl Drop for AddressHandle {
     fn drop(&mut self) {
+        if !self.pd.context().owns_objects() {
+            // A test double's handle (from_raw_parts): its owner frees it.
+            return;
+        }
         // SAFETY: raw came from ibv_create_ah and is destroyed once, here. Posted sends
         // copied what they needed of it (the guard borrowed it until posting).
         let ret = fresh(|| unsafe { ffi::ibv_destroy_ah(self.raw.as_ptr()) });

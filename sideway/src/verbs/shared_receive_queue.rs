@@ -172,19 +172,49 @@ impl SharedReceiveQueueBuilder {
             srq_limit: self.srq_limit,
             source,
         })?;
+        Ok(self.wrap(raw, init.attr))
+    }
+
+    /// Wraps an SRQ of a PD whose context came from
+    /// [`DeviceContext::from_raw_parts`](crate::DeviceContext::from_raw_parts) (a test
+    /// double's), as if it had granted exactly the builder's sizes: dropping it calls no
+    /// destroy verb.
+    ///
+    /// # Safety
+    ///
+    /// The builder's PD belongs to a context from `DeviceContext::from_raw_parts`, whose
+    /// contract (data path only) applies to the returned SRQ too; `raw` is an SRQ of that
+    /// context, valid until the context's owner is dropped.
+    #[doc(hidden)]
+    pub unsafe fn wrap_raw(&self, raw: NonNull<ffi::ibv_srq>) -> Arc<SharedReceiveQueue> {
+        self.wrap(
+            raw,
+            ffi::ibv_srq_attr {
+                max_wr: self.max_wr,
+                max_sge: self.max_sge,
+                srq_limit: self.srq_limit,
+            },
+        )
+    }
+
+    fn wrap(
+        &self,
+        raw: NonNull<ffi::ibv_srq>,
+        granted: ffi::ibv_srq_attr,
+    ) -> Arc<SharedReceiveQueue> {
         let pick = |granted: u32, asked: u32| if granted == 0 { asked } else { granted };
-        let max_sge = pick(init.attr.max_sge, self.max_sge);
+        let max_sge = pick(granted.max_sge, self.max_sge);
         // Batches are sized by what was asked: more could not be outstanding.
-        let batch = self.max_wr.min(pick(init.attr.max_wr, self.max_wr));
+        let batch = self.max_wr.min(pick(granted.max_wr, self.max_wr));
         let srq = Arc::new(SharedReceiveQueue {
             raw,
             storage: Mutex::new(RecvStorage::new(batch, max_sge)),
-            max_wr: pick(init.attr.max_wr, self.max_wr),
+            max_wr: pick(granted.max_wr, self.max_wr),
             max_sge,
             pd: Arc::clone(&self.pd),
         });
         lock_registry().insert(raw.as_ptr() as usize, Arc::downgrade(&srq));
-        Ok(srq)
+        srq
     }
 }
 

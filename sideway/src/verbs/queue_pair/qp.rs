@@ -394,8 +394,40 @@ impl QueuePairBuilder {
     #[doc(alias = "ibv_create_qp_ex")]
     #[doc(alias = "ibv_qp_to_qp_ex")]
     pub fn build_ex(&self) -> Result<QueuePair, QueuePairError> {
+        let (mut init, send_cq, recv_cq) = self.extended_init_attr()?;
+        let ctx = self.pd.context();
+        // SAFETY: the context, PD and CQs are alive; init is fully initialised, and comp_mask
+        // names exactly the extended fields that are meaningful.
+        let qp = fresh(|| unsafe { ffi::ibv_create_qp_ex(ctx.as_raw(), &mut init) });
+        let raw = non_null(qp).map_err(|e| self.create_err("ibv_create_qp_ex", e))?;
+        // SAFETY: raw is a live QP created with send_ops_flags, so it has an ibv_qp_ex.
+        let ex = fresh(|| unsafe { ffi::ibv_qp_to_qp_ex(raw.as_ptr()) });
+        let ex = match non_null(ex) {
+            Ok(ex) => ex,
+            Err(e) => {
+                // SAFETY: raw is a live QP nothing else refers to; destroyed once.
+                let _ = unsafe { ffi::ibv_destroy_qp(raw.as_ptr()) };
+                return Err(self.create_err("ibv_qp_to_qp_ex", e));
+            }
+        };
+        Ok(self.wrap(raw, Some(ex), init.cap.into(), send_cq, recv_cq))
+    }
+
+    /// `struct ibv_qp_init_attr_ex` as [`build_ex`](Self::build_ex) passes it (comp_mask
+    /// `IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`), and the CQs it names, which
+    /// the QP must hold. Providers' direct verbs (`mlx5dv_create_qp`) take it too.
+    pub(crate) fn extended_init_attr(
+        &self,
+    ) -> Result<
+        (
+            ffi::ibv_qp_init_attr_ex,
+            Arc<CompletionQueue>,
+            Arc<CompletionQueue>,
+        ),
+        QueuePairError,
+    > {
         let (send_cq, recv_cq) = self.cqs()?;
-        let mut init = ffi::ibv_qp_init_attr_ex {
+        let init = ffi::ibv_qp_init_attr_ex {
             qp_context: std::ptr::null_mut(),
             send_cq: send_cq.as_raw(),
             recv_cq: recv_cq.as_raw(),
@@ -419,22 +451,7 @@ impl QueuePairBuilder {
             source_qpn: 0,
             send_ops_flags: self.effective_send_ops().bits(),
         };
-        let ctx = self.pd.context();
-        // SAFETY: the context, PD and CQs are alive; init is fully initialised, and comp_mask
-        // names exactly the extended fields that are meaningful.
-        let qp = fresh(|| unsafe { ffi::ibv_create_qp_ex(ctx.as_raw(), &mut init) });
-        let raw = non_null(qp).map_err(|e| self.create_err("ibv_create_qp_ex", e))?;
-        // SAFETY: raw is a live QP created with send_ops_flags, so it has an ibv_qp_ex.
-        let ex = fresh(|| unsafe { ffi::ibv_qp_to_qp_ex(raw.as_ptr()) });
-        let ex = match non_null(ex) {
-            Ok(ex) => ex,
-            Err(e) => {
-                // SAFETY: raw is a live QP nothing else refers to; destroyed once.
-                let _ = unsafe { ffi::ibv_destroy_qp(raw.as_ptr()) };
-                return Err(self.create_err("ibv_qp_to_qp_ex", e));
-            }
-        };
-        Ok(self.wrap(raw, Some(ex), init.cap.into(), send_cq, recv_cq))
+        Ok((init, send_cq, recv_cq))
     }
 
     /// Wraps a QP of a context made by [`DeviceContext::from_raw_parts`]
@@ -571,6 +588,38 @@ impl QueuePairBuilder {
         let mut qp = self.wrap(raw, None, granted.into(), send_cq, recv_cq);
         qp.foreign = Some(destroy);
         qp
+    }
+}
+
+/// For providers' direct verbs (`sideway::dv`), which create QPs with their own create verb
+/// (`mlx5dv_create_qp`) from [`QueuePairBuilder::extended_init_attr`] and wrap them as
+/// ordinary [`QueuePair`]s, destroyed with `ibv_destroy_qp`.
+impl QueuePairBuilder {
+    /// Wraps a QP this builder's context made through a provider's create verb, with this
+    /// builder's settings (its QP type, send_ops_flags); `ex` is its extended handle, if any.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a live QP made on this builder's PD with these CQs (`granted` holding the
+    /// capacities written back), destroyed by nothing but `ibv_destroy_qp` when the wrapper
+    /// is dropped; `ex`, when given, is `ibv_qp_to_qp_ex(raw)` of a QP created with this
+    /// builder's send_ops_flags.
+    #[allow(dead_code)] // used by the provider modules, each behind its cargo feature
+    pub(crate) unsafe fn wrap_created(
+        &self,
+        raw: NonNull<ffi::ibv_qp>,
+        ex: Option<NonNull<ffi::ibv_qp_ex>>,
+        granted: ffi::ibv_qp_cap,
+        send_cq: Arc<CompletionQueue>,
+        recv_cq: Arc<CompletionQueue>,
+    ) -> QueuePair {
+        self.wrap(raw, ex, granted.into(), send_cq, recv_cq)
+    }
+
+    /// Whether the builder names a shared receive queue.
+    #[allow(dead_code)] // as above
+    pub(crate) fn has_srq(&self) -> bool {
+        self.srq.is_some()
     }
 }
 
