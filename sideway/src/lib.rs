@@ -175,7 +175,8 @@ mod verbs;
 mod work_completion;
 pub use verbs::{
     address_handle, async_event, completion_channel, completion_event, completion_queue, device,
-    memory_region, memory_window, protection_domain, queue_pair, shared_receive_queue,
+    memory_region, memory_window, parent_domain, protection_domain, queue_pair,
+    shared_receive_queue, thread_domain,
 };
 
 #[doc = include_str!("../ARCHITECTURE.md")]
@@ -209,6 +210,9 @@ pub use memory_region::{
     LeakedMemory, MemoryRegion, MemoryRegionError, Plain, RegisteredBuffer,
 };
 pub use memory_window::{MemoryWindow, MemoryWindowError, MwType};
+pub use parent_domain::{
+    AllocRequest, Allocation, DomainAllocator, ParentDomain, ParentDomainBuilder,
+};
 pub use protection_domain::ProtectionDomain;
 pub use queue_pair::{
     ConnectError, ConnectOptions, Endpoint, ModifyQpError, PostError, PostRecvChain, PostRecvGuard,
@@ -223,3 +227,4 @@ pub use shared_receive_queue::{
     SharedReceiveQueue, SharedReceiveQueueBuilder, SharedReceiveQueueError, SrqPostRecvChain,
     SrqPostRecvGuard,
 };
+pub use thread_domain::{DomainError, ThreadDomain};
