@@ -1,0 +1,83 @@
+//! Device tests: thread domains and parent domains. Providers without them (rxe, siw) must
+//! refuse both with a typed "not supported by this device" error (`EOPNOTSUPP` from verbs.h's
+//! inlines); providers with them (mlx5) must make a CQ and a QP on a thread-domain-bound
+//! parent domain, whose buffers come from its allocator.
+
+mod common;
+
+use std::ffi::c_void;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use sideway::{AllocRequest, Allocation, DomainAllocator};
+
+/// Counts the calls and lets the provider allocate every buffer itself.
+struct Counting(Arc<AtomicU64>);
+
+// SAFETY: alloc never hands out memory (ProviderDefault), so there is nothing to keep valid.
+unsafe impl DomainAllocator for Counting {
+    fn alloc(&self, _request: AllocRequest) -> Allocation {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Allocation::ProviderDefault
+    }
+
+    fn free(&self, _ptr: NonNull<c_void>, _resource_type: u64) {}
+}
+
+#[test]
+fn thread_and_parent_domains_work_or_are_refused_as_not_supported() {
+    let Some(ctx) =
+        common::device_or_skip("thread_and_parent_domains_work_or_are_refused_as_not_supported")
+    else {
+        return;
+    };
+    let pd = ctx.alloc_pd().unwrap();
+    let td = match ctx.alloc_td() {
+        Ok(td) => td,
+        Err(e) => {
+            assert!(e.is_not_supported(), "ibv_alloc_td failed otherwise: {e}");
+            assert_eq!(e.call, "ibv_alloc_td");
+            assert_eq!(e.device, ctx.name());
+            let text = e.to_string();
+            assert!(text.contains("not supported by this device"), "{text}");
+            // Without thread domains, a provider has no parent domains either.
+            let e = pd
+                .create_parent_domain_builder()
+                .build()
+                .expect_err("a provider without thread domains made a parent domain");
+            assert!(e.is_not_supported(), "ibv_alloc_parent_domain: {e}");
+            assert_eq!(e.call, "ibv_alloc_parent_domain");
+            println!("{}: {text}", ctx.name());
+            return;
+        }
+    };
+    let calls = Arc::new(AtomicU64::new(0));
+    let parent = pd
+        .create_parent_domain_builder()
+        .thread_domain(&td)
+        .allocator(Counting(Arc::clone(&calls)))
+        .build()
+        .expect("a provider with thread domains makes parent domains");
+    let cq = ctx
+        .create_cq_builder()
+        .parent_domain(&parent)
+        .build_ex()
+        .expect("an extended CQ on the parent domain");
+    // SAFETY: every object of this thread domain is used on this thread only.
+    let on_parent = unsafe { parent.as_pd_unchecked() };
+    let qp = on_parent
+        .create_qp_builder()
+        .send_cq(&cq)
+        .recv_cq(&cq)
+        .build_ex()
+        .expect("a QP on the parent domain");
+    assert!(Arc::ptr_eq(qp.pd(), on_parent));
+    println!(
+        "{}: thread and parent domains work; the allocator was asked {} times",
+        ctx.name(),
+        calls.load(Ordering::SeqCst)
+    );
+    drop(qp);
+    drop(cq);
+}
