@@ -270,13 +270,13 @@ impl ParentDomainBuilder {
 /// posting of all the domain's QPs on one thread at a time; [`as_pd`](Self::as_pd) returns
 /// `None` for such a domain.
 ///
-/// ```compile_fail
+/// ```compile_fail,E0277
 /// # fn demo(parent: std::sync::Arc<sideway::parent_domain::ParentDomain>) {
 /// std::thread::spawn(move || drop(parent)); // a parent domain stays on its thread
 /// # }
 /// ```
 ///
-/// ```compile_fail
+/// ```compile_fail,E0133
 /// # fn demo(parent: &sideway::parent_domain::ParentDomain) {
 /// let pd = parent.as_pd_unchecked(); // the caller's promise needs `unsafe`
 /// # }

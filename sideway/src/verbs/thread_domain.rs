@@ -57,7 +57,7 @@ impl DomainError {
 /// A `ThreadDomain` is neither `Send` nor `Sync`: it stays on the thread that allocated it,
 /// and so do the parent domains bound to it. Allocate it on the thread that will post.
 ///
-/// ```compile_fail
+/// ```compile_fail,E0277
 /// # fn demo(td: std::sync::Arc<sideway::thread_domain::ThreadDomain>) {
 /// std::thread::spawn(move || drop(td)); // a thread domain cannot leave its thread
 /// # }
