@@ -12,7 +12,7 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use sideway::queue_pair::{QueuePair, QueuePairBuilder};
+use sideway::queue_pair::{QueuePair, QueuePairBuilder, Threading};
 use sideway::sys::{ibv_context, ibv_cq, ibv_cq_ex, ibv_pd, ibv_qp, ibv_qp_ex, ibv_wc};
 use sideway::{CompletionQueue, CompletionQueueError, DeviceContext, ProtectionDomain, WcFlagsEx};
 
@@ -269,18 +269,17 @@ impl NullProvider {
         unsafe { ProtectionDomain::from_raw_parts(self.nonnull_pd(), ctx) }
     }
 
-    /// A sideway QP around the provider's, on `pd` (the provider's PD or a parent domain of
-    /// it), with `cq` as both CQs.
-    pub fn sideway_qp_on(
+    /// A sideway QP around the provider's classic one, made by `builder` (on the provider's
+    /// PD or a parent domain of it), with `cq` as both CQs.
+    pub fn sideway_qp_on<T: Threading>(
         &self,
-        pd: &Arc<ProtectionDomain>,
+        builder: &mut QueuePairBuilder<T>,
         cq: &Arc<CompletionQueue>,
-    ) -> QueuePair {
-        let mut builder = pd.create_qp_builder();
+    ) -> QueuePair<T> {
         builder.send_cq(cq).recv_cq(cq);
         let qp_raw = NonNull::new(self.qp_raw()).expect("a field address");
-        // SAFETY: pd's context is this provider's (from sideway_context); qp_raw is its
-        // classic QP with post_send and post_recv set (null_provider_new).
+        // SAFETY: the builder's context is this provider's (from sideway_context); qp_raw is
+        // its classic QP with post_send and post_recv set (null_provider_new).
         unsafe { builder.wrap_raw(qp_raw, None) }.expect("the builder was given both CQs")
     }
 

@@ -126,9 +126,7 @@ fn a_parent_domain_passes_its_pd_td_and_allocator_and_keeps_them_for_its_objects
 
     // A QP on it: create_qp_ex gets the parent domain as its PD (then refuses, as it must:
     // the rest of a QP's creation is libibverbs'); the provider gave its buffer back.
-    // SAFETY: this test uses the domain's objects on this thread only.
-    let as_pd = Arc::clone(unsafe { parent.as_pd_unchecked() });
-    let err = as_pd
+    let err = parent
         .create_qp_builder()
         .send_cq(&cq)
         .recv_cq(&cq)
@@ -154,10 +152,12 @@ fn a_parent_domain_passes_its_pd_td_and_allocator_and_keeps_them_for_its_objects
     );
     assert_eq!(seen.freed.lock().unwrap()[0].1, RES_QP);
 
-    // A QP wrapped on the parent domain holds it like any PD.
-    let qp = np.sideway_qp_on(&as_pd, &cq);
-    assert!(Arc::ptr_eq(qp.pd(), &as_pd));
-    drop(as_pd);
+    // A QP wrapped on the parent domain (a QueuePair<OneThread>) holds it like any PD.
+    let qp = np.sideway_qp_on(&mut parent.create_qp_builder(), &cq);
+    assert_eq!(qp.pd().as_raw(), parent.as_raw());
+    // The unsafe way hands out the same PD.
+    // SAFETY: this test uses the domain's objects on this thread only.
+    assert!(Arc::ptr_eq(qp.pd(), unsafe { parent.as_pd_unchecked() }));
 
     // Drop every handle the test has: the objects keep the parent domain, and with it the
     // PD, the TD and the allocator, which the provider still calls.
@@ -201,6 +201,12 @@ fn a_parent_domain_without_a_thread_domain_is_a_pd_like_any_other() {
     let pd = np.sideway_pd(&ctx);
     let parent = pd.create_parent_domain_builder().build().unwrap();
     let as_pd = parent.as_pd().expect("no thread domain: a safe PD");
+    let qp: sideway::QueuePair = np.sideway_qp_on(
+        &mut as_pd.create_qp_builder(),
+        &np.cq(true, sideway::WcFlagsEx::default_ex()).unwrap(),
+    );
+    assert!(Arc::ptr_eq(qp.pd(), as_pd));
+    drop(qp);
     assert_eq!(
         as_pd.handle(),
         pd.handle(),

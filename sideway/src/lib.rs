@@ -90,7 +90,7 @@
 //!
 //! # Threads
 //!
-//! Every object but the thread and parent domains is `Send` and `Sync`, and lives in an `Arc`: hand clones to as many threads
+//! Every object but the thread and parent domains and their queue pairs is `Send` and `Sync`, and lives in an `Arc`: hand clones to as many threads
 //! as you like. What each allows from several threads at once, and why that is sound:
 //!
 //! | type | from many threads | why |
@@ -99,7 +99,7 @@
 //! | [`CompletionQueue`] | polling by one thread at a time; arming, events, queries by any | each poll claims the CQ (a second concurrent [`CompletionQueue::poll`] gets [`CompletionQueueError::Busy`]), so it is sound even where the provider takes no CQ lock (mlx5's single-threaded mode, thread domains); a hot loop [`CompletionQueue::claim`]s once |
 //! | [`QueuePair`] | `modify`, `query`, `state`, `qp_num` by any; posting needs `&mut` | the post guards build their batch in storage inside the QP, so posting takes `&mut QueuePair`: put the QP in a `Mutex` to post from several threads, or give each thread its own QP |
 //! | [`SharedReceiveQueue`] | everything | its receive batches are built behind a lock |
-//! | [`ThreadDomain`], [`ParentDomain`] | neither `Send` nor `Sync`: used on the thread that made them | a thread domain promises the provider one thread at a time for its objects. The CQs, SRQs and memory regions made on a parent domain are ordinary `Send + Sync` objects (polls claim the CQ); its queue pairs share provider state (mlx5: the domain's doorbell), so a thread-domain-bound parent domain gives its PD out only through the `unsafe` [`ParentDomain::as_pd_unchecked`], whose caller keeps the posting of the domain's QPs on one thread at a time |
+//! | [`ThreadDomain`], [`ParentDomain`], `QueuePair<OneThread>` | neither `Send` nor `Sync`: used on the thread that made them | a thread domain promises the provider one thread at a time for its objects, and its QPs share provider state (mlx5: the domain's doorbell, written without a lock), so per-QP `&mut` is not enough. [`ParentDomain::create_qp_builder`] makes [`queue_pair::OneThread`] QPs, whose builder and posting guards cannot leave the thread either (compile-fail tests there). CQs on a parent domain stay `Send + Sync` (each poll claims the CQ) |
 //! | [`RegisteredBuffer`] | reads and copies by any; writes need `&mut` | the device may write it at any time, so no safe slice is handed out; copies and volatile reads are sound whoever runs them |
 //! | [`rdmacm::EventChannel`], [`rdmacm::CmId`] | everything | every call on an id, and every event read, holds its channel's lock (librdmacm rewrites an id's fields while it handles events); serve connections in parallel by giving each id its own channel ([`rdmacm::CmId::migrate`]) |
 //!

@@ -64,15 +64,13 @@ fn thread_and_parent_domains_work_or_are_refused_as_not_supported() {
         .parent_domain(&parent)
         .build_ex()
         .expect("an extended CQ on the parent domain");
-    // SAFETY: every object of this thread domain is used on this thread only.
-    let on_parent = unsafe { parent.as_pd_unchecked() };
-    let qp = on_parent
+    let qp = parent
         .create_qp_builder()
         .send_cq(&cq)
         .recv_cq(&cq)
         .build_ex()
         .expect("a QP on the parent domain");
-    assert!(Arc::ptr_eq(qp.pd(), on_parent));
+    assert_eq!(qp.pd().as_raw(), parent.as_raw());
     println!(
         "{}: thread and parent domains work; the allocator was asked {} times",
         ctx.name(),

@@ -250,25 +250,29 @@ impl ParentDomainBuilder {
 }
 
 /// A parent domain (`ibv_alloc_parent_domain`): a PD of its own on a protection domain,
-/// optionally bound to a thread domain, optionally with a [`DomainAllocator`]. Queue pairs,
-/// SRQs and memory regions are made on it through [`as_pd`](Self::as_pd) with the usual
-/// builders (`parent.as_pd()?.create_qp_builder()`); extended CQs with
-/// [`CompletionQueueBuilder::parent_domain`](crate::CompletionQueueBuilder::parent_domain).
-/// Each holds the parent domain, which is deallocated (`ibv_dealloc_pd`) after the last of
-/// them and before its protection domain, thread domain and allocator.
+/// optionally bound to a thread domain, optionally with a [`DomainAllocator`]. Queue pairs
+/// are made on it with [`create_qp_builder`](Self::create_qp_builder) (bound to one thread),
+/// or, without a thread domain, through [`as_pd`](Self::as_pd) like on any PD; extended CQs
+/// with [`CompletionQueueBuilder::parent_domain`](crate::CompletionQueueBuilder::parent_domain);
+/// SRQs and memory regions through `as_pd`. Each object holds the parent domain, which is
+/// deallocated (`ibv_dealloc_pd`) after the last of them and before its protection domain,
+/// thread domain and allocator.
 ///
 /// # Threads
 ///
 /// A `ParentDomain` is neither `Send` nor `Sync`, like the [`ThreadDomain`] it may hold:
-/// it is used on the thread that made it. The objects made on it are ordinary, `Send` and
-/// `Sync` types. For a CQ that is sound as for any CQ: every poll takes the CQ's polling
-/// claim, so no provider lock is needed. For queue pairs it is not enough: the QPs bound to
-/// one thread domain share state in the provider (on mlx5, the domain's doorbell register),
-/// so two of them posted from two threads at once race, although each QP's posting needs
-/// `&mut`. Queue pairs are therefore made on a thread-domain-bound parent domain only
-/// through the `unsafe` [`as_pd_unchecked`](Self::as_pd_unchecked), whose caller keeps the
-/// posting of all the domain's QPs on one thread at a time; [`as_pd`](Self::as_pd) returns
-/// `None` for such a domain.
+/// it is used on the thread that made it. What is made on it:
+///
+/// - Queue pairs from [`create_qp_builder`](Self::create_qp_builder) are
+///   `QueuePair<OneThread>`: neither `Send` nor `Sync`, and neither are their posting guards
+///   (compile-fail tests there). The QPs bound to one thread domain share provider state (on
+///   mlx5, the domain's doorbell register, written without a lock), so each QP's `&mut`
+///   posting is not enough: all of them must post from one thread.
+/// - CQs are ordinary `Send + Sync` CQs: every poll takes the CQ's polling claim, which is
+///   what the provider's CQ lock did.
+/// - On a thread-domain-bound parent domain, [`as_pd`](Self::as_pd) is `None` (its PD would
+///   make `Send` QPs); SRQs and memory regions go through the `unsafe`
+///   [`as_pd_unchecked`](Self::as_pd_unchecked).
 ///
 /// ```compile_fail,E0277
 /// # fn demo(parent: std::sync::Arc<sideway::parent_domain::ParentDomain>) {
@@ -292,8 +296,9 @@ pub struct ParentDomain {
 impl ParentDomain {
     /// The parent domain as a protection domain, to make queue pairs, SRQs and memory
     /// regions on (`parent.as_pd()?.create_qp_builder()`); `None` when the parent domain is
-    /// bound to a thread domain (see "Threads": use
-    /// [`as_pd_unchecked`](Self::as_pd_unchecked) then).
+    /// bound to a thread domain (see "Threads": QPs then come from
+    /// [`create_qp_builder`](Self::create_qp_builder), the rest through
+    /// [`as_pd_unchecked`](Self::as_pd_unchecked)).
     pub fn as_pd(&self) -> Option<&Arc<ProtectionDomain>> {
         self.td.is_none().then_some(&self.as_pd)
     }
@@ -302,10 +307,12 @@ impl ParentDomain {
     ///
     /// # Safety
     ///
-    /// When the parent domain is bound to a thread domain, the objects made on it are used
-    /// by one thread at a time together with every other object of that thread domain: no
-    /// two of its queue pairs post (`post`, `ibv_wr_complete`), modify or are destroyed at
-    /// the same time on two threads. Keeping them on the thread that made them does it.
+    /// When the parent domain is bound to a thread domain, the queue pairs made through the
+    /// returned PD (which are `Send` and `Sync`) are used by one thread at a time together
+    /// with every other QP of that thread domain: no two of them post (`post`,
+    /// `ibv_wr_complete`), modify or are destroyed at the same time on two threads. Keeping
+    /// them on the thread that made them does it; [`create_qp_builder`](Self::create_qp_builder)
+    /// makes the compiler do it. SRQs and memory regions need nothing more.
     pub unsafe fn as_pd_unchecked(&self) -> &Arc<ProtectionDomain> {
         &self.as_pd
     }
@@ -325,8 +332,9 @@ impl ParentDomain {
         self.as_pd.as_raw()
     }
 
-    /// The parent domain as a PD, for builders inside the crate (a CQ's `parent_domain`).
-    pub(crate) fn pd_for_cq(&self) -> &Arc<ProtectionDomain> {
+    /// The parent domain as a PD, for the builders inside the crate (a CQ's
+    /// `parent_domain`, [`create_qp_builder`](Self::create_qp_builder)).
+    pub(crate) fn pd_inner(&self) -> &Arc<ProtectionDomain> {
         &self.as_pd
     }
 }

@@ -58,7 +58,7 @@ impl CompletionQueueBuilder {
     /// CQ holds the parent domain. Extended CQs only: [`build`](Self::build) then fails with
     /// [`CompletionQueueError::ParentDomainNeedsEx`].
     pub fn parent_domain(&mut self, parent: &ParentDomain) -> &mut Self {
-        self.parent = Some(Arc::clone(parent.pd_for_cq()));
+        self.parent = Some(Arc::clone(parent.pd_inner()));
         self
     }
 
