@@ -85,11 +85,15 @@ impl DeviceContext {
             device: self.name().to_owned(),
             source,
         })?;
-        Ok(Arc::new(ThreadDomain {
+        // An Arc, not an Rc, although the value stays on this thread: the parent domain's PD
+        // (shared with Send objects) holds a clone and may drop it on another thread.
+        #[allow(clippy::arc_with_non_send_sync)]
+        let made = Arc::new(ThreadDomain {
             raw,
             ctx: Arc::clone(self),
             _one_thread: PhantomData,
-        }))
+        });
+        Ok(made)
     }
 }
 
