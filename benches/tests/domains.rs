@@ -90,10 +90,8 @@ fn a_parent_domain_passes_its_pd_td_and_allocator_and_keeps_them_for_its_objects
         .expect("the test provider has parent domains");
     let d = np.domains();
     assert_eq!(d.alloc_parent_domain_calls, 1);
-    assert!(
-        parent.as_pd().is_none(),
-        "a TD-bound parent domain needs as_pd_unchecked"
-    );
+    assert!(parent.as_pd().is_thread_bound());
+    assert!(!pd.is_thread_bound());
     assert!(Arc::ptr_eq(parent.protection_domain(), &pd));
     assert!(Arc::ptr_eq(parent.thread_domain().unwrap(), &td));
     assert_eq!(
@@ -155,9 +153,29 @@ fn a_parent_domain_passes_its_pd_td_and_allocator_and_keeps_them_for_its_objects
     // A QP wrapped on the parent domain (a QueuePair<OneThread>) holds it like any PD.
     let qp = np.sideway_qp_on(&mut parent.create_qp_builder(), &cq);
     assert_eq!(qp.pd().as_raw(), parent.as_raw());
-    // The unsafe way hands out the same PD.
-    // SAFETY: this test uses the domain's objects on this thread only.
-    assert!(Arc::ptr_eq(qp.pd(), unsafe { parent.as_pd_unchecked() }));
+    assert!(Arc::ptr_eq(qp.pd(), parent.as_pd()));
+    // The PD's own builder (or one reached through the QP) would make a Send QP on the
+    // thread domain: refused before any provider call, however it is reached.
+    let calls = np.domains().create_qp_ex_calls;
+    for builder in [
+        parent.as_pd().create_qp_builder(),
+        qp.pd().create_qp_builder(),
+    ] {
+        let err = builder
+            .clone()
+            .send_cq(&cq)
+            .recv_cq(&cq)
+            .build_ex()
+            .expect_err("a Send QP on a thread domain");
+        assert!(matches!(err, QueuePairError::ThreadBoundPd { .. }), "{err}");
+        let mut builder = builder;
+        builder.send_cq(&cq).recv_cq(&cq);
+        assert!(matches!(
+            builder.build(),
+            Err(QueuePairError::ThreadBoundPd { .. })
+        ));
+    }
+    assert_eq!(np.domains().create_qp_ex_calls, calls);
 
     // Drop every handle the test has: the objects keep the parent domain, and with it the
     // PD, the TD and the allocator, which the provider still calls.
@@ -200,7 +218,8 @@ fn a_parent_domain_without_a_thread_domain_is_a_pd_like_any_other() {
     let ctx = np.sideway_context();
     let pd = np.sideway_pd(&ctx);
     let parent = pd.create_parent_domain_builder().build().unwrap();
-    let as_pd = parent.as_pd().expect("no thread domain: a safe PD");
+    let as_pd = parent.as_pd();
+    assert!(!as_pd.is_thread_bound());
     let qp: sideway::QueuePair = np.sideway_qp_on(
         &mut as_pd.create_qp_builder(),
         &np.cq(true, sideway::WcFlagsEx::default_ex()).unwrap(),

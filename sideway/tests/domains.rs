@@ -71,6 +71,17 @@ fn thread_and_parent_domains_work_or_are_refused_as_not_supported() {
         .build_ex()
         .expect("a QP on the parent domain");
     assert_eq!(qp.pd().as_raw(), parent.as_raw());
+    // Its PD's own builder would make a Send QP on the thread domain: refused.
+    let refused = parent
+        .as_pd()
+        .create_qp_builder()
+        .send_cq(&cq)
+        .recv_cq(&cq)
+        .build_ex();
+    assert!(
+        matches!(refused, Err(sideway::QueuePairError::ThreadBoundPd { .. })),
+        "{refused:?}"
+    );
     println!(
         "{}: thread and parent domains work; the allocator was asked {} times",
         ctx.name(),

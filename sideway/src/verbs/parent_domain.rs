@@ -240,7 +240,9 @@ impl ParentDomainBuilder {
         };
         // SAFETY: raw is the parent domain just allocated on ctx, known to nothing else;
         // parts holds everything it depends on.
-        let as_pd = unsafe { ProtectionDomain::from_parent_domain(raw, ctx, Box::new(parts)) };
+        let as_pd = unsafe {
+            ProtectionDomain::from_parent_domain(raw, ctx, Box::new(parts), self.td.is_some())
+        };
         // An Arc like every other verbs object, though it stays on this thread: code that
         // holds objects reads the same whatever their kind, at the cost of an atomic count
         // on the control path.
@@ -275,19 +277,14 @@ impl ParentDomainBuilder {
 ///   posting is not enough: all of them must post from one thread.
 /// - CQs are ordinary `Send + Sync` CQs: every poll takes the CQ's polling claim, which is
 ///   what the provider's CQ lock did.
-/// - On a thread-domain-bound parent domain, [`as_pd`](Self::as_pd) is `None` (its PD would
-///   make `Send` QPs); SRQs and memory regions go through the `unsafe`
-///   [`as_pd_unchecked`](Self::as_pd_unchecked).
+/// - SRQs and memory regions are made through [`as_pd`](Self::as_pd) as on any PD. Its
+///   `create_qp_builder` refuses a thread-domain-bound parent domain
+///   ([`QueuePairError::ThreadBoundPd`](crate::QueuePairError::ThreadBoundPd)): its QPs
+///   would be `Send`.
 ///
 /// ```compile_fail,E0277
 /// # fn demo(parent: std::sync::Arc<sideway::parent_domain::ParentDomain>) {
 /// std::thread::spawn(move || drop(parent)); // a parent domain stays on its thread
-/// # }
-/// ```
-///
-/// ```compile_fail,E0133
-/// # fn demo(parent: &sideway::parent_domain::ParentDomain) {
-/// let pd = parent.as_pd_unchecked(); // the caller's promise needs `unsafe`
 /// # }
 /// ```
 #[doc(alias = "ibv_alloc_parent_domain")]
@@ -299,26 +296,12 @@ pub struct ParentDomain {
 }
 
 impl ParentDomain {
-    /// The parent domain as a protection domain, to make queue pairs, SRQs and memory
-    /// regions on (`parent.as_pd()?.create_qp_builder()`); `None` when the parent domain is
-    /// bound to a thread domain (see "Threads": QPs then come from
-    /// [`create_qp_builder`](Self::create_qp_builder), the rest through
-    /// [`as_pd_unchecked`](Self::as_pd_unchecked)).
-    pub fn as_pd(&self) -> Option<&Arc<ProtectionDomain>> {
-        self.td.is_none().then_some(&self.as_pd)
-    }
-
-    /// The parent domain as a protection domain, bound to a thread domain or not.
-    ///
-    /// # Safety
-    ///
-    /// When the parent domain is bound to a thread domain, the queue pairs made through the
-    /// returned PD (which are `Send` and `Sync`) are used by one thread at a time together
-    /// with every other QP of that thread domain: no two of them post (`post`,
-    /// `ibv_wr_complete`), modify or are destroyed at the same time on two threads. Keeping
-    /// them on the thread that made them does it; [`create_qp_builder`](Self::create_qp_builder)
-    /// makes the compiler do it. SRQs and memory regions need nothing more.
-    pub unsafe fn as_pd_unchecked(&self) -> &Arc<ProtectionDomain> {
+    /// The parent domain as a protection domain, to make SRQs and memory regions on, and
+    /// queue pairs when it is not bound to a thread domain (when it is, the PD's
+    /// `create_qp_builder` fails with
+    /// [`QueuePairError::ThreadBoundPd`](crate::QueuePairError::ThreadBoundPd): use
+    /// [`create_qp_builder`](Self::create_qp_builder)).
+    pub fn as_pd(&self) -> &Arc<ProtectionDomain> {
         &self.as_pd
     }
 

@@ -31,6 +31,8 @@ pub struct ProtectionDomain {
     /// What a parent domain's PD keeps until after its `ibv_dealloc_pd`: the protection and
     /// thread domains it is built on and its allocator ([`crate::parent_domain`]).
     keep: Option<Box<dyn std::any::Any + Send + Sync>>,
+    /// A parent domain bound to a thread domain: its QPs must be `QueuePair<OneThread>`.
+    thread_bound: bool,
 }
 
 // SAFETY: verbs objects may be used from any thread; the PD is only read after creation.
@@ -52,6 +54,7 @@ impl DeviceContext {
             raw,
             ctx: Arc::clone(self),
             keep: None,
+            thread_bound: false,
         }))
     }
 }
@@ -84,11 +87,13 @@ impl ProtectionDomain {
             raw,
             ctx: Arc::clone(ctx),
             keep: None,
+            thread_bound: false,
         })
     }
 
     /// Wraps a parent domain (`ibv_alloc_parent_domain`) as a PD: deallocated with
-    /// `ibv_dealloc_pd` like any PD, after which `keep` is dropped.
+    /// `ibv_dealloc_pd` like any PD, after which `keep` is dropped. `thread_bound` when it
+    /// is bound to a thread domain.
     ///
     /// # Safety
     ///
@@ -99,12 +104,20 @@ impl ProtectionDomain {
         raw: NonNull<ffi::ibv_pd>,
         ctx: &Arc<DeviceContext>,
         keep: Box<dyn std::any::Any + Send + Sync>,
+        thread_bound: bool,
     ) -> Arc<ProtectionDomain> {
         Arc::new(ProtectionDomain {
             raw,
             ctx: Arc::clone(ctx),
             keep: Some(keep),
+            thread_bound,
         })
+    }
+
+    /// True for a parent domain bound to a thread domain: queue pairs are made on it only as
+    /// `QueuePair<OneThread>` (`ParentDomain::create_qp_builder`).
+    pub fn is_thread_bound(&self) -> bool {
+        self.thread_bound
     }
 }
 

@@ -24,7 +24,10 @@ use super::work_request::SendOpsFlags;
 use crate::verbs::address_handle::AddressVector;
 
 mod threading {
-    pub trait Sealed {}
+    pub trait Sealed {
+        /// True for [`super::OneThread`].
+        const ONE_THREAD: bool;
+    }
 }
 
 /// Whether a [`QueuePair`] may be used from several threads: [`AnyThread`] (the default)
@@ -45,8 +48,12 @@ pub struct OneThread {
     _not_send: PhantomData<*const ()>,
 }
 
-impl threading::Sealed for AnyThread {}
-impl threading::Sealed for OneThread {}
+impl threading::Sealed for AnyThread {
+    const ONE_THREAD: bool = false;
+}
+impl threading::Sealed for OneThread {
+    const ONE_THREAD: bool = true;
+}
 impl Threading for AnyThread {}
 impl Threading for OneThread {}
 
@@ -59,6 +66,16 @@ pub enum QueuePairError {
     MissingCq {
         /// `send` or `recv`.
         which: &'static str,
+    },
+    /// The builder's PD is a parent domain bound to a thread domain, whose queue pairs must
+    /// be `QueuePair<OneThread>`: make them with `ParentDomain::create_qp_builder`.
+    #[error(
+        "the PD is a parent domain bound to a thread domain on {device}: make its queue pairs \
+         with ParentDomain::create_qp_builder (QueuePair<OneThread>)"
+    )]
+    ThreadBoundPd {
+        /// The device's name.
+        device: String,
     },
     /// The create verb failed.
     #[error(
@@ -246,7 +263,7 @@ impl ParentDomain {
     /// ([`OneThread`]): the QP, its builder and its posting guards are neither `Send` nor
     /// `Sync`, so all the QPs of the parent domain's thread domain are posted from the
     /// thread that made them. Without a thread domain, [`ParentDomain::as_pd`]'s builder
-    /// makes ordinary QPs.
+    /// (or the PD's own builder) makes ordinary QPs.
     ///
     /// ```compile_fail,E0277
     /// # fn demo(parent: &sideway::ParentDomain, cq: &std::sync::Arc<sideway::CompletionQueue>)
@@ -442,7 +459,13 @@ impl<T: Threading> QueuePairBuilder<T> {
         self
     }
 
+    /// The CQs, once the builder is checked: every way of making a QP passes here.
     fn cqs(&self) -> Result<(Arc<CompletionQueue>, Arc<CompletionQueue>), QueuePairError> {
+        if self.pd.is_thread_bound() && !<T as threading::Sealed>::ONE_THREAD {
+            return Err(QueuePairError::ThreadBoundPd {
+                device: self.pd.context().name().to_owned(),
+            });
+        }
         let send = self
             .send_cq
             .clone()
