@@ -176,6 +176,10 @@ fn a_parent_domain_passes_its_pd_td_and_allocator_and_keeps_them_for_its_objects
         ));
     }
     assert_eq!(np.domains().create_qp_ex_calls, calls);
+    assert!(matches!(
+        parent.as_pd().create_srq_builder().build(),
+        Err(sideway::SharedReceiveQueueError::ThreadBoundPd { .. })
+    ));
 
     // Drop every handle the test has: the objects keep the parent domain, and with it the
     // PD, the TD and the allocator, which the provider still calls.

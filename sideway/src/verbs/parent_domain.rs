@@ -261,7 +261,7 @@ impl ParentDomainBuilder {
 /// are made on it with [`create_qp_builder`](Self::create_qp_builder) (bound to one thread),
 /// or, without a thread domain, through [`as_pd`](Self::as_pd) like on any PD; extended CQs
 /// with [`CompletionQueueBuilder::parent_domain`](crate::CompletionQueueBuilder::parent_domain);
-/// SRQs and memory regions through `as_pd`. Each object holds the parent domain, which is
+/// SRQs (without a thread domain) and memory regions through `as_pd`. Each object holds the parent domain, which is
 /// deallocated (`ibv_dealloc_pd`) after the last of them and before its protection domain,
 /// thread domain and allocator.
 ///
@@ -277,10 +277,13 @@ impl ParentDomainBuilder {
 ///   posting is not enough: all of them must post from one thread.
 /// - CQs are ordinary `Send + Sync` CQs: every poll takes the CQ's polling claim, which is
 ///   what the provider's CQ lock did.
-/// - SRQs and memory regions are made through [`as_pd`](Self::as_pd) as on any PD. Its
-///   `create_qp_builder` refuses a thread-domain-bound parent domain
-///   ([`QueuePairError::ThreadBoundPd`](crate::QueuePairError::ThreadBoundPd)): its QPs
-///   would be `Send`.
+/// - Memory regions are made through [`as_pd`](Self::as_pd) as on any PD. On a
+///   thread-domain-bound parent domain its `create_qp_builder` fails
+///   ([`QueuePairError::ThreadBoundPd`](crate::QueuePairError::ThreadBoundPd): its QPs
+///   would be `Send`), and so do SRQs
+///   ([`SharedReceiveQueueError::ThreadBoundPd`](crate::SharedReceiveQueueError::ThreadBoundPd):
+///   the provider takes no SRQ lock there, while polling on another thread hands the SRQ's
+///   receives back; a one-thread SRQ type is not offered yet).
 ///
 /// ```compile_fail,E0277
 /// # fn demo(parent: std::sync::Arc<sideway::parent_domain::ParentDomain>) {
@@ -296,11 +299,9 @@ pub struct ParentDomain {
 }
 
 impl ParentDomain {
-    /// The parent domain as a protection domain, to make SRQs and memory regions on, and
-    /// queue pairs when it is not bound to a thread domain (when it is, the PD's
-    /// `create_qp_builder` fails with
-    /// [`QueuePairError::ThreadBoundPd`](crate::QueuePairError::ThreadBoundPd): use
-    /// [`create_qp_builder`](Self::create_qp_builder)).
+    /// The parent domain as a protection domain, to make memory regions on, and queue pairs
+    /// and SRQs when it is not bound to a thread domain (when it is, they fail with
+    /// `ThreadBoundPd`: make QPs with [`create_qp_builder`](Self::create_qp_builder)).
     pub fn as_pd(&self) -> &Arc<ProtectionDomain> {
         &self.as_pd
     }
