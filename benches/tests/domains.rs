@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use benches::null_provider::{NullProvider, BUFFER_ALIGN, BUFFER_SIZE, QP_REFUSED, RES_CQ, RES_QP};
 use sideway::queue_pair::QueuePairError;
-use sideway::{AllocRequest, Allocation, CompletionQueueError, DomainAllocator};
+use sideway::{AllocRequest, Allocation, CompletionQueueError, DomainAllocator, WcFlagsEx};
 
 /// What the test allocator saw, shared with the test.
 #[derive(Default)]
@@ -73,7 +73,7 @@ unsafe impl DomainAllocator for TestAllocator {
 }
 
 #[test]
-fn a_parent_domain_passes_its_pd_td_and_allocator_and_keeps_them_for_its_objects() {
+fn a_thread_bound_parent_domain_passes_its_arguments_and_keeps_its_parts_for_its_qps() {
     let np = NullProvider::new();
     let ctx = np.sideway_context();
     let pd = np.sideway_pd(&ctx);
@@ -81,6 +81,7 @@ fn a_parent_domain_passes_its_pd_td_and_allocator_and_keeps_them_for_its_objects
         .alloc_td()
         .expect("the test provider has thread domains");
     assert_eq!(np.domains().alloc_td_calls, 1);
+    assert_eq!(np.domains().td_live, 1);
     let seen = Arc::new(Seen::default());
     let parent = pd
         .create_parent_domain_builder()
@@ -88,8 +89,7 @@ fn a_parent_domain_passes_its_pd_td_and_allocator_and_keeps_them_for_its_objects
         .allocator(TestAllocator(Arc::clone(&seen)))
         .build()
         .expect("the test provider has parent domains");
-    let d = np.domains();
-    assert_eq!(d.alloc_parent_domain_calls, 1);
+    assert_eq!(np.domains().alloc_parent_domain_calls, 1);
     assert!(parent.as_pd().is_thread_bound());
     assert!(!pd.is_thread_bound());
     assert!(Arc::ptr_eq(parent.protection_domain(), &pd));
@@ -97,11 +97,122 @@ fn a_parent_domain_passes_its_pd_td_and_allocator_and_keeps_them_for_its_objects
     assert_eq!(
         Arc::strong_count(&pd),
         3,
-        "the builder's clone is gone; parent's two stay"
+        "the parent domain holds its PD twice"
     );
 
-    // A CQ on the parent domain: create_cq_ex gets it with IBV_CQ_INIT_ATTR_MASK_PD, and the
-    // provider takes the CQ's buffer from the allocator.
+    // No CQ on a thread-bound parent domain (refused before the provider is called); its
+    // QPs use an ordinary CQ.
+    assert!(matches!(
+        ctx.create_cq_builder().parent_domain(&parent).build_ex(),
+        Err(CompletionQueueError::ThreadBoundPd { .. })
+    ));
+    assert_eq!(np.domains().create_cq_ex_calls, 0);
+    let cq = np.cq(true, WcFlagsEx::default_ex()).unwrap();
+
+    // A QP on it: create_qp_ex gets the parent domain as its PD, and the provider takes the
+    // QP's buffer from the allocator (then refuses the QP, as it must: the rest of a QP's
+    // creation is libibverbs', and gives the buffer back).
+    let err = parent
+        .create_qp_builder()
+        .send_cq(&cq)
+        .recv_cq(&cq)
+        .build_ex()
+        .expect_err("the test provider refuses QPs after checking them");
+    match err {
+        QueuePairError::Create { call, source, .. } => {
+            assert_eq!(call, "ibv_create_qp_ex");
+            assert_eq!(source.raw_os_error(), Some(QP_REFUSED));
+        }
+        other => panic!("unexpected error {other}"),
+    }
+    let d = np.domains();
+    assert_eq!(d.create_qp_ex_calls, 1);
+    assert_eq!(d.last_qp_pd, parent.as_raw());
+    assert_eq!(d.last_qp_send_cq, cq.as_raw());
+    assert_eq!(d.last_qp_comp_mask & 1, 1, "IBV_QP_INIT_ATTR_PD");
+    {
+        let requests = seen.requests.lock().unwrap();
+        assert_eq!(requests.len(), 1);
+        let r = requests[0];
+        assert_eq!(
+            (r.size, r.alignment, r.resource_type),
+            (BUFFER_SIZE, BUFFER_ALIGN, RES_QP)
+        );
+    }
+    let freed = seen.freed.lock().unwrap().clone();
+    assert_eq!(freed.len(), 1, "the refused QP's buffer");
+    assert_eq!(freed[0].1, RES_QP);
+    assert_eq!(seen.live.load(Ordering::SeqCst), 0);
+
+    // A QP wrapped on the parent domain (a QueuePair<OneThread>) holds it like any PD.
+    let qp = np.sideway_qp_on(&mut parent.create_qp_builder(), &cq);
+    assert!(Arc::ptr_eq(qp.pd(), parent.as_pd()));
+    // The PD's own builder (or one reached through the QP) would make a Send QP on the
+    // thread domain: refused before any provider call, however it is reached; so is an SRQ.
+    let calls = np.domains().create_qp_ex_calls;
+    for mut builder in [
+        parent.as_pd().create_qp_builder(),
+        qp.pd().create_qp_builder(),
+    ] {
+        builder.send_cq(&cq).recv_cq(&cq);
+        for result in [builder.build_ex(), builder.build()] {
+            assert!(
+                matches!(result, Err(QueuePairError::ThreadBoundPd { .. })),
+                "{result:?}"
+            );
+        }
+    }
+    assert_eq!(np.domains().create_qp_ex_calls, calls);
+    assert!(matches!(
+        parent.as_pd().create_srq_builder().build(),
+        Err(sideway::SharedReceiveQueueError::ThreadBoundPd { .. })
+    ));
+
+    // Drop every handle the test has: the QP keeps the parent domain, and with it the PD,
+    // the TD and the allocator.
+    drop(parent);
+    drop(td);
+    assert_eq!(np.domains().dealloc_td_calls, 0);
+    assert!(!seen.dropped.load(Ordering::SeqCst));
+    assert_eq!(
+        Arc::strong_count(&pd),
+        2,
+        "the parent domain's PD still holds it"
+    );
+    drop(qp);
+    let d = np.domains();
+    assert_eq!(
+        d.dealloc_td_calls, 1,
+        "the TD goes with the last object on it"
+    );
+    assert_eq!(d.td_live, 0);
+    assert_eq!(d.order_errors, 0);
+    assert!(seen.dropped.load(Ordering::SeqCst), "and the allocator");
+    assert_eq!(Arc::strong_count(&pd), 1);
+}
+
+#[test]
+fn a_parent_domain_without_a_thread_domain_serves_cqs_from_its_allocator() {
+    let np = NullProvider::new();
+    let ctx = np.sideway_context();
+    let pd = np.sideway_pd(&ctx);
+    let seen = Arc::new(Seen::default());
+    let parent = pd
+        .create_parent_domain_builder()
+        .allocator(TestAllocator(Arc::clone(&seen)))
+        .build()
+        .unwrap();
+    let as_pd = parent.as_pd();
+    assert!(!as_pd.is_thread_bound());
+    assert_eq!(
+        as_pd.handle(),
+        pd.handle(),
+        "the parent domain speaks for its PD"
+    );
+    assert!(parent.thread_domain().is_none());
+
+    // A CQ on it: create_cq_ex gets it with IBV_CQ_INIT_ATTR_MASK_PD, and the provider takes
+    // the CQ's buffer from the allocator.
     let cq = ctx
         .create_cq_builder()
         .parent_domain(&parent)
@@ -121,136 +232,34 @@ fn a_parent_domain_passes_its_pd_td_and_allocator_and_keeps_them_for_its_objects
         );
     }
     assert_eq!(d.live_buffers, 1);
-
-    // A QP on it: create_qp_ex gets the parent domain as its PD (then refuses, as it must:
-    // the rest of a QP's creation is libibverbs'); the provider gave its buffer back.
-    let err = parent
-        .create_qp_builder()
-        .send_cq(&cq)
-        .recv_cq(&cq)
-        .build_ex()
-        .expect_err("the test provider refuses QPs after checking them");
-    match err {
-        QueuePairError::Create { call, source, .. } => {
-            assert_eq!(call, "ibv_create_qp_ex");
-            assert_eq!(source.raw_os_error(), Some(QP_REFUSED));
-        }
-        other => panic!("unexpected error {other}"),
-    }
-    let d = np.domains();
-    assert_eq!(d.create_qp_ex_calls, 1);
-    assert_eq!(d.last_qp_pd, parent.as_raw());
-    assert_eq!(d.last_qp_send_cq, cq.as_raw());
-    assert_eq!(d.last_qp_comp_mask & 1, 1, "IBV_QP_INIT_ATTR_PD");
-    assert_eq!(seen.requests.lock().unwrap()[1].resource_type, RES_QP);
-    assert_eq!(
-        seen.freed.lock().unwrap().len(),
-        1,
-        "the refused QP's buffer"
-    );
-    assert_eq!(seen.freed.lock().unwrap()[0].1, RES_QP);
-
-    // A QP wrapped on the parent domain (a QueuePair<OneThread>) holds it like any PD.
-    let qp = np.sideway_qp_on(&mut parent.create_qp_builder(), &cq);
-    assert_eq!(qp.pd().as_raw(), parent.as_raw());
-    assert!(Arc::ptr_eq(qp.pd(), parent.as_pd()));
-    // The PD's own builder (or one reached through the QP) would make a Send QP on the
-    // thread domain: refused before any provider call, however it is reached.
-    let calls = np.domains().create_qp_ex_calls;
-    for builder in [
-        parent.as_pd().create_qp_builder(),
-        qp.pd().create_qp_builder(),
-    ] {
-        let err = builder
-            .clone()
-            .send_cq(&cq)
-            .recv_cq(&cq)
-            .build_ex()
-            .expect_err("a Send QP on a thread domain");
-        assert!(matches!(err, QueuePairError::ThreadBoundPd { .. }), "{err}");
-        let mut builder = builder;
-        builder.send_cq(&cq).recv_cq(&cq);
-        assert!(matches!(
-            builder.build(),
-            Err(QueuePairError::ThreadBoundPd { .. })
-        ));
-    }
-    assert_eq!(np.domains().create_qp_ex_calls, calls);
-    assert!(matches!(
-        parent.as_pd().create_srq_builder().build(),
-        Err(sideway::SharedReceiveQueueError::ThreadBoundPd { .. })
-    ));
-
-    // Drop every handle the test has: the objects keep the parent domain, and with it the
-    // PD, the TD and the allocator, which the provider still calls.
-    drop(parent);
-    drop(td);
-    assert_eq!(np.domains().dealloc_td_calls, 0);
-    assert!(!seen.dropped.load(Ordering::SeqCst));
-    assert_eq!(Arc::strong_count(&pd), 2);
-    drop(qp);
-    assert_eq!(
-        np.domains().dealloc_td_calls,
-        0,
-        "the CQ still holds the domain"
-    );
-    assert!(!seen.dropped.load(Ordering::SeqCst));
-
-    // The provider destroys the CQ's buffer (its destroy verb is libibverbs', so the test
-    // does what it would), then the CQ goes, and after it the parent domain's parts.
-    np.release_domain_buffers();
-    assert_eq!(seen.freed.lock().unwrap().len(), 2);
-    assert_eq!(seen.live.load(Ordering::SeqCst), 0);
-    drop(cq);
-    let d = np.domains();
-    assert_eq!(
-        d.dealloc_td_calls, 1,
-        "the TD goes with the last object on it"
-    );
-    assert_eq!(d.order_errors, 0, "no buffer was live when the TD went");
-    assert_eq!(d.td_live, 0);
-    assert!(
-        seen.dropped.load(Ordering::SeqCst),
-        "the allocator goes last"
-    );
-    assert_eq!(Arc::strong_count(&pd), 1);
-}
-
-#[test]
-fn a_parent_domain_without_a_thread_domain_is_a_pd_like_any_other() {
-    let np = NullProvider::new();
-    let ctx = np.sideway_context();
-    let pd = np.sideway_pd(&ctx);
-    let parent = pd.create_parent_domain_builder().build().unwrap();
-    let as_pd = parent.as_pd();
-    assert!(!as_pd.is_thread_bound());
-    let qp: sideway::QueuePair = np.sideway_qp_on(
-        &mut as_pd.create_qp_builder(),
-        &np.cq(true, sideway::WcFlagsEx::default_ex()).unwrap(),
-    );
-    assert!(Arc::ptr_eq(qp.pd(), as_pd));
-    drop(qp);
-    assert_eq!(
-        as_pd.handle(),
-        pd.handle(),
-        "the parent domain speaks for its PD"
-    );
-    let cq = ctx
-        .create_cq_builder()
-        .parent_domain(&parent)
-        .build_ex()
-        .unwrap();
-    assert_eq!(
-        np.domains().alloc_calls,
-        0,
-        "no allocator: the provider allocates"
-    );
     assert!(matches!(
         ctx.create_cq_builder().parent_domain(&parent).build(),
         Err(CompletionQueueError::ParentDomainNeedsEx)
     ));
+
+    // Ordinary QPs through its PD.
+    let qp: sideway::QueuePair = np.sideway_qp_on(&mut as_pd.create_qp_builder(), &cq);
+    assert!(Arc::ptr_eq(qp.pd(), as_pd));
+
+    // The CQ keeps the parent domain, its PD and its allocator, which the provider still
+    // calls: it frees the CQ's buffer when it destroys the CQ (a libibverbs verb, so the
+    // test does what it would), after which the CQ goes, and the parent domain's parts.
+    drop(qp);
     drop(parent);
+    assert!(!seen.dropped.load(Ordering::SeqCst));
+    assert_eq!(
+        Arc::strong_count(&pd),
+        2,
+        "the parent domain's PD still holds it"
+    );
+    np.release_domain_buffers();
+    let freed = seen.freed.lock().unwrap().clone();
+    assert_eq!(freed.len(), 1);
+    assert_eq!(freed[0].1, RES_CQ);
+    assert_eq!(seen.live.load(Ordering::SeqCst), 0);
     drop(cq);
+    assert!(seen.dropped.load(Ordering::SeqCst));
+    assert_eq!(Arc::strong_count(&pd), 1);
     assert_eq!(np.domains().alloc_td_calls, 0);
     assert_eq!(np.domains().dealloc_td_calls, 0);
 }

@@ -260,7 +260,8 @@ impl ParentDomainBuilder {
 /// optionally bound to a thread domain, optionally with a [`DomainAllocator`]. Queue pairs
 /// are made on it with [`create_qp_builder`](Self::create_qp_builder) (bound to one thread),
 /// or, without a thread domain, through [`as_pd`](Self::as_pd) like on any PD; extended CQs
-/// with [`CompletionQueueBuilder::parent_domain`](crate::CompletionQueueBuilder::parent_domain);
+/// (without a thread domain) with
+/// [`CompletionQueueBuilder::parent_domain`](crate::CompletionQueueBuilder::parent_domain);
 /// SRQs (without a thread domain) and memory regions through `as_pd`. Each object holds the parent domain, which is
 /// deallocated (`ibv_dealloc_pd`) after the last of them and before its protection domain,
 /// thread domain and allocator.
@@ -275,8 +276,10 @@ impl ParentDomainBuilder {
 ///   (compile-fail tests there). The QPs bound to one thread domain share provider state (on
 ///   mlx5, the domain's doorbell register, written without a lock), so each QP's `&mut`
 ///   posting is not enough: all of them must post from one thread.
-/// - CQs are ordinary `Send + Sync` CQs: every poll takes the CQ's polling claim, which is
-///   what the provider's CQ lock did.
+/// - CQs: only on a parent domain without a thread domain
+///   ([`CompletionQueueError::ThreadBoundPd`](crate::CompletionQueueError::ThreadBoundPd)
+///   otherwise; see [`CompletionQueueBuilder::parent_domain`](crate::CompletionQueueBuilder::parent_domain)).
+///   A thread domain's QPs use ordinary CQs.
 /// - Memory regions are made through [`as_pd`](Self::as_pd) as on any PD. On a
 ///   thread-domain-bound parent domain its `create_qp_builder` fails
 ///   ([`QueuePairError::ThreadBoundPd`](crate::QueuePairError::ThreadBoundPd): its QPs

@@ -53,10 +53,13 @@ pub struct CompletionQueueBuilder {
 
 impl CompletionQueueBuilder {
     /// Makes the CQ on a parent domain (`parent_domain`, with `IBV_CQ_INIT_ATTR_MASK_PD`):
-    /// its buffers come from the domain's allocator, and on a thread-domain-bound one the
-    /// provider takes no CQ lock (sound here: every poll takes the CQ's polling claim). The
-    /// CQ holds the parent domain. Extended CQs only: [`build`](Self::build) then fails with
-    /// [`CompletionQueueError::ParentDomainNeedsEx`].
+    /// its buffers come from the domain's allocator. The CQ holds the parent domain.
+    /// Extended CQs only: [`build`](Self::build) fails with
+    /// [`CompletionQueueError::ParentDomainNeedsEx`]. A parent domain bound to a thread
+    /// domain is refused ([`CompletionQueueError::ThreadBoundPd`]): there the provider takes
+    /// no CQ lock, and the polling claim covers polls but not the provider cleaning the CQ
+    /// when a QP on it is reset or destroyed on another thread; a one-thread CQ type is not
+    /// offered yet. QPs on a thread domain use ordinary CQs.
     pub fn parent_domain(&mut self, parent: &ParentDomain) -> &mut Self {
         self.parent = Some(Arc::clone(parent.pd_inner()));
         self
@@ -144,6 +147,11 @@ impl CompletionQueueBuilder {
             parent_domain: std::ptr::null_mut(),
         };
         if let Some(parent) = &self.parent {
+            if parent.is_thread_bound() {
+                return Err(CompletionQueueError::ThreadBoundPd {
+                    device: self.ctx.name().to_owned(),
+                });
+            }
             attr.comp_mask |= ffi::ibv_cq_init_attr_mask::IBV_CQ_INIT_ATTR_MASK_PD;
             attr.parent_domain = parent.as_raw();
         }
@@ -287,7 +295,8 @@ pub struct CompletionQueue {
 
 // SAFETY: verbs CQs may be used from any thread; every poll, classic or extended, is
 // serialised by `polling`, so the provider never sees two polls of one CQ at once, whatever
-// its locking mode (mlx5's single-threaded mode and thread domains take no CQ lock).
+// its locking mode (mlx5's single-threaded mode takes no CQ lock; CQs on a thread domain,
+// which would not either, are refused by the builder).
 unsafe impl Send for CompletionQueue {}
 // SAFETY: as above.
 unsafe impl Sync for CompletionQueue {}

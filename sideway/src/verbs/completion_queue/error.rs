@@ -42,6 +42,16 @@ pub enum CompletionQueueError {
     /// a parent domain.
     #[error("a CQ on a parent domain needs ibv_create_cq_ex: use build_ex()")]
     ParentDomainNeedsEx,
+    /// A CQ on a parent domain bound to a thread domain: not offered (see
+    /// [`CompletionQueueBuilder::parent_domain`](crate::CompletionQueueBuilder::parent_domain)).
+    #[error(
+        "a CQ on a parent domain bound to a thread domain is not offered on {device}: make \
+         the CQ without parent_domain()"
+    )]
+    ThreadBoundPd {
+        /// The device's name.
+        device: String,
+    },
     /// Another [`Poller`](crate::completion_queue::Poller) or [`ClaimedCq`](crate::ClaimedCq) of this CQ is still alive: one poller at a time,
     /// classic or extended (see [`CompletionQueue`](crate::CompletionQueue)'s "Threads").
     #[error("this CQ is already being polled (drop the other Poller or ClaimedCq first)")]
