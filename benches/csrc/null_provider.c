@@ -18,7 +18,7 @@
 #define CANNED_BYTE_LEN 64
 
 struct null_provider {
-	struct ibv_context ctx;
+	struct verbs_context vctx; /* its last field is the struct ibv_context */
 	struct ibv_pd pd;
 	struct ibv_cq_ex cq; /* its first fields are a struct ibv_cq */
 	struct ibv_qp_ex qp; /* its first field is a struct ibv_qp */
@@ -27,6 +27,13 @@ struct null_provider {
 	uint64_t next_wr_id; /* wr_id of the next canned completion */
 	uint64_t batch_signaled; /* signaled requests in the open wr_start batch */
 	struct ibv_wc *last_poll_array; /* the array the last ops.poll_cq wrote into */
+	/* Thread and parent domains, and QPs/CQs made on them. */
+	struct null_domains d;
+	struct ibv_td td;
+	struct ibv_pd parent;
+	struct ibv_parent_domain_init_attr parent_attr; /* as alloc_parent_domain got it */
+	void *buffers[NULL_MAX_BUFFERS]; /* from the parent domain's alloc, not yet freed */
+	uint64_t buffer_types[NULL_MAX_BUFFERS];
 };
 
 #define FROM(ptr, member) \
@@ -36,6 +43,7 @@ static struct null_provider *of_qp(struct ibv_qp *qp) { return FROM(qp, qp); }
 static struct null_provider *of_qp_ex(struct ibv_qp_ex *qp) { return FROM(qp, qp); }
 static struct null_provider *of_cq(struct ibv_cq *cq) { return FROM(cq, cq); }
 static struct null_provider *of_cq_ex(struct ibv_cq_ex *cq) { return FROM(cq, cq); }
+static struct null_provider *of_ctx(struct ibv_context *ctx) { return FROM(ctx, vctx.context); }
 
 /* Classic posting: ops.post_send, ops.post_recv. */
 
@@ -280,6 +288,138 @@ static uint64_t null_read_completion_ts(struct ibv_cq_ex *cq)
 	return NULL_TS_BASE + cq->wr_id;
 }
 
+/* Thread and parent domains: verbs_context ops, reached through verbs.h's inlines. */
+
+static struct ibv_td *null_alloc_td(struct ibv_context *context, struct ibv_td_init_attr *attr)
+{
+	struct null_provider *np = of_ctx(context);
+	np->d.alloc_td_calls++;
+	if (attr->comp_mask || np->d.td_live) {
+		errno = attr->comp_mask ? EINVAL : EBUSY; /* one thread domain at a time */
+		return NULL;
+	}
+	np->d.td_live = 1;
+	np->td.context = context;
+	return &np->td;
+}
+
+static int null_dealloc_td(struct ibv_td *td)
+{
+	struct null_provider *np = FROM(td, td);
+	np->d.dealloc_td_calls++;
+	if (!np->d.td_live)
+		return EINVAL;
+	/* A thread domain goes after every parent domain and every buffer bound to it. */
+	if (np->d.live_buffers)
+		np->d.order_errors++;
+	np->d.td_live = 0;
+	return 0;
+}
+
+static struct ibv_pd *null_alloc_parent_domain(struct ibv_context *context,
+					       struct ibv_parent_domain_init_attr *attr)
+{
+	struct null_provider *np = of_ctx(context);
+	np->d.alloc_parent_domain_calls++;
+	if (attr->td && !np->d.td_live) {
+		errno = EINVAL;
+		return NULL;
+	}
+	np->parent_attr = *attr;
+	np->parent.context = context;
+	np->parent.handle = attr->pd->handle; /* a parent domain speaks for its PD */
+	return &np->parent;
+}
+
+/* Allocates one buffer of an object made on the parent domain the way mlx5 does: through
+ * the domain's alloc callback when it has one, which may also say "use the default". */
+static int null_domain_alloc(struct null_provider *np, struct ibv_pd *pd, uint64_t resource_type)
+{
+	if (pd != &np->parent || !(np->parent_attr.comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS))
+		return 0;
+	np->d.alloc_calls++;
+	void *buf = np->parent_attr.alloc(pd, np->parent_attr.pd_context, NULL_BUFFER_SIZE,
+					  NULL_BUFFER_ALIGN, resource_type);
+	if (!buf)
+		return ENOMEM;
+	if (buf == IBV_ALLOCATOR_USE_DEFAULT) {
+		np->d.default_allocs++;
+		return 0;
+	}
+	if (np->d.live_buffers == NULL_MAX_BUFFERS)
+		return ENOMEM;
+	np->buffers[np->d.live_buffers] = buf;
+	np->buffer_types[np->d.live_buffers] = resource_type;
+	np->d.live_buffers++;
+	return 0;
+}
+
+/* Gives the newest live buffer back through the parent domain's free callback. */
+static void null_domain_free_last(struct null_provider *np)
+{
+	np->d.live_buffers--;
+	np->d.free_calls++;
+	np->parent_attr.free(&np->parent, np->parent_attr.pd_context,
+			     np->buffers[np->d.live_buffers], np->buffer_types[np->d.live_buffers]);
+}
+
+static struct ibv_cq_ex *null_create_cq_ex(struct ibv_context *context,
+					   struct ibv_cq_init_attr_ex *attr)
+{
+	struct null_provider *np = of_ctx(context);
+	np->d.create_cq_ex_calls++;
+	np->d.last_cq_comp_mask = attr->comp_mask;
+	np->d.last_cq_parent_domain = (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) ?
+		attr->parent_domain : NULL;
+	int err = null_domain_alloc(np, np->d.last_cq_parent_domain, NULL_RES_CQ);
+	if (err) {
+		errno = err;
+		return NULL;
+	}
+	return &np->cq;
+}
+
+static struct ibv_qp *null_create_qp_ex(struct ibv_context *context,
+					struct ibv_qp_init_attr_ex *attr)
+{
+	struct null_provider *np = of_ctx(context);
+	np->d.create_qp_ex_calls++;
+	np->d.last_qp_comp_mask = attr->comp_mask;
+	np->d.last_qp_pd = attr->pd;
+	np->d.last_qp_send_cq = attr->send_cq;
+	uint64_t before = np->d.live_buffers;
+	int err = null_domain_alloc(np, attr->pd, NULL_RES_QP);
+	if (err) {
+		errno = err;
+		return NULL;
+	}
+	/* The QP cannot be handed out: turning it into an ibv_qp_ex and destroying it are
+	 * libibverbs functions, which a test double's objects never reach. It fails after
+	 * taking its buffer, and gives it back as a provider does. */
+	if (np->d.live_buffers > before)
+		null_domain_free_last(np);
+	errno = NULL_QP_REFUSED;
+	return NULL;
+}
+
+void null_domain_release(struct null_provider *np)
+{
+	while (np->d.live_buffers)
+		null_domain_free_last(np);
+}
+
+void null_provider_disable_domains(struct null_provider *np)
+{
+	np->vctx.alloc_td = NULL;
+	np->vctx.dealloc_td = NULL;
+	np->vctx.alloc_parent_domain = NULL;
+}
+
+const struct null_domains *null_provider_domains(const struct null_provider *np)
+{
+	return &np->d;
+}
+
 struct null_provider *null_provider_new(void)
 {
 	struct null_provider *np = calloc(1, sizeof(*np));
@@ -287,17 +427,25 @@ struct null_provider *null_provider_new(void)
 		return NULL;
 
 	/* device stays NULL: nothing may ask libibverbs about this context. */
-	np->ctx.ops.post_send = null_post_send;
-	np->ctx.ops.post_recv = null_post_recv;
-	np->ctx.ops.poll_cq = null_poll_cq;
-	np->ctx.ops.req_notify_cq = null_req_notify_cq;
-	np->ctx.num_comp_vectors = 1;
+	np->vctx.context.ops.post_send = null_post_send;
+	np->vctx.context.ops.post_recv = null_post_recv;
+	np->vctx.context.ops.poll_cq = null_poll_cq;
+	np->vctx.context.ops.req_notify_cq = null_req_notify_cq;
+	np->vctx.context.num_comp_vectors = 1;
+	/* An extended context: verbs.h's inlines of the extended verbs reach these. */
+	np->vctx.context.abi_compat = __VERBS_ABI_IS_EXTENDED;
+	np->vctx.sz = sizeof(np->vctx);
+	np->vctx.alloc_td = null_alloc_td;
+	np->vctx.dealloc_td = null_dealloc_td;
+	np->vctx.alloc_parent_domain = null_alloc_parent_domain;
+	np->vctx.create_cq_ex = null_create_cq_ex;
+	np->vctx.create_qp_ex = null_create_qp_ex;
 
-	np->pd.context = &np->ctx;
+	np->pd.context = &np->vctx.context;
 	np->pd.handle = 1;
 
 	struct ibv_cq_ex *cq = &np->cq;
-	cq->context = &np->ctx;
+	cq->context = &np->vctx.context;
 	cq->cqe = 4096;
 	cq->start_poll = null_start_poll;
 	cq->next_poll = null_next_poll;
@@ -315,7 +463,7 @@ struct null_provider *null_provider_new(void)
 	cq->read_completion_ts = null_read_completion_ts;
 
 	struct ibv_qp_ex *qp = &np->qp;
-	qp->qp_base.context = &np->ctx;
+	qp->qp_base.context = &np->vctx.context;
 	qp->qp_base.pd = &np->pd;
 	qp->qp_base.send_cq = ibv_cq_ex_to_cq(cq);
 	qp->qp_base.recv_cq = ibv_cq_ex_to_cq(cq);
@@ -343,7 +491,7 @@ void null_provider_free(struct null_provider *np)
 	free(np);
 }
 
-struct ibv_context *null_provider_context(struct null_provider *np) { return &np->ctx; }
+struct ibv_context *null_provider_context(struct null_provider *np) { return &np->vctx.context; }
 struct ibv_pd *null_provider_pd(struct null_provider *np) { return &np->pd; }
 struct ibv_qp *null_provider_qp(struct null_provider *np) { return &np->qp.qp_base; }
 struct ibv_qp_ex *null_provider_qp_ex(struct null_provider *np) { return &np->qp; }

@@ -12,7 +12,7 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use sideway::queue_pair::{QueuePair, QueuePairBuilder};
+use sideway::queue_pair::{QueuePair, QueuePairBuilder, Threading};
 use sideway::sys::{ibv_context, ibv_cq, ibv_cq_ex, ibv_pd, ibv_qp, ibv_qp_ex, ibv_wc};
 use sideway::{CompletionQueue, CompletionQueueError, DeviceContext, ProtectionDomain, WcFlagsEx};
 
@@ -56,6 +56,55 @@ pub struct Counters {
     pub length_sum: u64,
 }
 
+/// What the thread- and parent-domain operations saw (`struct null_domains`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Domains {
+    /// `alloc_td` calls.
+    pub alloc_td_calls: u64,
+    /// `dealloc_td` calls.
+    pub dealloc_td_calls: u64,
+    /// `alloc_parent_domain` calls.
+    pub alloc_parent_domain_calls: u64,
+    /// `create_cq_ex` calls.
+    pub create_cq_ex_calls: u64,
+    /// `create_qp_ex` calls.
+    pub create_qp_ex_calls: u64,
+    /// Calls of the parent domain's `alloc` callback.
+    pub alloc_calls: u64,
+    /// ... that answered `IBV_ALLOCATOR_USE_DEFAULT`.
+    pub default_allocs: u64,
+    /// Calls of the parent domain's `free` callback.
+    pub free_calls: u64,
+    /// Buffers allocated and not yet freed.
+    pub live_buffers: u64,
+    /// `dealloc_td` calls made while buffers of objects on the domain were live.
+    pub order_errors: u64,
+    /// 1 while a thread domain is allocated.
+    pub td_live: u64,
+    /// `comp_mask` of the last `create_cq_ex`.
+    pub last_cq_comp_mask: u32,
+    /// `comp_mask` of the last `create_qp_ex`.
+    pub last_qp_comp_mask: u32,
+    /// `parent_domain` of the last `create_cq_ex` (NULL without `IBV_CQ_INIT_ATTR_MASK_PD`).
+    pub last_cq_parent_domain: *mut ibv_pd,
+    /// `pd` of the last `create_qp_ex`.
+    pub last_qp_pd: *mut ibv_pd,
+    /// `send_cq` of the last `create_qp_ex`.
+    pub last_qp_send_cq: *mut ibv_cq,
+}
+
+/// The size of the buffer every object made on a parent domain asks for (`NULL_BUFFER_SIZE`).
+pub const BUFFER_SIZE: usize = 4096;
+/// Its alignment (`NULL_BUFFER_ALIGN`).
+pub const BUFFER_ALIGN: usize = 64;
+/// The `resource_type` of a QP's buffer (`NULL_RES_QP`).
+pub const RES_QP: u64 = 1;
+/// The `resource_type` of a CQ's buffer (`NULL_RES_CQ`).
+pub const RES_CQ: u64 = 2;
+/// The errno `create_qp_ex` fails with after recording its arguments (`NULL_QP_REFUSED`).
+pub const QP_REFUSED: i32 = 42; // ENOMSG on Linux
+
 /// The opaque `struct null_provider`.
 #[repr(C)]
 struct RawProvider {
@@ -74,6 +123,9 @@ extern "C" {
     fn null_provider_counters(np: *const RawProvider) -> *const Counters;
     fn null_cq_last_poll_array(np: *const RawProvider) -> *const ibv_wc;
     fn null_cq_add(cq: *mut ibv_cq, n: u32);
+    fn null_provider_domains(np: *const RawProvider) -> *const Domains;
+    fn null_domain_release(np: *mut RawProvider);
+    fn null_provider_disable_domains(np: *mut RawProvider);
 }
 
 /// Owns one `struct null_provider` and frees it on drop.
@@ -177,6 +229,58 @@ impl NullProvider {
         // (operations run only inside calls that borrow the sideway objects or the
         // provider's raw pointers on this thread).
         unsafe { *null_provider_counters(self.raw()) }
+    }
+
+    /// What the thread- and parent-domain operations have seen so far.
+    pub fn domains(&self) -> Domains {
+        // SAFETY: as for counters().
+        unsafe { *null_provider_domains(self.raw()) }
+    }
+
+    /// Gives every buffer the parent domain's allocator handed out back through its `free`
+    /// callback, as a provider does when it destroys the objects (which the sideway objects
+    /// of a test double do not reach: their destroy verbs are libibverbs functions).
+    pub fn release_domain_buffers(&self) {
+        // SAFETY: self.raw() is a live provider; the call runs on this thread, and the
+        // callbacks' pd_context is alive while the parent domain is (the caller holds an
+        // object on it, or none was allocated and nothing is called).
+        unsafe { null_domain_release(self.raw()) }
+    }
+
+    /// Takes away the thread- and parent-domain operations: a provider without them (as
+    /// rxe), for which verbs.h's inlines fail with `EOPNOTSUPP`.
+    pub fn disable_domains(&self) {
+        // SAFETY: self.raw() is a live provider; the call clears three pointers.
+        unsafe { null_provider_disable_domains(self.raw()) }
+    }
+
+    /// A sideway context around the provider's. Besides the data path, the verbs.h inlines
+    /// that reach the provider's `verbs_context` ops (`alloc_td`, `dealloc_td`,
+    /// `alloc_parent_domain`, `create_cq_ex`, `create_qp_ex`) may be used on it.
+    pub fn sideway_context(&self) -> Arc<DeviceContext> {
+        self.context()
+    }
+
+    /// A sideway PD around the provider's, on `ctx` (from
+    /// [`sideway_context`](Self::sideway_context)).
+    pub fn sideway_pd(&self, ctx: &Arc<DeviceContext>) -> Arc<ProtectionDomain> {
+        // SAFETY: the PD belongs to ctx's provider (the caller got ctx from this provider),
+        // which ctx's owner keeps alive.
+        unsafe { ProtectionDomain::from_raw_parts(self.nonnull_pd(), ctx) }
+    }
+
+    /// A sideway QP around the provider's classic one, made by `builder` (on the provider's
+    /// PD or a parent domain of it), with `cq` as both CQs.
+    pub fn sideway_qp_on<T: Threading>(
+        &self,
+        builder: &mut QueuePairBuilder<T>,
+        cq: &Arc<CompletionQueue>,
+    ) -> QueuePair<T> {
+        builder.send_cq(cq).recv_cq(cq);
+        let qp_raw = NonNull::new(self.qp_raw()).expect("a field address");
+        // SAFETY: the builder's context is this provider's (from sideway_context); qp_raw is
+        // its classic QP with post_send and post_recv set (null_provider_new).
+        unsafe { builder.wrap_raw(qp_raw, None) }.expect("the builder was given both CQs")
     }
 
     /// The `ibv_wc` array the last classic poll (`ops.poll_cq`) wrote into; NULL before the

@@ -90,15 +90,16 @@
 //!
 //! # Threads
 //!
-//! Every object is `Send` and `Sync`, and lives in an `Arc`: hand clones to as many threads
+//! Every object but the thread and parent domains and their queue pairs is `Send` and `Sync`, and lives in an `Arc`: hand clones to as many threads
 //! as you like. What each allows from several threads at once, and why that is sound:
 //!
 //! | type | from many threads | why |
 //! | --- | --- | --- |
 //! | [`DeviceContext`], [`ProtectionDomain`], [`MemoryRegion`], [`AddressHandle`], [`MemoryWindow`], [`CompletionChannel`] | everything (`&self` methods) | libibverbs' control verbs are thread-safe; these objects have no state of their own that changes |
-//! | [`CompletionQueue`] | polling by one thread at a time; arming, events, queries by any | each poll claims the CQ (a second concurrent [`CompletionQueue::poll`] gets [`CompletionQueueError::Busy`]), so it is sound even where the provider takes no CQ lock (mlx5's single-threaded mode, thread domains); a hot loop [`CompletionQueue::claim`]s once |
+//! | [`CompletionQueue`] | polling by one thread at a time; arming, events, queries by any | each poll claims the CQ (a second concurrent [`CompletionQueue::poll`] gets [`CompletionQueueError::Busy`]), so polls never overlap even where the provider takes no CQ lock (mlx5's single-threaded mode; CQs are not made on thread domains, see below); a hot loop [`CompletionQueue::claim`]s once |
 //! | [`QueuePair`] | `modify`, `query`, `state`, `qp_num` by any; posting needs `&mut` | the post guards build their batch in storage inside the QP, so posting takes `&mut QueuePair`: put the QP in a `Mutex` to post from several threads, or give each thread its own QP |
 //! | [`SharedReceiveQueue`] | everything | its receive batches are built behind a lock |
+//! | [`ThreadDomain`], [`ParentDomain`], `QueuePair<OneThread>` | neither `Send` nor `Sync`: used on the thread that made them | a thread domain promises the provider one thread at a time for its objects, and its QPs share provider state (mlx5: the domain's doorbell, written without a lock), so per-QP `&mut` is not enough. [`ParentDomain::create_qp_builder`] makes [`queue_pair::OneThread`] QPs, whose builder and posting guards cannot leave the thread either (compile-fail tests there). CQs and SRQs are not made on a thread-bound parent domain (`ThreadBoundPd` errors): the provider takes no lock for them there, which a `Sync` type cannot allow |
 //! | [`RegisteredBuffer`] | reads and copies by any; writes need `&mut` | the device may write it at any time, so no safe slice is handed out; copies and volatile reads are sound whoever runs them |
 //! | [`rdmacm::EventChannel`], [`rdmacm::CmId`] | everything | every call on an id, and every event read, holds its channel's lock (librdmacm rewrites an id's fields while it handles events); serve connections in parallel by giving each id its own channel ([`rdmacm::CmId::migrate`]) |
 //!
@@ -176,7 +177,8 @@ mod verbs;
 mod work_completion;
 pub use verbs::{
     address_handle, async_event, completion_channel, completion_event, completion_queue, device,
-    memory_region, memory_window, protection_domain, queue_pair, shared_receive_queue,
+    memory_region, memory_window, parent_domain, protection_domain, queue_pair,
+    shared_receive_queue, thread_domain,
 };
 
 #[doc = include_str!("../ARCHITECTURE.md")]
@@ -210,6 +212,9 @@ pub use memory_region::{
     LeakedMemory, MemoryRegion, MemoryRegionError, Plain, RegisteredBuffer,
 };
 pub use memory_window::{MemoryWindow, MemoryWindowError, MwType};
+pub use parent_domain::{
+    AllocRequest, Allocation, DomainAllocator, ParentDomain, ParentDomainBuilder,
+};
 pub use protection_domain::ProtectionDomain;
 pub use queue_pair::{
     ConnectError, ConnectOptions, Endpoint, ModifyQpError, PostError, PostRecvChain, PostRecvGuard,
@@ -224,3 +229,4 @@ pub use shared_receive_queue::{
     SharedReceiveQueue, SharedReceiveQueueBuilder, SharedReceiveQueueError, SrqPostRecvChain,
     SrqPostRecvGuard,
 };
+pub use thread_domain::{DomainError, ThreadDomain};

@@ -20,8 +20,12 @@ pub mod memory_region;
 #[allow(unsafe_code)]
 pub mod memory_window;
 #[allow(unsafe_code)]
+pub mod parent_domain;
+#[allow(unsafe_code)]
 pub mod protection_domain;
 #[allow(unsafe_code)]
 pub mod queue_pair;
 #[allow(unsafe_code)]
 pub mod shared_receive_queue;
+#[allow(unsafe_code)]
+pub mod thread_domain;

@@ -28,6 +28,11 @@ pub struct AllocPdError {
 pub struct ProtectionDomain {
     raw: NonNull<ffi::ibv_pd>,
     ctx: Arc<DeviceContext>,
+    /// What a parent domain's PD keeps until after its `ibv_dealloc_pd`: the protection and
+    /// thread domains it is built on and its allocator ([`crate::parent_domain`]).
+    keep: Option<Box<dyn std::any::Any + Send + Sync>>,
+    /// A parent domain bound to a thread domain: its QPs must be `QueuePair<OneThread>`.
+    thread_bound: bool,
 }
 
 // SAFETY: verbs objects may be used from any thread; the PD is only read after creation.
@@ -48,6 +53,8 @@ impl DeviceContext {
         Ok(Arc::new(ProtectionDomain {
             raw,
             ctx: Arc::clone(self),
+            keep: None,
+            thread_bound: false,
         }))
     }
 }
@@ -79,11 +86,44 @@ impl ProtectionDomain {
         Arc::new(ProtectionDomain {
             raw,
             ctx: Arc::clone(ctx),
+            keep: None,
+            thread_bound: false,
         })
+    }
+
+    /// Wraps a parent domain (`ibv_alloc_parent_domain`) as a PD: deallocated with
+    /// `ibv_dealloc_pd` like any PD, after which `keep` is dropped. `thread_bound` when it
+    /// is bound to a thread domain.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a live parent domain of `ctx` that nothing else deallocates, and `keep` holds
+    /// everything it depends on (the PD and thread domain it was made on, the allocator its
+    /// `pd_context` points to).
+    pub(crate) unsafe fn from_parent_domain(
+        raw: NonNull<ffi::ibv_pd>,
+        ctx: &Arc<DeviceContext>,
+        keep: Box<dyn std::any::Any + Send + Sync>,
+        thread_bound: bool,
+    ) -> Arc<ProtectionDomain> {
+        Arc::new(ProtectionDomain {
+            raw,
+            ctx: Arc::clone(ctx),
+            keep: Some(keep),
+            thread_bound,
+        })
+    }
+
+    /// True for a parent domain bound to a thread domain: queue pairs are made on it only as
+    /// `QueuePair<OneThread>` (`ParentDomain::create_qp_builder`).
+    pub fn is_thread_bound(&self) -> bool {
+        self.thread_bound
     }
 }
 
 impl Drop for ProtectionDomain {
+    // `keep` (a parent domain's PD, TD and allocator) is a field: dropped after this body, so
+    // after the parent domain's ibv_dealloc_pd.
     fn drop(&mut self) {
         if !self.ctx.owns_objects() {
             // A test double's PD (from_raw_parts): its owner frees it.
@@ -102,6 +142,7 @@ impl fmt::Debug for ProtectionDomain {
         f.debug_struct("ProtectionDomain")
             .field("device", &self.ctx.name())
             .field("handle", &self.handle())
+            .field("parent_domain", &self.keep.is_some())
             .finish()
     }
 }

@@ -42,6 +42,17 @@ pub enum SharedReceiveQueueError {
         /// The errno.
         source: io::Error,
     },
+    /// The PD is a parent domain bound to a thread domain. There the provider takes no SRQ
+    /// lock, while this SRQ is `Sync` and completion polling on another thread returns its
+    /// receives: not offered (make the SRQ on the protection domain).
+    #[error(
+        "an SRQ on a parent domain bound to a thread domain is not offered on {device}: \
+         make it on the protection domain"
+    )]
+    ThreadBoundPd {
+        /// The device's name.
+        device: String,
+    },
     /// `ibv_modify_srq` failed.
     #[error("ibv_modify_srq of SRQ {srq:#x} ({what}) failed: {source}")]
     Modify {
@@ -154,6 +165,11 @@ impl SharedReceiveQueueBuilder {
     /// Creates the SRQ (`ibv_create_srq`).
     #[doc(alias = "ibv_create_srq")]
     pub fn build(&self) -> Result<Arc<SharedReceiveQueue>, SharedReceiveQueueError> {
+        if self.pd.is_thread_bound() {
+            return Err(SharedReceiveQueueError::ThreadBoundPd {
+                device: self.pd.context().name().to_owned(),
+            });
+        }
         let mut init = ffi::ibv_srq_init_attr {
             srq_context: std::ptr::null_mut(),
             attr: ffi::ibv_srq_attr {

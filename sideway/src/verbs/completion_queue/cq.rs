@@ -18,6 +18,8 @@ use super::poll::{
 use crate::errno::{fresh, from_ret, non_null};
 use crate::verbs::completion_channel::{before_destroy, CompletionChannel};
 use crate::verbs::device::DeviceContext;
+use crate::verbs::parent_domain::ParentDomain;
+use crate::verbs::protection_domain::ProtectionDomain;
 use crate::work_completion::WorkCompletion;
 
 impl DeviceContext {
@@ -29,6 +31,7 @@ impl DeviceContext {
             channel: None,
             comp_vector: 0,
             wc_flags: WcFlagsEx::default_ex(),
+            parent: None,
         }
     }
 }
@@ -44,9 +47,24 @@ pub struct CompletionQueueBuilder {
     channel: Option<Arc<CompletionChannel>>,
     comp_vector: u32,
     wc_flags: WcFlagsEx,
+    /// The parent domain (as a PD) the CQ is made on, which the CQ holds.
+    parent: Option<Arc<ProtectionDomain>>,
 }
 
 impl CompletionQueueBuilder {
+    /// Makes the CQ on a parent domain (`parent_domain`, with `IBV_CQ_INIT_ATTR_MASK_PD`):
+    /// its buffers come from the domain's allocator. The CQ holds the parent domain.
+    /// Extended CQs only: [`build`](Self::build) fails with
+    /// [`CompletionQueueError::ParentDomainNeedsEx`]. A parent domain bound to a thread
+    /// domain is refused ([`CompletionQueueError::ThreadBoundPd`]): there the provider takes
+    /// no CQ lock, and the polling claim covers polls but not the provider cleaning the CQ
+    /// when a QP on it is reset or destroyed on another thread; a one-thread CQ type is not
+    /// offered yet. QPs on a thread domain use ordinary CQs.
+    pub fn parent_domain(&mut self, parent: &ParentDomain) -> &mut Self {
+        self.parent = Some(Arc::clone(parent.pd_inner()));
+        self
+    }
+
     /// Least number of entries (`cqe`; default 128). The device may round up.
     pub fn cqe(&mut self, cqe: u32) -> &mut Self {
         self.cqe = cqe;
@@ -90,6 +108,9 @@ impl CompletionQueueBuilder {
     /// Creates a classic CQ (`ibv_create_cq`).
     #[doc(alias = "ibv_create_cq")]
     pub fn build(&self) -> Result<Arc<CompletionQueue>, CompletionQueueError> {
+        if self.parent.is_some() {
+            return Err(CompletionQueueError::ParentDomainNeedsEx);
+        }
         let cqe = c_int::try_from(self.cqe).map_err(|_| {
             self.create_err("ibv_create_cq", io::Error::from_raw_os_error(libc::EINVAL))
         })?;
@@ -125,7 +146,17 @@ impl CompletionQueueBuilder {
             flags: 0,
             parent_domain: std::ptr::null_mut(),
         };
-        // SAFETY: the context and channel are alive; attr is fully initialised.
+        if let Some(parent) = &self.parent {
+            if parent.is_thread_bound() {
+                return Err(CompletionQueueError::ThreadBoundPd {
+                    device: self.ctx.name().to_owned(),
+                });
+            }
+            attr.comp_mask |= ffi::ibv_cq_init_attr_mask::IBV_CQ_INIT_ATTR_MASK_PD;
+            attr.parent_domain = parent.as_raw();
+        }
+        // SAFETY: the context, channel and parent domain are alive (the CQ will hold them);
+        // attr is fully initialised, and comp_mask names parent_domain exactly when it is set.
         let cq_ex = fresh(|| unsafe { ffi::ibv_create_cq_ex(self.ctx.as_raw(), &mut attr) });
         let ex = non_null(cq_ex).map_err(|e| self.create_err("ibv_create_cq_ex", e))?;
         // SAFETY: ex is a live extended CQ; the conversion is a pointer cast inside the shim.
@@ -208,6 +239,7 @@ impl CompletionQueueBuilder {
             polling: AtomicBool::new(false),
             unacked_events: Default::default(),
             _channel: self.channel.clone(),
+            _parent: self.parent.clone(),
             ctx: Arc::clone(&self.ctx),
         });
         if let Some(channel) = &self.channel {
@@ -255,12 +287,16 @@ pub struct CompletionQueue {
     /// Completion events received and not yet acknowledged (`ibv_ack_cq_events`).
     pub(crate) unacked_events: std::sync::atomic::AtomicU32,
     _channel: Option<Arc<CompletionChannel>>,
+    /// The parent domain the CQ was made on: its allocator serves the CQ's buffers until
+    /// the CQ is destroyed, so it is dropped after (a field).
+    _parent: Option<Arc<ProtectionDomain>>,
     ctx: Arc<DeviceContext>,
 }
 
 // SAFETY: verbs CQs may be used from any thread; every poll, classic or extended, is
 // serialised by `polling`, so the provider never sees two polls of one CQ at once, whatever
-// its locking mode (mlx5's single-threaded mode and thread domains take no CQ lock).
+// its locking mode (mlx5's single-threaded mode takes no CQ lock; CQs on a thread domain,
+// which would not either, are refused by the builder).
 unsafe impl Send for CompletionQueue {}
 // SAFETY: as above.
 unsafe impl Sync for CompletionQueue {}

@@ -38,6 +38,20 @@ pub enum CompletionQueueError {
         /// The errno.
         source: io::Error,
     },
+    /// A CQ on a parent domain was asked for with `build()`: only `ibv_create_cq_ex` takes
+    /// a parent domain.
+    #[error("a CQ on a parent domain needs ibv_create_cq_ex: use build_ex()")]
+    ParentDomainNeedsEx,
+    /// A CQ on a parent domain bound to a thread domain: not offered (see
+    /// [`CompletionQueueBuilder::parent_domain`](crate::CompletionQueueBuilder::parent_domain)).
+    #[error(
+        "a CQ on a parent domain bound to a thread domain is not offered on {device}: make \
+         the CQ without parent_domain()"
+    )]
+    ThreadBoundPd {
+        /// The device's name.
+        device: String,
+    },
     /// Another [`Poller`](crate::completion_queue::Poller) or [`ClaimedCq`](crate::ClaimedCq) of this CQ is still alive: one poller at a time,
     /// classic or extended (see [`CompletionQueue`](crate::CompletionQueue)'s "Threads").
     #[error("this CQ is already being polled (drop the other Poller or ClaimedCq first)")]

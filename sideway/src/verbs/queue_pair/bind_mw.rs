@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use rdma_mummy_sys as ffi;
 
-use super::qp::QueuePair;
+use super::qp::{QueuePair, Threading};
 use super::work_request::SendFlags;
 use crate::errno::{fresh, from_ret};
 use crate::verbs::memory_region::{AccessFlags, MemoryRegion};
@@ -20,9 +20,9 @@ impl MemoryWindow {
     /// valid once the bind completes. The window holds `mr` from now on (see the
     /// [module](crate::memory_window)).
     #[doc(alias = "ibv_bind_mw")]
-    pub fn bind(
+    pub fn bind<T: Threading>(
         &self,
-        qp: &mut QueuePair,
+        qp: &mut QueuePair<T>,
         wr_id: u64,
         flags: SendFlags,
         mr: &Arc<MemoryRegion>,
@@ -66,9 +66,9 @@ impl MemoryWindow {
     /// verbs.h also allows a NULL region for this, but rxe's provider (rdma-core 56)
     /// dereferences it, so the region is always passed.
     #[doc(alias = "ibv_bind_mw")]
-    pub fn unbind(
+    pub fn unbind<T: Threading>(
         &self,
-        qp: &mut QueuePair,
+        qp: &mut QueuePair<T>,
         wr_id: u64,
         flags: SendFlags,
         mr: &Arc<MemoryRegion>,

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::io;
+use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 use std::os::raw::c_int;
 use std::ptr::NonNull;
@@ -14,12 +15,47 @@ use crate::gid::Gid;
 use crate::verbs::completion_queue::CompletionQueue;
 use crate::verbs::device::{DeviceError, Mtu};
 use crate::verbs::memory_region::AccessFlags;
+use crate::verbs::parent_domain::ParentDomain;
 use crate::verbs::protection_domain::ProtectionDomain;
 
 use super::attr::{QpAttrMask, QpCapabilities, QpState, QpType, QueuePairAttribute};
 use super::state_table::{diagnose, MaskDiagnosis};
 use super::work_request::SendOpsFlags;
 use crate::verbs::address_handle::AddressVector;
+
+mod threading {
+    pub trait Sealed {
+        /// True for [`super::OneThread`].
+        const ONE_THREAD: bool;
+    }
+}
+
+/// Whether a [`QueuePair`] may be used from several threads: [`AnyThread`] (the default)
+/// or [`OneThread`]. Sealed.
+pub trait Threading: threading::Sealed + 'static {}
+
+/// A queue pair that is `Send` and `Sync` (the default): posting takes `&mut`, so one
+/// batch at a time per QP, whatever the provider's locking.
+#[derive(Debug, Clone, Copy)]
+pub enum AnyThread {}
+
+/// A queue pair bound to a thread domain ([`ParentDomain::create_qp_builder`]): neither
+/// `Send` nor `Sync`, and neither are its builder and posting guards. The QPs of one thread
+/// domain share provider state (mlx5: the domain's doorbell register, written with no lock),
+/// so per-QP `&mut` is not enough: they all stay on the thread that made them.
+#[derive(Debug, Clone, Copy)]
+pub struct OneThread {
+    _not_send: PhantomData<*const ()>,
+}
+
+impl threading::Sealed for AnyThread {
+    const ONE_THREAD: bool = false;
+}
+impl threading::Sealed for OneThread {
+    const ONE_THREAD: bool = true;
+}
+impl Threading for AnyThread {}
+impl Threading for OneThread {}
 
 /// Why a queue pair could not be created.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +66,16 @@ pub enum QueuePairError {
     MissingCq {
         /// `send` or `recv`.
         which: &'static str,
+    },
+    /// The builder's PD is a parent domain bound to a thread domain, whose queue pairs must
+    /// be `QueuePair<OneThread>`: make them with `ParentDomain::create_qp_builder`.
+    #[error(
+        "the PD is a parent domain bound to a thread domain on {device}: make its queue pairs \
+         with ParentDomain::create_qp_builder (QueuePair<OneThread>)"
+    )]
+    ThreadBoundPd {
+        /// The device's name.
+        device: String,
     },
     /// The create verb failed.
     #[error(
@@ -208,8 +254,74 @@ pub enum ConnectError {
 impl ProtectionDomain {
     /// A builder for a queue pair on this protection domain.
     pub fn create_qp_builder(self: &Arc<Self>) -> QueuePairBuilder {
+        QueuePairBuilder::on(self)
+    }
+}
+
+impl ParentDomain {
+    /// A builder for a queue pair on this parent domain, bound to one thread
+    /// ([`OneThread`]): the QP, its builder and its posting guards are neither `Send` nor
+    /// `Sync`, so all the QPs of the parent domain's thread domain are posted from the
+    /// thread that made them. Without a thread domain, [`ParentDomain::as_pd`]'s builder
+    /// (or the PD's own builder) makes ordinary QPs.
+    ///
+    /// ```compile_fail,E0277
+    /// # fn demo(parent: &sideway::ParentDomain, cq: &std::sync::Arc<sideway::CompletionQueue>)
+    /// #     -> Result<(), Box<dyn std::error::Error>> {
+    /// let qp = parent.create_qp_builder().send_cq(cq).recv_cq(cq).build_ex()?;
+    /// std::thread::spawn(move || drop(qp)); // the QP cannot leave its thread
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// ```compile_fail,E0277
+    /// # fn demo(parent: &sideway::ParentDomain, cq: &std::sync::Arc<sideway::CompletionQueue>)
+    /// #     -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut qp = parent.create_qp_builder().send_cq(cq).recv_cq(cq).build_ex()?;
+    /// let qp_ref = &qp;
+    /// std::thread::scope(|s| {
+    ///     s.spawn(move || qp_ref.qp_num()); // nor be used from two threads
+    /// });
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// ```compile_fail,E0277
+    /// # fn demo(parent: &sideway::ParentDomain, cq: &std::sync::Arc<sideway::CompletionQueue>)
+    /// #     -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut qp = parent.create_qp_builder().send_cq(cq).recv_cq(cq).build_ex()?;
+    /// let batch = qp.start_post_send();
+    /// std::thread::scope(|s| {
+    ///     s.spawn(move || batch.post()); // nor ring its doorbell on another thread
+    /// });
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The same three with an ordinary QP compile:
+    ///
+    /// ```
+    /// # fn demo(pd: &std::sync::Arc<sideway::ProtectionDomain>,
+    /// #         cq: &std::sync::Arc<sideway::CompletionQueue>)
+    /// #     -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut qp = pd.create_qp_builder().send_cq(cq).recv_cq(cq).build_ex()?;
+    /// let qp_ref = &qp;
+    /// std::thread::scope(|s| {
+    ///     s.spawn(move || qp_ref.qp_num());
+    /// });
+    /// let batch = qp.start_post_send();
+    /// std::thread::scope(|s| {
+    ///     s.spawn(move || batch.post());
+    /// });
+    /// std::thread::spawn(move || drop(qp));
+    /// # Ok(()) }
+    /// ```
+    pub fn create_qp_builder(&self) -> QueuePairBuilder<OneThread> {
+        QueuePairBuilder::on(self.pd_inner())
+    }
+}
+
+impl<T: Threading> QueuePairBuilder<T> {
+    fn on(pd: &Arc<ProtectionDomain>) -> Self {
         QueuePairBuilder {
-            pd: Arc::clone(self),
+            pd: Arc::clone(pd),
             send_cq: None,
             recv_cq: None,
             cap: QpCapabilities {
@@ -224,6 +336,7 @@ impl ProtectionDomain {
             send_ops_flags: SendOpsFlags::default(),
             send_ops_set: false,
             srq: None,
+            threading: PhantomData,
         }
     }
 }
@@ -234,7 +347,7 @@ impl ProtectionDomain {
 #[doc(alias = "ibv_qp_init_attr_ex")]
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until build() or build_ex()"]
-pub struct QueuePairBuilder {
+pub struct QueuePairBuilder<T: Threading = AnyThread> {
     pd: Arc<ProtectionDomain>,
     send_cq: Option<Arc<CompletionQueue>>,
     recv_cq: Option<Arc<CompletionQueue>>,
@@ -245,9 +358,10 @@ pub struct QueuePairBuilder {
     /// Whether send_ops_flags() was called; otherwise the default depends on the QP type.
     send_ops_set: bool,
     srq: Option<Arc<crate::verbs::shared_receive_queue::SharedReceiveQueue>>,
+    threading: PhantomData<T>,
 }
 
-impl QueuePairBuilder {
+impl<T: Threading> QueuePairBuilder<T> {
     /// Takes receives from a shared receive queue instead of the QP's own (`srq`). The QP
     /// then posts no receives of its own; post them to the SRQ.
     pub fn srq(
@@ -345,7 +459,13 @@ impl QueuePairBuilder {
         self
     }
 
+    /// The CQs, once the builder is checked: every way of making a QP passes here.
     fn cqs(&self) -> Result<(Arc<CompletionQueue>, Arc<CompletionQueue>), QueuePairError> {
+        if self.pd.is_thread_bound() && !<T as threading::Sealed>::ONE_THREAD {
+            return Err(QueuePairError::ThreadBoundPd {
+                device: self.pd.context().name().to_owned(),
+            });
+        }
         let send = self
             .send_cq
             .clone()
@@ -369,7 +489,7 @@ impl QueuePairBuilder {
 
     /// Creates a classic QP (`ibv_create_qp`), posted with chained `ibv_post_send`.
     #[doc(alias = "ibv_create_qp")]
-    pub fn build(&self) -> Result<QueuePair, QueuePairError> {
+    pub fn build(&self) -> Result<QueuePair<T>, QueuePairError> {
         let (send_cq, recv_cq) = self.cqs()?;
         let mut init = ffi::ibv_qp_init_attr {
             qp_context: std::ptr::null_mut(),
@@ -393,7 +513,7 @@ impl QueuePairBuilder {
     /// [`build`](Self::build) then works everywhere.
     #[doc(alias = "ibv_create_qp_ex")]
     #[doc(alias = "ibv_qp_to_qp_ex")]
-    pub fn build_ex(&self) -> Result<QueuePair, QueuePairError> {
+    pub fn build_ex(&self) -> Result<QueuePair<T>, QueuePairError> {
         let (mut init, send_cq, recv_cq) = self.extended_init_attr()?;
         let ctx = self.pd.context();
         // SAFETY: the context, PD and CQs are alive; init is fully initialised, and comp_mask
@@ -477,7 +597,7 @@ impl QueuePairBuilder {
         &self,
         raw: NonNull<ffi::ibv_qp>,
         ex: Option<NonNull<ffi::ibv_qp_ex>>,
-    ) -> Result<QueuePair, QueuePairError> {
+    ) -> Result<QueuePair<T>, QueuePairError> {
         let (send_cq, recv_cq) = self.cqs()?;
         Ok(self.wrap(raw, ex, self.cap, send_cq, recv_cq))
     }
@@ -489,7 +609,7 @@ impl QueuePairBuilder {
         granted: QpCapabilities,
         send_cq: Arc<CompletionQueue>,
         recv_cq: Arc<CompletionQueue>,
-    ) -> QueuePair {
+    ) -> QueuePair<T> {
         // Providers report what they granted; some leave a field at 0, which means "as
         // asked".
         let pick = |granted: u32, asked: u32| if granted == 0 { asked } else { granted };
@@ -527,6 +647,7 @@ impl QueuePairBuilder {
             srq: self.srq.clone(),
             pd: Arc::clone(&self.pd),
             foreign: None,
+            threading: PhantomData,
         }
     }
 }
@@ -628,7 +749,7 @@ impl QueuePairBuilder {
 #[doc(alias = "ibv_qp")]
 #[doc(alias = "ibv_destroy_qp")]
 #[doc(alias = "ibv_qp_ex")]
-pub struct QueuePair {
+pub struct QueuePair<T: Threading = AnyThread> {
     pub(super) raw: NonNull<ffi::ibv_qp>,
     /// The provider's `post_send` and `post_recv`, read once when the QP was wrapped
     /// ([`super::work_request::ProviderPosts`]).
@@ -645,6 +766,8 @@ pub struct QueuePair {
     /// Set for a QP another library created (rdma_cm's `rdma_create_qp`): destroys it in
     /// place of `ibv_destroy_qp`, and keeps alive what the QP's validity depends on (the id).
     pub(super) foreign: Option<ForeignDestroy>,
+    /// [`AnyThread`] or [`OneThread`]: whether the QP is `Send` and `Sync`.
+    pub(super) threading: PhantomData<T>,
 }
 
 /// Destroys a QP that [`QueuePairBuilder::wrap_foreign`] wrapped; called once, from `Drop`.
@@ -652,12 +775,12 @@ pub(crate) type ForeignDestroy = Box<dyn FnOnce(NonNull<ffi::ibv_qp>) + Send + S
 
 // SAFETY: libibverbs QPs may be used from any thread. The storage the guards build batches
 // in is reached only through `&mut self`, so moving the QP to another thread moves it whole.
-unsafe impl Send for QueuePair {}
+unsafe impl Send for QueuePair<AnyThread> {}
 // SAFETY: `&self` methods only call ibv_modify_qp/ibv_query_qp (thread-safe in libibverbs)
 // and read immutable fields; posting needs `&mut self`.
-unsafe impl Sync for QueuePair {}
+unsafe impl Sync for QueuePair<AnyThread> {}
 
-impl Drop for QueuePair {
+impl<T: Threading> Drop for QueuePair<T> {
     fn drop(&mut self) {
         if let Some(destroy) = self.foreign.take() {
             // No guard can be alive (they borrow the QP mutably); the CQs and PD outlive
@@ -678,7 +801,7 @@ impl Drop for QueuePair {
     }
 }
 
-impl fmt::Debug for QueuePair {
+impl<T: Threading> fmt::Debug for QueuePair<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("QueuePair")
             .field("qp_num", &format_args!("{:#x}", self.qp_num()))
@@ -689,7 +812,7 @@ impl fmt::Debug for QueuePair {
     }
 }
 
-impl QueuePair {
+impl<T: Threading> QueuePair<T> {
     /// The QP number (`qp_num`), which the peer needs to reach this QP.
     #[inline]
     pub fn qp_num(&self) -> u32 {

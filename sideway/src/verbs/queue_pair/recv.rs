@@ -6,42 +6,42 @@ use std::os::raw::c_int;
 
 use rdma_mummy_sys as ffi;
 
-use super::qp::QueuePair;
+use super::qp::{AnyThread, QueuePair, Threading};
 use super::work_request::{InvalidWorkRequest, PostError};
 use crate::receive_batch::{sealed, ReceiveQueue, RecvBatch, RecvChain, RecvRefusal, RecvStorage};
 
 /// A batch of receive work requests for a queue pair; from [`QueuePair::start_post_recv`].
 /// [`post`](RecvBatch::post) posts them with one `ibv_post_recv`; dropping the guard
 /// discards them. The same type as an SRQ's batch ([`RecvBatch`]).
-pub type PostRecvGuard<'a> = RecvBatch<'a, QueuePair>;
+pub type PostRecvGuard<'a, T = AnyThread> = RecvBatch<'a, QueuePair<T>>;
 
 /// A queue pair's receive batch after a receive was added to it; see [`RecvChain`].
-pub type PostRecvChain<'g, 'a> = RecvChain<'g, 'a, QueuePair>;
+pub type PostRecvChain<'g, 'a, T = AnyThread> = RecvChain<'g, 'a, QueuePair<T>>;
 
-impl QueuePair {
+impl<T: Threading> QueuePair<T> {
     /// Starts a batch of receive work requests, posted by one chained `ibv_post_recv` on
     /// [`post`](RecvBatch::post).
     #[doc(alias = "ibv_post_recv")]
     #[inline]
-    pub fn start_post_recv(&mut self) -> PostRecvGuard<'_> {
+    pub fn start_post_recv(&mut self) -> PostRecvGuard<'_, T> {
         RecvBatch::new(self)
     }
 }
 
-impl sealed::Sealed for QueuePair {}
+impl<T: Threading> sealed::Sealed for QueuePair<T> {}
 
-impl ReceiveQueue for QueuePair {
+impl<T: Threading> ReceiveQueue for QueuePair<T> {
     type Error = PostError;
-    type Claim<'a> = &'a mut QueuePair;
+    type Claim<'a> = &'a mut QueuePair<T>;
 
     #[inline(always)]
-    fn storage<'c>(claim: &'c mut &mut QueuePair) -> &'c mut RecvStorage {
+    fn storage<'c>(claim: &'c mut &mut QueuePair<T>) -> &'c mut RecvStorage {
         &mut claim.recv
     }
 
     #[inline(always)]
     unsafe fn post(
-        claim: &mut &mut QueuePair,
+        claim: &mut &mut QueuePair<T>,
         head: *mut ffi::ibv_recv_wr,
         bad: &mut *mut ffi::ibv_recv_wr,
     ) -> c_int {
@@ -51,7 +51,7 @@ impl ReceiveQueue for QueuePair {
     }
 
     #[inline(always)]
-    fn queue<'c>(claim: &'c &mut QueuePair) -> &'c QueuePair {
+    fn queue<'c>(claim: &'c &mut QueuePair<T>) -> &'c QueuePair<T> {
         claim
     }
 

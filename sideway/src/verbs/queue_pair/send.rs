@@ -20,7 +20,7 @@ use std::ptr::NonNull;
 use rdma_mummy_sys as ffi;
 
 use super::attr::QpType;
-use super::qp::QueuePair;
+use super::qp::{AnyThread, QueuePair, Threading};
 use super::work_request::{
     batch_full, zeroed_send_wr, InvalidWorkRequest, Op, PostError, SendFlags, UdAddr,
 };
@@ -29,7 +29,7 @@ use crate::receive_batch::chain_index;
 use crate::scatter_gather::{SendData, Sge};
 use crate::verbs::address_handle::AddressHandle;
 
-impl QueuePair {
+impl<T: Threading> QueuePair<T> {
     /// Starts a batch of send work requests (`ibv_wr_start` .. `ibv_wr_complete` on extended
     /// QPs, one chained `ibv_post_send` on classic ones).
     ///
@@ -40,7 +40,7 @@ impl QueuePair {
     #[doc(alias = "ibv_wr_start")]
     #[doc(alias = "ibv_post_send")]
     #[inline]
-    pub fn start_post_send(&mut self) -> PostSendGuard<'_> {
+    pub fn start_post_send(&mut self) -> PostSendGuard<'_, T> {
         PostSendGuard::new(self)
     }
 }
@@ -69,8 +69,8 @@ impl QueuePair {
 /// ```
 #[doc(alias = "ibv_send_wr")]
 #[must_use = "work requests reach the device only through post(); dropping the guard discards them"]
-pub struct PostSendGuard<'a> {
-    qp: &'a mut QueuePair,
+pub struct PostSendGuard<'a, T: Threading = AnyThread> {
+    qp: &'a mut QueuePair<T>,
     /// Requests added. On an extended QP, `ibv_wr_start` was called (and not yet completed
     /// or aborted) exactly when this is above 0: the first request that passes its checks
     /// starts the batch, and every request that passes them is added.
@@ -83,7 +83,7 @@ pub struct PostSendGuard<'a> {
     invalid: Option<(usize, u64, InvalidWorkRequest)>,
 }
 
-impl fmt::Debug for PostSendGuard<'_> {
+impl<T: Threading> fmt::Debug for PostSendGuard<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostSendGuard")
             .field("qp_num", &format_args!("{:#x}", self.qp.qp_num()))
@@ -96,14 +96,14 @@ impl fmt::Debug for PostSendGuard<'_> {
 /// One send work request being described: pick its operation. From [`PostSendGuard::wr`].
 #[doc(alias = "ibv_send_wr")]
 #[must_use = "a work request is added only by one of its operation methods"]
-pub struct WorkRequestBuilder<'g, 'a> {
-    guard: &'g mut PostSendGuard<'a>,
+pub struct WorkRequestBuilder<'g, 'a, T: Threading = AnyThread> {
+    guard: &'g mut PostSendGuard<'a, T>,
     wr_id: u64,
     flags: SendFlags,
     ud: Option<UdAddr>,
 }
 
-impl fmt::Debug for WorkRequestBuilder<'_, '_> {
+impl<T: Threading> fmt::Debug for WorkRequestBuilder<'_, '_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WorkRequestBuilder")
             .field("wr_id", &self.wr_id)
@@ -112,9 +112,9 @@ impl fmt::Debug for WorkRequestBuilder<'_, '_> {
     }
 }
 
-impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
+impl<'g, 'a, T: Threading> WorkRequestBuilder<'g, 'a, T> {
     #[inline(always)]
-    fn add(self, op: Op, data: SendData<'a>) -> PostSendChain<'g, 'a> {
+    fn add(self, op: Op, data: SendData<'a>) -> PostSendChain<'g, 'a, T> {
         self.guard.push(self.wr_id, self.flags, op, data, self.ud);
         PostSendChain { guard: self.guard }
     }
@@ -142,7 +142,7 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
         self,
         invalidate_rkey: u32,
         data: impl Into<SendData<'a>>,
-    ) -> PostSendChain<'g, 'a> {
+    ) -> PostSendChain<'g, 'a, T> {
         self.add(Op::SendInv(invalidate_rkey), data.into())
     }
 
@@ -150,7 +150,7 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
     /// window (type 2) or region with `invalidate_rkey`.
     #[doc(alias = "ibv_wr_local_inv")]
     #[inline]
-    pub fn local_invalidate(self, invalidate_rkey: u32) -> PostSendChain<'g, 'a> {
+    pub fn local_invalidate(self, invalidate_rkey: u32) -> PostSendChain<'g, 'a, T> {
         self.add(Op::LocalInv(invalidate_rkey), SendData::Empty)
     }
 
@@ -170,7 +170,7 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
         mr: &'a std::sync::Arc<crate::verbs::memory_region::MemoryRegion>,
         range: std::ops::Range<u64>,
         access: crate::verbs::memory_region::AccessFlags,
-    ) -> PostSendChain<'g, 'a> {
+    ) -> PostSendChain<'g, 'a, T> {
         mw.hold(mr);
         let info = ffi::ibv_mw_bind_info {
             mr: mr.as_raw(),
@@ -191,7 +191,7 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
     /// A SEND (`IBV_WR_SEND`, `ibv_wr_send`) of `data`, consuming a receive at the peer.
     #[doc(alias = "ibv_wr_send")]
     #[inline]
-    pub fn send(self, data: impl Into<SendData<'a>>) -> PostSendChain<'g, 'a> {
+    pub fn send(self, data: impl Into<SendData<'a>>) -> PostSendChain<'g, 'a, T> {
         self.add(Op::Send, data.into())
     }
 
@@ -199,7 +199,11 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
     /// in host order and arrives as [`WorkCompletion::imm_data`](crate::WorkCompletion::imm_data).
     #[doc(alias = "ibv_wr_send_imm")]
     #[inline]
-    pub fn send_with_imm(self, imm: u32, data: impl Into<SendData<'a>>) -> PostSendChain<'g, 'a> {
+    pub fn send_with_imm(
+        self,
+        imm: u32,
+        data: impl Into<SendData<'a>>,
+    ) -> PostSendChain<'g, 'a, T> {
         self.add(Op::SendImm(imm), data.into())
     }
 
@@ -212,7 +216,7 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
         rkey: u32,
         remote_addr: u64,
         data: impl Into<SendData<'a>>,
-    ) -> PostSendChain<'g, 'a> {
+    ) -> PostSendChain<'g, 'a, T> {
         self.add(
             Op::Write {
                 rkey,
@@ -232,7 +236,7 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
         remote_addr: u64,
         imm: u32,
         data: impl Into<SendData<'a>>,
-    ) -> PostSendChain<'g, 'a> {
+    ) -> PostSendChain<'g, 'a, T> {
         self.add(
             Op::WriteImm {
                 rkey,
@@ -252,7 +256,7 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
         rkey: u32,
         remote_addr: u64,
         data: impl Into<SendData<'a>>,
-    ) -> PostSendChain<'g, 'a> {
+    ) -> PostSendChain<'g, 'a, T> {
         self.add(
             Op::Read {
                 rkey,
@@ -274,7 +278,7 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
         compare: u64,
         swap: u64,
         local: Sge,
-    ) -> PostSendChain<'g, 'a> {
+    ) -> PostSendChain<'g, 'a, T> {
         self.add(
             Op::CmpSwp {
                 rkey,
@@ -297,7 +301,7 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
         remote_addr: u64,
         add: u64,
         local: Sge,
-    ) -> PostSendChain<'g, 'a> {
+    ) -> PostSendChain<'g, 'a, T> {
         self.add(
             Op::FetchAdd {
                 rkey,
@@ -343,20 +347,20 @@ impl<'g, 'a> WorkRequestBuilder<'g, 'a> {
 /// let _ = chain.post(); // the guard was dropped at the end of the line above
 /// # }
 /// ```
-pub struct PostSendChain<'g, 'a> {
-    guard: &'g mut PostSendGuard<'a>,
+pub struct PostSendChain<'g, 'a, T: Threading = AnyThread> {
+    guard: &'g mut PostSendGuard<'a, T>,
 }
 
-impl fmt::Debug for PostSendChain<'_, '_> {
+impl<T: Threading> fmt::Debug for PostSendChain<'_, '_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(&*self.guard, f)
     }
 }
 
-impl<'g, 'a> PostSendChain<'g, 'a> {
+impl<'g, 'a, T: Threading> PostSendChain<'g, 'a, T> {
     /// Starts the next work request, as [`PostSendGuard::wr`].
     #[inline]
-    pub fn wr(self, wr_id: u64, flags: SendFlags) -> WorkRequestBuilder<'g, 'a> {
+    pub fn wr(self, wr_id: u64, flags: SendFlags) -> WorkRequestBuilder<'g, 'a, T> {
         self.guard.wr(wr_id, flags)
     }
 
@@ -380,14 +384,14 @@ impl<'g, 'a> PostSendChain<'g, 'a> {
     }
 
     /// The guard, to go on with it by name.
-    pub fn into_guard(self) -> &'g mut PostSendGuard<'a> {
+    pub fn into_guard(self) -> &'g mut PostSendGuard<'a, T> {
         self.guard
     }
 }
 
-impl<'a> PostSendGuard<'a> {
+impl<'a, T: Threading> PostSendGuard<'a, T> {
     #[inline]
-    pub(super) fn new(qp: &'a mut QueuePair) -> Self {
+    pub(super) fn new(qp: &'a mut QueuePair<T>) -> Self {
         let limit = qp.send.capacity;
         PostSendGuard {
             qp,
@@ -400,7 +404,7 @@ impl<'a> PostSendGuard<'a> {
     /// Starts the next work request: its `wr_id` (reported by its completion) and flags.
     /// Pick the operation on the returned builder.
     #[inline]
-    pub fn wr(&mut self, wr_id: u64, flags: SendFlags) -> WorkRequestBuilder<'_, 'a> {
+    pub fn wr(&mut self, wr_id: u64, flags: SendFlags) -> WorkRequestBuilder<'_, 'a, T> {
         WorkRequestBuilder {
             guard: self,
             wr_id,
@@ -783,7 +787,7 @@ impl<'a> PostSendGuard<'a> {
         // The QP number is read only for an error, after the call: it never changes, and
         // reading it first would put one more load in front of every post.
         let post_err =
-            |qp: &QueuePair, call, index: Option<usize>, wr_id, source| PostError::Post {
+            |qp: &QueuePair<T>, call, index: Option<usize>, wr_id, source| PostError::Post {
                 call,
                 qp_num: qp.qp_num(),
                 count,
@@ -823,7 +827,7 @@ impl<'a> PostSendGuard<'a> {
     }
 }
 
-impl Drop for PostSendGuard<'_> {
+impl<T: Threading> Drop for PostSendGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
         if let (true, Some(ex)) = (self.count > 0, self.qp.ex) {
