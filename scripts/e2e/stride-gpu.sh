@@ -125,6 +125,10 @@ if [ "$have_fake" -eq 1 ]; then
     stride "send lat, GPU memory" lat 2 1000 both send lat --use-cuda 0
     stride "read lat, GPU memory" lat 2 1000 client read lat --use-cuda 0
     stride "read bw, GPU memory" bw 65536 1000 client read bw -s 65536 --use-cuda 0
+    stride "write bw -q 3, one GPU region shared, validated" bw 65536 3000 client \
+        write bw -s 65536 -n 1000 -q 3 --use-cuda 0 --data-validation
+    stride "send bw -q 3 --mr-per-qp, GPU memory, validated" bw 4096 3000 both \
+        send bw -s 4096 -n 1000 -q 3 --mr-per-qp --use-cuda 0 --data-validation
     # Each side chooses its own memory: the server in host memory, the client on the GPU.
     stride_port=$((stride_port + 1))
     echo "write bw, host memory server, GPU memory client"
@@ -148,10 +152,11 @@ else
     expect_error "no huge pages reserved" \
         'no huge pages are reserved .*echo N > /proc/sys/vm/nr_hugepages' \
         "$bin" write bw -d "$dev" --use-hugepages
-    # One page: a side with four QPs needs four (a 128 KiB buffer each, one 2 MiB page).
+    # One page: with --mr-per-qp a side with four QPs needs four (a 128 KiB region each,
+    # one 2 MiB page); without it their four 128 KiB slices share one region (a page).
     echo 1 >/proc/sys/vm/nr_hugepages
     pair_error "too few huge pages" 'cannot map [0-9]+ bytes of huge pages .*nr_hugepages' \
-        write bw -q 4 --use-hugepages -- write bw -q 4 --use-hugepages
+        write bw -q 4 --mr-per-qp --use-hugepages -- write bw -q 4 --mr-per-qp --use-hugepages
     echo 64 >/proc/sys/vm/nr_hugepages
     reserved=$(cat /proc/sys/vm/nr_hugepages)
     if [ "$reserved" -lt 8 ]; then
@@ -167,7 +172,11 @@ else
         stride "send bw in huge pages" bw 65536 1000 both send bw -s 65536 --use-hugepages
         stride "write lat in huge pages" lat 2 1000 both write lat --use-hugepages
         stride "write bw -q 4 in huge pages (a mapping per QP)" bw 4096 4000 client \
-            write bw -s 4096 -n 1000 -q 4 --use-hugepages
+            write bw -s 4096 -n 1000 -q 4 --mr-per-qp --use-hugepages --data-validation
+        stride "write bw -q 4 in huge pages (one mapping shared)" bw 4096 4000 client \
+            write bw -s 4096 -n 1000 -q 4 --use-hugepages --data-validation
+        grep -qE 'Memory regions  : one memory region shared by 4 QPs' "$PAIR_DIR/client.log" ||
+            fail "write bw -q 4 in huge pages: no shared region in the banner"
     fi
 fi
 finish

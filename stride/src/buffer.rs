@@ -3,8 +3,9 @@
 //!
 //! [`Memory`] is a run's choice of memory, prepared once before anything connects (the CUDA
 //! driver loaded and the GPU opened, the huge page pool checked), so that a machine that
-//! cannot give that memory fails at once. [`Memory::allocate`] then makes each QP's
-//! [`TestBuffer`]: allocated, zeroed and registered with the NIC.
+//! cannot give that memory fails at once. [`Memory::allocate`] then makes each memory
+//! region's [`TestBuffer`]: allocated, zeroed and registered with the NIC. [`QpBuffers`] holds
+//! a run's regions (one shared by all QPs, or one per QP) and hands each QP its slice.
 //!
 //! The engine uses a buffer through its address and keys and [`TestBuffer::sge`]; the CPU
 //! reaches the bytes only by copy or in place, never through a slice (the NIC may write them
@@ -202,6 +203,17 @@ pub enum BufferError {
     /// Copying in or out of host memory.
     #[error(transparent)]
     Access(#[from] sideway::BufferError),
+    /// The QPs' slices do not fit one region's length.
+    #[error(
+        "{qps} QPs of {slice} bytes each do not fit one memory region: use --mr-per-qp, or \
+         fewer QPs"
+    )]
+    TooLarge {
+        /// QPs.
+        qps: usize,
+        /// Bytes per QP.
+        slice: usize,
+    },
     /// A byte range outside the buffer.
     #[error("bytes {start}..{end} lie outside the {len}-byte test buffer")]
     OutOfRange {
@@ -226,10 +238,11 @@ fn huge_map_message(len: usize, pool: HugePagePool, source: &io::Error) -> Strin
         )
     };
     format!(
-        "cannot map {len} bytes of huge pages ({pages} of {kib} KiB) for a QP's buffer: \
-         {source}; {shortage} (/proc/meminfo), and each QP's buffer takes {pages}, on each side \
-         running on this machine: reserve more as root with `echo N > \
-         /proc/sys/vm/nr_hugepages`, or run without --use-hugepages"
+        "cannot map {len} bytes of huge pages ({pages} of {kib} KiB) for a memory region: \
+         {source}; {shortage} (/proc/meminfo), and each memory region takes {pages} (one for \
+         all QPs, or one per QP with --mr-per-qp), on each side running on this machine: \
+         reserve more as root with `echo N > /proc/sys/vm/nr_hugepages`, or run without \
+         --use-hugepages"
     )
 }
 
@@ -622,6 +635,240 @@ impl TestBuffer {
     }
 }
 
+/// How a run's QPs share registered memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MrLayout {
+    /// One memory region for all QPs, each QP using its own slice of it (perftest's default).
+    Shared,
+    /// One memory region per QP (`--mr-per-qp`, perftest's `--mr_per_qp`).
+    PerQp,
+}
+
+impl MrLayout {
+    /// The layout `--mr-per-qp` asks for.
+    pub fn from_flag(mr_per_qp: bool) -> Self {
+        if mr_per_qp {
+            MrLayout::PerQp
+        } else {
+            MrLayout::Shared
+        }
+    }
+
+    /// For the banner and the JSON report, with `qps` QPs.
+    pub fn describe(self, qps: usize) -> String {
+        match (self, qps) {
+            (_, 1) => "one memory region".to_owned(),
+            (MrLayout::Shared, n) => format!("one memory region shared by {n} QPs"),
+            (MrLayout::PerQp, n) => format!("{n} memory regions, one per QP (--mr-per-qp)"),
+        }
+    }
+}
+
+/// The test buffers of a run's QPs: each QP owns a slice of `slice` bytes, in one memory
+/// region shared by all (laid end to end, so that no two QPs' data overlap) or in a region of
+/// its own.
+pub struct QpBuffers {
+    regions: Vec<TestBuffer>,
+    layout: MrLayout,
+    qps: usize,
+    slice: usize,
+}
+
+impl fmt::Debug for QpBuffers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QpBuffers")
+            .field("layout", &self.layout)
+            .field("qps", &self.qps)
+            .field("slice", &self.slice)
+            .field("regions", &self.regions)
+            .finish()
+    }
+}
+
+/// Bytes of one region holding `qps` slices of `slice` bytes in `layout`.
+pub fn region_len(layout: MrLayout, qps: usize, slice: usize) -> Option<usize> {
+    match layout {
+        MrLayout::Shared => slice.checked_mul(qps.max(1)),
+        MrLayout::PerQp => Some(slice),
+    }
+}
+
+impl QpBuffers {
+    /// Allocates and registers the buffers of `qps` QPs, `slice` bytes each, in `memory`.
+    pub fn allocate(
+        memory: &Memory,
+        pd: &Arc<ProtectionDomain>,
+        layout: MrLayout,
+        qps: usize,
+        slice: usize,
+        access: AccessFlags,
+    ) -> Result<Self, BufferError> {
+        let qps = qps.max(1);
+        let len = region_len(layout, qps, slice).ok_or(BufferError::TooLarge { qps, slice })?;
+        let count = match layout {
+            MrLayout::Shared => 1,
+            MrLayout::PerQp => qps,
+        };
+        let regions = (0..count)
+            .map(|_| memory.allocate(pd, len, access))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(QpBuffers {
+            regions,
+            layout,
+            qps,
+            slice,
+        })
+    }
+
+    /// How the QPs share memory.
+    pub fn layout(&self) -> MrLayout {
+        self.layout
+    }
+
+    /// The number of memory regions.
+    pub fn regions(&self) -> usize {
+        self.regions.len()
+    }
+
+    /// The number of QPs.
+    pub fn qps(&self) -> usize {
+        self.qps
+    }
+
+    /// Bytes of each QP's slice.
+    pub fn slice_len(&self) -> usize {
+        self.slice
+    }
+
+    fn place(&self, q: usize) -> (usize, usize) {
+        assert!(q < self.qps, "QP {q} of {}", self.qps);
+        match self.layout {
+            MrLayout::Shared => (0, q * self.slice),
+            MrLayout::PerQp => (q, 0),
+        }
+    }
+
+    /// QP `q`'s slice. Panics when `q` is not one of the QPs (an index the engine owns).
+    #[inline]
+    pub fn qp(&self, q: usize) -> QpBuffer<'_> {
+        let (region, base) = self.place(q);
+        QpBuffer {
+            buf: &self.regions[region],
+            base,
+            len: self.slice,
+        }
+    }
+
+    /// QP `q`'s slice, to write. Panics like [`QpBuffers::qp`].
+    pub fn qp_mut(&mut self, q: usize) -> QpBufferMut<'_> {
+        let (region, base) = self.place(q);
+        QpBufferMut {
+            buf: &mut self.regions[region],
+            base,
+            len: self.slice,
+        }
+    }
+}
+
+fn shift(range: Range<usize>, base: usize, len: usize) -> Option<Range<usize>> {
+    if range.start > range.end || range.end > len {
+        return None;
+    }
+    Some(base + range.start..base + range.end)
+}
+
+/// One QP's slice of a registered test buffer; its offsets count from the slice's start.
+#[derive(Clone, Copy)]
+pub struct QpBuffer<'a> {
+    buf: &'a TestBuffer,
+    base: usize,
+    len: usize,
+}
+
+impl<'a> QpBuffer<'a> {
+    /// Bytes in the slice.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty slice.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The address of the slice's first byte, as work requests use it.
+    pub fn addr(&self) -> u64 {
+        self.buf.addr() + self.base as u64
+    }
+
+    /// The region's local key.
+    pub fn lkey(&self) -> u32 {
+        self.buf.lkey()
+    }
+
+    /// The region's remote key.
+    pub fn rkey(&self) -> u32 {
+        self.buf.rkey()
+    }
+
+    /// A scatter/gather entry for `range` of the slice, `None` when out of bounds.
+    #[inline]
+    pub fn sge(&self, range: Range<usize>) -> Option<Sge> {
+        self.buf.sge(shift(range, self.base, self.len)?)
+    }
+
+    /// `range` of the slice as inline data, as [`TestBuffer::inline`].
+    #[inline]
+    pub fn inline(&self, range: Range<usize>) -> Option<SendData<'a>> {
+        self.buf.inline(shift(range, self.base, self.len)?)
+    }
+
+    /// Byte `index` of the slice as the NIC left it, as [`TestBuffer::peek`].
+    #[inline(always)]
+    pub fn peek(&self, index: usize) -> Option<u8> {
+        if index >= self.len {
+            return None;
+        }
+        self.buf.peek(self.base + index)
+    }
+
+    /// Copies `range` of the slice out, as [`TestBuffer::read`].
+    pub fn read(&self, range: Range<usize>) -> Result<Vec<u8>, BufferError> {
+        check_range(&range, self.len)?;
+        self.buf
+            .read(self.base + range.start..self.base + range.end)
+    }
+}
+
+/// One QP's slice of a registered test buffer, to write.
+pub struct QpBufferMut<'a> {
+    buf: &'a mut TestBuffer,
+    base: usize,
+    len: usize,
+}
+
+impl QpBufferMut<'_> {
+    /// Sets every byte of `range` of the slice to `byte`.
+    pub fn fill(&mut self, range: Range<usize>, byte: u8) -> Result<(), BufferError> {
+        check_range(&range, self.len)?;
+        self.buf
+            .fill(self.base + range.start..self.base + range.end, byte)
+    }
+
+    /// Copies `data` into the slice at `offset`.
+    pub fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), BufferError> {
+        check_range(&(offset..offset.saturating_add(data.len())), self.len)?;
+        self.buf.write(self.base + offset, data)
+    }
+
+    /// Copies `range` of the slice out.
+    pub fn read(&self, range: Range<usize>) -> Result<Vec<u8>, BufferError> {
+        check_range(&range, self.len)?;
+        self.buf
+            .read(self.base + range.start..self.base + range.end)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -685,12 +932,17 @@ mod tests {
         .to_string();
         assert!(
             e.starts_with(
-                "cannot map 4194304 bytes of huge pages (2 of 2048 KiB) for a QP's buffer: "
+                "cannot map 4194304 bytes of huge pages (2 of 2048 KiB) for a memory region: "
             ),
             "{e}"
         );
         assert!(e.contains("; no huge pages are reserved"), "{e}");
-        assert!(e.contains("each QP's buffer takes 2, on each side"), "{e}");
+        assert!(
+            e.contains(
+                "each memory region takes 2 (one for all QPs, or one per QP with --mr-per-qp)"
+            ),
+            "{e}"
+        );
         assert!(e.contains("`echo N > /proc/sys/vm/nr_hugepages`"), "{e}");
         let e = BufferError::HugePageMap {
             len: 2 << 20,
@@ -703,7 +955,7 @@ mod tests {
         }
         .to_string();
         assert!(e.contains("0 of the 4 reserved huge pages are free"), "{e}");
-        assert!(e.contains("each QP's buffer takes 1,"), "{e}");
+        assert!(e.contains("each memory region takes 1 ("), "{e}");
     }
 
     #[test]
@@ -775,6 +1027,38 @@ mod tests {
         assert!(huge.is_host());
         assert_eq!(GpuRegistration::RegMr.describe(), "GPUDirect reg_mr");
         assert_eq!(GpuRegistration::DmaBuf.describe(), "dma-buf");
+    }
+
+    #[test]
+    fn qps_share_one_region_unless_mr_per_qp() {
+        assert_eq!(MrLayout::from_flag(false), MrLayout::Shared);
+        assert_eq!(MrLayout::from_flag(true), MrLayout::PerQp);
+        assert_eq!(region_len(MrLayout::Shared, 4, 128), Some(512));
+        assert_eq!(region_len(MrLayout::PerQp, 4, 128), Some(128));
+        assert_eq!(region_len(MrLayout::Shared, 0, 128), Some(128));
+        assert_eq!(region_len(MrLayout::Shared, 3, usize::MAX / 2), None);
+        assert_eq!(MrLayout::Shared.describe(1), "one memory region");
+        assert_eq!(MrLayout::PerQp.describe(1), "one memory region");
+        assert_eq!(
+            MrLayout::Shared.describe(4),
+            "one memory region shared by 4 QPs"
+        );
+        assert_eq!(
+            MrLayout::PerQp.describe(4),
+            "4 memory regions, one per QP (--mr-per-qp)"
+        );
+        let e = BufferError::TooLarge { qps: 3, slice: 64 }.to_string();
+        assert!(e.contains("use --mr-per-qp, or fewer QPs"), "{e}");
+    }
+
+    #[test]
+    fn slices_are_offset_and_bounded() {
+        assert_eq!(shift(0..8, 256, 128), Some(256..264));
+        assert_eq!(shift(120..128, 256, 128), Some(376..384));
+        assert_eq!(shift(120..129, 256, 128), None);
+        #[allow(clippy::reversed_empty_ranges)]
+        let backwards = 9..8;
+        assert_eq!(shift(backwards, 0, 128), None);
     }
 
     #[test]

@@ -256,6 +256,11 @@ pub struct RunArgs {
     #[arg(long = "use-srq", alias = "use_srq")]
     pub use_srq: bool,
 
+    /// Register one memory region per QP (perftest's --mr_per_qp). By default, as in
+    /// perftest, one region holds every QP's buffer, each QP using its own slice of it.
+    #[arg(long = "mr-per-qp", alias = "mr_per_qp")]
+    pub mr_per_qp: bool,
+
     /// Before each size's measured loop, post one unmeasured round of -t messages per QP
     /// and wait for them (perftest's --perform_warm_up), so that the first measured
     /// messages find the caches, the TLB and the device's context warm. One-sided bandwidth

@@ -30,7 +30,7 @@ use super::setup::{
 use super::watch::Watch;
 use super::{op_name, wc_failed, RunError};
 use crate::bandwidth::{interval_line, BandwidthResult, BandwidthTimes, Interval, IntervalMeter};
-use crate::buffer::TestBuffer;
+use crate::buffer::QpBuffers;
 use crate::cli::{AtomicType, Connection, Verb};
 use crate::oob::{OobChannel, QpEndpoint};
 use crate::pacing::Pacer;
@@ -63,7 +63,7 @@ const DRAIN: Duration = Duration::from_millis(50);
 /// What the work requests of every QP point at: local buffers, the peer's QPs, and (UD) the
 /// address handles that reach them.
 pub(super) struct Targets<'a> {
-    pub(super) bufs: &'a [TestBuffer],
+    pub(super) bufs: &'a QpBuffers,
     pub(super) ahs: &'a [Arc<AddressHandle>],
     pub(super) remotes: &'a [QpEndpoint],
     pub(super) half: usize,
@@ -84,11 +84,10 @@ pub(super) fn wr_op<'a>(
         addr: raddr,
         qpn,
     } = remote_target(t.remotes, q, t.half)?;
-    let data = local_data(&t.bufs[q], t.half, t.inline, size, params.verb);
+    let buf = t.bufs.qp(q);
+    let data = local_data(buf, t.half, t.inline, size, params.verb);
     // half >= 64 bytes by construction: the first 8 always exist.
-    let sge8 = t.bufs[q]
-        .sge(0..8)
-        .expect("a buffer half holds at least 8 bytes");
+    let sge8 = buf.sge(0..8).expect("a buffer half holds at least 8 bytes");
     let ud = t.ahs.get(q).map(|ah| (&**ah, qpn));
     Ok(WrOpOwned(match params.verb {
         Verb::Write => WrOp::Write(rkey, raddr, data),

@@ -191,9 +191,9 @@ pub(crate) fn run_size(
     } = res;
     let half = *half;
     let inline = *inline;
-    let buf = bufs
-        .first_mut()
-        .ok_or_else(|| RunError::new("a latency test needs one QP"))?;
+    if bufs.qps() == 0 {
+        return Err(RunError::new("a latency test needs one QP"));
+    }
     let mut pp = PingPong {
         qp: &mut qps[0],
         send_cq: send_cq.claim()?,
@@ -223,13 +223,13 @@ pub(crate) fn run_size(
             while i < iterations {
                 let value = (i as u8).wrapping_add(1);
                 if is_client {
-                    let came = pp.wait(oob, |_| Ok(buf.peek(half + last) == Some(value)))?;
+                    let came = pp.wait(oob, |_| Ok(bufs.qp(0).peek(half + last) == Some(value)))?;
                     if matches!(came, Waited::PeerDone) || past_deadline() {
                         break;
                     }
                 }
-                buf.write(last, &[value])?;
-                let data = local_data(buf, half, inline, size, Verb::Write);
+                bufs.qp_mut(0).write(last, &[value])?;
+                let data = local_data(bufs.qp(0), half, inline, size, Verb::Write);
                 let mut guard = pp.qp.start_post_send();
                 guard
                     .wr(0, SendFlags::SIGNALED)
@@ -238,7 +238,7 @@ pub(crate) fn run_size(
                 guard.post()?;
                 pp.outstanding = true;
                 if !is_client {
-                    let came = pp.wait(oob, |_| Ok(buf.peek(half + last) == Some(value)))?;
+                    let came = pp.wait(oob, |_| Ok(bufs.qp(0).peek(half + last) == Some(value)))?;
                     if matches!(came, Waited::PeerDone) {
                         break;
                     }
@@ -248,7 +248,7 @@ pub(crate) fn run_size(
         }
         Verb::Send => {
             let targets = Targets {
-                bufs: std::slice::from_ref(&*buf),
+                bufs,
                 ahs,
                 remotes,
                 half,
@@ -282,7 +282,7 @@ pub(crate) fn run_size(
                 return Ok(None);
             }
             let targets = Targets {
-                bufs: std::slice::from_ref(&*buf),
+                bufs,
                 ahs,
                 remotes,
                 half,

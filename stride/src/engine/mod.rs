@@ -318,6 +318,10 @@ fn print_banner(
     println!(" Posting         : {}", res.api.posting());
     println!(" Polling         : {}", res.api.polling());
     println!(" Buffers         : {}", memory.description());
+    println!(
+        " Memory regions  : {}",
+        res.bufs.layout().describe(res.bufs.qps())
+    );
     println!(" Clock           : {}", clock.description());
     println!(" Link type       : {}", dev.link_type());
     if params.bidirectional {
@@ -641,6 +645,7 @@ fn run_connected(
         device: dev.name().to_owned(),
         gid_index: dev.gid.map_or(0, |g| g.index),
         buffer: Some(memory.description()),
+        memory_regions: Some(res.bufs.layout().describe(res.bufs.qps())),
         clock: Some(clock_note),
         posting: Some(res.api.posting()),
         polling: Some(res.api.polling()),
