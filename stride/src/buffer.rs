@@ -42,6 +42,10 @@ pub enum GpuRegistration {
     RegMr,
     /// `cuMemGetHandleForAddressRange` exports a dma-buf, and `ibv_reg_dmabuf_mr` registers it.
     DmaBuf,
+    /// Not registered (`--staging`): the NIC works in registered host memory, and the data is
+    /// copied from the GPU before each transfer and to it after each (`cuMemcpyDtoH`,
+    /// `cuMemcpyHtoD`), the way a program without GPUDirect moves it.
+    Staged,
 }
 
 impl GpuRegistration {
@@ -49,6 +53,7 @@ impl GpuRegistration {
         match self {
             GpuRegistration::RegMr => "GPUDirect reg_mr",
             GpuRegistration::DmaBuf => "dma-buf",
+            GpuRegistration::Staged => "staging through host memory",
         }
     }
 
@@ -62,6 +67,9 @@ impl GpuRegistration {
             GpuRegistration::DmaBuf => {
                 "the NIC driver does not support dma-buf registration (needs kernel 5.12+ and a \
                  driver with dma-buf support, e.g. mlx5); SoftRoCE (rxe) supports neither"
+            }
+            GpuRegistration::Staged => {
+                "the NIC driver could not register the host memory the GPU's data is staged in"
             }
         }
     }
@@ -84,12 +92,17 @@ pub enum BufferKind {
 }
 
 impl BufferKind {
-    /// The kind `args` ask for (clap keeps the three options mutually exclusive).
+    /// The kind `args` ask for (clap keeps the three options mutually exclusive; the
+    /// parameter check takes `--staging` only with `--use-cuda`).
     pub fn from_args(args: &RunArgs) -> Self {
         match (args.use_cuda, args.use_cuda_dmabuf) {
             (Some(index), _) => BufferKind::Gpu {
                 index,
-                registration: GpuRegistration::RegMr,
+                registration: if args.staging {
+                    GpuRegistration::Staged
+                } else {
+                    GpuRegistration::RegMr
+                },
             },
             (None, Some(index)) => BufferKind::Gpu {
                 index,
@@ -314,9 +327,27 @@ impl Memory {
         }
     }
 
-    /// Whether the CPU can address the memory (and so copy inline data from it).
+    /// Whether the NIC works in memory the CPU can address (and so copy inline data from):
+    /// host memory, huge pages, and the host side of staged GPU memory.
     pub fn is_host(&self) -> bool {
-        !matches!(self, Memory::Gpu { .. })
+        !matches!(
+            self,
+            Memory::Gpu {
+                registration: GpuRegistration::RegMr | GpuRegistration::DmaBuf,
+                ..
+            }
+        )
+    }
+
+    /// Whether the data is staged between GPU and host memory (`--staging`).
+    pub fn is_staged(&self) -> bool {
+        matches!(
+            self,
+            Memory::Gpu {
+                registration: GpuRegistration::Staged,
+                ..
+            }
+        )
     }
 
     /// Allocates `len` zeroed bytes of this memory and registers them on `pd` with `access`.
@@ -346,14 +377,24 @@ impl Memory {
                     huge_page: Some(*page_size),
                 }
             }
+            Memory::Gpu {
+                gpu,
+                registration: GpuRegistration::Staged,
+            } => {
+                let host = pd.reg_buffer(len, access)?;
+                let memory = gpu.alloc(len)?;
+                memory.fill(0..memory.len(), 0)?;
+                Inner::Staged(StagedBuffer { host, memory })
+            }
             Memory::Gpu { gpu, registration } => {
                 let memory = gpu.alloc(len)?;
                 memory.set_sync_memops()?;
                 let span = memory.len();
                 memory.fill(0..span, 0)?;
                 let memory = Arc::new(memory);
-                let registered = match registration {
-                    GpuRegistration::RegMr => {
+                // RegMr or DmaBuf: Staged took the arm above.
+                let registered = if *registration == GpuRegistration::RegMr {
+                    {
                         // SAFETY: device memory that stays allocated while the region's clone
                         // of `memory` lives; the CPU never addresses it.
                         unsafe {
@@ -365,7 +406,8 @@ impl Memory {
                             )
                         }
                     }
-                    GpuRegistration::DmaBuf => {
+                } else {
+                    {
                         let fd = memory.export_dma_buf()?;
                         // Offset 0 of the dma-buf is memory.addr(), which is also the address
                         // (iova) the work requests use. The region keeps the descriptor and the
@@ -481,6 +523,14 @@ struct GpuBuffer {
     registration: GpuRegistration,
 }
 
+/// GPU memory staged through registered host memory of the same length (`--staging`).
+struct StagedBuffer {
+    /// What the NIC reads and writes.
+    host: RegisteredBuffer,
+    /// Where the data comes from and goes to; the NIC never sees it.
+    memory: DeviceMemory,
+}
+
 enum Inner {
     /// Host memory: the heap, or huge pages of `huge_page` bytes.
     Host {
@@ -488,6 +538,7 @@ enum Inner {
         huge_page: Option<usize>,
     },
     Gpu(GpuBuffer),
+    Staged(StagedBuffer),
 }
 
 /// One QP's registered test buffer, in the memory the run chose.
@@ -534,7 +585,7 @@ impl TestBuffer {
     /// address, or a GPU device address.
     pub fn addr(&self) -> u64 {
         match &self.inner {
-            Inner::Host { buf, .. } => buf.addr(),
+            Inner::Host { buf, .. } | Inner::Staged(StagedBuffer { host: buf, .. }) => buf.addr(),
             Inner::Gpu(b) => b.memory.addr(),
         }
     }
@@ -542,7 +593,7 @@ impl TestBuffer {
     /// The memory region, which owns the memory.
     pub fn mr(&self) -> &Arc<MemoryRegion> {
         match &self.inner {
-            Inner::Host { buf, .. } => buf.mr(),
+            Inner::Host { buf, .. } | Inner::Staged(StagedBuffer { host: buf, .. }) => buf.mr(),
             Inner::Gpu(b) => &b.mr,
         }
     }
@@ -568,12 +619,19 @@ impl TestBuffer {
                 ..
             } => huge_description(*page_size),
             Inner::Gpu(b) => gpu_description(b.memory.gpu(), b.registration),
+            Inner::Staged(b) => gpu_description(b.memory.gpu(), GpuRegistration::Staged),
         }
     }
 
-    /// Whether the CPU can address the bytes.
+    /// Whether the NIC works in memory the CPU can address (host memory, huge pages, the
+    /// host side of a staged buffer).
     pub fn is_host(&self) -> bool {
         !matches!(self.inner, Inner::Gpu(_))
+    }
+
+    /// Whether the data is staged between the GPU and host memory (`--staging`).
+    pub fn is_staged(&self) -> bool {
+        matches!(self.inner, Inner::Staged(_))
     }
 
     /// A scatter/gather entry for `range` of the buffer, `None` when out of bounds.
@@ -591,7 +649,11 @@ impl TestBuffer {
     /// bounds.
     pub fn inline(&self, range: Range<usize>) -> Option<SendData<'_>> {
         match &self.inner {
-            Inner::Host { buf, .. } if range.end <= self.len => buf.inline(range),
+            Inner::Host { buf, .. } | Inner::Staged(StagedBuffer { host: buf, .. })
+                if range.end <= self.len =>
+            {
+                buf.inline(range)
+            }
             _ => None,
         }
     }
@@ -601,37 +663,101 @@ impl TestBuffer {
     #[inline(always)]
     pub fn peek(&self, index: usize) -> Option<u8> {
         match &self.inner {
-            Inner::Host { buf, .. } if index < self.len => buf.read_volatile::<u8>(index).ok(),
+            Inner::Host { buf, .. } | Inner::Staged(StagedBuffer { host: buf, .. })
+                if index < self.len =>
+            {
+                buf.read_volatile::<u8>(index).ok()
+            }
             _ => None,
         }
     }
 
-    /// Sets every byte of `range` to `byte`.
+    /// Sets byte `index` of the memory the NIC works in (a ping-pong's counter): for a
+    /// staged buffer its host side only.
+    #[inline]
+    pub fn poke(&mut self, index: usize, byte: u8) -> Result<(), BufferError> {
+        check_range(&(index..index.saturating_add(1)), self.len)?;
+        match &mut self.inner {
+            Inner::Host { buf, .. } | Inner::Staged(StagedBuffer { host: buf, .. }) => {
+                Ok(buf.write_at(index, &[byte])?)
+            }
+            Inner::Gpu(b) => Ok(b.memory.write(index, &[byte])?),
+        }
+    }
+
+    /// Sets every byte of `range` to `byte` (both sides of a staged buffer).
     pub fn fill(&mut self, range: Range<usize>, byte: u8) -> Result<(), BufferError> {
         check_range(&range, self.len)?;
         match &mut self.inner {
             Inner::Gpu(b) => Ok(b.memory.fill(range, byte)?),
             Inner::Host { buf, .. } => Ok(buf.fill(range, byte)?),
+            Inner::Staged(b) => {
+                b.host.fill(range.clone(), byte)?;
+                Ok(b.memory.fill(range, byte)?)
+            }
         }
     }
 
-    /// Copies `data` into the buffer at `offset`.
+    /// Copies `data` into the buffer at `offset` (both sides of a staged buffer).
     pub fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), BufferError> {
         let range = offset..offset.saturating_add(data.len());
         check_range(&range, self.len)?;
         match &mut self.inner {
             Inner::Gpu(b) => Ok(b.memory.write(offset, data)?),
             Inner::Host { buf, .. } => Ok(buf.write_at(offset, data)?),
+            Inner::Staged(b) => {
+                b.host.write_at(offset, data)?;
+                Ok(b.memory.write(offset, data)?)
+            }
         }
     }
 
-    /// Copies `range` out of the buffer (for validation).
+    /// Copies `range` out of the buffer (for validation): for a staged buffer, out of the
+    /// GPU, where the staging copies put what the NIC received.
     pub fn read(&self, range: Range<usize>) -> Result<Vec<u8>, BufferError> {
         check_range(&range, self.len)?;
         match &self.inner {
             Inner::Gpu(b) => Ok(b.memory.read(range)?),
+            Inner::Staged(b) => Ok(b.memory.read(range)?),
             Inner::Host { buf, .. } => Ok(buf.to_vec(range)?),
         }
+    }
+
+    /// Staging, before the NIC reads `range`: copies it from the GPU into the host memory
+    /// the NIC reads (`cuMemcpyDtoH`). Nothing for other kinds.
+    #[inline]
+    pub fn stage_from_gpu(&self, range: Range<usize>) -> Result<(), BufferError> {
+        let Inner::Staged(b) = &self.inner else {
+            return Ok(());
+        };
+        check_range(&range, self.len)?;
+        // SAFETY: range lies inside the host buffer (checked: len <= its length), which lives
+        // while self does; the CPU reaches it only through copies and volatile reads, so no
+        // Rust reference covers the bytes written.
+        unsafe {
+            b.memory
+                .copy_to_host(range.clone(), b.host.as_ptr().add(range.start))?;
+        }
+        Ok(())
+    }
+
+    /// Staging, after the NIC wrote `range`: copies it from host memory to the GPU
+    /// (`cuMemcpyHtoD`). Nothing for other kinds.
+    #[inline]
+    pub fn stage_to_gpu(&self, range: Range<usize>) -> Result<(), BufferError> {
+        let Inner::Staged(b) = &self.inner else {
+            return Ok(());
+        };
+        check_range(&range, self.len)?;
+        // SAFETY: range lies inside the host buffer (checked), which lives while self does.
+        unsafe {
+            b.memory.copy_from_host(
+                range.start,
+                b.host.as_ptr().add(range.start),
+                range.end - range.start,
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -718,6 +844,11 @@ impl QpBuffers {
             qps,
             slice,
         })
+    }
+
+    /// Whether the data is staged between the GPU and host memory (`--staging`).
+    pub fn is_staged(&self) -> bool {
+        self.regions.first().is_some_and(TestBuffer::is_staged)
     }
 
     /// How the QPs share memory.
@@ -838,6 +969,27 @@ impl<'a> QpBuffer<'a> {
         self.buf
             .read(self.base + range.start..self.base + range.end)
     }
+
+    /// Whether the data is staged between the GPU and host memory (`--staging`).
+    pub fn is_staged(&self) -> bool {
+        self.buf.is_staged()
+    }
+
+    /// Staging, before the NIC reads `range` of the slice: [`TestBuffer::stage_from_gpu`].
+    #[inline]
+    pub fn stage_from_gpu(&self, range: Range<usize>) -> Result<(), BufferError> {
+        check_range(&range, self.len)?;
+        self.buf
+            .stage_from_gpu(self.base + range.start..self.base + range.end)
+    }
+
+    /// Staging, after the NIC wrote `range` of the slice: [`TestBuffer::stage_to_gpu`].
+    #[inline]
+    pub fn stage_to_gpu(&self, range: Range<usize>) -> Result<(), BufferError> {
+        check_range(&range, self.len)?;
+        self.buf
+            .stage_to_gpu(self.base + range.start..self.base + range.end)
+    }
 }
 
 /// One QP's slice of a registered test buffer, to write.
@@ -853,6 +1005,14 @@ impl QpBufferMut<'_> {
         check_range(&range, self.len)?;
         self.buf
             .fill(self.base + range.start..self.base + range.end, byte)
+    }
+
+    /// Sets byte `index` of the slice in the memory the NIC works in, as
+    /// [`TestBuffer::poke`].
+    #[inline]
+    pub fn poke(&mut self, index: usize, byte: u8) -> Result<(), BufferError> {
+        check_range(&(index..index.saturating_add(1)), self.len)?;
+        self.buf.poke(self.base + index, byte)
     }
 
     /// Copies `data` into the slice at `offset`.
@@ -1010,6 +1170,13 @@ mod tests {
             }
         );
         assert_eq!(
+            kind(&["--use-cuda", "2", "--staging"]),
+            BufferKind::Gpu {
+                index: 2,
+                registration: GpuRegistration::Staged
+            }
+        );
+        assert_eq!(
             kind(&["--use-cuda-dmabuf", "0"]),
             BufferKind::Gpu {
                 index: 0,
@@ -1027,6 +1194,10 @@ mod tests {
         assert!(huge.is_host());
         assert_eq!(GpuRegistration::RegMr.describe(), "GPUDirect reg_mr");
         assert_eq!(GpuRegistration::DmaBuf.describe(), "dma-buf");
+        assert_eq!(
+            GpuRegistration::Staged.describe(),
+            "staging through host memory"
+        );
     }
 
     #[test]

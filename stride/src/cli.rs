@@ -360,6 +360,13 @@ pub struct RunArgs {
     )]
     pub use_cuda: Option<u32>,
 
+    /// With --use-cuda: the NIC works in host memory, and the data is copied from the GPU
+    /// before each transfer and to the GPU after each (cuMemcpyDtoH, cuMemcpyHtoD), as a
+    /// program without GPUDirect RDMA moves it: run it beside plain --use-cuda to see what
+    /// GPUDirect buys. perftest has no such option.
+    #[arg(long = "staging")]
+    pub staging: bool,
+
     /// Allocate the buffers on this GPU (CUDA index), export them as dma-buf and register
     /// that (needs a 5.12+ kernel and a NIC driver with dma-buf support).
     #[arg(

@@ -174,7 +174,23 @@ impl TestParams {
             _ => {}
         }
         let bw = a.test == Test::Bw;
-        if let Some(gpu) = a.gpu_option() {
+        if a.staging {
+            if a.use_cuda_dmabuf.is_some() {
+                bail(
+                    "--staging copies between the GPU and registered host memory, so nothing \
+                     on the GPU is registered, by dma-buf or otherwise: use --use-cuda GPU \
+                     --staging",
+                )?;
+            }
+            if a.use_cuda.is_none() {
+                bail(
+                    "--staging copies each message between a GPU buffer and host memory, and \
+                     this run has no GPU buffer: add --use-cuda GPU, or drop --staging",
+                )?;
+            }
+        }
+        // With --staging the NIC works in host memory: every test and -I work.
+        if let Some(gpu) = a.gpu_option().filter(|_| !a.staging) {
             if verb == Verb::Write && !bw {
                 bail(format!(
                     "write lat polls the last byte of the receive buffer in host memory, which \
@@ -608,6 +624,31 @@ mod tests {
             &["write", "lat", "--use-hugepages"][..],
         ] {
             assert!(params(args).is_ok(), "{args:?}");
+        }
+        // Staged, the NIC works in host memory: write lat and -I work too.
+        for args in [
+            &["write", "lat", "--use-cuda", "0", "--staging"][..],
+            &["send", "bw", "--use-cuda", "0", "--staging", "-I", "64"][..],
+            &["read", "bw", "--use-cuda", "1", "--staging", "-q", "2"][..],
+        ] {
+            assert!(params(args).is_ok(), "{args:?}");
+        }
+        for (args, want) in [
+            (
+                &["write", "bw", "--staging"][..],
+                "this run has no GPU buffer: add --use-cuda GPU, or drop --staging",
+            ),
+            (
+                &["write", "bw", "--staging", "--use-hugepages"][..],
+                "add --use-cuda GPU",
+            ),
+            (
+                &["write", "bw", "--use-cuda-dmabuf", "0", "--staging"][..],
+                "use --use-cuda GPU --staging",
+            ),
+        ] {
+            let e = params(args).unwrap_err().to_string();
+            assert!(e.contains(want), "{args:?}: {e}");
         }
         // Each side may use its own memory: the buffer kind is not agreed.
         let gpu = params(&["send", "bw", "--use-cuda", "0"]).unwrap();

@@ -57,6 +57,44 @@ enum WrOp<'a> {
     CmpSwap(u32, u64, Sge),
 }
 
+/// `--staging`: the bytes copied between the GPU and host memory around each message, in
+/// the measured loop. The targets of one-sided operations, which see no event, are staged
+/// once per size outside it ([`Resources::stage_targets_from_gpu`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Staging {
+    /// Copied from the GPU before each WRITE or SEND is posted: the message.
+    pub(super) before_post: Option<usize>,
+    /// Copied to the GPU after each READ or atomic completes: what it fetched.
+    pub(super) after_completion: Option<usize>,
+    /// Copied to the GPU after each receive completes: the receive half's first bytes (with
+    /// UD's GRH in front of the message).
+    pub(super) after_receive: Option<usize>,
+}
+
+impl Staging {
+    /// What `size`-byte messages stage, when `bufs` are staged; nothing otherwise.
+    pub(super) fn of(bufs: &QpBuffers, params: &TestParams, size: u64, half: usize) -> Self {
+        if !bufs.is_staged() {
+            return Staging::default();
+        }
+        let message = usize::try_from(size).unwrap_or(half).min(half);
+        let grh = if params.connection == Connection::Ud {
+            sideway::GRH_LEN
+        } else {
+            0
+        };
+        Staging {
+            before_post: matches!(params.verb, Verb::Write | Verb::Send).then_some(message),
+            after_completion: match params.verb {
+                Verb::Read => Some(message),
+                Verb::Atomic => Some(8),
+                Verb::Write | Verb::Send => None,
+            },
+            after_receive: (params.verb == Verb::Send).then_some((message + grh).min(half)),
+        }
+    }
+}
+
 /// How long a receiver keeps draining after the sender said it is done.
 const DRAIN: Duration = Duration::from_millis(50);
 
@@ -301,6 +339,8 @@ pub(crate) fn run_size(
     let ops = (0..n)
         .map(|q| wr_op(&targets, q, size, params))
         .collect::<Result<Vec<_>, _>>()?;
+    let staging = Staging::of(bufs, params, size, *half);
+    let half = *half;
     // Claimed for the whole loop: its polls then take no claim of their own.
     let mut send_poll = send_cq.claim()?;
     let mut recv_poll = recv_cq.claim()?;
@@ -359,6 +399,12 @@ pub(crate) fn run_size(
                         }
                         p.posted(batch);
                     }
+                    if let Some(len) = staging.before_post {
+                        let buf = bufs.qp(q);
+                        for _ in 0..batch {
+                            buf.stage_from_gpu(0..len)?;
+                        }
+                    }
                     let mut guard = qps[q].start_post_send();
                     for j in 0..batch {
                         let k = c.posted + j + 1;
@@ -406,6 +452,12 @@ pub(crate) fn run_size(
                     }
                     let covered = wc.wr_id() >> 32;
                     counts[q].completed += covered;
+                    if let Some(len) = staging.after_completion {
+                        let buf = bufs.qp(q);
+                        for _ in 0..covered {
+                            buf.stage_to_gpu(0..len)?;
+                        }
+                    }
                     total_done += covered;
                     let entry = (total_done as usize - 1, t);
                     if duration_mode {
@@ -438,6 +490,9 @@ pub(crate) fn run_size(
                         )));
                     }
                     rx_per_qp[q] += 1;
+                    if let Some(len) = staging.after_receive {
+                        bufs.qp(q).stage_to_gpu(half..half + len)?;
+                    }
                     // With --use-srq, q is the buffer the receive pointed into, not the QP
                     // the message came on: the queue is counted as a whole.
                     let needed = match srq {

@@ -4,7 +4,7 @@
 //!   until it holds the expected counter, then writes the next counter value into the last
 //!   byte of the peer's receive half with one signaled WRITE (inline when it fits). The
 //!   server writes first. The spin reads host memory, so this test refuses GPU buffers (the
-//!   parameter check says so).
+//!   parameter check says so) unless they are staged through host memory (`--staging`).
 //! - SEND: the same ping-pong with SEND/RECV; the client sends first.
 //! - READ and atomics: the client posts one operation, polls its completion, and repeats;
 //!   the server only serves them.
@@ -25,6 +25,7 @@ use super::bw::{wr_op, Targets};
 use super::setup::{local_data, remote_target, sleep_on, RemoteTarget, Resources};
 use super::watch::Watch;
 use super::{op_name, wc_failed, RunError};
+use crate::buffer::QpBuffers;
 use crate::cli::Verb;
 use crate::latency::LatencySummary;
 use crate::oob::OobChannel;
@@ -194,6 +195,7 @@ pub(crate) fn run_size(
     if bufs.qps() == 0 {
         return Err(RunError::new("a latency test needs one QP"));
     }
+    let staging = super::bw::Staging::of(bufs, params, size, half);
     let mut pp = PingPong {
         qp: &mut qps[0],
         send_cq: send_cq.claim()?,
@@ -220,6 +222,12 @@ pub(crate) fn run_size(
                 rkey, addr: raddr, ..
             } = remote_target(remotes, 0, half)?;
             let mut i = 0u64;
+            // --staging: the message comes from the GPU before each WRITE, and what landed
+            // goes to it once the counter says it is all there.
+            let landed = |bufs: &QpBuffers| match staging.before_post {
+                Some(len) => bufs.qp(0).stage_to_gpu(half..half + len),
+                None => Ok(()),
+            };
             while i < iterations {
                 let value = (i as u8).wrapping_add(1);
                 if is_client {
@@ -227,8 +235,12 @@ pub(crate) fn run_size(
                     if matches!(came, Waited::PeerDone) || past_deadline() {
                         break;
                     }
+                    landed(bufs)?;
                 }
-                bufs.qp_mut(0).write(last, &[value])?;
+                if let Some(len) = staging.before_post {
+                    bufs.qp(0).stage_from_gpu(0..len)?;
+                }
+                bufs.qp_mut(0).poke(last, value)?;
                 let data = local_data(bufs.qp(0), half, inline, size, Verb::Write);
                 let mut guard = pp.qp.start_post_send();
                 guard
@@ -242,6 +254,7 @@ pub(crate) fn run_size(
                     if matches!(came, Waited::PeerDone) {
                         break;
                     }
+                    landed(bufs)?;
                 }
                 i += 1;
             }
@@ -262,6 +275,12 @@ pub(crate) fn run_size(
                     if matches!(came, Waited::PeerDone) {
                         break;
                     }
+                    if let Some(len) = staging.after_receive {
+                        bufs.qp(0).stage_to_gpu(half..half + len)?;
+                    }
+                }
+                if let Some(len) = staging.before_post {
+                    bufs.qp(0).stage_from_gpu(0..len)?;
                 }
                 let mut guard = pp.qp.start_post_send();
                 op.push(&mut guard, 0, SendFlags::SIGNALED);
@@ -272,6 +291,9 @@ pub(crate) fn run_size(
                     let came = pp.wait(oob, |p| p.take_recv())?;
                     if matches!(came, Waited::PeerDone) || past_deadline() {
                         break;
+                    }
+                    if let Some(len) = staging.after_receive {
+                        bufs.qp(0).stage_to_gpu(half..half + len)?;
                     }
                 }
                 i += 1;
@@ -297,6 +319,9 @@ pub(crate) fn run_size(
                 guard.post()?;
                 pp.outstanding = true;
                 pp.wait(oob, |_| Ok(true))?;
+                if let Some(len) = staging.after_completion {
+                    bufs.qp(0).stage_to_gpu(0..len)?;
+                }
                 i += 1;
             }
         }

@@ -543,6 +543,10 @@ fn run_connected(
         if params.data_validation {
             validate::prepare(&mut res, data_roles, is_client, size)?;
         }
+        let one_sided = params.verb != Verb::Send;
+        if one_sided && res.bufs.is_staged() {
+            res.stage_targets_from_gpu()?;
+        }
         watch.barrier(oob, &format!("start {size}"), measure_timeout)?;
         let cpu_before = params.cpu_util.then(crate::cpu::CpuTimes::now).flatten();
         let result = match params.test {
@@ -588,6 +592,9 @@ fn run_connected(
             .map(SizeResult::Latency),
         };
         watch.barrier(oob, &format!("done {size}"), measure_timeout)?;
+        if one_sided && res.bufs.is_staged() {
+            res.stage_targets_to_gpu()?;
+        }
         if params.data_validation {
             validated += validate::check(&res, data_roles, is_client, size)?;
         }

@@ -642,6 +642,26 @@ impl Resources {
         Ok(())
     }
 
+    /// `--staging`, before a size's run: copies every QP's second half (what the peer's READs
+    /// and atomics read) from the GPU to the host memory the NIC serves them from. A
+    /// one-sided operation gives its target no event to copy at, so its target is staged
+    /// once per size, outside the measured time.
+    pub(crate) fn stage_targets_from_gpu(&self) -> Result<(), RunError> {
+        for q in 0..self.bufs.qps() {
+            self.bufs.qp(q).stage_from_gpu(self.half..2 * self.half)?;
+        }
+        Ok(())
+    }
+
+    /// `--staging`, after a size's run: copies every QP's second half (where the peer's
+    /// WRITEs and atomics landed) from host memory to the GPU.
+    pub(crate) fn stage_targets_to_gpu(&self) -> Result<(), RunError> {
+        for q in 0..self.bufs.qps() {
+            self.bufs.qp(q).stage_to_gpu(self.half..2 * self.half)?;
+        }
+        Ok(())
+    }
+
     /// Fills every QP's receive queue (send tests).
     pub(crate) fn fill_receive_queues(&mut self, params: &TestParams) -> Result<(), RunError> {
         if params.verb != Verb::Send {
