@@ -399,12 +399,18 @@ pub(crate) fn run_size(
                         }
                         p.posted(batch);
                     }
-                    if let Some(len) = staging.before_post {
-                        let buf = bufs.qp(q);
-                        for _ in 0..batch {
-                            buf.stage_from_gpu(0..len)?;
+                    // Staged, a message's time starts with its copy from the GPU.
+                    let staged_at = match staging.before_post {
+                        Some(len) => {
+                            let t = now(base);
+                            let buf = bufs.qp(q);
+                            for _ in 0..batch {
+                                buf.stage_from_gpu(0..len)?;
+                            }
+                            Some(t)
                         }
-                    }
+                        None => None,
+                    };
                     let mut guard = qps[q].start_post_send();
                     for j in 0..batch {
                         let k = c.posted + j + 1;
@@ -420,7 +426,7 @@ pub(crate) fn run_size(
                             ops[q].push(&mut guard, q as u64, SendFlags::empty());
                         }
                     }
-                    let t = now(base);
+                    let t = staged_at.unwrap_or_else(|| now(base));
                     guard.post()?;
                     if !duration_mode {
                         for _ in 0..batch {
@@ -452,12 +458,17 @@ pub(crate) fn run_size(
                     }
                     let covered = wc.wr_id() >> 32;
                     counts[q].completed += covered;
-                    if let Some(len) = staging.after_completion {
-                        let buf = bufs.qp(q);
-                        for _ in 0..covered {
-                            buf.stage_to_gpu(0..len)?;
+                    // Staged, a message is done once its copy to the GPU is.
+                    let t = match staging.after_completion {
+                        Some(len) => {
+                            let buf = bufs.qp(q);
+                            for _ in 0..covered {
+                                buf.stage_to_gpu(0..len)?;
+                            }
+                            now(base)
                         }
-                    }
+                        None => t,
+                    };
                     total_done += covered;
                     let entry = (total_done as usize - 1, t);
                     if duration_mode {
@@ -490,9 +501,13 @@ pub(crate) fn run_size(
                         )));
                     }
                     rx_per_qp[q] += 1;
-                    if let Some(len) = staging.after_receive {
-                        bufs.qp(q).stage_to_gpu(half..half + len)?;
-                    }
+                    let t = match staging.after_receive {
+                        Some(len) => {
+                            bufs.qp(q).stage_to_gpu(half..half + len)?;
+                            now(base)
+                        }
+                        None => t,
+                    };
                     // With --use-srq, q is the buffer the receive pointed into, not the QP
                     // the message came on: the queue is counted as a whole.
                     let needed = match srq {
