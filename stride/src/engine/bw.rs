@@ -72,9 +72,10 @@ pub(super) struct Staging {
 }
 
 impl Staging {
-    /// What `size`-byte messages stage, when `bufs` are staged; nothing otherwise.
-    pub(super) fn of(bufs: &QpBuffers, params: &TestParams, size: u64, half: usize) -> Self {
-        if !bufs.is_staged() {
+    /// What `size`-byte messages stage in buffers of `half`-byte halves, when they are
+    /// `staged`; nothing otherwise.
+    pub(super) fn of(staged: bool, params: &TestParams, size: u64, half: usize) -> Self {
+        if !staged {
             return Staging::default();
         }
         let message = usize::try_from(size).unwrap_or(half).min(half);
@@ -339,7 +340,7 @@ pub(crate) fn run_size(
     let ops = (0..n)
         .map(|q| wr_op(&targets, q, size, params))
         .collect::<Result<Vec<_>, _>>()?;
-    let staging = Staging::of(bufs, params, size, *half);
+    let staging = Staging::of(bufs.is_staged(), params, size, *half);
     let half = *half;
     // Claimed for the whole loop: its polls then take no claim of their own.
     let mut send_poll = send_cq.claim()?;
@@ -615,4 +616,71 @@ pub(crate) fn run_size(
         intervals = m.intervals;
     }
     Ok(Some((result, intervals)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Verb};
+    use clap::Parser;
+
+    fn params(args: &[&str]) -> TestParams {
+        let mut argv = vec!["stride-perf"];
+        argv.extend_from_slice(args);
+        let cli = Cli::try_parse_from(argv).unwrap();
+        let (verb, a) = cli.command.run_args().unwrap();
+        TestParams::resolve(verb, a).unwrap()
+    }
+
+    #[test]
+    fn staging_copies_each_message_where_it_is_sent_or_lands() {
+        let half = 4096;
+        let none = Staging::default();
+        assert_eq!(
+            Staging::of(false, &params(&["write", "bw"]), 1024, half),
+            none
+        );
+        assert_eq!(
+            Staging::of(true, &params(&["write", "bw"]), 1024, half),
+            Staging {
+                before_post: Some(1024),
+                ..none
+            }
+        );
+        assert_eq!(
+            Staging::of(true, &params(&["send", "bw"]), 1024, half),
+            Staging {
+                before_post: Some(1024),
+                after_receive: Some(1024),
+                ..none
+            }
+        );
+        // UD: the GRH lands in front of the message.
+        assert_eq!(
+            Staging::of(true, &params(&["send", "bw", "-c", "UD"]), 1024, half),
+            Staging {
+                before_post: Some(1024),
+                after_receive: Some(1024 + sideway::GRH_LEN),
+                ..none
+            }
+        );
+        assert_eq!(
+            Staging::of(true, &params(&["read", "bw"]), 65536, 65536),
+            Staging {
+                after_completion: Some(65536),
+                ..none
+            }
+        );
+        assert_eq!(
+            Staging::of(true, &params(&["atomic", "bw"]), 8, 64),
+            Staging {
+                after_completion: Some(8),
+                ..none
+            }
+        );
+        // Never past the half.
+        let p = params(&["send", "bw", "-c", "UD"]);
+        assert_eq!(p.verb, Verb::Send);
+        assert_eq!(Staging::of(true, &p, 100, 128).after_receive, Some(128));
+    }
 }

@@ -195,7 +195,7 @@ pub(crate) fn run_size(
     if bufs.qps() == 0 {
         return Err(RunError::new("a latency test needs one QP"));
     }
-    let staging = super::bw::Staging::of(bufs, params, size, half);
+    let staging = super::bw::Staging::of(bufs.is_staged(), params, size, half);
     let mut pp = PingPong {
         qp: &mut qps[0],
         send_cq: send_cq.claim()?,
