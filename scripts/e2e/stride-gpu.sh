@@ -212,15 +212,20 @@ if [ "$have_fake" -eq 1 ]; then
         --use-cuda 0
     exactly client dtoh_calls 0
     exactly server htod_calls 0
-    staged "write bw --staging, validated" bw 65536 1000 client write bw -s 65536 -n 1000 \
-        --use-cuda 0 --staging --data-validation
+    staged "write bw --staging" bw 65536 1000 client write bw -s 65536 -n 1000 --use-cuda 0 \
+        --staging
     grep -qE "$staged_banner" "$PAIR_DIR/client.log" || fail "write bw --staging: no '$staged_banner'"
     grep -qE "$staged_banner" "$PAIR_DIR/server.log" || fail "write bw --staging: the server's banner"
-    # A copy from the GPU per message sent; the target, which sees no event, once per size.
-    at_least client dtoh_calls 1000
-    at_least client dtoh_bytes 65536000
-    at_least server htod_calls 1
-    at_least server htod_bytes 65536
+    # A copy from the GPU per message sent, 1000 of 64 KiB; and on each side the target half
+    # (64 KiB), which sees no event, from the GPU before the size and to it after.
+    exactly client dtoh_calls 1001
+    exactly client dtoh_bytes $((1001 * 65536))
+    exactly client htod_calls 1
+    exactly server dtoh_calls 1
+    exactly server htod_calls 1
+    exactly server htod_bytes 65536
+    staged "write bw -q 2 --mr-per-qp --staging, validated" bw 65536 2000 client \
+        write bw -s 65536 -n 1000 -q 2 --mr-per-qp --use-cuda 0 --staging --data-validation
     staged "send bw -q 3 --staging, validated" bw 4096 3000 both send bw -s 4096 -n 1000 -q 3 \
         --use-cuda 0 --staging --data-validation
     at_least client dtoh_calls 3000
