@@ -23,7 +23,7 @@
 # there is one, else ${STRIDE_FAKE_LIBCUDA:-target/fake-libcuda/libcuda.so.1}, which
 # scripts/test builds on the host before the guest runs (the guest has no C compiler).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 : "${STRIDE_PORT:=18900}"
 . scripts/lib/stride.sh
 unset STRIDE_LIBCUDA
