@@ -2,7 +2,9 @@
 # stride-perf's smaller perftest options, each checked where it shows: --tclass (read back
 # from the QP; in the UD address handles), --tos with -R (the traffic class rdma_cm made of it), --pin-cores and --numa-node (the CPU mask read
 # back), --cpu-util (a utilization per size), --report-both (the peer's rows, and both
-# directions' sum under -b), --perform-warm-up, --use-srq; bad values refused. Binary: ${STRIDE_BIN:-target/debug/stride-perf}.
+# directions' sum under -b), --perform-warm-up, --use-srq, --mr-per-qp (and the default of
+# one memory region shared by every QP, each QP's data kept apart: validated with -q for
+# every verb); bad values refused. Binary: ${STRIDE_BIN:-target/debug/stride-perf}.
 # e2e-hosts: 1
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -54,7 +56,46 @@ stride "send bw --use-srq, validated" bw 8192 100 both send bw -s 8192 -n 100 --
     --data-validation
 must_say "$PAIR_DIR/server.log" "Data validation : 8192 bytes checked" "validated through the SRQ"
 
+echo "one memory region for every QP (perftest's default), or one per QP (--mr-per-qp)"
+for verb in write send read; do
+    json=$(mktemp)
+    stride "$verb bw -q 4, one shared region, validated" bw 4096 400 client \
+        $verb bw -s 4096 -n 100 -q 4 --data-validation --json "$json"
+    must_say "$PAIR_DIR/client.log" '^ Memory regions  : one memory region shared by 4 QPs$' \
+        "$verb bw: the shared region"
+    must_say "$PAIR_DIR/client.log" "Data validation : " "$verb bw: the validation line"
+    must_say "$json" '"memory_regions": "one memory region shared by 4 QPs"' \
+        "$verb bw: the JSON's memory regions"
+    stride "$verb bw -q 4 --mr-per-qp, validated" bw 4096 400 client \
+        $verb bw -s 4096 -n 100 -q 4 --mr-per-qp --data-validation --json "$json"
+    must_say "$PAIR_DIR/client.log" '^ Memory regions  : 4 memory regions, one per QP \(--mr-per-qp\)$' \
+        "$verb bw: a region per QP"
+    must_say "$json" '"memory_regions": "4 memory regions, one per QP \(--mr-per-qp\)"' \
+        "$verb bw: the JSON's regions per QP"
+    rm -f "$json"
+done
+stride "atomic bw -q 3, one shared region, validated" bw 8 300 client \
+    atomic bw -n 100 -q 3 --data-validation
+stride "atomic bw -q 3 --mr-per-qp, validated" bw 8 300 client \
+    atomic bw -n 100 -q 3 --mr-per-qp --data-validation
+# Each side chooses its own layout: the peer only sees an address and a key per QP.
+stride_port=$((stride_port + 1))
+echo "write bw -q 2: a shared region on the server, a region per QP on the client"
+if run_pair "wait_tcp_listen $stride_port 30" \
+    "$bin" write bw -s 4096 -n 100 -q 2 --data-validation -d "$SERVER_DEVICE" -p "$stride_port" -- \
+    "$bin" write bw -s 4096 -n 100 -q 2 --mr-per-qp --data-validation -d "$dev" \
+    -p "$stride_port" "${host:-$SERVER_ADDR}"; then
+    must_say "$PAIR_DIR/server.log" '^ Memory regions  : one memory region shared by 2 QPs$' \
+        "mixed layouts: the server's shared region"
+    must_say "$PAIR_DIR/client.log" '^ Memory regions  : 2 memory regions, one per QP' \
+        "mixed layouts: the client's regions"
+else
+    fail "mixed layouts: a side failed"
+fi
+
 echo "bad values are refused"
+expect_error "--mr-per-qp of a latency test" "a latency test runs one QP" \
+    "$bin" write lat --mr-per-qp
 expect_error "a traffic class past 255" "--tclass" "$bin" write bw --tclass 256
 expect_error "--tclass with -R" "rdma_cm builds the path" "$bin" write bw -d "$dev" -R --tclass 8
 expect_error "--tos without -R" "--rdma-cm" "$bin" write bw --tos 8

@@ -3,8 +3,9 @@
 //!
 //! [`Memory`] is a run's choice of memory, prepared once before anything connects (the CUDA
 //! driver loaded and the GPU opened, the huge page pool checked), so that a machine that
-//! cannot give that memory fails at once. [`Memory::allocate`] then makes each QP's
-//! [`TestBuffer`]: allocated, zeroed and registered with the NIC.
+//! cannot give that memory fails at once. [`Memory::allocate`] then makes each memory
+//! region's [`TestBuffer`]: allocated, zeroed and registered with the NIC. [`QpBuffers`] holds
+//! a run's regions (one shared by all QPs, or one per QP) and hands each QP its slice.
 //!
 //! The engine uses a buffer through its address and keys and [`TestBuffer::sge`]; the CPU
 //! reaches the bytes only by copy or in place, never through a slice (the NIC may write them
@@ -41,6 +42,10 @@ pub enum GpuRegistration {
     RegMr,
     /// `cuMemGetHandleForAddressRange` exports a dma-buf, and `ibv_reg_dmabuf_mr` registers it.
     DmaBuf,
+    /// Not registered (`--staging`): the NIC works in registered host memory, and the data is
+    /// copied from the GPU before each transfer and to it after each (`cuMemcpyDtoH`,
+    /// `cuMemcpyHtoD`), the way a program without GPUDirect moves it.
+    Staged,
 }
 
 impl GpuRegistration {
@@ -48,6 +53,7 @@ impl GpuRegistration {
         match self {
             GpuRegistration::RegMr => "GPUDirect reg_mr",
             GpuRegistration::DmaBuf => "dma-buf",
+            GpuRegistration::Staged => "staging through host memory",
         }
     }
 
@@ -61,6 +67,9 @@ impl GpuRegistration {
             GpuRegistration::DmaBuf => {
                 "the NIC driver does not support dma-buf registration (needs kernel 5.12+ and a \
                  driver with dma-buf support, e.g. mlx5); SoftRoCE (rxe) supports neither"
+            }
+            GpuRegistration::Staged => {
+                "the NIC driver could not register the host memory the GPU's data is staged in"
             }
         }
     }
@@ -83,12 +92,17 @@ pub enum BufferKind {
 }
 
 impl BufferKind {
-    /// The kind `args` ask for (clap keeps the three options mutually exclusive).
+    /// The kind `args` ask for (clap keeps the three options mutually exclusive; the
+    /// parameter check takes `--staging` only with `--use-cuda`).
     pub fn from_args(args: &RunArgs) -> Self {
         match (args.use_cuda, args.use_cuda_dmabuf) {
             (Some(index), _) => BufferKind::Gpu {
                 index,
-                registration: GpuRegistration::RegMr,
+                registration: if args.staging {
+                    GpuRegistration::Staged
+                } else {
+                    GpuRegistration::RegMr
+                },
             },
             (None, Some(index)) => BufferKind::Gpu {
                 index,
@@ -202,6 +216,17 @@ pub enum BufferError {
     /// Copying in or out of host memory.
     #[error(transparent)]
     Access(#[from] sideway::BufferError),
+    /// The QPs' slices do not fit one region's length.
+    #[error(
+        "{qps} QPs of {slice} bytes each do not fit one memory region: use --mr-per-qp, or \
+         fewer QPs"
+    )]
+    TooLarge {
+        /// QPs.
+        qps: usize,
+        /// Bytes per QP.
+        slice: usize,
+    },
     /// A byte range outside the buffer.
     #[error("bytes {start}..{end} lie outside the {len}-byte test buffer")]
     OutOfRange {
@@ -226,10 +251,11 @@ fn huge_map_message(len: usize, pool: HugePagePool, source: &io::Error) -> Strin
         )
     };
     format!(
-        "cannot map {len} bytes of huge pages ({pages} of {kib} KiB) for a QP's buffer: \
-         {source}; {shortage} (/proc/meminfo), and each QP's buffer takes {pages}, on each side \
-         running on this machine: reserve more as root with `echo N > \
-         /proc/sys/vm/nr_hugepages`, or run without --use-hugepages"
+        "cannot map {len} bytes of huge pages ({pages} of {kib} KiB) for a memory region: \
+         {source}; {shortage} (/proc/meminfo), and each memory region takes {pages} (one for \
+         all QPs, or one per QP with --mr-per-qp), on each side running on this machine: \
+         reserve more as root with `echo N > /proc/sys/vm/nr_hugepages`, or run without \
+         --use-hugepages"
     )
 }
 
@@ -301,9 +327,27 @@ impl Memory {
         }
     }
 
-    /// Whether the CPU can address the memory (and so copy inline data from it).
+    /// Whether the NIC works in memory the CPU can address (and so copy inline data from):
+    /// host memory, huge pages, and the host side of staged GPU memory.
     pub fn is_host(&self) -> bool {
-        !matches!(self, Memory::Gpu { .. })
+        !matches!(
+            self,
+            Memory::Gpu {
+                registration: GpuRegistration::RegMr | GpuRegistration::DmaBuf,
+                ..
+            }
+        )
+    }
+
+    /// Whether the data is staged between GPU and host memory (`--staging`).
+    pub fn is_staged(&self) -> bool {
+        matches!(
+            self,
+            Memory::Gpu {
+                registration: GpuRegistration::Staged,
+                ..
+            }
+        )
     }
 
     /// Allocates `len` zeroed bytes of this memory and registers them on `pd` with `access`.
@@ -333,14 +377,24 @@ impl Memory {
                     huge_page: Some(*page_size),
                 }
             }
+            Memory::Gpu {
+                gpu,
+                registration: GpuRegistration::Staged,
+            } => {
+                let host = pd.reg_buffer(len, access)?;
+                let memory = gpu.alloc(len)?;
+                memory.fill(0..memory.len(), 0)?;
+                Inner::Staged(StagedBuffer { host, memory })
+            }
             Memory::Gpu { gpu, registration } => {
                 let memory = gpu.alloc(len)?;
                 memory.set_sync_memops()?;
                 let span = memory.len();
                 memory.fill(0..span, 0)?;
                 let memory = Arc::new(memory);
-                let registered = match registration {
-                    GpuRegistration::RegMr => {
+                // RegMr or DmaBuf: Staged took the arm above.
+                let registered = if *registration == GpuRegistration::RegMr {
+                    {
                         // SAFETY: device memory that stays allocated while the region's clone
                         // of `memory` lives; the CPU never addresses it.
                         unsafe {
@@ -352,7 +406,8 @@ impl Memory {
                             )
                         }
                     }
-                    GpuRegistration::DmaBuf => {
+                } else {
+                    {
                         let fd = memory.export_dma_buf()?;
                         // Offset 0 of the dma-buf is memory.addr(), which is also the address
                         // (iova) the work requests use. The region keeps the descriptor and the
@@ -468,6 +523,14 @@ struct GpuBuffer {
     registration: GpuRegistration,
 }
 
+/// GPU memory staged through registered host memory of the same length (`--staging`).
+struct StagedBuffer {
+    /// What the NIC reads and writes.
+    host: RegisteredBuffer,
+    /// Where the data comes from and goes to; the NIC never sees it.
+    memory: DeviceMemory,
+}
+
 enum Inner {
     /// Host memory: the heap, or huge pages of `huge_page` bytes.
     Host {
@@ -475,6 +538,7 @@ enum Inner {
         huge_page: Option<usize>,
     },
     Gpu(GpuBuffer),
+    Staged(StagedBuffer),
 }
 
 /// One QP's registered test buffer, in the memory the run chose.
@@ -521,7 +585,7 @@ impl TestBuffer {
     /// address, or a GPU device address.
     pub fn addr(&self) -> u64 {
         match &self.inner {
-            Inner::Host { buf, .. } => buf.addr(),
+            Inner::Host { buf, .. } | Inner::Staged(StagedBuffer { host: buf, .. }) => buf.addr(),
             Inner::Gpu(b) => b.memory.addr(),
         }
     }
@@ -529,7 +593,7 @@ impl TestBuffer {
     /// The memory region, which owns the memory.
     pub fn mr(&self) -> &Arc<MemoryRegion> {
         match &self.inner {
-            Inner::Host { buf, .. } => buf.mr(),
+            Inner::Host { buf, .. } | Inner::Staged(StagedBuffer { host: buf, .. }) => buf.mr(),
             Inner::Gpu(b) => &b.mr,
         }
     }
@@ -555,12 +619,19 @@ impl TestBuffer {
                 ..
             } => huge_description(*page_size),
             Inner::Gpu(b) => gpu_description(b.memory.gpu(), b.registration),
+            Inner::Staged(b) => gpu_description(b.memory.gpu(), GpuRegistration::Staged),
         }
     }
 
-    /// Whether the CPU can address the bytes.
+    /// Whether the NIC works in memory the CPU can address (host memory, huge pages, the
+    /// host side of a staged buffer).
     pub fn is_host(&self) -> bool {
         !matches!(self.inner, Inner::Gpu(_))
+    }
+
+    /// Whether the data is staged between the GPU and host memory (`--staging`).
+    pub fn is_staged(&self) -> bool {
+        matches!(self.inner, Inner::Staged(_))
     }
 
     /// A scatter/gather entry for `range` of the buffer, `None` when out of bounds.
@@ -578,7 +649,11 @@ impl TestBuffer {
     /// bounds.
     pub fn inline(&self, range: Range<usize>) -> Option<SendData<'_>> {
         match &self.inner {
-            Inner::Host { buf, .. } if range.end <= self.len => buf.inline(range),
+            Inner::Host { buf, .. } | Inner::Staged(StagedBuffer { host: buf, .. })
+                if range.end <= self.len =>
+            {
+                buf.inline(range)
+            }
             _ => None,
         }
     }
@@ -588,37 +663,369 @@ impl TestBuffer {
     #[inline(always)]
     pub fn peek(&self, index: usize) -> Option<u8> {
         match &self.inner {
-            Inner::Host { buf, .. } if index < self.len => buf.read_volatile::<u8>(index).ok(),
+            Inner::Host { buf, .. } | Inner::Staged(StagedBuffer { host: buf, .. })
+                if index < self.len =>
+            {
+                buf.read_volatile::<u8>(index).ok()
+            }
             _ => None,
         }
     }
 
-    /// Sets every byte of `range` to `byte`.
+    /// Sets byte `index` of the memory the NIC works in (a ping-pong's counter): for a
+    /// staged buffer its host side only.
+    #[inline]
+    pub fn poke(&mut self, index: usize, byte: u8) -> Result<(), BufferError> {
+        check_range(&(index..index.saturating_add(1)), self.len)?;
+        match &mut self.inner {
+            Inner::Host { buf, .. } | Inner::Staged(StagedBuffer { host: buf, .. }) => {
+                Ok(buf.write_at(index, &[byte])?)
+            }
+            Inner::Gpu(b) => Ok(b.memory.write(index, &[byte])?),
+        }
+    }
+
+    /// Sets every byte of `range` to `byte` (both sides of a staged buffer).
     pub fn fill(&mut self, range: Range<usize>, byte: u8) -> Result<(), BufferError> {
         check_range(&range, self.len)?;
         match &mut self.inner {
             Inner::Gpu(b) => Ok(b.memory.fill(range, byte)?),
             Inner::Host { buf, .. } => Ok(buf.fill(range, byte)?),
+            Inner::Staged(b) => {
+                b.host.fill(range.clone(), byte)?;
+                Ok(b.memory.fill(range, byte)?)
+            }
         }
     }
 
-    /// Copies `data` into the buffer at `offset`.
+    /// Copies `data` into the buffer at `offset` (both sides of a staged buffer).
     pub fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), BufferError> {
         let range = offset..offset.saturating_add(data.len());
         check_range(&range, self.len)?;
         match &mut self.inner {
             Inner::Gpu(b) => Ok(b.memory.write(offset, data)?),
             Inner::Host { buf, .. } => Ok(buf.write_at(offset, data)?),
+            Inner::Staged(b) => {
+                b.host.write_at(offset, data)?;
+                Ok(b.memory.write(offset, data)?)
+            }
         }
     }
 
-    /// Copies `range` out of the buffer (for validation).
+    /// Copies `range` out of the buffer (for validation): for a staged buffer, out of the
+    /// GPU, where the staging copies put what the NIC received.
     pub fn read(&self, range: Range<usize>) -> Result<Vec<u8>, BufferError> {
         check_range(&range, self.len)?;
         match &self.inner {
             Inner::Gpu(b) => Ok(b.memory.read(range)?),
+            Inner::Staged(b) => Ok(b.memory.read(range)?),
             Inner::Host { buf, .. } => Ok(buf.to_vec(range)?),
         }
+    }
+
+    /// Staging, before the NIC reads `range`: copies it from the GPU into the host memory
+    /// the NIC reads (`cuMemcpyDtoH`). Nothing for other kinds.
+    #[inline]
+    pub fn stage_from_gpu(&self, range: Range<usize>) -> Result<(), BufferError> {
+        let Inner::Staged(b) = &self.inner else {
+            return Ok(());
+        };
+        check_range(&range, self.len)?;
+        // SAFETY: range lies inside the host buffer (checked: len <= its length), which lives
+        // while self does; the CPU reaches it only through copies and volatile reads, so no
+        // Rust reference covers the bytes written.
+        unsafe {
+            b.memory
+                .copy_to_host(range.clone(), b.host.as_ptr().add(range.start))?;
+        }
+        Ok(())
+    }
+
+    /// Staging, after the NIC wrote `range`: copies it from host memory to the GPU
+    /// (`cuMemcpyHtoD`). Nothing for other kinds.
+    #[inline]
+    pub fn stage_to_gpu(&self, range: Range<usize>) -> Result<(), BufferError> {
+        let Inner::Staged(b) = &self.inner else {
+            return Ok(());
+        };
+        check_range(&range, self.len)?;
+        // SAFETY: range lies inside the host buffer (checked), which lives while self does.
+        unsafe {
+            b.memory.copy_from_host(
+                range.start,
+                b.host.as_ptr().add(range.start),
+                range.end - range.start,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// How a run's QPs share registered memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MrLayout {
+    /// One memory region for all QPs, each QP using its own slice of it (perftest's default).
+    Shared,
+    /// One memory region per QP (`--mr-per-qp`, perftest's `--mr_per_qp`).
+    PerQp,
+}
+
+impl MrLayout {
+    /// The layout `--mr-per-qp` asks for.
+    pub fn from_flag(mr_per_qp: bool) -> Self {
+        if mr_per_qp {
+            MrLayout::PerQp
+        } else {
+            MrLayout::Shared
+        }
+    }
+
+    /// For the banner and the JSON report, with `qps` QPs.
+    pub fn describe(self, qps: usize) -> String {
+        match (self, qps) {
+            (_, 1) => "one memory region".to_owned(),
+            (MrLayout::Shared, n) => format!("one memory region shared by {n} QPs"),
+            (MrLayout::PerQp, n) => format!("{n} memory regions, one per QP (--mr-per-qp)"),
+        }
+    }
+}
+
+/// The test buffers of a run's QPs: each QP owns a slice of `slice` bytes, in one memory
+/// region shared by all (laid end to end, so that no two QPs' data overlap) or in a region of
+/// its own.
+pub struct QpBuffers {
+    regions: Vec<TestBuffer>,
+    layout: MrLayout,
+    qps: usize,
+    slice: usize,
+}
+
+impl fmt::Debug for QpBuffers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QpBuffers")
+            .field("layout", &self.layout)
+            .field("qps", &self.qps)
+            .field("slice", &self.slice)
+            .field("regions", &self.regions)
+            .finish()
+    }
+}
+
+/// Bytes of one region holding `qps` slices of `slice` bytes in `layout`.
+pub fn region_len(layout: MrLayout, qps: usize, slice: usize) -> Option<usize> {
+    match layout {
+        MrLayout::Shared => slice.checked_mul(qps.max(1)),
+        MrLayout::PerQp => Some(slice),
+    }
+}
+
+impl QpBuffers {
+    /// Allocates and registers the buffers of `qps` QPs, `slice` bytes each, in `memory`.
+    pub fn allocate(
+        memory: &Memory,
+        pd: &Arc<ProtectionDomain>,
+        layout: MrLayout,
+        qps: usize,
+        slice: usize,
+        access: AccessFlags,
+    ) -> Result<Self, BufferError> {
+        let qps = qps.max(1);
+        let len = region_len(layout, qps, slice).ok_or(BufferError::TooLarge { qps, slice })?;
+        let count = match layout {
+            MrLayout::Shared => 1,
+            MrLayout::PerQp => qps,
+        };
+        let regions = (0..count)
+            .map(|_| memory.allocate(pd, len, access))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(QpBuffers {
+            regions,
+            layout,
+            qps,
+            slice,
+        })
+    }
+
+    /// Whether the data is staged between the GPU and host memory (`--staging`).
+    pub fn is_staged(&self) -> bool {
+        self.regions.first().is_some_and(TestBuffer::is_staged)
+    }
+
+    /// How the QPs share memory.
+    pub fn layout(&self) -> MrLayout {
+        self.layout
+    }
+
+    /// The number of memory regions.
+    pub fn regions(&self) -> usize {
+        self.regions.len()
+    }
+
+    /// The number of QPs.
+    pub fn qps(&self) -> usize {
+        self.qps
+    }
+
+    /// Bytes of each QP's slice.
+    pub fn slice_len(&self) -> usize {
+        self.slice
+    }
+
+    fn place(&self, q: usize) -> (usize, usize) {
+        assert!(q < self.qps, "QP {q} of {}", self.qps);
+        match self.layout {
+            MrLayout::Shared => (0, q * self.slice),
+            MrLayout::PerQp => (q, 0),
+        }
+    }
+
+    /// QP `q`'s slice. Panics when `q` is not one of the QPs (an index the engine owns).
+    #[inline]
+    pub fn qp(&self, q: usize) -> QpBuffer<'_> {
+        let (region, base) = self.place(q);
+        QpBuffer {
+            buf: &self.regions[region],
+            base,
+            len: self.slice,
+        }
+    }
+
+    /// QP `q`'s slice, to write. Panics like [`QpBuffers::qp`].
+    pub fn qp_mut(&mut self, q: usize) -> QpBufferMut<'_> {
+        let (region, base) = self.place(q);
+        QpBufferMut {
+            buf: &mut self.regions[region],
+            base,
+            len: self.slice,
+        }
+    }
+}
+
+fn shift(range: Range<usize>, base: usize, len: usize) -> Option<Range<usize>> {
+    if range.start > range.end || range.end > len {
+        return None;
+    }
+    Some(base + range.start..base + range.end)
+}
+
+/// One QP's slice of a registered test buffer; its offsets count from the slice's start.
+#[derive(Clone, Copy)]
+pub struct QpBuffer<'a> {
+    buf: &'a TestBuffer,
+    base: usize,
+    len: usize,
+}
+
+impl<'a> QpBuffer<'a> {
+    /// Bytes in the slice.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty slice.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The address of the slice's first byte, as work requests use it.
+    pub fn addr(&self) -> u64 {
+        self.buf.addr() + self.base as u64
+    }
+
+    /// The region's local key.
+    pub fn lkey(&self) -> u32 {
+        self.buf.lkey()
+    }
+
+    /// The region's remote key.
+    pub fn rkey(&self) -> u32 {
+        self.buf.rkey()
+    }
+
+    /// A scatter/gather entry for `range` of the slice, `None` when out of bounds.
+    #[inline]
+    pub fn sge(&self, range: Range<usize>) -> Option<Sge> {
+        self.buf.sge(shift(range, self.base, self.len)?)
+    }
+
+    /// `range` of the slice as inline data, as [`TestBuffer::inline`].
+    #[inline]
+    pub fn inline(&self, range: Range<usize>) -> Option<SendData<'a>> {
+        self.buf.inline(shift(range, self.base, self.len)?)
+    }
+
+    /// Byte `index` of the slice as the NIC left it, as [`TestBuffer::peek`].
+    #[inline(always)]
+    pub fn peek(&self, index: usize) -> Option<u8> {
+        if index >= self.len {
+            return None;
+        }
+        self.buf.peek(self.base + index)
+    }
+
+    /// Copies `range` of the slice out, as [`TestBuffer::read`].
+    pub fn read(&self, range: Range<usize>) -> Result<Vec<u8>, BufferError> {
+        check_range(&range, self.len)?;
+        self.buf
+            .read(self.base + range.start..self.base + range.end)
+    }
+
+    /// Whether the data is staged between the GPU and host memory (`--staging`).
+    pub fn is_staged(&self) -> bool {
+        self.buf.is_staged()
+    }
+
+    /// Staging, before the NIC reads `range` of the slice: [`TestBuffer::stage_from_gpu`].
+    #[inline]
+    pub fn stage_from_gpu(&self, range: Range<usize>) -> Result<(), BufferError> {
+        check_range(&range, self.len)?;
+        self.buf
+            .stage_from_gpu(self.base + range.start..self.base + range.end)
+    }
+
+    /// Staging, after the NIC wrote `range` of the slice: [`TestBuffer::stage_to_gpu`].
+    #[inline]
+    pub fn stage_to_gpu(&self, range: Range<usize>) -> Result<(), BufferError> {
+        check_range(&range, self.len)?;
+        self.buf
+            .stage_to_gpu(self.base + range.start..self.base + range.end)
+    }
+}
+
+/// One QP's slice of a registered test buffer, to write.
+pub struct QpBufferMut<'a> {
+    buf: &'a mut TestBuffer,
+    base: usize,
+    len: usize,
+}
+
+impl QpBufferMut<'_> {
+    /// Sets every byte of `range` of the slice to `byte`.
+    pub fn fill(&mut self, range: Range<usize>, byte: u8) -> Result<(), BufferError> {
+        check_range(&range, self.len)?;
+        self.buf
+            .fill(self.base + range.start..self.base + range.end, byte)
+    }
+
+    /// Sets byte `index` of the slice in the memory the NIC works in, as
+    /// [`TestBuffer::poke`].
+    #[inline]
+    pub fn poke(&mut self, index: usize, byte: u8) -> Result<(), BufferError> {
+        check_range(&(index..index.saturating_add(1)), self.len)?;
+        self.buf.poke(self.base + index, byte)
+    }
+
+    /// Copies `data` into the slice at `offset`.
+    pub fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), BufferError> {
+        check_range(&(offset..offset.saturating_add(data.len())), self.len)?;
+        self.buf.write(self.base + offset, data)
+    }
+
+    /// Copies `range` of the slice out.
+    pub fn read(&self, range: Range<usize>) -> Result<Vec<u8>, BufferError> {
+        check_range(&range, self.len)?;
+        self.buf
+            .read(self.base + range.start..self.base + range.end)
     }
 }
 
@@ -685,12 +1092,17 @@ mod tests {
         .to_string();
         assert!(
             e.starts_with(
-                "cannot map 4194304 bytes of huge pages (2 of 2048 KiB) for a QP's buffer: "
+                "cannot map 4194304 bytes of huge pages (2 of 2048 KiB) for a memory region: "
             ),
             "{e}"
         );
         assert!(e.contains("; no huge pages are reserved"), "{e}");
-        assert!(e.contains("each QP's buffer takes 2, on each side"), "{e}");
+        assert!(
+            e.contains(
+                "each memory region takes 2 (one for all QPs, or one per QP with --mr-per-qp)"
+            ),
+            "{e}"
+        );
         assert!(e.contains("`echo N > /proc/sys/vm/nr_hugepages`"), "{e}");
         let e = BufferError::HugePageMap {
             len: 2 << 20,
@@ -703,7 +1115,7 @@ mod tests {
         }
         .to_string();
         assert!(e.contains("0 of the 4 reserved huge pages are free"), "{e}");
-        assert!(e.contains("each QP's buffer takes 1,"), "{e}");
+        assert!(e.contains("each memory region takes 1 ("), "{e}");
     }
 
     #[test]
@@ -758,6 +1170,13 @@ mod tests {
             }
         );
         assert_eq!(
+            kind(&["--use-cuda", "2", "--staging"]),
+            BufferKind::Gpu {
+                index: 2,
+                registration: GpuRegistration::Staged
+            }
+        );
+        assert_eq!(
             kind(&["--use-cuda-dmabuf", "0"]),
             BufferKind::Gpu {
                 index: 0,
@@ -775,6 +1194,42 @@ mod tests {
         assert!(huge.is_host());
         assert_eq!(GpuRegistration::RegMr.describe(), "GPUDirect reg_mr");
         assert_eq!(GpuRegistration::DmaBuf.describe(), "dma-buf");
+        assert_eq!(
+            GpuRegistration::Staged.describe(),
+            "staging through host memory"
+        );
+    }
+
+    #[test]
+    fn qps_share_one_region_unless_mr_per_qp() {
+        assert_eq!(MrLayout::from_flag(false), MrLayout::Shared);
+        assert_eq!(MrLayout::from_flag(true), MrLayout::PerQp);
+        assert_eq!(region_len(MrLayout::Shared, 4, 128), Some(512));
+        assert_eq!(region_len(MrLayout::PerQp, 4, 128), Some(128));
+        assert_eq!(region_len(MrLayout::Shared, 0, 128), Some(128));
+        assert_eq!(region_len(MrLayout::Shared, 3, usize::MAX / 2), None);
+        assert_eq!(MrLayout::Shared.describe(1), "one memory region");
+        assert_eq!(MrLayout::PerQp.describe(1), "one memory region");
+        assert_eq!(
+            MrLayout::Shared.describe(4),
+            "one memory region shared by 4 QPs"
+        );
+        assert_eq!(
+            MrLayout::PerQp.describe(4),
+            "4 memory regions, one per QP (--mr-per-qp)"
+        );
+        let e = BufferError::TooLarge { qps: 3, slice: 64 }.to_string();
+        assert!(e.contains("use --mr-per-qp, or fewer QPs"), "{e}");
+    }
+
+    #[test]
+    fn slices_are_offset_and_bounded() {
+        assert_eq!(shift(0..8, 256, 128), Some(256..264));
+        assert_eq!(shift(120..128, 256, 128), Some(376..384));
+        assert_eq!(shift(120..129, 256, 128), None);
+        #[allow(clippy::reversed_empty_ranges)]
+        let backwards = 9..8;
+        assert_eq!(shift(backwards, 0, 128), None);
     }
 
     #[test]

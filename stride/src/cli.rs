@@ -256,6 +256,11 @@ pub struct RunArgs {
     #[arg(long = "use-srq", alias = "use_srq")]
     pub use_srq: bool,
 
+    /// Register one memory region per QP (perftest's --mr_per_qp). By default, as in
+    /// perftest, one region holds every QP's buffer, each QP using its own slice of it.
+    #[arg(long = "mr-per-qp", alias = "mr_per_qp")]
+    pub mr_per_qp: bool,
+
     /// Before each size's measured loop, post one unmeasured round of -t messages per QP
     /// and wait for them (perftest's --perform_warm_up), so that the first measured
     /// messages find the caches, the TLB and the device's context warm. One-sided bandwidth
@@ -354,6 +359,13 @@ pub struct RunArgs {
         conflicts_with_all = ["use_cuda_dmabuf", "use_hugepages"]
     )]
     pub use_cuda: Option<u32>,
+
+    /// With --use-cuda: the NIC works in host memory, and the data is copied from the GPU
+    /// before each transfer and to the GPU after each (cuMemcpyDtoH, cuMemcpyHtoD), as a
+    /// program without GPUDirect RDMA moves it: run it beside plain --use-cuda to see what
+    /// GPUDirect buys. perftest has no such option.
+    #[arg(long = "staging")]
+    pub staging: bool,
 
     /// Allocate the buffers on this GPU (CUDA index), export them as dma-buf and register
     /// that (needs a 5.12+ kernel and a NIC driver with dma-buf support).

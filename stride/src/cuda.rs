@@ -706,28 +706,8 @@ impl DeviceMemory {
     /// Copies `data` to `offset` (`cuMemcpyHtoD`).
     #[doc(alias = "cuMemcpyHtoD")]
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), CudaError> {
-        let range = offset..offset.saturating_add(data.len());
-        check_range(&range, self.len)?;
-        if data.is_empty() {
-            return Ok(());
-        }
-        self.gpu.make_current()?;
-        // SAFETY: the destination range lies inside the allocation (checked), the source is
-        // data.len() readable bytes, and the context is current.
-        let ret = unsafe {
-            (self.gpu.driver.api.memcpy_htod)(
-                self.addr + offset as u64,
-                data.as_ptr().cast(),
-                data.len(),
-            )
-        };
-        self.gpu.driver.check(ret, || {
-            format!(
-                "cuMemcpyHtoD_v2 of {} bytes to GPU {}",
-                data.len(),
-                self.gpu.index
-            )
-        })
+        // SAFETY: data is data.len() readable bytes, borrowed for the call.
+        unsafe { self.copy_from_host(offset, data.as_ptr(), data.len()) }
     }
 
     /// Copies `range` out (`cuMemcpyDtoH`).
@@ -735,27 +715,63 @@ impl DeviceMemory {
     pub fn read(&self, range: Range<usize>) -> Result<Vec<u8>, CudaError> {
         check_range(&range, self.len)?;
         let mut out = vec![0u8; range.end - range.start];
-        if out.is_empty() {
-            return Ok(out);
+        // SAFETY: out is out.len() writable bytes, owned here.
+        unsafe { self.copy_to_host(range, out.as_mut_ptr())? };
+        Ok(out)
+    }
+
+    /// Copies `len` bytes from host memory at `src` to `offset` (`cuMemcpyHtoD`, which
+    /// returns once the source may be reused).
+    ///
+    /// # Safety
+    /// `src` must be valid for `len` bytes of reads for the whole call. Other writers (a NIC)
+    /// may change those bytes meanwhile; the copy then holds some mix of them, nothing worse.
+    #[doc(alias = "cuMemcpyHtoD")]
+    pub unsafe fn copy_from_host(
+        &self,
+        offset: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<(), CudaError> {
+        let range = offset..offset.saturating_add(len);
+        check_range(&range, self.len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.gpu.make_current()?;
+        // SAFETY: the destination range lies inside the allocation (checked), the source is
+        // len readable bytes (the caller's promise), and the context is current.
+        let ret = unsafe {
+            (self.gpu.driver.api.memcpy_htod)(self.addr + offset as u64, src.cast(), len)
+        };
+        self.gpu.driver.check(ret, || {
+            format!("cuMemcpyHtoD_v2 of {len} bytes to GPU {}", self.gpu.index)
+        })
+    }
+
+    /// Copies `range` to host memory at `dst` (`cuMemcpyDtoH`, which returns once the bytes
+    /// are there).
+    ///
+    /// # Safety
+    /// `dst` must be valid for `range.len()` bytes of writes for the whole call, and no Rust
+    /// reference may point into them meanwhile.
+    #[doc(alias = "cuMemcpyDtoH")]
+    pub unsafe fn copy_to_host(&self, range: Range<usize>, dst: *mut u8) -> Result<(), CudaError> {
+        check_range(&range, self.len)?;
+        let len = range.end - range.start;
+        if len == 0 {
+            return Ok(());
         }
         self.gpu.make_current()?;
         // SAFETY: the source range lies inside the allocation (checked), the destination is
-        // out.len() writable bytes, and the context is current.
+        // len writable bytes no reference covers (the caller's promise), and the context is
+        // current.
         let ret = unsafe {
-            (self.gpu.driver.api.memcpy_dtoh)(
-                out.as_mut_ptr().cast(),
-                self.addr + range.start as u64,
-                out.len(),
-            )
+            (self.gpu.driver.api.memcpy_dtoh)(dst.cast(), self.addr + range.start as u64, len)
         };
         self.gpu.driver.check(ret, || {
-            format!(
-                "cuMemcpyDtoH_v2 of {} bytes from GPU {}",
-                out.len(),
-                self.gpu.index
-            )
-        })?;
-        Ok(out)
+            format!("cuMemcpyDtoH_v2 of {len} bytes from GPU {}", self.gpu.index)
+        })
     }
 
     /// Sets every byte of `range` to `byte` (`cuMemsetD8`).

@@ -77,6 +77,10 @@ pub struct TestParams {
     /// choice.
     #[serde(default)]
     pub use_srq: bool,
+    /// One memory region per QP (`--mr-per-qp`) rather than one shared by all; this side's
+    /// own choice.
+    #[serde(default)]
+    pub mr_per_qp: bool,
     /// An unmeasured round before each size (`--perform-warm-up`); the sender's own choice.
     #[serde(default)]
     pub warm_up: bool,
@@ -151,6 +155,11 @@ fn bail<T>(msg: impl Into<String>) -> Result<T, ParamError> {
 }
 
 impl TestParams {
+    /// How the QPs share registered memory (`--mr-per-qp`).
+    pub fn mr_layout(&self) -> crate::buffer::MrLayout {
+        crate::buffer::MrLayout::from_flag(self.mr_per_qp)
+    }
+
     /// Resolves the command line for `verb`, or says which options do not fit together.
     pub fn resolve(verb: Verb, a: &RunArgs) -> Result<Self, ParamError> {
         use Connection::*;
@@ -165,7 +174,23 @@ impl TestParams {
             _ => {}
         }
         let bw = a.test == Test::Bw;
-        if let Some(gpu) = a.gpu_option() {
+        if a.staging {
+            if a.use_cuda_dmabuf.is_some() {
+                bail(
+                    "--staging copies between the GPU and registered host memory, so nothing \
+                     on the GPU is registered, by dma-buf or otherwise: use --use-cuda GPU \
+                     --staging",
+                )?;
+            }
+            if a.use_cuda.is_none() {
+                bail(
+                    "--staging copies each message between a GPU buffer and host memory, and \
+                     this run has no GPU buffer: add --use-cuda GPU, or drop --staging",
+                )?;
+            }
+        }
+        // With --staging the NIC works in host memory: every test and -I work.
+        if let Some(gpu) = a.gpu_option().filter(|_| !a.staging) {
             if verb == Verb::Write && !bw {
                 bail(format!(
                     "write lat polls the last byte of the receive buffer in host memory, which \
@@ -222,6 +247,12 @@ impl TestParams {
                      one",
                 )?;
             }
+        }
+        if a.mr_per_qp && !bw {
+            bail(
+                "--mr-per-qp gives each of -q's QPs its own memory region, and a latency test \
+                 runs one QP: use it with a bandwidth test",
+            )?;
         }
         if a.perform_warm_up {
             if !bw || verb == Verb::Send {
@@ -371,6 +402,7 @@ impl TestParams {
             tos: a.tos,
             warm_up: a.perform_warm_up,
             use_srq: a.use_srq,
+            mr_per_qp: a.mr_per_qp,
             rate_limit: a.rate_limit.map(|rate| RateLimit {
                 rate,
                 unit: a.rate_units,
@@ -593,6 +625,31 @@ mod tests {
         ] {
             assert!(params(args).is_ok(), "{args:?}");
         }
+        // Staged, the NIC works in host memory: write lat and -I work too.
+        for args in [
+            &["write", "lat", "--use-cuda", "0", "--staging"][..],
+            &["send", "bw", "--use-cuda", "0", "--staging", "-I", "64"][..],
+            &["read", "bw", "--use-cuda", "1", "--staging", "-q", "2"][..],
+        ] {
+            assert!(params(args).is_ok(), "{args:?}");
+        }
+        for (args, want) in [
+            (
+                &["write", "bw", "--staging"][..],
+                "this run has no GPU buffer: add --use-cuda GPU, or drop --staging",
+            ),
+            (
+                &["write", "bw", "--staging", "--use-hugepages"][..],
+                "add --use-cuda GPU",
+            ),
+            (
+                &["write", "bw", "--use-cuda-dmabuf", "0", "--staging"][..],
+                "use --use-cuda GPU --staging",
+            ),
+        ] {
+            let e = params(args).unwrap_err().to_string();
+            assert!(e.contains(want), "{args:?}: {e}");
+        }
         // Each side may use its own memory: the buffer kind is not agreed.
         let gpu = params(&["send", "bw", "--use-cuda", "0"]).unwrap();
         let host = params(&["send", "bw"]).unwrap();
@@ -686,7 +743,22 @@ mod tests {
                     .is_empty()
         );
         assert!(params(&["send", "bw", "--use_srq", "--data-validation"]).is_ok());
+        // --mr-per-qp is each side's own choice; the default shares one region.
+        let p = params(&["write", "bw", "-q", "4", "--mr-per-qp"]).unwrap();
+        assert_eq!(p.mr_layout(), crate::buffer::MrLayout::PerQp);
+        assert!(p
+            .mismatches(&params(&["write", "bw", "-q", "4"]).unwrap())
+            .is_empty());
+        assert_eq!(
+            params(&["write", "bw", "-q", "4"]).unwrap().mr_layout(),
+            crate::buffer::MrLayout::Shared
+        );
+        assert!(params(&["send", "bw", "--mr_per_qp", "--data-validation"]).is_ok());
         for (args, want) in [
+            (
+                &["write", "lat", "--mr-per-qp"][..],
+                "a latency test runs one QP",
+            ),
             (&["write", "bw", "--use-srq"][..], "SEND bandwidth tests"),
             (&["send", "lat", "--use-srq"], "SEND bandwidth tests"),
             (

@@ -57,6 +57,11 @@ pub struct SideReport {
     /// absent in files written before stride-perf recorded it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buffer: Option<String>,
+    /// How the QPs' buffers are registered (`one memory region shared by 4 QPs`, `4 memory
+    /// regions, one per QP (--mr-per-qp)`); absent in files written before stride-perf
+    /// recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_regions: Option<String>,
     /// The kernel's clocksource and what one clock reading cost (`tsc, 23 ns per read`),
     /// and whether the clocksource changed during the run; absent in files written before
     /// stride-perf recorded it.
@@ -117,6 +122,7 @@ impl SideReport {
             role: text(&self.role),
             device: text(&self.device),
             buffer: self.buffer.as_deref().map(text),
+            memory_regions: self.memory_regions.as_deref().map(text),
             clock: self.clock.as_deref().map(text),
             posting: self.posting.as_deref().map(text),
             polling: self.polling.as_deref().map(text),
@@ -263,6 +269,7 @@ mod tests {
             device: "rxe0\u{1b}]0;x\u{7}".into(),
             gid_index: 1,
             buffer: Some("host\u{202e}".into()),
+            memory_regions: Some("one memory region shared by 2 QPs\u{202e}".into()),
             clock: Some("tsc\u{7f}".into()),
             posting: Some("ibv_wr_*\u{1b}[2J".into()),
             polling: None,
@@ -273,6 +280,10 @@ mod tests {
         assert_eq!(theirs.role, "server\\u{9b}2J");
         assert_eq!(theirs.device, "rxe0\\x1b]0;x\\x07");
         assert_eq!(theirs.buffer.as_deref(), Some("host\\u{202e}"));
+        assert_eq!(
+            theirs.memory_regions.as_deref(),
+            Some("one memory region shared by 2 QPs\\u{202e}")
+        );
         assert_eq!(theirs.clock.as_deref(), Some("tsc\\x7f"));
         let json = serde_json::to_string(&theirs).unwrap();
         assert!(!json.chars().any(|c| c.is_control()), "{json}");
@@ -314,6 +325,7 @@ mod tests {
             device: "rxe0".into(),
             gid_index: 1,
             buffer: Some("huge pages (2048 KiB)".into()),
+            memory_regions: Some("4 memory regions, one per QP (--mr-per-qp)".into()),
             clock: Some("tsc, 23 ns per read".into()),
             posting: Some("ibv_wr_* (extended QPs)".into()),
             polling: Some("ibv_poll_cq (classic CQs)".into()),
@@ -339,8 +351,13 @@ mod tests {
             serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(old["this_side"]["buffer"], "huge pages (2048 KiB)");
         assert_eq!(old["peer"]["clock"], "tsc, 23 ns per read");
+        assert_eq!(
+            old["peer"]["memory_regions"],
+            "4 memory regions, one per QP (--mr-per-qp)"
+        );
         for side in ["this_side", "peer"] {
             old[side].as_object_mut().unwrap().remove("buffer");
+            old[side].as_object_mut().unwrap().remove("memory_regions");
             old[side].as_object_mut().unwrap().remove("clock");
             old[side].as_object_mut().unwrap().remove("posting");
             old[side].as_object_mut().unwrap().remove("polling");
@@ -348,6 +365,7 @@ mod tests {
         std::fs::write(&path, old.to_string()).unwrap();
         let read = Report::read_json(&path).unwrap();
         assert_eq!(read.this_side.buffer, None);
+        assert_eq!(read.this_side.memory_regions, None);
         assert_eq!(read.peer.as_ref().unwrap().clock, None);
         assert_eq!(read.this_side.posting, None);
         assert_eq!(read.peer.as_ref().unwrap().polling, None);

@@ -63,6 +63,7 @@ fn side(role: &str, results: Vec<SizeResult>) -> SideReport {
         device: "rxe0".into(),
         gid_index: 1,
         buffer: Some("host".into()),
+        memory_regions: Some("one memory region shared by 2 QPs".into()),
         clock: Some("tsc, 23 ns per read".into()),
         posting: Some("ibv_wr_* (extended QPs)".into()),
         polling: Some("ibv_poll_cq (classic CQs)".into()),

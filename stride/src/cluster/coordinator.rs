@@ -509,6 +509,7 @@ mod tests {
             device: "rxe0".into(),
             gid_index: 1,
             buffer: None,
+            memory_regions: None,
             clock: None,
             posting: None,
             polling: None,

@@ -446,6 +446,7 @@ pub(crate) mod tests {
             device: "rxe0".into(),
             gid_index: 1,
             buffer: None,
+            memory_regions: None,
             clock: None,
             posting: None,
             polling: None,

@@ -30,7 +30,7 @@ use super::setup::{
 use super::watch::Watch;
 use super::{op_name, wc_failed, RunError};
 use crate::bandwidth::{interval_line, BandwidthResult, BandwidthTimes, Interval, IntervalMeter};
-use crate::buffer::TestBuffer;
+use crate::buffer::QpBuffers;
 use crate::cli::{AtomicType, Connection, Verb};
 use crate::oob::{OobChannel, QpEndpoint};
 use crate::pacing::Pacer;
@@ -57,13 +57,52 @@ enum WrOp<'a> {
     CmpSwap(u32, u64, Sge),
 }
 
+/// `--staging`: the bytes copied between the GPU and host memory around each message, in
+/// the measured loop. The targets of one-sided operations, which see no event, are staged
+/// once per size outside it ([`Resources::stage_targets_from_gpu`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Staging {
+    /// Copied from the GPU before each WRITE or SEND is posted: the message.
+    pub(super) before_post: Option<usize>,
+    /// Copied to the GPU after each READ or atomic completes: what it fetched.
+    pub(super) after_completion: Option<usize>,
+    /// Copied to the GPU after each receive completes: the receive half's first bytes (with
+    /// UD's GRH in front of the message).
+    pub(super) after_receive: Option<usize>,
+}
+
+impl Staging {
+    /// What `size`-byte messages stage in buffers of `half`-byte halves, when they are
+    /// `staged`; nothing otherwise.
+    pub(super) fn of(staged: bool, params: &TestParams, size: u64, half: usize) -> Self {
+        if !staged {
+            return Staging::default();
+        }
+        let message = usize::try_from(size).unwrap_or(half).min(half);
+        let grh = if params.connection == Connection::Ud {
+            sideway::GRH_LEN
+        } else {
+            0
+        };
+        Staging {
+            before_post: matches!(params.verb, Verb::Write | Verb::Send).then_some(message),
+            after_completion: match params.verb {
+                Verb::Read => Some(message),
+                Verb::Atomic => Some(8),
+                Verb::Write | Verb::Send => None,
+            },
+            after_receive: (params.verb == Verb::Send).then_some((message + grh).min(half)),
+        }
+    }
+}
+
 /// How long a receiver keeps draining after the sender said it is done.
 const DRAIN: Duration = Duration::from_millis(50);
 
 /// What the work requests of every QP point at: local buffers, the peer's QPs, and (UD) the
 /// address handles that reach them.
 pub(super) struct Targets<'a> {
-    pub(super) bufs: &'a [TestBuffer],
+    pub(super) bufs: &'a QpBuffers,
     pub(super) ahs: &'a [Arc<AddressHandle>],
     pub(super) remotes: &'a [QpEndpoint],
     pub(super) half: usize,
@@ -84,11 +123,10 @@ pub(super) fn wr_op<'a>(
         addr: raddr,
         qpn,
     } = remote_target(t.remotes, q, t.half)?;
-    let data = local_data(&t.bufs[q], t.half, t.inline, size, params.verb);
+    let buf = t.bufs.qp(q);
+    let data = local_data(buf, t.half, t.inline, size, params.verb);
     // half >= 64 bytes by construction: the first 8 always exist.
-    let sge8 = t.bufs[q]
-        .sge(0..8)
-        .expect("a buffer half holds at least 8 bytes");
+    let sge8 = buf.sge(0..8).expect("a buffer half holds at least 8 bytes");
     let ud = t.ahs.get(q).map(|ah| (&**ah, qpn));
     Ok(WrOpOwned(match params.verb {
         Verb::Write => WrOp::Write(rkey, raddr, data),
@@ -302,6 +340,8 @@ pub(crate) fn run_size(
     let ops = (0..n)
         .map(|q| wr_op(&targets, q, size, params))
         .collect::<Result<Vec<_>, _>>()?;
+    let staging = Staging::of(bufs.is_staged(), params, size, *half);
+    let half = *half;
     // Claimed for the whole loop: its polls then take no claim of their own.
     let mut send_poll = send_cq.claim()?;
     let mut recv_poll = recv_cq.claim()?;
@@ -360,6 +400,18 @@ pub(crate) fn run_size(
                         }
                         p.posted(batch);
                     }
+                    // Staged, a message's time starts with its copy from the GPU.
+                    let staged_at = match staging.before_post {
+                        Some(len) => {
+                            let t = now(base);
+                            let buf = bufs.qp(q);
+                            for _ in 0..batch {
+                                buf.stage_from_gpu(0..len)?;
+                            }
+                            Some(t)
+                        }
+                        None => None,
+                    };
                     let mut guard = qps[q].start_post_send();
                     for j in 0..batch {
                         let k = c.posted + j + 1;
@@ -375,7 +427,7 @@ pub(crate) fn run_size(
                             ops[q].push(&mut guard, q as u64, SendFlags::empty());
                         }
                     }
-                    let t = now(base);
+                    let t = staged_at.unwrap_or_else(|| now(base));
                     guard.post()?;
                     if !duration_mode {
                         for _ in 0..batch {
@@ -407,6 +459,17 @@ pub(crate) fn run_size(
                     }
                     let covered = wc.wr_id() >> 32;
                     counts[q].completed += covered;
+                    // Staged, a message is done once its copy to the GPU is.
+                    let t = match staging.after_completion {
+                        Some(len) => {
+                            let buf = bufs.qp(q);
+                            for _ in 0..covered {
+                                buf.stage_to_gpu(0..len)?;
+                            }
+                            now(base)
+                        }
+                        None => t,
+                    };
                     total_done += covered;
                     let entry = (total_done as usize - 1, t);
                     if duration_mode {
@@ -439,6 +502,13 @@ pub(crate) fn run_size(
                         )));
                     }
                     rx_per_qp[q] += 1;
+                    let t = match staging.after_receive {
+                        Some(len) => {
+                            bufs.qp(q).stage_to_gpu(half..half + len)?;
+                            now(base)
+                        }
+                        None => t,
+                    };
                     // With --use-srq, q is the buffer the receive pointed into, not the QP
                     // the message came on: the queue is counted as a whole.
                     let needed = match srq {
@@ -546,4 +616,71 @@ pub(crate) fn run_size(
         intervals = m.intervals;
     }
     Ok(Some((result, intervals)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Verb};
+    use clap::Parser;
+
+    fn params(args: &[&str]) -> TestParams {
+        let mut argv = vec!["stride-perf"];
+        argv.extend_from_slice(args);
+        let cli = Cli::try_parse_from(argv).unwrap();
+        let (verb, a) = cli.command.run_args().unwrap();
+        TestParams::resolve(verb, a).unwrap()
+    }
+
+    #[test]
+    fn staging_copies_each_message_where_it_is_sent_or_lands() {
+        let half = 4096;
+        let none = Staging::default();
+        assert_eq!(
+            Staging::of(false, &params(&["write", "bw"]), 1024, half),
+            none
+        );
+        assert_eq!(
+            Staging::of(true, &params(&["write", "bw"]), 1024, half),
+            Staging {
+                before_post: Some(1024),
+                ..none
+            }
+        );
+        assert_eq!(
+            Staging::of(true, &params(&["send", "bw"]), 1024, half),
+            Staging {
+                before_post: Some(1024),
+                after_receive: Some(1024),
+                ..none
+            }
+        );
+        // UD: the GRH lands in front of the message.
+        assert_eq!(
+            Staging::of(true, &params(&["send", "bw", "-c", "UD"]), 1024, half),
+            Staging {
+                before_post: Some(1024),
+                after_receive: Some(1024 + sideway::GRH_LEN),
+                ..none
+            }
+        );
+        assert_eq!(
+            Staging::of(true, &params(&["read", "bw"]), 65536, 65536),
+            Staging {
+                after_completion: Some(65536),
+                ..none
+            }
+        );
+        assert_eq!(
+            Staging::of(true, &params(&["atomic", "bw"]), 8, 64),
+            Staging {
+                after_completion: Some(8),
+                ..none
+            }
+        );
+        // Never past the half.
+        let p = params(&["send", "bw", "-c", "UD"]);
+        assert_eq!(p.verb, Verb::Send);
+        assert_eq!(Staging::of(true, &p, 100, 128).after_receive, Some(128));
+    }
 }

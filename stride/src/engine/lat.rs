@@ -4,7 +4,7 @@
 //!   until it holds the expected counter, then writes the next counter value into the last
 //!   byte of the peer's receive half with one signaled WRITE (inline when it fits). The
 //!   server writes first. The spin reads host memory, so this test refuses GPU buffers (the
-//!   parameter check says so).
+//!   parameter check says so) unless they are staged through host memory (`--staging`).
 //! - SEND: the same ping-pong with SEND/RECV; the client sends first.
 //! - READ and atomics: the client posts one operation, polls its completion, and repeats;
 //!   the server only serves them.
@@ -25,6 +25,7 @@ use super::bw::{wr_op, Targets};
 use super::setup::{local_data, remote_target, sleep_on, RemoteTarget, Resources};
 use super::watch::Watch;
 use super::{op_name, wc_failed, RunError};
+use crate::buffer::QpBuffers;
 use crate::cli::Verb;
 use crate::latency::LatencySummary;
 use crate::oob::OobChannel;
@@ -191,9 +192,10 @@ pub(crate) fn run_size(
     } = res;
     let half = *half;
     let inline = *inline;
-    let buf = bufs
-        .first_mut()
-        .ok_or_else(|| RunError::new("a latency test needs one QP"))?;
+    if bufs.qps() == 0 {
+        return Err(RunError::new("a latency test needs one QP"));
+    }
+    let staging = super::bw::Staging::of(bufs.is_staged(), params, size, half);
     let mut pp = PingPong {
         qp: &mut qps[0],
         send_cq: send_cq.claim()?,
@@ -220,16 +222,26 @@ pub(crate) fn run_size(
                 rkey, addr: raddr, ..
             } = remote_target(remotes, 0, half)?;
             let mut i = 0u64;
+            // --staging: the message comes from the GPU before each WRITE, and what landed
+            // goes to it once the counter says it is all there.
+            let landed = |bufs: &QpBuffers| match staging.before_post {
+                Some(len) => bufs.qp(0).stage_to_gpu(half..half + len),
+                None => Ok(()),
+            };
             while i < iterations {
                 let value = (i as u8).wrapping_add(1);
                 if is_client {
-                    let came = pp.wait(oob, |_| Ok(buf.peek(half + last) == Some(value)))?;
+                    let came = pp.wait(oob, |_| Ok(bufs.qp(0).peek(half + last) == Some(value)))?;
                     if matches!(came, Waited::PeerDone) || past_deadline() {
                         break;
                     }
+                    landed(bufs)?;
                 }
-                buf.write(last, &[value])?;
-                let data = local_data(buf, half, inline, size, Verb::Write);
+                if let Some(len) = staging.before_post {
+                    bufs.qp(0).stage_from_gpu(0..len)?;
+                }
+                bufs.qp_mut(0).poke(last, value)?;
+                let data = local_data(bufs.qp(0), half, inline, size, Verb::Write);
                 let mut guard = pp.qp.start_post_send();
                 guard
                     .wr(0, SendFlags::SIGNALED)
@@ -238,17 +250,18 @@ pub(crate) fn run_size(
                 guard.post()?;
                 pp.outstanding = true;
                 if !is_client {
-                    let came = pp.wait(oob, |_| Ok(buf.peek(half + last) == Some(value)))?;
+                    let came = pp.wait(oob, |_| Ok(bufs.qp(0).peek(half + last) == Some(value)))?;
                     if matches!(came, Waited::PeerDone) {
                         break;
                     }
+                    landed(bufs)?;
                 }
                 i += 1;
             }
         }
         Verb::Send => {
             let targets = Targets {
-                bufs: std::slice::from_ref(&*buf),
+                bufs,
                 ahs,
                 remotes,
                 half,
@@ -262,6 +275,12 @@ pub(crate) fn run_size(
                     if matches!(came, Waited::PeerDone) {
                         break;
                     }
+                    if let Some(len) = staging.after_receive {
+                        bufs.qp(0).stage_to_gpu(half..half + len)?;
+                    }
+                }
+                if let Some(len) = staging.before_post {
+                    bufs.qp(0).stage_from_gpu(0..len)?;
                 }
                 let mut guard = pp.qp.start_post_send();
                 op.push(&mut guard, 0, SendFlags::SIGNALED);
@@ -273,6 +292,9 @@ pub(crate) fn run_size(
                     if matches!(came, Waited::PeerDone) || past_deadline() {
                         break;
                     }
+                    if let Some(len) = staging.after_receive {
+                        bufs.qp(0).stage_to_gpu(half..half + len)?;
+                    }
                 }
                 i += 1;
             }
@@ -282,7 +304,7 @@ pub(crate) fn run_size(
                 return Ok(None);
             }
             let targets = Targets {
-                bufs: std::slice::from_ref(&*buf),
+                bufs,
                 ahs,
                 remotes,
                 half,
@@ -297,6 +319,9 @@ pub(crate) fn run_size(
                 guard.post()?;
                 pp.outstanding = true;
                 pp.wait(oob, |_| Ok(true))?;
+                if let Some(len) = staging.after_completion {
+                    bufs.qp(0).stage_to_gpu(0..len)?;
+                }
                 i += 1;
             }
         }

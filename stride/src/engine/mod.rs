@@ -318,6 +318,10 @@ fn print_banner(
     println!(" Posting         : {}", res.api.posting());
     println!(" Polling         : {}", res.api.polling());
     println!(" Buffers         : {}", memory.description());
+    println!(
+        " Memory regions  : {}",
+        res.bufs.layout().describe(res.bufs.qps())
+    );
     println!(" Clock           : {}", clock.description());
     println!(" Link type       : {}", dev.link_type());
     if params.bidirectional {
@@ -539,6 +543,10 @@ fn run_connected(
         if params.data_validation {
             validate::prepare(&mut res, data_roles, is_client, size)?;
         }
+        let one_sided = params.verb != Verb::Send;
+        if one_sided && res.bufs.is_staged() {
+            res.stage_targets_from_gpu()?;
+        }
         watch.barrier(oob, &format!("start {size}"), measure_timeout)?;
         let cpu_before = params.cpu_util.then(crate::cpu::CpuTimes::now).flatten();
         let result = match params.test {
@@ -584,6 +592,9 @@ fn run_connected(
             .map(SizeResult::Latency),
         };
         watch.barrier(oob, &format!("done {size}"), measure_timeout)?;
+        if one_sided && res.bufs.is_staged() {
+            res.stage_targets_to_gpu()?;
+        }
         if params.data_validation {
             validated += validate::check(&res, data_roles, is_client, size)?;
         }
@@ -641,6 +652,7 @@ fn run_connected(
         device: dev.name().to_owned(),
         gid_index: dev.gid.map_or(0, |g| g.index),
         buffer: Some(memory.description()),
+        memory_regions: Some(res.bufs.layout().describe(res.bufs.qps())),
         clock: Some(clock_note),
         posting: Some(res.api.posting()),
         polling: Some(res.api.polling()),

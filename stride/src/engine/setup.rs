@@ -1,8 +1,9 @@
 //! One side's verbs resources: the device and its port, the GID, the protection domain, the
-//! completion queues, and per QP a queue pair and a registered test buffer (in the memory the
-//! run chose: host, huge pages or GPU); and connecting them to the peer's.
+//! completion queues, per QP a queue pair, and the QPs' registered test buffers (in the memory
+//! the run chose: host, huge pages or GPU; one region for all QPs, each in its own slice, or
+//! one per QP with `--mr-per-qp`); and connecting them to the peer's.
 //!
-//! Each QP's buffer holds two halves of `half` bytes: the first is what this side sends,
+//! Each QP's slice holds two halves of `half` bytes: the first is what this side sends,
 //! writes from, or reads and fetches into; the second is what the peer's operations target
 //! (its RDMA WRITEs land there, its READs read from there, its SENDs are received there).
 
@@ -21,7 +22,7 @@ use sideway::{
 use sideway::memory_region::Sge;
 
 use super::RunError;
-use crate::buffer::{Memory, TestBuffer};
+use crate::buffer::{region_len, Memory, QpBuffer, QpBuffers};
 use crate::cli::{AtomicType, Connection, RunArgs, Verb};
 use crate::gid_select::{best_gid, GidCandidate};
 use crate::oob::QpEndpoint;
@@ -67,11 +68,25 @@ impl DeviceSide {
                 )));
             }
         }
-        let buffer = 2 * half_for(largest + GRH_LEN as u64) as u64;
-        if buffer > dev_attr.max_mr_size() {
+        let slice = 2 * half_for(largest + GRH_LEN as u64);
+        let qps = usize::try_from(params.qps).unwrap_or(usize::MAX);
+        let region = region_len(params.mr_layout(), qps, slice).map_or(u64::MAX, |l| l as u64);
+        if region > dev_attr.max_mr_size() {
+            let what = if region == slice as u64 {
+                format!("a {largest}-byte message needs a {region}-byte buffer")
+            } else {
+                format!(
+                    "{qps} QPs of {slice} bytes (for {largest}-byte messages) need a \
+                     {region}-byte memory region"
+                )
+            };
+            let fix = if region == slice as u64 {
+                "use a smaller -s"
+            } else {
+                "use --mr-per-qp (one region per QP), fewer QPs or a smaller -s"
+            };
             return Err(RunError::new(format!(
-                "a {largest}-byte message needs a {buffer}-byte buffer, more than {} registers \
-                 ({} bytes, its max_mr_size): use a smaller -s",
+                "{what}, more than {} registers ({} bytes, its max_mr_size): {fix}",
                 ctx.name(),
                 dev_attr.max_mr_size()
             )));
@@ -293,7 +308,8 @@ pub(crate) struct Resources {
     pub(crate) send_cq: Arc<CompletionQueue>,
     pub(crate) recv_cq: Arc<CompletionQueue>,
     pub(crate) qps: Vec<QueuePair>,
-    pub(crate) bufs: Vec<TestBuffer>,
+    /// Each QP's slice of registered memory.
+    pub(crate) bufs: QpBuffers,
     pub(crate) psns: Vec<u32>,
     /// The peer's QPs, once exchanged.
     pub(crate) remotes: Vec<QpEndpoint>,
@@ -421,7 +437,6 @@ impl Resources {
             None
         };
         let mut qps = Vec::new();
-        let mut bufs = Vec::new();
         let mut psns = Vec::new();
         // The parameter check refused -I with GPU buffers; this keeps the default at 0 too.
         let inline_size = if memory.is_host() {
@@ -465,9 +480,10 @@ impl Resources {
             // The provider may round the inline size; never ask more than every QP gives.
             inline = inline.min(qp.cap().max_inline_data);
             qps.push(qp);
-            bufs.push(memory.allocate(&pd, 2 * half, access)?);
             psns.push(random_psn(i));
         }
+        let bufs =
+            QpBuffers::allocate(memory, &pd, params.mr_layout(), qps.len(), 2 * half, access)?;
         Ok(Resources {
             events,
             _pd: pd,
@@ -490,9 +506,10 @@ impl Resources {
         let gid = dev.gid.map_or([0; 16], |g| *g.gid.as_bytes());
         self.qps
             .iter()
-            .zip(&self.bufs)
+            .enumerate()
             .zip(&self.psns)
-            .map(|((qp, buf), &psn)| QpEndpoint {
+            .map(|((q, qp), &psn)| (qp, self.bufs.qp(q), psn))
+            .map(|(qp, buf, psn)| QpEndpoint {
                 lid: dev.port_attr.lid(),
                 qpn: qp.qp_num(),
                 psn,
@@ -592,7 +609,7 @@ impl Resources {
         }
     }
 
-    /// The length of each QP's buffer, the same on both sides: two halves.
+    /// The length of each QP's slice of registered memory, the same on both sides: two halves.
     pub(crate) fn buffer_len(&self) -> u64 {
         u64::try_from(self.half).map_or(u64::MAX, |h| h.saturating_mul(2))
     }
@@ -600,7 +617,8 @@ impl Resources {
     /// The receive entry of QP `q`: its buffer's second half.
     pub(crate) fn recv_sge(&self, q: usize) -> Sge {
         // The buffer is 2 * half bytes by construction.
-        self.bufs[q]
+        self.bufs
+            .qp(q)
             .sge(self.half..2 * self.half)
             .expect("the buffer holds two halves")
     }
@@ -624,6 +642,26 @@ impl Resources {
         Ok(())
     }
 
+    /// `--staging`, before a size's run: copies every QP's second half (what the peer's READs
+    /// and atomics read) from the GPU to the host memory the NIC serves them from. A
+    /// one-sided operation gives its target no event to copy at, so its target is staged
+    /// once per size, outside the measured time.
+    pub(crate) fn stage_targets_from_gpu(&self) -> Result<(), RunError> {
+        for q in 0..self.bufs.qps() {
+            self.bufs.qp(q).stage_from_gpu(self.half..2 * self.half)?;
+        }
+        Ok(())
+    }
+
+    /// `--staging`, after a size's run: copies every QP's second half (where the peer's
+    /// WRITEs and atomics landed) from host memory to the GPU.
+    pub(crate) fn stage_targets_to_gpu(&self) -> Result<(), RunError> {
+        for q in 0..self.bufs.qps() {
+            self.bufs.qp(q).stage_to_gpu(self.half..2 * self.half)?;
+        }
+        Ok(())
+    }
+
     /// Fills every QP's receive queue (send tests).
     pub(crate) fn fill_receive_queues(&mut self, params: &TestParams) -> Result<(), RunError> {
         if params.verb != Verb::Send {
@@ -641,8 +679,8 @@ impl Resources {
     /// when nothing is in flight.
     pub(crate) fn reset_after_latency(&mut self) -> Result<(), RunError> {
         let half = self.half;
-        for buf in &mut self.bufs {
-            buf.fill(half..2 * half, 0)?;
+        for q in 0..self.bufs.qps() {
+            self.bufs.qp_mut(q).fill(half..2 * half, 0)?;
         }
         let mut wcs = [sideway::WorkCompletion::default(); 16];
         loop {
@@ -661,13 +699,13 @@ impl Resources {
 
 /// The local data of a work request for `size`-byte messages from `buf`: inline bytes when
 /// the message fits the inline size (SEND and WRITE only), else an entry of the first half.
-pub(crate) fn local_data(
-    buf: &TestBuffer,
+pub(crate) fn local_data<'a>(
+    buf: QpBuffer<'a>,
     half: usize,
     inline: u32,
     size: u64,
     verb: Verb,
-) -> SendData<'_> {
+) -> SendData<'a> {
     let size = usize::try_from(size).unwrap_or(half).min(half);
     let inline_ok = matches!(verb, Verb::Send | Verb::Write) && size <= inline as usize;
     match buf.inline(0..size) {

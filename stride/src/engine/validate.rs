@@ -168,7 +168,8 @@ pub(super) fn prepare(
         .ok()
         .and_then(|v| v.trim().parse::<usize>().ok());
     let landing = half + roles.landing_offset;
-    for (q, buf) in res.bufs.iter_mut().enumerate() {
+    for q in 0..res.bufs.qps() {
+        let mut buf = res.bufs.qp_mut(q);
         if roles.atomic_target {
             let mut start = atomic_start(tag(is_client), q, size).to_ne_bytes();
             if let Some(b) = flip.map(|i| i % 8).and_then(|i| start.get_mut(i)) {
@@ -226,7 +227,8 @@ pub(super) fn check(
     let data = size.saturating_sub(roles.trailer);
     let n = usize::try_from(data).unwrap_or(usize::MAX);
     let mut checked = 0;
-    for (q, buf) in res.bufs.iter().enumerate() {
+    for q in 0..res.bufs.qps() {
+        let buf = res.bufs.qp(q);
         if roles.atomic_target || roles.atomics {
             checked += check_atomic(buf, roles, is_client, q, size, half)?;
             continue;
@@ -264,7 +266,7 @@ pub(crate) fn atomic_outcome(start: u64, ops: u64, fetch_add: bool) -> (u64, u64
 /// Checks QP `q`'s atomic target (the target side) or last fetched value (the side that
 /// posted them). Returns the bytes checked.
 fn check_atomic(
-    buf: &crate::buffer::TestBuffer,
+    buf: crate::buffer::QpBuffer<'_>,
     roles: DataRoles,
     is_client: bool,
     q: usize,

@@ -15,11 +15,16 @@
  * Knobs, read from the environment at cuInit:
  *   FAKE_CUDA_GPUS    how many GPUs (default 1; 0 makes cuInit return CUDA_ERROR_NO_DEVICE)
  *   FAKE_CUDA_DMABUF  the value of CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED (default 1)
+ *   FAKE_CUDA_COPY_LOG  a file to which the process appends, when it exits, one line counting
+ *                     the copies it made: "fake-libcuda copies: pid P dtoh_calls N dtoh_bytes N
+ *                     htod_calls N htod_bytes N" (how a test of a whole program sees that
+ *                     stride-perf --staging copies around each transfer)
  * Built with -DFAKE_CUDA_NO_DMABUF_EXPORT it lacks cuMemGetHandleForAddressRange, like a driver
  * older than CUDA 11.7.
  *
  * For the tests' own checks it also exports fake_cuda_live_allocations(),
- * fake_cuda_context_refs() and fake_cuda_sync_memops(ptr).
+ * fake_cuda_context_refs(), fake_cuda_sync_memops(ptr) and fake_cuda_copies(which) (the
+ * successful cuMemcpyDtoH calls and bytes, then cuMemcpyHtoD's: which 0 to 3).
  *
  * Build: cc -shared -fPIC -o libcuda.so.1 fake_libcuda.c
  */
@@ -72,6 +77,8 @@ static int context_refs[FAKE_MAX_GPUS];
 static char contexts[FAKE_MAX_GPUS];
 static struct fake_allocation allocations[FAKE_MAX_ALLOCATIONS];
 static __thread CUcontext current;
+/* Successful copies: DtoH calls, DtoH bytes, HtoD calls, HtoD bytes. */
+static unsigned long long copies[4];
 
 static int env_int(const char *name, int fallback)
 {
@@ -298,6 +305,10 @@ CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t len)
 	if (!inside || !src)
 		return FAKE_ERROR_INVALID_VALUE;
 	memcpy((void *)(uintptr_t)dst, src, len);
+	pthread_mutex_lock(&lock);
+	copies[2]++;
+	copies[3] += len;
+	pthread_mutex_unlock(&lock);
 	return FAKE_SUCCESS;
 }
 
@@ -312,6 +323,10 @@ CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t len)
 	if (!inside || !dst)
 		return FAKE_ERROR_INVALID_VALUE;
 	memcpy(dst, (const void *)(uintptr_t)src, len);
+	pthread_mutex_lock(&lock);
+	copies[0]++;
+	copies[1] += len;
+	pthread_mutex_unlock(&lock);
 	return FAKE_SUCCESS;
 }
 
@@ -452,4 +467,33 @@ int fake_cuda_sync_memops(CUdeviceptr ptr)
 	int value = a ? a->sync_memops : -1;
 	pthread_mutex_unlock(&lock);
 	return value;
+}
+
+/* The successful copies so far: 0 DtoH calls, 1 DtoH bytes, 2 HtoD calls, 3 HtoD bytes. */
+unsigned long long fake_cuda_copies(int which)
+{
+	if (which < 0 || which > 3)
+		return 0;
+	pthread_mutex_lock(&lock);
+	unsigned long long value = copies[which];
+	pthread_mutex_unlock(&lock);
+	return value;
+}
+
+/* At exit (exit() runs the destructors of loaded libraries): FAKE_CUDA_COPY_LOG's line. */
+__attribute__((destructor)) static void log_copies(void)
+{
+	const char *path = getenv("FAKE_CUDA_COPY_LOG");
+	if (!path || !*path)
+		return;
+	FILE *f = fopen(path, "a");
+	if (!f)
+		return;
+	pthread_mutex_lock(&lock);
+	fprintf(f,
+		"fake-libcuda copies: pid %d dtoh_calls %llu dtoh_bytes %llu htod_calls %llu "
+		"htod_bytes %llu\n",
+		(int)getpid(), copies[0], copies[1], copies[2], copies[3]);
+	pthread_mutex_unlock(&lock);
+	fclose(f);
 }

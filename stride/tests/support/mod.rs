@@ -115,7 +115,12 @@ pub(crate) fn fake_libcuda(variant: Fake) -> PathBuf {
 const CHILD: &str = "STRIDE_TEST_CHILD";
 
 /// The driver variables a child starts without, unless `envs` sets them.
-const DRIVER_VARS: &[&str] = &["STRIDE_LIBCUDA", "FAKE_CUDA_GPUS", "FAKE_CUDA_DMABUF"];
+const DRIVER_VARS: &[&str] = &[
+    "STRIDE_LIBCUDA",
+    "FAKE_CUDA_GPUS",
+    "FAKE_CUDA_DMABUF",
+    "FAKE_CUDA_COPY_LOG",
+];
 
 /// Runs `body` in a fresh process of this test binary with `envs` set (and the driver
 /// variables cleared otherwise). `test` must be the test function's name. In the child,
@@ -198,6 +203,17 @@ impl FakeCounters {
     /// Primary context retains not yet released, over all GPUs.
     pub(crate) fn context_refs(&self) -> i32 {
         self.call("fake_cuda_context_refs", None)
+    }
+
+    /// The successful copies so far: `[DtoH calls, DtoH bytes, HtoD calls, HtoD bytes]`.
+    pub(crate) fn copies(&self) -> [u64; 4] {
+        let c_name = CString::new("fake_cuda_copies").expect("a name");
+        // SAFETY: handle is open; c_name is NUL-terminated.
+        let p = unsafe { libc::dlsym(self.handle, c_name.as_ptr()) };
+        assert!(!p.is_null(), "the test double has no fake_cuda_copies");
+        // SAFETY: the double defines `unsigned long long fake_cuda_copies(int)`.
+        let f = unsafe { std::mem::transmute::<*mut libc::c_void, extern "C" fn(c_int) -> u64>(p) };
+        [f(0), f(1), f(2), f(3)]
     }
 
     /// 1 when the allocation holding `ptr` is marked SYNC_MEMOPS, 0 when not, -1 when none.
