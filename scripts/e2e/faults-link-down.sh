@@ -26,7 +26,7 @@ trap 'scripts/link up >/dev/null 2>&1; scripts/link clear >/dev/null 2>&1; rm -r
 
 # start_pair ARGS...: a stride-perf server on the peer host and a client here, in the
 # background (SERVER_PID, CLIENT_PID; logs $work/server, $work/client), once the client has
-# printed its table header.
+# printed its first interval (or its table header).
 start_pair() {
     stride_port=$((stride_port + 1))
     "${SERVER_ON[@]}" "$bin" "$@" -d "$SERVER_DEVICE" -p "$stride_port" >"$work/server" 2>&1 &
@@ -35,7 +35,8 @@ start_pair() {
     "$bin" "$@" -d "$dev" -p "$stride_port" "$SERVER_ADDR" >"$work/client" 2>&1 &
     CLIENT_PID=$!
     local deadline=$((SECONDS + 90))
-    until grep -q '#bytes' "$work/client" 2>/dev/null; do
+    # A timed run prints an interval line every second, and its table header at the end.
+    until grep -qE '#bytes| interval +[0-9]' "$work/client" 2>/dev/null; do
         [ "$SECONDS" -lt "$deadline" ] || { fail "the run did not start within 90 s"; return 1; }
         sleep 0.2
     done

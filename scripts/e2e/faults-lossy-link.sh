@@ -71,8 +71,19 @@ under() {
     fi
 
     # rdma-core's ibv_rc_pingpong -c (server) checks the pages our rc_pingpong -c stamps.
+    # Not under faults that drop packets: the ping-pong protocol has no closing handshake,
+    # so when the link drops the ACK of the last message, its sender resends to a peer
+    # that has already exited and the run fails, whatever the stack (on rxe it waits with
+    # no completion). The stride and perftest runs above, which end with a handshake over
+    # TCP, cover those faults with their data checked.
     stride_port=$((stride_port + 1))
     local t_pp=-
+    case $fault in
+    loss* | corrupt*)
+        t_pp=n/a
+        echo "skipped: $fault: rc_pingpong against ibv_rc_pingpong (no closing handshake: a dropped last ACK fails it in any stack)"
+        ;;
+    *)
     if timed run_pair "wait_tcp_listen $stride_port 30" \
         ibv_rc_pingpong -d "$SERVER_DEVICE" -g "$SERVER_GID_INDEX" -s 4096 -n 200 -c \
         -p "$stride_port" -- \
@@ -83,6 +94,8 @@ under() {
     else
         fail "$fault: rc_pingpong with ibv_rc_pingpong failed"
     fi
+        ;;
+    esac
 
     snap after
     local dropped resent
@@ -97,8 +110,10 @@ under() {
     esac
     verdict=ok
     [ "$failures" -eq "$before_failures" ] || verdict=FAILED
+    local pp_cell="${t_pp}s"
+    [ "$t_pp" = n/a ] && pp_cell=n/a
     rows_out+=("$(printf '%-22s %8s %10s %12s %9s %9s  %s' "$fault" "${t_stride}s" \
-        "${t_perftest}s" "${t_pp}s" "$dropped" "$resent" "$verdict")")
+        "${t_perftest}s" "$pp_cell" "$dropped" "$resent" "$verdict")")
     scripts/link clear >/dev/null
 }
 

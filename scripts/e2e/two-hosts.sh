@@ -2,9 +2,8 @@
 # The two-host rig itself (`scripts/softroce run --hosts 2`): the hosts are separate network
 # namespaces with their own devices; rdma-core's ibv_rc_pingpong between them really crosses
 # the link (both rxe devices' packet counters and the veth ends' counters grow, by at least the
-# messages sent); each fault scripts/link injects reaches that traffic (netem drops packets and
-# rxe's recovery counters show it, a delay shows in the latency) and the ping-pong survives
-# it; and with the link down a ping-pong fails, in bounded time, and works again once it is up.
+# messages sent); each fault scripts/link injects reaches that traffic (a delay shows in the
+# latency) and the ping-pong survives it (loss: see faults-lossy-link.sh); and with the link down a ping-pong fails, in bounded time, and works again once it is up.
 # e2e-hosts: 2
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -35,17 +34,6 @@ grew() {
     awk -v c="$3" 'FNR == NR { if ($1 == c) b = $2; next } $1 == c { print $2 - b; f = 1 }
         END { if (!f) print "missing" }' "$work/$1" "$work/$2"
 }
-# sum_grew BEFORE AFTER COUNTER...: the growth of all COUNTERs together.
-sum_grew() {
-    local b=$1 a=$2 c total=0 d
-    shift 2
-    for c in "$@"; do
-        d=$(grew "$b" "$a" "$c")
-        [ "$d" = missing ] || total=$((total + d))
-    done
-    echo "$total"
-}
-
 port=18900
 # pingpong N [ARGS...]: ibv_rc_pingpong, N iterations, server on host B, client here. Leaves
 # the logs in PAIR_DIR.
@@ -125,23 +113,10 @@ else
     fail "ibv_rc_pingpong with the client on $RDMA_TEST_PEER_NETNS"
 fi
 
-echo "5% loss both ways: the ping-pong completes, rxe recovers what netem drops"
-scripts/link fault loss 5% || fail "scripts/link fault loss 5%"
-snap before
-if pingpong 100; then
-    snap after
-    dropped=$(sum_grew before after "$RDMA_TEST_NETDEV.netem_dropped" "$RDMA_TEST_PEER_NETDEV.netem_dropped")
-    recovered=$(sum_grew before after "$A.rcvd_seq_err" "$B.rcvd_seq_err" \
-        "$A.duplicate_request" "$B.duplicate_request" "$A.out_of_seq_request" "$B.out_of_seq_request")
-    if [ "$dropped" -gt 0 ] && [ "$recovered" -gt 0 ]; then
-        ok "netem dropped $dropped packets; rxe saw $recovered sequence errors or duplicates"
-    else
-        fail "netem dropped $dropped packets, rxe counted $recovered sequence errors or" \
-            "duplicates; wanted both above 0"
-    fi
-else
-    fail "ibv_rc_pingpong under 5% loss"
-fi
+# No ping-pong under loss here: its protocol has no closing handshake, so a dropped ACK of
+# the last message fails it whatever the stack (its sender resends to a peer that has
+# exited). faults-lossy-link.sh shows rxe recovering what netem drops, with stride-perf and
+# ib_write_bw, which end with a handshake, and their data checked byte for byte.
 
 echo "5 ms delay each way: every round trip takes at least 10 ms"
 scripts/link fault delay 5ms || fail "scripts/link fault delay 5ms"
