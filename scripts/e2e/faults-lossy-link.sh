@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # RC traffic across a link that loses, delays, reorders, duplicates and corrupts packets
 # (netem on both ends, scripts/link): for each fault, stride-perf's write bw with
-# --data-validation, perftest's ib_write_bw and rdma-core's ibv_rc_pingpong -c against our
-# rc_pingpong -c complete, their data arrives byte for byte, and the link's counters show the
+# --data-validation, perftest's ib_write_bw and (under faults that drop nothing: see below)
+# rdma-core's ibv_rc_pingpong -c against our rc_pingpong -c complete, their data arrives byte for byte, and the link's counters show the
 # fault at work (netem's drops, rxe's recovery). Each program runs under a time limit; the
 # table at the end gives, per fault, each program's time and what the counters saw.
 # e2e-hosts: 2
