@@ -17,11 +17,17 @@ fn alloc_passes_its_arguments_and_copies_round_trip_inside_the_bounds() {
     let np = NullProvider::new();
     let dm_ops = NullDm::enable(&np);
     let ctx = np.sideway_context();
-    let mut dm = ctx.alloc_dm(4096, 6).expect("the test provider has device memory");
+    let mut dm = ctx
+        .alloc_dm(4096, 6)
+        .expect("the test provider has device memory");
     let c = dm_ops.counters();
     assert_eq!(c.alloc_dm_calls, 1);
     assert_eq!(
-        (c.last_alloc_length, c.last_log_align_req, c.last_alloc_comp_mask),
+        (
+            c.last_alloc_length,
+            c.last_log_align_req,
+            c.last_alloc_comp_mask
+        ),
         (4096, 6, 0)
     );
     assert_eq!(dm.len(), 4096);
@@ -30,7 +36,10 @@ fn alloc_passes_its_arguments_and_copies_round_trip_inside_the_bounds() {
 
     dm.copy_to(100, b"device memory").unwrap();
     let c = dm_ops.counters();
-    assert_eq!((c.copy_to_calls, c.last_copy_offset, c.last_copy_length), (1, 100, 13));
+    assert_eq!(
+        (c.copy_to_calls, c.last_copy_offset, c.last_copy_length),
+        (1, 100, 13)
+    );
     let mut back = [0u8; 13];
     dm.copy_from(100, &mut back).unwrap();
     assert_eq!(&back, b"device memory");
@@ -47,8 +56,14 @@ fn alloc_passes_its_arguments_and_copies_round_trip_inside_the_bounds() {
             matches!(e, DeviceMemoryError::OutOfRange { dm_len: 4096, .. }),
             "{e}"
         );
-        let e = dm.copy_from(offset, &mut vec![0; len]).expect_err("out of range");
-        assert!(e.to_string().contains("outside the 4096-byte device memory"), "{e}");
+        let e = dm
+            .copy_from(offset, &mut vec![0; len])
+            .expect_err("out of range");
+        assert!(
+            e.to_string()
+                .contains("outside the 4096-byte device memory"),
+            "{e}"
+        );
     }
     let after = dm_ops.counters();
     assert_eq!(
@@ -71,7 +86,10 @@ fn alloc_passes_its_arguments_and_copies_round_trip_inside_the_bounds() {
         }
         other => panic!("unexpected error {other}"),
     }
-    match dm.copy_from(8, &mut [0; 2]).expect_err("the provider refuses") {
+    match dm
+        .copy_from(8, &mut [0; 2])
+        .expect_err("the provider refuses")
+    {
         DeviceMemoryError::Copy { call, .. } => assert_eq!(call, "ibv_memcpy_from_dm"),
         other => panic!("unexpected error {other}"),
     }
@@ -91,7 +109,12 @@ fn a_region_over_device_memory_is_zero_based_and_keeps_the_memory_until_it_goes(
     let pd = np.sideway_pd(&ctx);
     let dm = ctx.alloc_dm(8192, 0).unwrap();
     let mr = pd
-        .reg_dm_mr(&dm, 1024, 2048, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
+        .reg_dm_mr(
+            &dm,
+            1024,
+            2048,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+        )
         .expect("the test provider registers device memory");
     let c = dm_ops.counters();
     assert_eq!(c.reg_dm_mr_calls, 1);
@@ -106,7 +129,10 @@ fn a_region_over_device_memory_is_zero_based_and_keeps_the_memory_until_it_goes(
     assert_eq!(mr.len(), 2048);
     assert_eq!(mr.lkey(), DM_LKEY_BASE);
     let sge = mr.sge(16..80).expect("inside the region");
-    assert_eq!((sge.addr(), sge.length(), sge.lkey()), (16, 64, DM_LKEY_BASE));
+    assert_eq!(
+        (sge.addr(), sge.length(), sge.lkey()),
+        (16, 64, DM_LKEY_BASE)
+    );
     assert!(mr.sge(0..2049).is_none());
     assert!(!mr.is_imported());
     assert!(Arc::ptr_eq(mr.pd(), &pd));
@@ -135,7 +161,12 @@ fn registrations_outside_the_memory_on_demand_or_on_another_context_are_refused_
         assert!(matches!(e, DeviceMemoryError::OutOfRange { .. }), "{e}");
     }
     let e = pd
-        .reg_dm_mr(&dm, 0, 64, AccessFlags::LOCAL_WRITE | AccessFlags::ON_DEMAND)
+        .reg_dm_mr(
+            &dm,
+            0,
+            64,
+            AccessFlags::LOCAL_WRITE | AccessFlags::ON_DEMAND,
+        )
         .expect_err("device memory cannot be on demand");
     assert!(matches!(e, DeviceMemoryError::OnDemand { .. }), "{e}");
     assert!(e.to_string().contains("cannot be on demand"), "{e}");
@@ -153,7 +184,10 @@ fn registrations_outside_the_memory_on_demand_or_on_another_context_are_refused_
     let dm_small = ctx.alloc_dm(64, 0).unwrap();
     let mut regions = Vec::new();
     for _ in 0..4 {
-        regions.push(pd.reg_dm_mr(&dm_small, 0, 64, AccessFlags::empty()).unwrap());
+        regions.push(
+            pd.reg_dm_mr(&dm_small, 0, 64, AccessFlags::empty())
+                .unwrap(),
+        );
     }
     match pd.reg_dm_mr(&dm_small, 0, 32, AccessFlags::LOCAL_WRITE) {
         Err(DeviceMemoryError::Register {
@@ -187,7 +221,9 @@ fn allocation_failures_are_typed_and_a_provider_without_device_memory_says_so() 
     assert!(text.contains("ibv_alloc_dm of 4096 bytes"), "{text}");
 
     let dm_ops = NullDm::enable(&np);
-    let e = ctx.alloc_dm(DM_MAX + 1, 0).expect_err("more than the device has");
+    let e = ctx
+        .alloc_dm(DM_MAX + 1, 0)
+        .expect_err("more than the device has");
     match &e {
         DeviceMemoryError::Alloc { len, source, .. } => {
             assert_eq!(*len, DM_MAX + 1);

@@ -21,12 +21,12 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use sideway::completion_queue::{WcOpcode, WcStatus};
 use sideway::device::Mtu;
-use sideway::queue_pair::AddressVector;
 use sideway::memory_region::Sge;
+use sideway::queue_pair::AddressVector;
 use sideway::{
     AccessFlags, AddressHandle, ClaimedCq, CompletionChannel, CompletionQueue, ConnectOptions,
-    DeviceContext, DeviceMemory, Endpoint, MemoryRegion, EventError, Gid, QpType, QueuePair, RegisteredBuffer, SendFlags,
-    SharedReceiveQueue, WorkCompletion, GRH_LEN,
+    DeviceContext, DeviceMemory, Endpoint, EventError, Gid, MemoryRegion, QpType, QueuePair,
+    RegisteredBuffer, SendFlags, SharedReceiveQueue, WorkCompletion, GRH_LEN,
 };
 
 use crate::cli::CliError;
@@ -513,8 +513,7 @@ pub fn run_connected(args: &PingpongArgs, qp_type: QpType) -> Result<(), CliErro
         // The client's message goes out of device memory: what buf holds (rdma-core's fill
         // and -c's stamps) is copied there first. The server's is whatever the peer sends.
         let bytes = side.buf.to_vec(0..side.buf.len()).map_err(CliError::run)?;
-        d.dm
-            .copy_to(0, &bytes)
+        d.dm.copy_to(0, &bytes)
             .map_err(|e| CliError::run(format!("Copy to dm buffer failed: {e}")))?;
     }
     let start = Instant::now();

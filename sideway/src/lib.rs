@@ -207,6 +207,7 @@ pub use completion_queue::{
     Poller, WcFlags, WcFlagsEx, WcOpcode, WcStatus, WorkCompletion, WorkCompletionError,
 };
 pub use device::{open_device, Device, DeviceContext, DeviceError, DeviceList};
+pub use device_memory::{DeviceMemory, DeviceMemoryError};
 pub use gid::{Gid, ParseGidError};
 pub use memory_region::{
     leaked_memory, AccessFlags, BufferAccess, BufferError, DeviceReadOnly, DeviceWritable,
@@ -222,6 +223,7 @@ pub use queue_pair::{
     PostSendChain, PostSendGuard, QpAttrMask, QpState, QpType, QueuePair, QueuePairAttribute,
     QueuePairBuilder, QueuePairError, SendData, SendFlags,
 };
+pub use queue_pair::{DataInOrderCaps, DataInOrderFlags, DataInOrderOp, Ece, EceError};
 /// The raw bindings, for calls this crate does not wrap.
 pub use rdma_mummy_sys as sys;
 pub use receive_batch::{ReceiveQueue, RecvBatch, RecvChain};
@@ -230,7 +232,5 @@ pub use shared_receive_queue::{
     SharedReceiveQueue, SharedReceiveQueueBuilder, SharedReceiveQueueError, SrqPostRecvChain,
     SrqPostRecvGuard,
 };
-pub use thread_domain::{DomainError, ThreadDomain};
-pub use device_memory::{DeviceMemory, DeviceMemoryError};
-pub use queue_pair::{DataInOrderCaps, DataInOrderFlags, DataInOrderOp, Ece, EceError};
 pub use sharing::ImportError;
+pub use thread_domain::{DomainError, ThreadDomain};

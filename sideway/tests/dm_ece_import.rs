@@ -51,14 +51,19 @@ fn device_memory_works_or_is_refused_as_not_supported() {
         }
     };
     assert!(!is_rxe(&ctx), "rxe allocated device memory");
-    assert!(max >= 4096, "max_dm_size {max} but 4096 bytes were allocated");
+    assert!(
+        max >= 4096,
+        "max_dm_size {max} but 4096 bytes were allocated"
+    );
     dm.copy_to(0, b"from the device's own memory").unwrap();
     let mut back = [0u8; 28];
     dm.copy_from(0, &mut back).unwrap();
     assert_eq!(&back, b"from the device's own memory");
 
     // A SEND from device memory into host memory, over a loopback RC pair.
-    let mr = pd.reg_dm_mr(&dm, 0, 4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let mr = pd
+        .reg_dm_mr(&dm, 0, 4096, AccessFlags::LOCAL_WRITE)
+        .unwrap();
     assert_eq!(mr.addr(), 0);
     let mut a = rc_qp(&ctx, &pd);
     let mut b = rc_qp(&ctx, &pd);
@@ -76,10 +81,16 @@ fn device_memory_works_or_is_refused_as_not_supported() {
     {
         wc.ok().unwrap();
     }
-    assert_eq!(&rbuf.to_vec(0..28).unwrap()[..], b"from the device's own memory");
+    assert_eq!(
+        &rbuf.to_vec(0..28).unwrap()[..],
+        b"from the device's own memory"
+    );
     drop(dm);
     drop(mr); // frees the device memory
-    println!("{}: device memory round trip and SEND from it passed", ctx.name());
+    println!(
+        "{}: device memory round trip and SEND from it passed",
+        ctx.name()
+    );
 }
 
 #[test]
@@ -98,7 +109,10 @@ fn ece_works_or_is_refused_as_not_supported() {
         Err(e) => {
             assert!(e.is_not_supported(), "ibv_query_ece failed otherwise: {e}");
             assert_eq!((e.call, e.qp_num), ("ibv_query_ece", qp.qp_num()));
-            assert!(e.to_string().contains("not supported by this device"), "{e}");
+            assert!(
+                e.to_string().contains("not supported by this device"),
+                "{e}"
+            );
             let e = qp
                 .set_ece(Ece::default())
                 .expect_err("a device without ECE accepted ibv_set_ece");
@@ -111,8 +125,7 @@ fn ece_works_or_is_refused_as_not_supported() {
 
 #[test]
 fn importing_works_or_is_refused_as_not_supported() {
-    let Some(ctx) = common::device_or_skip("importing_works_or_is_refused_as_not_supported")
-    else {
+    let Some(ctx) = common::device_or_skip("importing_works_or_is_refused_as_not_supported") else {
         return;
     };
     let pd = ctx.alloc_pd().unwrap();
@@ -142,8 +155,14 @@ fn importing_works_or_is_refused_as_not_supported() {
             println!("{}: imported context, PD and MR", ctx.name());
         }
         Err(e) => {
-            assert!(e.is_not_supported(), "ibv_import_device failed otherwise: {e}");
-            assert!(e.to_string().contains("not supported by this device"), "{e}");
+            assert!(
+                e.is_not_supported(),
+                "ibv_import_device failed otherwise: {e}"
+            );
+            assert!(
+                e.to_string().contains("not supported by this device"),
+                "{e}"
+            );
             // A provider that cannot import contexts cannot import PDs or MRs either.
             let e = ctx
                 .import_pd(pd.handle())
@@ -179,9 +198,15 @@ fn data_in_order_answers_for_every_operation() {
     ] {
         let plain = a.query_data_in_order(op, DataInOrderFlags::empty());
         let caps = a.query_data_in_order(op, DataInOrderFlags::RETURN_CAPS);
-        println!("{}: {op:?}: {plain:?}, with RETURN_CAPS {caps:?}", ctx.name());
+        println!(
+            "{}: {op:?}: {plain:?}, with RETURN_CAPS {caps:?}",
+            ctx.name()
+        );
         // Without RETURN_CAPS the answer is the whole-message bit or nothing.
-        assert!(DataInOrderCaps::WHOLE_MSG.contains(plain), "{op:?}: {plain:?}");
+        assert!(
+            DataInOrderCaps::WHOLE_MSG.contains(plain),
+            "{op:?}: {plain:?}"
+        );
         if is_rxe(&ctx) {
             // rxe has no query_qp_data_in_order: libibverbs answers "nothing guaranteed".
             assert_eq!(plain, DataInOrderCaps::empty(), "{op:?}");

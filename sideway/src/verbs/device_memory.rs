@@ -292,7 +292,8 @@ impl DeviceMemory {
                 data.len(),
             )
         });
-        from_ret(ret).map_err(|source| self.copy_error("ibv_memcpy_to_dm", offset, data.len(), source))
+        from_ret(ret)
+            .map_err(|source| self.copy_error("ibv_memcpy_to_dm", offset, data.len(), source))
     }
 
     /// Copies `out.len()` bytes from `offset` of the device memory into `out`
@@ -401,7 +402,10 @@ mod tests {
             })
         ));
         let e = check_range(usize::MAX, 2, 64).unwrap_err();
-        assert!(e.to_string().contains("outside the 64-byte device memory"), "{e}");
+        assert!(
+            e.to_string().contains("outside the 64-byte device memory"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -78,7 +78,11 @@ impl<T: Threading> QueuePair<T> {
     /// [`DataInOrderFlags::RETURN_CAPS`], every capability. The verb cannot fail: a device
     /// or library that does not know answers empty.
     #[doc(alias = "ibv_query_qp_data_in_order")]
-    pub fn query_data_in_order(&self, op: DataInOrderOp, flags: DataInOrderFlags) -> DataInOrderCaps {
+    pub fn query_data_in_order(
+        &self,
+        op: DataInOrderOp,
+        flags: DataInOrderFlags,
+    ) -> DataInOrderCaps {
         // SAFETY: the QP is alive for as long as self; the verb only reads it.
         let ret =
             unsafe { ffi::ibv_query_qp_data_in_order(self.as_raw(), op.opcode(), flags.bits()) };

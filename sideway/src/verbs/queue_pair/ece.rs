@@ -41,7 +41,10 @@ impl Ece {
 
 /// `ibv_query_ece` or `ibv_set_ece` failed; `EOPNOTSUPP` when the device has no ECE.
 #[derive(Debug, thiserror::Error)]
-#[error("{call} on QP {qp_num:#x} failed on {device}: {source}{}", ece_hint(source))]
+#[error(
+    "{call} on QP {qp_num:#x} failed on {device}: {source}{}",
+    ece_hint(source)
+)]
 pub struct EceError {
     /// `ibv_query_ece` or `ibv_set_ece`.
     pub call: &'static str,
