@@ -72,6 +72,7 @@
 //! | A posted request cannot reach memory after its region is gone. | The device checks every local and remote key; a deregistered key fails the request. | the same tests: the rkey of a dropped region is refused |
 //! | No safe `&[u8]`/`&mut [u8]` over memory the device may write. | [`RegisteredBuffer`] (device-writable) has copies, volatile reads, [`RegisteredBuffer::inline`] and an `unsafe` [`RegisteredBuffer::view`]; only `RegisteredBuffer<DeviceReadOnly>` has slices. | compile-fail doc tests in [`memory_region`] |
 //! | A `Sync` type is sound whatever the provider's locking mode. | Every CQ poll, classic or extended, takes the CQ's polling claim; posting needs `&mut QueuePair`; SRQ batches are behind a lock. | `benches/tests/polling.rs`: `a_claimed_cq_refuses_other_pollers_until_dropped`, `threads_sharing_a_classic_cq_poll_it_one_at_a_time` |
+//! | A region over device memory or over another process's memory hands out no view. | [`ProtectionDomain::reg_dm_mr`] and [`ProtectionDomain::import_mr`] return a plain [`MemoryRegion`], which has no slice; device memory is reached by bounds-checked copies only. | compile-fail doc tests in [`device_memory`] and [`sharing`] |
 //! | Every C return convention reads right. | One rule in the `errno` module: `errno` cleared before each control-path verb; NULL, -1, positive and negative error numbers. | its unit tests (`a_stale_errno_is_not_read_as_the_cause_of_minus_eperm`) |
 //!
 //! Registering memory nobody hands over ([`ProtectionDomain::reg_mr`]) and pointing an SGE at
