@@ -66,4 +66,24 @@ fn main() {
         );
         std::process::exit(1);
     }
+    compile_extension(&csrc, "null_provider_dm.c", "benches-c-dm");
+}
+
+/// One more C file of the test provider (device memory, ...), compiled on its own so each
+/// extension of the provider adds a line here, not an edit of the list above.
+fn compile_extension(csrc: &std::path::Path, file: &str, lib: &str) {
+    let mut build = cc::Build::new();
+    build
+        .file(csrc.join(file))
+        .include(csrc)
+        .std("gnu11")
+        .warnings(true)
+        .extra_warnings(true);
+    if let Some(dir) = env::var_os(INCLUDE_ENV).filter(|v| !v.is_empty()) {
+        build.include(dir);
+    }
+    if let Err(e) = build.try_compile(lib) {
+        eprintln!("\nerror: benches: cannot compile csrc/{file}: {e}\n");
+        std::process::exit(1);
+    }
 }

@@ -21,11 +21,12 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use sideway::completion_queue::{WcOpcode, WcStatus};
 use sideway::device::Mtu;
+use sideway::memory_region::Sge;
 use sideway::queue_pair::AddressVector;
 use sideway::{
     AccessFlags, AddressHandle, ClaimedCq, CompletionChannel, CompletionQueue, ConnectOptions,
-    DeviceContext, Endpoint, EventError, Gid, QpType, QueuePair, RegisteredBuffer, SendFlags,
-    SharedReceiveQueue, WorkCompletion, GRH_LEN,
+    DeviceContext, DeviceMemory, Endpoint, EventError, Gid, MemoryRegion, QpType, QueuePair,
+    RegisteredBuffer, SendFlags, SharedReceiveQueue, WorkCompletion, GRH_LEN,
 };
 
 use crate::cli::CliError;
@@ -91,6 +92,21 @@ pub struct PingpongArgs {
     /// by them, not parsed here. See [`stamp_pages`].
     #[arg(skip)]
     pub validate: bool,
+
+    /// rdma-core's `-j` of `ibv_rc_pingpong` (the message buffer in device memory): set by
+    /// `rc_pingpong` from [`DmArg`], not parsed here.
+    #[arg(skip)]
+    pub use_dm: bool,
+}
+
+/// rdma-core's `-j` of `ibv_rc_pingpong`, for its twin to flatten into its options and copy
+/// into [`PingpongArgs::use_dm`].
+#[derive(Debug, Clone, Args)]
+pub struct DmArg {
+    /// Use device memory (memory on the NIC, ibv_alloc_dm) for the message buffer; fails on
+    /// a device without it, as ibv_rc_pingpong does
+    #[arg(short = 'j', long = "dm")]
+    pub dm: bool,
 }
 
 /// rdma-core's `-c` of `ibv_rc_pingpong` and `ibv_uc_pingpong`, for their twins to flatten
@@ -294,6 +310,61 @@ struct Side {
     buf: RegisteredBuffer,
     size: u32,
     inline: bool,
+    /// With `-j`: the device memory that holds the message instead of `buf` (which then only
+    /// stages what is copied in and out), and the zero-based region over it.
+    dm: Option<DmBuffer>,
+}
+
+/// `-j`'s message buffer: `size` bytes of device memory and the region over it.
+struct DmBuffer {
+    dm: DeviceMemory,
+    mr: Arc<MemoryRegion>,
+}
+
+impl Side {
+    /// The message's scatter/gather entry: the first `size` bytes of the device memory's
+    /// region (zero-based, so at address 0) with `-j`, of `buf` otherwise.
+    fn message_sge(&self, which: &str) -> Result<Sge, CliError> {
+        let size = self.size as usize;
+        match &self.dm {
+            Some(d) => d.mr.sge(0..size),
+            None => self.buf.sge(0..size),
+        }
+        .ok_or_else(|| CliError::run(format!("the {which} buffer is smaller than -s")))
+    }
+}
+
+/// `-j`, as `ibv_rc_pingpong` sets it up: the device must have device memory, at least
+/// `size` bytes of it; the region over it is zero-based. Fails with rdma-core's words.
+fn open_dm(
+    ctx: &Arc<DeviceContext>,
+    pd: &Arc<sideway::ProtectionDomain>,
+    size: usize,
+) -> Result<DmBuffer, CliError> {
+    let attr = ctx
+        .query_device()
+        .map_err(|e| CliError::run(format!("Couldn't query device for its features: {e}")))?;
+    let max = attr.max_dm_size();
+    if max == 0 {
+        return Err(CliError::run(format!(
+            "Device doesn't support dm allocation ({} has no device memory: max_dm_size is 0)",
+            ctx.name()
+        )));
+    }
+    if max < size as u64 {
+        return Err(CliError::run(format!(
+            "Device memory is insufficient ({} has {max} bytes of device memory, -s asks for \
+             {size})",
+            ctx.name()
+        )));
+    }
+    let dm = ctx
+        .alloc_dm(size, 0)
+        .map_err(|e| CliError::run(format!("Dev mem allocation failed: {e}")))?;
+    let mr = pd
+        .reg_dm_mr(&dm, 0, size, AccessFlags::LOCAL_WRITE)
+        .map_err(|e| CliError::run(format!("Couldn't register MR: {e}")))?;
+    Ok(DmBuffer { dm, mr })
 }
 
 impl PingSide for Side {
@@ -302,10 +373,7 @@ impl PingSide for Side {
     }
 
     fn post_recvs(&mut self, n: u32) -> Result<(), CliError> {
-        let sge = self
-            .buf
-            .sge(0..self.size as usize)
-            .ok_or_else(|| CliError::run("the receive buffer is smaller than -s"))?;
+        let sge = self.message_sge("receive")?;
         let mut guard = self.qp.start_post_recv();
         for _ in 0..n {
             guard.recv(RECV_WRID, &[sge]);
@@ -315,6 +383,7 @@ impl PingSide for Side {
 
     fn post_send(&mut self) -> Result<(), CliError> {
         let size = self.size as usize;
+        let sge = self.message_sge("send")?;
         let mut guard = self.qp.start_post_send();
         if self.inline {
             let data = self
@@ -323,10 +392,6 @@ impl PingSide for Side {
                 .ok_or_else(|| CliError::run("the send buffer is smaller than -s"))?;
             guard.wr(SEND_WRID, SendFlags::SIGNALED).send(data);
         } else {
-            let sge = self
-                .buf
-                .sge(0..size)
-                .ok_or_else(|| CliError::run("the send buffer is smaller than -s"))?;
             guard.wr(SEND_WRID, SendFlags::SIGNALED).send(sge);
         }
         guard.post().map_err(CliError::run)
@@ -343,6 +408,11 @@ fn open_side(
         .reg_buffer(args.size as usize, AccessFlags::LOCAL_WRITE)
         .map_err(CliError::run)?;
     buf.fill(0..buf.len(), FILL).map_err(CliError::run)?;
+    let dm = if args.use_dm {
+        Some(open_dm(ctx, &pd, args.size as usize)?)
+    } else {
+        None
+    };
     let waiter = Waiter::new(ctx, args.rx_depth + 1, args)?;
     let cq = Arc::clone(&waiter.cq);
     let mut qp_builder = pd.create_qp_builder();
@@ -360,13 +430,15 @@ fn open_side(
         qp_builder.build()
     }
     .map_err(CliError::run)?;
-    let inline = qp.cap().max_inline_data >= args.size;
+    // Inline data is copied from host memory: not with the message in device memory.
+    let inline = qp.cap().max_inline_data >= args.size && dm.is_none();
     Ok(Side {
         qp,
         waiter,
         buf,
         size: args.size,
         inline,
+        dm,
     })
 }
 
@@ -437,13 +509,25 @@ pub fn run_connected(args: &PingpongArgs, qp_type: QpType) -> Result<(), CliErro
         stamp_pages(&mut bytes, page);
         buf.write_at(0, &bytes).map_err(CliError::run)?;
     }
+    if let (Some(d), true) = (side.dm.as_mut(), args.server.is_some()) {
+        // The client's message goes out of device memory: what buf holds (rdma-core's fill
+        // and -c's stamps) is copied there first. The server's is whatever the peer sends.
+        let bytes = side.buf.to_vec(0..side.buf.len()).map_err(CliError::run)?;
+        d.dm.copy_to(0, &bytes)
+            .map_err(|e| CliError::run(format!("Copy to dm buffer failed: {e}")))?;
+    }
     let start = Instant::now();
     exchange(&mut side, args)?;
     let elapsed = start.elapsed();
     report(args, elapsed)?;
     if args.validate && args.server.is_none() {
         // As rdma-core's programs: a line per bad page, and the exit status unchanged.
-        let bytes = side.buf.to_vec(0..side.buf.len()).map_err(CliError::run)?;
+        let mut bytes = side.buf.to_vec(0..side.buf.len()).map_err(CliError::run)?;
+        if let Some(d) = &side.dm {
+            // With -j the messages landed in device memory.
+            d.dm.copy_from(0, &mut bytes)
+                .map_err(|e| CliError::run(format!("Copy from DM buffer failed: {e}")))?;
+        }
         for n in invalid_pages(&bytes, page) {
             println!("invalid data in page {n}");
         }

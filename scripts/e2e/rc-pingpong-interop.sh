@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # rc_pingpong against rdma-core's ibv_rc_pingpong, both directions, and against itself (also
-# with the extended work-request API): 1000 iterations on the test GID.
+# with the extended work-request API): 1000 iterations on the test GID. -j (device memory):
+# on a device without it (rxe) both programs refuse alike; on one with it, both directions.
 # Runs where scripts/softroce runs commands; binaries from ${EXAMPLES_BIN:-target/debug}.
 # Under `scripts/softroce run --hosts 2` every server runs on the peer host and every client
 # here, across the link.
@@ -86,5 +87,29 @@ for p in 0 9; do
     grep -q "has no port $p" <<<"$out" || { echo "FAILED: port $p message: $out" >&2; exit 1; }
     echo "  ok: port $p: $out"
 done
+
+# -j: the message buffer in device memory. Each program is started as a client of a port
+# nobody listens on, so that it ends either way: at the device-memory check, or (a device
+# with device memory) when its connect fails, after which the pair below runs.
+echo "-j (device memory)"
+c_rc=0; c_out=$(timeout 30 ibv_rc_pingpong -d "$dev" -g "$gid" -j -p 18698 127.0.0.1 2>&1) || c_rc=$?
+o_rc=0; o_out=$(timeout 30 "$ours" -d "$dev" -g "$gid" -j -p 18698 127.0.0.1 2>&1) || o_rc=$?
+if grep -q "Device doesn't support dm allocation" <<<"$c_out"; then
+    [ "$c_rc" = 1 ] || { echo "FAILED: ibv_rc_pingpong -j exited $c_rc: $c_out" >&2; exit 1; }
+    [ "$o_rc" = 1 ] || { echo "FAILED: ours -j exited $o_rc (ibv_rc_pingpong: 1): $o_out" >&2; exit 1; }
+    grep -q "Device doesn't support dm allocation" <<<"$o_out" ||
+        { echo "FAILED: ours -j said: $o_out" >&2; exit 1; }
+    if grep -q "local address" <<<"$o_out"; then echo "FAILED: ours -j got as far as its endpoint: $o_out" >&2; exit 1; fi
+    echo "  ok: no device memory on $dev: both exit 1; ibv_rc_pingpong: $c_out"
+    echo "  ok: ours: $o_out"
+else
+    echo "  $dev has device memory (ibv_rc_pingpong -j: $c_out); both directions with -j -c"
+    pair "ours -j -c (client) with ibv_rc_pingpong -j -c (server)" \
+        ibv_rc_pingpong "${srv[@]}" -j -c -- "$ours" "${common[@]}" -j -c
+    no_invalid "$PAIR_DIR/server.log" "ibv_rc_pingpong finds our stamps in device memory"
+    pair "ibv_rc_pingpong -j -c (client) with ours -j -c (server)" \
+        "$ours" "${srv[@]}" -j -c -- ibv_rc_pingpong "${common[@]}" -j -c
+    no_invalid "$PAIR_DIR/server.log" "we find ibv_rc_pingpong's stamps in device memory"
+fi
 if grep -l panicked "$PAIR_DIR"/*.log 2>/dev/null; then echo "FAILED: a panic" >&2; exit 1; fi
 echo "rc-pingpong-interop: all passed"

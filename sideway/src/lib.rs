@@ -72,6 +72,7 @@
 //! | A posted request cannot reach memory after its region is gone. | The device checks every local and remote key; a deregistered key fails the request. | the same tests: the rkey of a dropped region is refused |
 //! | No safe `&[u8]`/`&mut [u8]` over memory the device may write. | [`RegisteredBuffer`] (device-writable) has copies, volatile reads, [`RegisteredBuffer::inline`] and an `unsafe` [`RegisteredBuffer::view`]; only `RegisteredBuffer<DeviceReadOnly>` has slices. | compile-fail doc tests in [`memory_region`] |
 //! | A `Sync` type is sound whatever the provider's locking mode. | Every CQ poll, classic or extended, takes the CQ's polling claim; posting needs `&mut QueuePair`; SRQ batches are behind a lock. | `benches/tests/polling.rs`: `a_claimed_cq_refuses_other_pollers_until_dropped`, `threads_sharing_a_classic_cq_poll_it_one_at_a_time` |
+//! | A region over device memory or over another process's memory hands out no view. | [`ProtectionDomain::reg_dm_mr`] and [`ProtectionDomain::import_mr`] return a plain [`MemoryRegion`], which has no slice; device memory is reached by bounds-checked copies only. | compile-fail doc tests in [`device_memory`] and [`sharing`] |
 //! | Every C return convention reads right. | One rule in the `errno` module: `errno` cleared before each control-path verb; NULL, -1, positive and negative error numbers. | its unit tests (`a_stale_errno_is_not_read_as_the_cause_of_minus_eperm`) |
 //!
 //! Registering memory nobody hands over ([`ProtectionDomain::reg_mr`]) and pointing an SGE at
@@ -180,6 +181,7 @@ pub use verbs::{
     memory_region, memory_window, parent_domain, protection_domain, queue_pair,
     shared_receive_queue, thread_domain,
 };
+pub use verbs::{device_memory, sharing};
 
 #[doc = include_str!("../ARCHITECTURE.md")]
 pub mod architecture {}
@@ -206,6 +208,7 @@ pub use completion_queue::{
     Poller, WcFlags, WcFlagsEx, WcOpcode, WcStatus, WorkCompletion, WorkCompletionError,
 };
 pub use device::{open_device, Device, DeviceContext, DeviceError, DeviceList};
+pub use device_memory::{DeviceMemory, DeviceMemoryError};
 pub use gid::{Gid, ParseGidError};
 pub use memory_region::{
     leaked_memory, AccessFlags, BufferAccess, BufferError, DeviceReadOnly, DeviceWritable,
@@ -221,6 +224,7 @@ pub use queue_pair::{
     PostSendChain, PostSendGuard, QpAttrMask, QpState, QpType, QueuePair, QueuePairAttribute,
     QueuePairBuilder, QueuePairError, SendData, SendFlags,
 };
+pub use queue_pair::{DataInOrderCaps, DataInOrderFlags, DataInOrderOp, Ece, EceError};
 /// The raw bindings, for calls this crate does not wrap.
 pub use rdma_mummy_sys as sys;
 pub use receive_batch::{ReceiveQueue, RecvBatch, RecvChain};
@@ -229,4 +233,5 @@ pub use shared_receive_queue::{
     SharedReceiveQueue, SharedReceiveQueueBuilder, SharedReceiveQueueError, SrqPostRecvChain,
     SrqPostRecvGuard,
 };
+pub use sharing::ImportError;
 pub use thread_domain::{DomainError, ThreadDomain};

@@ -164,5 +164,8 @@ mod tests {
         converts::<crate::testing::TestDeviceError>();
         converts::<crate::WorkCompletionError>();
         converts::<rdma_mummy_sys::LoadError>();
+        converts::<crate::DeviceMemoryError>();
+        converts::<crate::EceError>();
+        converts::<crate::ImportError>();
     }
 }

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use sideway::QpType;
 use sideway_examples::cli::{exit_status, log_to_stderr};
-use sideway_examples::pingpong::{run_connected, ChkArg, PingpongArgs};
+use sideway_examples::pingpong::{run_connected, ChkArg, DmArg, PingpongArgs};
 
 /// Ping-pong SEND/RECV over an RC queue pair, wire-compatible with ibv_rc_pingpong. Without
 /// SERVER, waits for a client; with it, connects to that server.
@@ -24,11 +24,15 @@ struct Args {
 
     #[command(flatten)]
     chk: ChkArg,
+
+    #[command(flatten)]
+    dm: DmArg,
 }
 
 fn main() -> ExitCode {
     log_to_stderr("rc_pingpong");
     let mut args = Args::parse();
     args.common.validate = args.chk.chk;
+    args.common.use_dm = args.dm.dm;
     exit_status("rc_pingpong", run_connected(&args.common, QpType::Rc))
 }

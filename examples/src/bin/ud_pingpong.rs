@@ -90,6 +90,7 @@ fn main() -> ExitCode {
         events: a.events,
         stall_timeout: a.stall_timeout,
         validate: false,
+        use_dm: false,
     };
     exit_status("ud_pingpong", run_ud(&common, a.size.is_some()))
 }

@@ -188,7 +188,7 @@ fn hint(source: &io::Error, access: AccessFlags) -> &'static str {
 }
 
 /// What a region keeps alive until the device can no longer reach it.
-type Owner = Box<dyn Send + Sync>;
+pub(crate) type Owner = Box<dyn Send + Sync>;
 
 /// A registered memory region. Holds its protection domain and the owner of its memory;
 /// deregistered on drop, and the memory freed only once that succeeded (see the
@@ -206,6 +206,9 @@ pub struct MemoryRegion {
     /// The memory's owner, dropped after a successful deregistration, leaked after a failed
     /// one. `None` for [`ProtectionDomain::reg_mr`], whose caller owns the memory.
     owner: Option<Owner>,
+    /// Imported from another process's context (`ibv_import_mr`): released with
+    /// `ibv_unimport_mr`, never deregistered, and its memory is not this process's.
+    imported: bool,
 }
 
 // SAFETY: an MR is immutable after registration, verbs objects may be used from any thread,
@@ -464,7 +467,9 @@ impl ProtectionDomain {
         }
     }
 
-    fn wrap_mr(
+    /// Wraps a region a registration verb just returned: `iova` is the address work requests
+    /// use for its first byte, `owner` what keeps its memory valid (see the module's rule).
+    pub(crate) fn wrap_mr(
         self: &Arc<Self>,
         raw: NonNull<ffi::ibv_mr>,
         iova: u64,
@@ -477,6 +482,30 @@ impl ProtectionDomain {
             iova,
             access,
             owner,
+            imported: false,
+        })
+    }
+
+    /// Wraps a region `ibv_import_mr` just returned: dropping it calls `ibv_unimport_mr`.
+    /// Its memory belongs to the exporting process: nothing of this process backs it.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a live imported region of this PD, released by nothing else.
+    pub(crate) unsafe fn wrap_imported_mr(
+        self: &Arc<Self>,
+        raw: NonNull<ffi::ibv_mr>,
+        access: AccessFlags,
+    ) -> Arc<MemoryRegion> {
+        // SAFETY: raw is the live MR the caller vouches for; reading a plain field.
+        let iova = unsafe { (*raw.as_ptr()).addr as u64 };
+        Arc::new(MemoryRegion {
+            raw,
+            pd: Arc::clone(self),
+            iova,
+            access,
+            owner: None,
+            imported: true,
         })
     }
 }
@@ -535,6 +564,20 @@ impl MemoryRegion {
         self.raw.as_ptr()
     }
 
+    /// The kernel's handle of this region: what another process imports it by
+    /// ([`ProtectionDomain::import_mr`](crate::ProtectionDomain::import_mr)).
+    pub fn handle(&self) -> u32 {
+        // SAFETY: as for lkey.
+        unsafe { (*self.raw.as_ptr()).handle }
+    }
+
+    /// True for a region imported from another process (`ibv_import_mr`): its addresses are
+    /// that process's, and dropping it releases only this process's handle
+    /// (`ibv_unimport_mr`).
+    pub fn is_imported(&self) -> bool {
+        self.imported
+    }
+
     /// A scatter/gather entry for `range` (byte offsets into the region), or `None` when the
     /// range does not lie inside it.
     pub fn sge(&self, range: Range<usize>) -> Option<Sge> {
@@ -551,6 +594,18 @@ impl MemoryRegion {
 
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
+        if self.imported {
+            // The exporter owns the registration and its memory; this process only lets go of
+            // its handle.
+            // SAFETY: raw came from ibv_import_mr and is released exactly once.
+            unsafe { ffi::ibv_unimport_mr(self.raw.as_ptr()) };
+            return;
+        }
+        if !self.pd.context().owns_objects() {
+            // A test double's region (over a test provider's device memory): its provider
+            // cannot answer libibverbs' ibv_dereg_mr. The owner drops with the region.
+            return;
+        }
         let len = self.len();
         // SAFETY: raw came from a registration verb and is deregistered exactly once.
         let ret = fresh(|| unsafe { ffi::ibv_dereg_mr(self.raw.as_ptr()) });
@@ -579,6 +634,7 @@ impl fmt::Debug for MemoryRegion {
             .field("lkey", &format_args!("{:#x}", self.lkey()))
             .field("rkey", &format_args!("{:#x}", self.rkey()))
             .field("access", &self.access)
+            .field("imported", &self.imported)
             .finish()
     }
 }

@@ -16,6 +16,8 @@ pub mod completion_queue;
 #[allow(unsafe_code)]
 pub mod device;
 #[allow(unsafe_code)]
+pub mod device_memory;
+#[allow(unsafe_code)]
 pub mod memory_region;
 #[allow(unsafe_code)]
 pub mod memory_window;
@@ -27,5 +29,7 @@ pub mod protection_domain;
 pub mod queue_pair;
 #[allow(unsafe_code)]
 pub mod shared_receive_queue;
+#[allow(unsafe_code)]
+pub mod sharing;
 #[allow(unsafe_code)]
 pub mod thread_domain;

@@ -33,6 +33,9 @@ pub struct ProtectionDomain {
     keep: Option<Box<dyn std::any::Any + Send + Sync>>,
     /// A parent domain bound to a thread domain: its QPs must be `QueuePair<OneThread>`.
     thread_bound: bool,
+    /// Imported from another process's context (`ibv_import_pd`): released with
+    /// `ibv_unimport_pd`, never deallocated.
+    imported: bool,
 }
 
 // SAFETY: verbs objects may be used from any thread; the PD is only read after creation.
@@ -55,6 +58,7 @@ impl DeviceContext {
             ctx: Arc::clone(self),
             keep: None,
             thread_bound: false,
+            imported: false,
         }))
     }
 }
@@ -88,6 +92,7 @@ impl ProtectionDomain {
             ctx: Arc::clone(ctx),
             keep: None,
             thread_bound: false,
+            imported: false,
         })
     }
 
@@ -111,7 +116,33 @@ impl ProtectionDomain {
             ctx: Arc::clone(ctx),
             keep: Some(keep),
             thread_bound,
+            imported: false,
         })
+    }
+
+    /// Wraps a PD `ibv_import_pd` just returned: dropping it calls `ibv_unimport_pd`, never
+    /// `ibv_dealloc_pd` (the exporting process owns the PD).
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a live imported PD of `ctx`, released by nothing else.
+    pub(crate) unsafe fn from_import(
+        raw: NonNull<ffi::ibv_pd>,
+        ctx: &Arc<DeviceContext>,
+    ) -> Arc<ProtectionDomain> {
+        Arc::new(ProtectionDomain {
+            raw,
+            ctx: Arc::clone(ctx),
+            keep: None,
+            thread_bound: false,
+            imported: true,
+        })
+    }
+
+    /// True for a PD imported from another process (`ibv_import_pd`): dropping it releases
+    /// only this process's handle (`ibv_unimport_pd`); the exporter deallocates the PD.
+    pub fn is_imported(&self) -> bool {
+        self.imported
     }
 
     /// True for a parent domain bound to a thread domain: queue pairs are made on it only as
@@ -125,6 +156,12 @@ impl Drop for ProtectionDomain {
     // `keep` (a parent domain's PD, TD and allocator) is a field: dropped after this body, so
     // after the parent domain's ibv_dealloc_pd.
     fn drop(&mut self) {
+        if self.imported {
+            // SAFETY: raw came from ibv_import_pd and is released exactly once; every object
+            // holding an Arc of this PD is gone.
+            unsafe { ffi::ibv_unimport_pd(self.raw.as_ptr()) };
+            return;
+        }
         if !self.ctx.owns_objects() {
             // A test double's PD (from_raw_parts): its owner frees it.
             return;
@@ -143,12 +180,14 @@ impl fmt::Debug for ProtectionDomain {
             .field("device", &self.ctx.name())
             .field("handle", &self.handle())
             .field("parent_domain", &self.keep.is_some())
+            .field("imported", &self.imported)
             .finish()
     }
 }
 
 impl ProtectionDomain {
-    /// The kernel's handle of this PD.
+    /// The kernel's handle of this PD: what another process imports it by
+    /// ([`DeviceContext::import_pd`]).
     pub fn handle(&self) -> u32 {
         // SAFETY: raw is a live PD; reading a plain field.
         unsafe { (*self.raw.as_ptr()).handle }

@@ -110,7 +110,7 @@ pub enum DeviceError {
 /// The result of device operations.
 pub type DeviceResult<T> = Result<T, DeviceError>;
 
-fn ensure_ibverbs() -> DeviceResult<()> {
+pub(crate) fn ensure_ibverbs() -> DeviceResult<()> {
     Library::Ibverbs.load().map_err(DeviceError::Library)
 }
 
@@ -379,26 +379,26 @@ impl DeviceContext {
         raw: NonNull<ffi::ibv_context>,
         lender: Box<dyn std::any::Any + Send + Sync>,
     ) -> Arc<DeviceContext> {
-        // SAFETY: the caller guarantees raw is open; its device pointer is set by libibverbs.
-        let device = unsafe { (*raw.as_ptr()).device };
-        let name = if device.is_null() {
-            String::new()
-        } else {
-            // SAFETY: a live device; the name is a NUL-terminated string inside it.
-            let name = unsafe { ffi::ibv_get_device_name(device) };
-            if name.is_null() {
-                String::new()
-            } else {
-                // SAFETY: non-NULL, NUL-terminated, alive as long as the device.
-                unsafe { CStr::from_ptr(name) }
-                    .to_string_lossy()
-                    .into_owned()
-            }
-        };
         Arc::new(DeviceContext {
             raw,
-            name,
+            // SAFETY: the caller guarantees raw is open.
+            name: unsafe { context_device_name(raw) },
             lender: Some(lender),
+        })
+    }
+
+    /// Wraps a context libibverbs opened for sideway by another verb than `ibv_open_device`
+    /// (`ibv_import_device`): closed with `ibv_close_device` like any.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is an open context that nothing else closes.
+    pub(crate) unsafe fn from_opened(raw: NonNull<ffi::ibv_context>) -> Arc<DeviceContext> {
+        Arc::new(DeviceContext {
+            raw,
+            // SAFETY: the caller guarantees raw is open.
+            name: unsafe { context_device_name(raw) },
+            lender: None,
         })
     }
 
@@ -471,6 +471,28 @@ impl DeviceContext {
             source,
         }
     }
+}
+
+/// The name of an open context's device ("" when libibverbs does not say).
+///
+/// # Safety
+///
+/// `raw` is an open context.
+unsafe fn context_device_name(raw: NonNull<ffi::ibv_context>) -> String {
+    // SAFETY: the caller guarantees raw is open; its device pointer is set by libibverbs.
+    let device = unsafe { (*raw.as_ptr()).device };
+    if device.is_null() {
+        return String::new();
+    }
+    // SAFETY: a live device; the name is a NUL-terminated string inside it.
+    let name = unsafe { ffi::ibv_get_device_name(device) };
+    if name.is_null() {
+        return String::new();
+    }
+    // SAFETY: non-NULL, NUL-terminated, alive as long as the device.
+    unsafe { CStr::from_ptr(name) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 c_enum! {

@@ -39,6 +39,10 @@ mod attr;
 #[allow(unsafe_code)]
 mod bind_mw;
 #[allow(unsafe_code)]
+mod data_in_order;
+#[allow(unsafe_code)]
+mod ece;
+#[allow(unsafe_code)]
 mod qp;
 #[allow(unsafe_code)]
 mod recv;
@@ -52,6 +56,8 @@ pub use crate::receive_batch::{ReceiveQueue, RecvBatch, RecvChain};
 pub use crate::scatter_gather::{BufferBytes, SendData};
 pub use crate::verbs::address_handle::AddressVector;
 pub use attr::{MigState, QpAttrMask, QpCapabilities, QpState, QpType, QueuePairAttribute};
+pub use data_in_order::{DataInOrderCaps, DataInOrderFlags, DataInOrderOp};
+pub use ece::{Ece, EceError};
 pub use qp::*;
 pub use recv::{PostRecvChain, PostRecvGuard};
 pub use send::{PostSendChain, PostSendGuard, WorkRequestBuilder};
