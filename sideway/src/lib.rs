@@ -175,6 +175,7 @@ pub mod testing;
 mod verbs;
 #[allow(unsafe_code)]
 mod work_completion;
+pub use verbs::xrc_domain;
 pub use verbs::{
     address_handle, async_event, completion_channel, completion_event, completion_queue, device,
     memory_region, memory_window, parent_domain, protection_domain, queue_pair,
@@ -216,6 +217,7 @@ pub use parent_domain::{
     AllocRequest, Allocation, DomainAllocator, ParentDomain, ParentDomainBuilder,
 };
 pub use protection_domain::ProtectionDomain;
+pub use queue_pair::XrcRecvQueuePair;
 pub use queue_pair::{
     ConnectError, ConnectOptions, Endpoint, ModifyQpError, PostError, PostRecvChain, PostRecvGuard,
     PostSendChain, PostSendGuard, QpAttrMask, QpState, QpType, QueuePair, QueuePairAttribute,
@@ -230,3 +232,4 @@ pub use shared_receive_queue::{
     SrqPostRecvGuard,
 };
 pub use thread_domain::{DomainError, ThreadDomain};
+pub use xrc_domain::{XrcDomain, XrcDomainError};

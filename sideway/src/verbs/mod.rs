@@ -29,3 +29,5 @@ pub mod queue_pair;
 pub mod shared_receive_queue;
 #[allow(unsafe_code)]
 pub mod thread_domain;
+#[allow(unsafe_code)]
+pub mod xrc_domain;

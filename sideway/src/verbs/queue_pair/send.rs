@@ -101,6 +101,7 @@ pub struct WorkRequestBuilder<'g, 'a, T: Threading = AnyThread> {
     wr_id: u64,
     flags: SendFlags,
     ud: Option<UdAddr>,
+    xrc: Option<u32>,
 }
 
 impl<T: Threading> fmt::Debug for WorkRequestBuilder<'_, '_, T> {
@@ -115,7 +116,8 @@ impl<T: Threading> fmt::Debug for WorkRequestBuilder<'_, '_, T> {
 impl<'g, 'a, T: Threading> WorkRequestBuilder<'g, 'a, T> {
     #[inline(always)]
     fn add(self, op: Op, data: SendData<'a>) -> PostSendChain<'g, 'a, T> {
-        self.guard.push(self.wr_id, self.flags, op, data, self.ud);
+        self.guard
+            .push(self.wr_id, self.flags, op, data, self.ud, self.xrc);
         PostSendChain { guard: self.guard }
     }
 
@@ -130,6 +132,18 @@ impl<'g, 'a, T: Threading> WorkRequestBuilder<'g, 'a, T> {
             remote_qpn,
             remote_qkey,
         });
+        self
+    }
+
+    /// Sends this request of an XRC send QP to the peer's XRC SRQ number `remote_srqn`
+    /// (from its [`SharedReceiveQueue::srq_num`](crate::SharedReceiveQueue::srq_num)):
+    /// `qp_type.xrc.remote_srqn` of `ibv_send_wr`, `ibv_wr_set_xrc_srqn` on extended QPs.
+    /// Required on XRC send QPs, refused on others.
+    #[doc(alias = "ibv_wr_set_xrc_srqn")]
+    #[doc(alias = "remote_srqn")]
+    #[inline]
+    pub fn xrc_remote_srqn(mut self, remote_srqn: u32) -> Self {
+        self.xrc = Some(remote_srqn);
         self
     }
 
@@ -410,6 +424,7 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
             wr_id,
             flags,
             ud: None,
+            xrc: None,
         }
     }
 
@@ -429,6 +444,7 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
         op: Op,
         data: &SendData<'a>,
         ud: Option<UdAddr>,
+        xrc: Option<u32>,
     ) -> Result<(), InvalidWorkRequest> {
         let qp = &*self.qp;
         if let Some(allowed) = op.refused_by(qp.qp_type) {
@@ -446,6 +462,14 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
                 })
             }
             _ => {}
+        }
+        if (qp.qp_type == QpType::XrcSend) != xrc.is_some() {
+            return Err(match xrc {
+                Some(_) => InvalidWorkRequest::XrcSrqnOnOtherQp {
+                    qp_type: qp.qp_type,
+                },
+                None => InvalidWorkRequest::MissingXrcSrqn,
+            });
         }
         let entries = data.entries();
         let max_sge = qp.send.max_sge;
@@ -468,7 +492,13 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
                 });
             }
         }
-        if qp.ex.is_some() && !qp.send.ex.ready.allows(op, data, ud.is_some()) {
+        if qp.ex.is_some()
+            && !qp
+                .send
+                .ex
+                .ready
+                .allows(op, data, ud.is_some(), xrc.is_some())
+        {
             return Err(InvalidWorkRequest::NotEnabled { op: op.name() });
         }
         Ok(())
@@ -482,6 +512,7 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
         op: Op,
         data: SendData<'a>,
         ud: Option<UdAddr>,
+        xrc: Option<u32>,
     ) {
         if self.count >= self.limit {
             // The storage is full, unless a request was refused already (limit 0).
@@ -490,7 +521,7 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
             }
             return;
         }
-        if let Err(reason) = self.check(op, &data, ud) {
+        if let Err(reason) = self.check(op, &data, ud, xrc) {
             self.refuse(wr_id, reason);
             return;
         }
@@ -499,8 +530,8 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
             flags |= SendFlags::INLINE;
         }
         match self.qp.ex {
-            Some(ex) => self.push_ex(ex, wr_id, flags, op, data, ud),
-            None => self.push_classic(wr_id, flags, op, data, ud),
+            Some(ex) => self.push_ex(ex, wr_id, flags, op, data, ud, xrc),
+            None => self.push_classic(wr_id, flags, op, data, ud, xrc),
         }
         self.count += 1;
     }
@@ -523,6 +554,7 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
         op: Op,
         data: SendData<'a>,
         ud: Option<UdAddr>,
+        xrc: Option<u32>,
     ) {
         let i = self.count;
         let st = &mut self.qp.send;
@@ -652,6 +684,10 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
                 remote_qkey: ud.remote_qkey,
             };
         }
+        if let Some(remote_srqn) = xrc {
+            // check() allowed this on XRC send QPs only; the union has no other member.
+            wr.qp_type.xrc = ffi::ibv_send_wr__bindgen_ty_3__bindgen_ty_1 { remote_srqn };
+        }
         // SAFETY: slot is in bounds (above) and nothing else borrows the storage.
         unsafe { slot.write(wr) };
     }
@@ -665,6 +701,7 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
         op: Op,
         data: SendData<'a>,
         ud: Option<UdAddr>,
+        xrc: Option<u32>,
     ) {
         let ex = ex.as_ptr();
         let f = &self.qp.send.ex;
@@ -710,6 +747,10 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
             // SAFETY: as above; the destination follows the opcode call, and the address
             // handle is borrowed for 'a.
             unsafe { (f.set_ud_addr)(ex, ud.ah, ud.remote_qpn, ud.remote_qkey) };
+        }
+        if let Some(remote_srqn) = xrc {
+            // SAFETY: as above; the destination follows the opcode call.
+            unsafe { (f.set_xrc_srqn)(ex, remote_srqn) };
         }
         match data {
             SendData::Empty => {}

@@ -149,6 +149,16 @@ pub enum InvalidWorkRequest {
         /// The QP's type.
         qp_type: QpType,
     },
+    /// A send on an XRC send QP needs the remote SRQ: call `xrc_remote_srqn` on the work
+    /// request.
+    #[error("a send on an XRC send QP needs xrc_remote_srqn(the peer's XRC SRQ number)")]
+    MissingXrcSrqn,
+    /// `xrc_remote_srqn` was given on a QP that is not an XRC send QP.
+    #[error("xrc_remote_srqn is for XRC send QPs; this one is {qp_type}")]
+    XrcSrqnOnOtherQp {
+        /// The QP's type.
+        qp_type: QpType,
+    },
 }
 
 impl InvalidWorkRequest {
@@ -465,6 +475,7 @@ impl ExReady {
     const SGE_LIST: u64 = 1 << 61;
     const INLINE: u64 = 1 << 62;
     const UD_ADDR: u64 = 1 << 63;
+    const XRC_SRQN: u64 = 1 << 59;
 
     /// Reads `ex`'s entries for the operations of `ops`.
     ///
@@ -509,6 +520,7 @@ impl ExReady {
             // Inline lists are gathered and set as one buffer.
             (Self::INLINE, q.wr_set_inline_data.is_some()),
             (Self::UD_ADDR, q.wr_set_ud_addr.is_some()),
+            (Self::XRC_SRQN, q.wr_set_xrc_srqn.is_some()),
         ] {
             if set {
                 ready |= bit;
@@ -517,9 +529,10 @@ impl ExReady {
         ExReady(ready)
     }
 
-    /// Whether a request of `op` with `data` (and a UD destination when `ud`) can be posted.
+    /// Whether a request of `op` with `data` (and a UD destination when `ud`, a remote XRC
+    /// SRQ when `xrc`) can be posted.
     #[inline(always)]
-    pub(super) fn allows(self, op: Op, data: &SendData<'_>, ud: bool) -> bool {
+    pub(super) fn allows(self, op: Op, data: &SendData<'_>, ud: bool, xrc: bool) -> bool {
         let data_bit = match data {
             SendData::Empty => 0,
             SendData::Sge(_) => Self::SGE,
@@ -528,7 +541,10 @@ impl ExReady {
                 Self::INLINE
             }
         };
-        let need = op.send_ops_flag().bits() | data_bit | if ud { Self::UD_ADDR } else { 0 };
+        let need = op.send_ops_flag().bits()
+            | data_bit
+            | if ud { Self::UD_ADDR } else { 0 }
+            | if xrc { Self::XRC_SRQN } else { 0 };
         self.0 & need == need
     }
 }
@@ -640,6 +656,8 @@ ex_ops! {
     bind_mw => wr_bind_mw(*mut ffi::ibv_mw, u32, *const ffi::ibv_mw_bind_info);
     /// `wr_set_ud_addr`.
     set_ud_addr => wr_set_ud_addr(*mut ffi::ibv_ah, u32, u32);
+    /// `wr_set_xrc_srqn`.
+    set_xrc_srqn => wr_set_xrc_srqn(u32);
     /// `wr_set_sge`.
     set_sge => wr_set_sge(u32, u64, u32);
     /// `wr_set_sge_list`.
@@ -728,22 +746,25 @@ mod tests {
         set(&mut q.wr_complete);
         set(&mut q.wr_abort);
         let ready = probe(&mut q, all);
-        assert!(ready.allows(write, &sge, false));
+        assert!(ready.allows(write, &sge, false, false));
         // SAFETY: the entry is only tested against the mask, never posted.
         let one = SendData::Sge(unsafe { Sge::from_raw_parts(0, 0, 0) });
-        assert!(ready.allows(Op::Send, &one, false));
+        assert!(ready.allows(Op::Send, &one, false, false));
         assert!(
-            !ready.allows(Op::Send, &SendData::Inline(b"x"), false),
+            !ready.allows(Op::Send, &SendData::Inline(b"x"), false, false),
             "no inline setter"
         );
-        assert!(!ready.allows(Op::Send, &sge, true), "no ud_addr setter");
-        assert!(!ready.allows(Op::Read { rkey: 0, addr: 0 }, &sge, false));
+        assert!(
+            !ready.allows(Op::Send, &sge, true, false),
+            "no ud_addr setter"
+        );
+        assert!(!ready.allows(Op::Read { rkey: 0, addr: 0 }, &sge, false, false));
         let only_send = probe(&mut q, SendOpsFlags::SEND);
         assert!(
-            !only_send.allows(write, &sge, false),
+            !only_send.allows(write, &sge, false, false),
             "not in send_ops_flags"
         );
-        assert!(only_send.allows(Op::Send, &sge, false));
+        assert!(only_send.allows(Op::Send, &sge, false, false));
     }
 
     /// The invariant the posting path relies on: whenever `ready` lets a request through,
@@ -785,7 +806,12 @@ mod tests {
             (Op::SendInv(0), &sge, false, ops.send_inv as usize),
         ];
         for (op, data, allowed, entry) in cases {
-            assert_eq!(ops.ready.allows(op, data, false), allowed, "{}", op.name());
+            assert_eq!(
+                ops.ready.allows(op, data, false, false),
+                allowed,
+                "{}",
+                op.name()
+            );
             if allowed {
                 assert!(addr(entry), "{}: not the provider's entry", op.name());
                 let setter = match data {
