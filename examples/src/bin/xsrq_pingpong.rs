@@ -26,8 +26,7 @@ use sideway::device::{LinkLayer, Mtu};
 use sideway::queue_pair::{AddressVector, QpState, QpType, QueuePairAttribute};
 use sideway::{
     AccessFlags, CompletionChannel, CompletionQueue, DeviceContext, Gid, QueuePair,
-    RegisteredBuffer, SendFlags, SharedReceiveQueue, WorkCompletion, XrcDomain,
-    XrcRecvQueuePair,
+    RegisteredBuffer, SendFlags, SharedReceiveQueue, WorkCompletion, XrcDomain, XrcRecvQueuePair,
 };
 use sideway_examples::cli::log_to_stderr;
 use sideway_examples::xsrq_wire::{XsrqDest, MSG_SIZE, TERMINATION};
@@ -310,10 +309,16 @@ fn init(args: &Args, mtu: Mtu) -> Result<Side, Fail> {
     let mut send_qps = Vec::new();
     for i in 0..args.clients {
         let recv = xrcd.create_recv_qp().map_err(|e| {
-            because(format!("Couldn't create recv QP[{i}] errno {}", errno_of(&e)))(&e)
+            because(format!(
+                "Couldn't create recv QP[{i}] errno {}",
+                errno_of(&e)
+            ))(&e)
         })?;
-        recv.modify(&to_init(args.ib_port, AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ))
-            .map_err(|e| because(format!("Failed to modify recv QP[{i}] to INIT"))(&e))?;
+        recv.modify(&to_init(
+            args.ib_port,
+            AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        ))
+        .map_err(|e| because(format!("Failed to modify recv QP[{i}] to INIT"))(&e))?;
         recv_qps.push(recv);
         let send = pd
             .create_qp_builder()
@@ -323,7 +328,10 @@ fn init(args: &Args, mtu: Mtu) -> Result<Side, Fail> {
             .max_send_sge(1)
             .build()
             .map_err(|e| {
-                because(format!("Couldn't create send QP[{i}] errno {}", errno_of(&e)))(&e)
+                because(format!(
+                    "Couldn't create send QP[{i}] errno {}",
+                    errno_of(&e)
+                ))(&e)
             })?;
         send.modify(&to_init(args.ib_port, AccessFlags::empty()))
             .map_err(|e| because(format!("Failed to modify send QP[{i}] to INIT"))(&e))?;
@@ -422,7 +430,9 @@ impl Side {
     fn connect(&self, index: usize, peer: &Peer, args: &Args) -> Result<(), Fail> {
         let rem = &peer.dest;
         let mut av = AddressVector::new();
-        av.set_dlid(rem.lid).set_sl(args.sl).set_port_num(self.args_port);
+        av.set_dlid(rem.lid)
+            .set_sl(args.sl)
+            .set_port_num(self.args_port);
         if rem.is_global() {
             av.set_is_global(true)
                 .set_hop_limit(5)
@@ -489,8 +499,7 @@ fn random_psn() -> u32 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
     let n = CALLS.fetch_add(1, Ordering::Relaxed);
-    ((nanos ^ std::process::id().rotate_left(16) ^ n.rotate_left(7)).wrapping_mul(0x9e37_79b1)
-        >> 8)
+    ((nanos ^ std::process::id().rotate_left(16) ^ n.rotate_left(7)).wrapping_mul(0x9e37_79b1) >> 8)
         & 0xff_ffff
 }
 
@@ -604,12 +613,7 @@ fn find_qp(side: &Side, qp_num: u32) -> usize {
 
 /// The measured part: every message received is answered until each peer got
 /// `num_tests`, then the signaled last sends are reaped.
-fn pingpong(
-    side: &mut Side,
-    peers: &mut [Peer],
-    args: &Args,
-    stall: Duration,
-) -> Result<(), Fail> {
+fn pingpong(side: &mut Side, peers: &mut [Peer], args: &Args, stall: Duration) -> Result<(), Fail> {
     let total = u64::from(args.clients) * u64::from(args.num_tests);
     let mut cnt = 0u64;
     let mut wcs = [WorkCompletion::default(); 1];
