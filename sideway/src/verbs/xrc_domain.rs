@@ -6,7 +6,7 @@
 //!
 //! An XRC domain holds its device context. The XRC SRQs made on it
 //! ([`SharedReceiveQueueBuilder::xrcd`](crate::shared_receive_queue::SharedReceiveQueueBuilder::xrcd))
-//! and its receive QPs ([`XrcDomain::create_recv_qp`](crate::queue_pair::XrcRecvQueuePair))
+//! and its receive QPs ([`XrcDomain::create_recv_qp`], [`XrcRecvQueuePair`](crate::queue_pair::XrcRecvQueuePair))
 //! hold the domain, so it is closed (`ibv_close_xrcd`) after all of them.
 
 use std::fmt;

@@ -692,6 +692,9 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
         unsafe { slot.write(wr) };
     }
 
+    // The request's fields, passed one by one into a function inlined into its one caller:
+    // a struct of them would be built and taken apart again on the data path.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn push_ex(
         &mut self,
