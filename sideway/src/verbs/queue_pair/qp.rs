@@ -664,6 +664,7 @@ impl<T: Threading> QueuePairBuilder<T> {
             qp_type: self.qp_type,
             // Batches are sized by what was asked: a larger batch could not be outstanding.
             send: super::work_request::SendStorage::new(
+                self.qp_type,
                 asked.max_send_wr.min(cap.max_send_wr),
                 cap.max_send_sge,
                 cap.max_inline_data,

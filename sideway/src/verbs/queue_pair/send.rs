@@ -19,10 +19,10 @@ use std::ptr::NonNull;
 
 use rdma_mummy_sys as ffi;
 
-use super::attr::QpType;
 use super::qp::{AnyThread, QueuePair, Threading};
 use super::work_request::{
-    batch_full, zeroed_send_wr, InvalidWorkRequest, Op, PostError, SendFlags, UdAddr,
+    batch_full, dest_mismatch, zeroed_send_wr, Dest, InvalidWorkRequest, Op, PostError, SendFlags,
+    UdAddr,
 };
 use crate::errno::from_post_ret;
 use crate::receive_batch::chain_index;
@@ -100,8 +100,7 @@ pub struct WorkRequestBuilder<'g, 'a, T: Threading = AnyThread> {
     guard: &'g mut PostSendGuard<'a, T>,
     wr_id: u64,
     flags: SendFlags,
-    ud: Option<UdAddr>,
-    xrc: Option<u32>,
+    dest: Dest,
 }
 
 impl<T: Threading> fmt::Debug for WorkRequestBuilder<'_, '_, T> {
@@ -116,8 +115,7 @@ impl<T: Threading> fmt::Debug for WorkRequestBuilder<'_, '_, T> {
 impl<'g, 'a, T: Threading> WorkRequestBuilder<'g, 'a, T> {
     #[inline(always)]
     fn add(self, op: Op, data: SendData<'a>) -> PostSendChain<'g, 'a, T> {
-        self.guard
-            .push(self.wr_id, self.flags, op, data, self.ud, self.xrc);
+        self.guard.push(self.wr_id, self.flags, op, data, self.dest);
         PostSendChain { guard: self.guard }
     }
 
@@ -127,7 +125,7 @@ impl<'g, 'a, T: Threading> WorkRequestBuilder<'g, 'a, T> {
     #[doc(alias = "ibv_wr_set_ud_addr")]
     #[inline]
     pub fn ud_addr(mut self, ah: &'a AddressHandle, remote_qpn: u32, remote_qkey: u32) -> Self {
-        self.ud = Some(UdAddr {
+        self.dest = Dest::Ud(UdAddr {
             ah: ah.as_raw(),
             remote_qpn,
             remote_qkey,
@@ -143,7 +141,7 @@ impl<'g, 'a, T: Threading> WorkRequestBuilder<'g, 'a, T> {
     #[doc(alias = "remote_srqn")]
     #[inline]
     pub fn xrc_remote_srqn(mut self, remote_srqn: u32) -> Self {
-        self.xrc = Some(remote_srqn);
+        self.dest = Dest::Xrc(remote_srqn);
         self
     }
 
@@ -423,8 +421,7 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
             guard: self,
             wr_id,
             flags,
-            ud: None,
-            xrc: None,
+            dest: Dest::None,
         }
     }
 
@@ -439,13 +436,7 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
     }
 
     #[inline(always)]
-    fn check(
-        &self,
-        op: Op,
-        data: &SendData<'a>,
-        ud: Option<UdAddr>,
-        xrc: Option<u32>,
-    ) -> Result<(), InvalidWorkRequest> {
+    fn check(&self, op: Op, data: &SendData<'a>, dest: Dest) -> Result<(), InvalidWorkRequest> {
         let qp = &*self.qp;
         if let Some(allowed) = op.refused_by(qp.qp_type) {
             return Err(InvalidWorkRequest::NotForQpType {
@@ -454,22 +445,9 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
                 allowed,
             });
         }
-        match (qp.qp_type == QpType::Ud, ud.is_some()) {
-            (true, false) => return Err(InvalidWorkRequest::MissingUdAddress),
-            (false, true) => {
-                return Err(InvalidWorkRequest::UdAddressOnConnectedQp {
-                    qp_type: qp.qp_type,
-                })
-            }
-            _ => {}
-        }
-        if (qp.qp_type == QpType::XrcSend) != xrc.is_some() {
-            return Err(match xrc {
-                Some(_) => InvalidWorkRequest::XrcSrqnOnOtherQp {
-                    qp_type: qp.qp_type,
-                },
-                None => InvalidWorkRequest::MissingXrcSrqn,
-            });
+        // UD requests carry an address, XRC sends a remote SRQ, others neither: one compare.
+        if dest.kind() != qp.send.dest_kind {
+            return Err(dest_mismatch(qp.qp_type, dest.kind()));
         }
         let entries = data.entries();
         let max_sge = qp.send.max_sge;
@@ -492,28 +470,14 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
                 });
             }
         }
-        if qp.ex.is_some()
-            && !qp
-                .send
-                .ex
-                .ready
-                .allows(op, data, ud.is_some(), xrc.is_some())
-        {
+        if qp.ex.is_some() && !qp.send.ex.ready.allows(op, data, dest.ready_bit()) {
             return Err(InvalidWorkRequest::NotEnabled { op: op.name() });
         }
         Ok(())
     }
 
     #[inline(always)]
-    fn push(
-        &mut self,
-        wr_id: u64,
-        flags: SendFlags,
-        op: Op,
-        data: SendData<'a>,
-        ud: Option<UdAddr>,
-        xrc: Option<u32>,
-    ) {
+    fn push(&mut self, wr_id: u64, flags: SendFlags, op: Op, data: SendData<'a>, dest: Dest) {
         if self.count >= self.limit {
             // The storage is full, unless a request was refused already (limit 0).
             if self.limit != 0 {
@@ -521,7 +485,7 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
             }
             return;
         }
-        if let Err(reason) = self.check(op, &data, ud, xrc) {
+        if let Err(reason) = self.check(op, &data, dest) {
             self.refuse(wr_id, reason);
             return;
         }
@@ -530,8 +494,8 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
             flags |= SendFlags::INLINE;
         }
         match self.qp.ex {
-            Some(ex) => self.push_ex(ex, wr_id, flags, op, data, ud, xrc),
-            None => self.push_classic(wr_id, flags, op, data, ud, xrc),
+            Some(ex) => self.push_ex(ex, wr_id, flags, op, data, dest),
+            None => self.push_classic(wr_id, flags, op, data, dest),
         }
         self.count += 1;
     }
@@ -553,8 +517,7 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
         flags: SendFlags,
         op: Op,
         data: SendData<'a>,
-        ud: Option<UdAddr>,
-        xrc: Option<u32>,
+        dest: Dest,
     ) {
         let i = self.count;
         let st = &mut self.qp.send;
@@ -675,26 +638,26 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
             }
             Op::Send | Op::SendImm(_) | Op::SendInv(_) | Op::LocalInv(_) => {}
         }
-        if let Some(ud) = ud {
-            // check() allowed only SEND and SEND with immediate here, which use no other
-            // member of this union.
-            wr.wr.ud = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
-                ah: ud.ah,
-                remote_qpn: ud.remote_qpn,
-                remote_qkey: ud.remote_qkey,
-            };
-        }
-        if let Some(remote_srqn) = xrc {
-            // check() allowed this on XRC send QPs only; the union has no other member.
-            wr.qp_type.xrc = ffi::ibv_send_wr__bindgen_ty_3__bindgen_ty_1 { remote_srqn };
+        match dest {
+            Dest::None => {}
+            Dest::Ud(ud) => {
+                // check() allowed only SEND and SEND with immediate here, which use no other
+                // member of this union.
+                wr.wr.ud = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
+                    ah: ud.ah,
+                    remote_qpn: ud.remote_qpn,
+                    remote_qkey: ud.remote_qkey,
+                };
+            }
+            Dest::Xrc(remote_srqn) => {
+                // check() allowed this on XRC send QPs only; the union has no other member.
+                wr.qp_type.xrc = ffi::ibv_send_wr__bindgen_ty_3__bindgen_ty_1 { remote_srqn };
+            }
         }
         // SAFETY: slot is in bounds (above) and nothing else borrows the storage.
         unsafe { slot.write(wr) };
     }
 
-    // The request's fields, passed one by one into a function inlined into its one caller:
-    // a struct of them would be built and taken apart again on the data path.
-    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn push_ex(
         &mut self,
@@ -703,8 +666,7 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
         flags: SendFlags,
         op: Op,
         data: SendData<'a>,
-        ud: Option<UdAddr>,
-        xrc: Option<u32>,
+        dest: Dest,
     ) {
         let ex = ex.as_ptr();
         let f = &self.qp.send.ex;
@@ -746,14 +708,13 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
                 Op::BindMw { mw, rkey, info } => (f.bind_mw)(ex, mw, rkey, &info),
             }
         }
-        if let Some(ud) = ud {
+        match dest {
+            Dest::None => {}
             // SAFETY: as above; the destination follows the opcode call, and the address
             // handle is borrowed for 'a.
-            unsafe { (f.set_ud_addr)(ex, ud.ah, ud.remote_qpn, ud.remote_qkey) };
-        }
-        if let Some(remote_srqn) = xrc {
+            Dest::Ud(ud) => unsafe { (f.set_ud_addr)(ex, ud.ah, ud.remote_qpn, ud.remote_qkey) },
             // SAFETY: as above; the destination follows the opcode call.
-            unsafe { (f.set_xrc_srqn)(ex, remote_srqn) };
+            Dest::Xrc(remote_srqn) => unsafe { (f.set_xrc_srqn)(ex, remote_srqn) },
         }
         match data {
             SendData::Empty => {}
