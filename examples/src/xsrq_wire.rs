@@ -7,8 +7,14 @@
 //! digits each) and the GID in 32 digits in wire order. At the end, each side sends `END`
 //! and a NUL (4 bytes) so that neither closes its QPs while the other still expects a message
 //! through them: the client first, then the server to every client.
+//!
+//! The attributes each QP is moved with are here too ([`init`], [`recv_rtr`], [`recv_rts`],
+//! [`send_rtr`], [`send_rts`]): the same masks as rdma-core's program, so that both sides
+//! agree on PSNs and timers, checked against the state table in the tests.
 
-use sideway::Gid;
+use sideway::device::Mtu;
+use sideway::queue_pair::{AddressVector, QpState, QueuePairAttribute};
+use sideway::{AccessFlags, Gid};
 
 /// Bytes of one endpoint message, the NUL included (`MSG_SIZE`).
 pub const MSG_SIZE: usize = 66;
@@ -101,9 +107,118 @@ impl XsrqDest {
     }
 }
 
+/// Reset to Init, for both QPs of a connection (the receive QP with remote read and write,
+/// the send QP with no remote access).
+pub fn init(port: u8, access: AccessFlags) -> QueuePairAttribute {
+    let mut attr = QueuePairAttribute::new();
+    attr.set_qp_state(QpState::Init)
+        .set_pkey_index(0)
+        .set_port_num(port)
+        .set_qp_access_flags(access);
+    attr
+}
+
+/// The path to the peer: LID-routed, or global (hop limit 5, from GID index `gid_index`) when
+/// the peer's GID has an interface ID.
+pub fn path(rem: &XsrqDest, sl: u8, port: u8, gid_index: u8) -> AddressVector {
+    let mut av = AddressVector::new();
+    av.set_dlid(rem.lid).set_sl(sl).set_port_num(port);
+    if rem.is_global() {
+        av.set_is_global(true)
+            .set_hop_limit(5)
+            .set_dgid(rem.gid)
+            .set_sgid_index(gid_index);
+    }
+    av
+}
+
+/// The receive QP's Init to RTR: toward the peer's send QP, receiving from its PSN.
+pub fn recv_rtr(rem: &XsrqDest, mtu: Mtu, av: AddressVector) -> QueuePairAttribute {
+    let mut attr = QueuePairAttribute::new();
+    attr.set_qp_state(QpState::Rtr)
+        .set_dest_qp_num(rem.send_qpn)
+        .set_path_mtu(mtu)
+        .set_rq_psn(rem.psn)
+        .set_min_rnr_timer(12)
+        .set_max_dest_rd_atomic(0)
+        .set_ah_attr(av);
+    attr
+}
+
+/// The receive QP's RTR to RTS (it sends the acknowledgements), from this side's PSN.
+pub fn recv_rts(local_psn: u32) -> QueuePairAttribute {
+    let mut attr = QueuePairAttribute::new();
+    attr.set_qp_state(QpState::Rts)
+        .set_timeout(14)
+        .set_sq_psn(local_psn);
+    attr
+}
+
+/// The send QP's Init to RTR: toward the peer's receive QP.
+pub fn send_rtr(rem: &XsrqDest, mtu: Mtu, av: AddressVector) -> QueuePairAttribute {
+    let mut attr = QueuePairAttribute::new();
+    attr.set_qp_state(QpState::Rtr)
+        .set_dest_qp_num(rem.recv_qpn)
+        .set_path_mtu(mtu)
+        .set_rq_psn(rem.psn)
+        .set_ah_attr(av);
+    attr
+}
+
+/// The send QP's RTR to RTS, from this side's PSN, retrying as rdma-core's program does
+/// (7 times; RNR retries without end).
+pub fn send_rts(local_psn: u32) -> QueuePairAttribute {
+    let mut attr = QueuePairAttribute::new();
+    attr.set_qp_state(QpState::Rts)
+        .set_timeout(14)
+        .set_retry_cnt(7)
+        .set_rnr_retry(7)
+        .set_sq_psn(local_psn)
+        .set_max_rd_atomic(0);
+    attr
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sideway::queue_pair::{diagnose, MaskDiagnosis, QpType};
+
+    /// Every transition both QPs of a connection go through fits the IB state table of its
+    /// XRC type (what the kernel checks): nothing missing, nothing not allowed.
+    #[test]
+    fn each_transition_fits_the_xrc_state_table() {
+        let rem = dest();
+        let av = path(&rem, 0, 1, 1);
+        let none = sideway::QpAttrMask::empty();
+        let fits = MaskDiagnosis::Attributes {
+            missing: none,
+            not_allowed: none,
+        };
+        let recv = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+        for (qp_type, from, attr) in [
+            (QpType::XrcRecv, QpState::Reset, init(1, recv)),
+            (
+                QpType::XrcRecv,
+                QpState::Init,
+                recv_rtr(&rem, Mtu::Mtu1024, av),
+            ),
+            (QpType::XrcRecv, QpState::Rtr, recv_rts(0x123)),
+            (
+                QpType::XrcSend,
+                QpState::Reset,
+                init(1, AccessFlags::empty()),
+            ),
+            (
+                QpType::XrcSend,
+                QpState::Init,
+                send_rtr(&rem, Mtu::Mtu1024, av),
+            ),
+            (QpType::XrcSend, QpState::Rtr, send_rts(0x123)),
+        ] {
+            let d = diagnose(qp_type, from, attr.qp_state(), attr.mask());
+            assert_eq!(d, fits, "{qp_type} from {from} to {}", attr.qp_state());
+        }
+    }
 
     fn dest() -> XsrqDest {
         XsrqDest {

@@ -23,13 +23,13 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use sideway::device::{LinkLayer, Mtu};
-use sideway::queue_pair::{AddressVector, QpState, QpType, QueuePairAttribute};
+use sideway::queue_pair::QpType;
 use sideway::{
     AccessFlags, CompletionChannel, CompletionQueue, DeviceContext, Gid, QueuePair,
     RegisteredBuffer, SendFlags, SharedReceiveQueue, WorkCompletion, XrcDomain, XrcRecvQueuePair,
 };
 use sideway_examples::cli::log_to_stderr;
-use sideway_examples::xsrq_wire::{XsrqDest, MSG_SIZE, TERMINATION};
+use sideway_examples::xsrq_wire::{self, XsrqDest, MSG_SIZE, TERMINATION};
 
 /// Ping-pong SEND over XRC: one shared receive queue per side that every peer's sends name
 /// by number, wire-compatible with ibv_xsrq_pingpong. Without SERVER, waits for the clients;
@@ -97,7 +97,6 @@ struct Args {
 /// Where the XRC domain is bound, as in rdma-core's program: both programs on one node share
 /// it.
 const XRC_DOMAIN_FILE: &str = "/tmp/xrc_domain";
-const RNR_TIMER: u8 = 12;
 
 /// Why the run stopped: rdma-core's message for the step, and what sideway said, if
 /// anything more (printed on a second line, so the first reads as rdma-core's).
@@ -314,7 +313,7 @@ fn init(args: &Args, mtu: Mtu) -> Result<Side, Fail> {
                 errno_of(&e)
             ))(&e)
         })?;
-        recv.modify(&to_init(
+        recv.modify(&xsrq_wire::init(
             args.ib_port,
             AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
         ))
@@ -333,7 +332,7 @@ fn init(args: &Args, mtu: Mtu) -> Result<Side, Fail> {
                     errno_of(&e)
                 ))(&e)
             })?;
-        send.modify(&to_init(args.ib_port, AccessFlags::empty()))
+        send.modify(&xsrq_wire::init(args.ib_port, AccessFlags::empty()))
             .map_err(|e| because(format!("Failed to modify send QP[{i}] to INIT"))(&e))?;
         send_qps.push(send);
     }
@@ -359,15 +358,6 @@ fn errno_of(e: &sideway::QueuePairError) -> i32 {
         sideway::QueuePairError::Create { source, .. } => source.raw_os_error().unwrap_or(0),
         _ => libc::EINVAL,
     }
-}
-
-fn to_init(port: u8, access: AccessFlags) -> QueuePairAttribute {
-    let mut init = QueuePairAttribute::new();
-    init.set_qp_state(QpState::Init)
-        .set_pkey_index(0)
-        .set_port_num(port)
-        .set_qp_access_flags(access);
-    init
 }
 
 impl Side {
@@ -429,53 +419,18 @@ impl Side {
     /// its send QP toward the peer's receive QP (`connect_qps`).
     fn connect(&self, index: usize, peer: &Peer, args: &Args) -> Result<(), Fail> {
         let rem = &peer.dest;
-        let mut av = AddressVector::new();
-        av.set_dlid(rem.lid)
-            .set_sl(args.sl)
-            .set_port_num(self.args_port);
-        if rem.is_global() {
-            av.set_is_global(true)
-                .set_hop_limit(5)
-                .set_dgid(rem.gid)
-                .set_sgid_index(args.gid_idx.unwrap_or(0));
-        }
-        let mut rtr = QueuePairAttribute::new();
-        rtr.set_qp_state(QpState::Rtr)
-            .set_dest_qp_num(rem.send_qpn)
-            .set_path_mtu(self.mtu)
-            .set_rq_psn(rem.psn)
-            .set_min_rnr_timer(RNR_TIMER)
-            .set_max_dest_rd_atomic(0)
-            .set_ah_attr(av);
+        let av = xsrq_wire::path(rem, args.sl, self.args_port, args.gid_idx.unwrap_or(0));
         self.recv_qps[index]
-            .modify(&rtr)
+            .modify(&xsrq_wire::recv_rtr(rem, self.mtu, av))
             .map_err(|e| because(format!("Failed to modify recv QP[{index}] to RTR"))(&e))?;
-        let mut rts = QueuePairAttribute::new();
-        rts.set_qp_state(QpState::Rts)
-            .set_timeout(14)
-            .set_sq_psn(peer.local_psn);
         self.recv_qps[index]
-            .modify(&rts)
+            .modify(&xsrq_wire::recv_rts(peer.local_psn))
             .map_err(|e| because(format!("Failed to modify recv QP[{index}] to RTS"))(&e))?;
-
-        let mut rtr = QueuePairAttribute::new();
-        rtr.set_qp_state(QpState::Rtr)
-            .set_dest_qp_num(rem.recv_qpn)
-            .set_path_mtu(self.mtu)
-            .set_rq_psn(rem.psn)
-            .set_ah_attr(av);
         self.send_qps[index]
-            .modify(&rtr)
+            .modify(&xsrq_wire::send_rtr(rem, self.mtu, av))
             .map_err(|e| because(format!("Failed to modify send QP[{index}] to RTR"))(&e))?;
-        let mut rts = QueuePairAttribute::new();
-        rts.set_qp_state(QpState::Rts)
-            .set_timeout(14)
-            .set_retry_cnt(7)
-            .set_rnr_retry(7)
-            .set_sq_psn(peer.local_psn)
-            .set_max_rd_atomic(0);
         self.send_qps[index]
-            .modify(&rts)
+            .modify(&xsrq_wire::send_rts(peer.local_psn))
             .map_err(|e| because(format!("Failed to modify send QP[{index}] to RTS"))(&e))
     }
 
