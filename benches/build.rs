@@ -20,7 +20,15 @@ fn main() {
 
     let mut build = cc::Build::new();
     build
-        .files(["null_provider.c", "data_path.c", "data_path_cached.c"].map(|f| csrc.join(f)))
+        .files(
+            [
+                "null_provider.c",
+                "null_provider_xrc.c",
+                "data_path.c",
+                "data_path_cached.c",
+            ]
+            .map(|f| csrc.join(f)),
+        )
         .include(&csrc)
         .std("gnu11")
         // The C side is measured: always optimised as a release build would be, whatever

@@ -9,6 +9,7 @@
  * with a real provider.
  */
 #include "null_provider.h"
+#include "null_provider_xrc.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -34,6 +35,7 @@ struct null_provider {
 	struct ibv_parent_domain_init_attr parent_attr; /* as alloc_parent_domain got it */
 	void *buffers[NULL_MAX_BUFFERS]; /* from the parent domain's alloc, not yet freed */
 	uint64_t buffer_types[NULL_MAX_BUFFERS];
+	struct null_xrc *xrc; /* null_provider_xrc.c's, once enabled */
 };
 
 #define FROM(ptr, member) \
@@ -488,6 +490,7 @@ struct null_provider *null_provider_new(void)
 
 void null_provider_free(struct null_provider *np)
 {
+	null_xrc_free(np->xrc);
 	free(np);
 }
 
@@ -511,4 +514,9 @@ const struct ibv_wc *null_cq_last_poll_array(const struct null_provider *np)
 void null_cq_add(struct ibv_cq *cq, uint32_t n)
 {
 	of_cq(cq)->pending += n;
+}
+
+struct null_xrc **null_provider_xrc(struct ibv_context *context)
+{
+	return &of_ctx(context)->xrc;
 }

@@ -9,6 +9,8 @@
 //!   committed counts and the check against them (the `instruction-counts` binary).
 //! - [`alloc_counter`]: a counting allocator, how "zero allocations per operation" is
 //!   checked rather than asserted.
+//! - [`null_provider_xrc`]: XRC domains, SRQs and QPs on the null provider, for the tests of
+//!   sideway's XRC wrappers.
 
 #![warn(missing_docs)]
 
@@ -18,3 +20,4 @@ pub mod data_path;
 pub mod instruction_counts;
 pub mod null_provider;
 pub mod null_provider_dm;
+pub mod null_provider_xrc;

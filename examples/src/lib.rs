@@ -15,3 +15,4 @@ pub mod cmtime_wire;
 pub mod device_text;
 pub mod pingpong;
 pub mod rping_wire;
+pub mod xsrq_wire;

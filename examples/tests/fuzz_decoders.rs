@@ -1,5 +1,6 @@
 //! Fuzz targets for what the example programs decode of a peer's bytes: rping's buffer
-//! advertisement (sideway's `RemoteBuffer`, fuzzed there too) and ping data, and cmtime's
+//! advertisement (sideway's `RemoteBuffer`, fuzzed there too) and ping data, xsrq_pingpong's
+//! endpoint message, and cmtime's
 //! one-byte steps (tried exhaustively: there
 //! are only 256 bytes). The harness, and why it is proptest, is in sideway's
 //! `tests/support/fuzz.rs`.
@@ -17,6 +18,7 @@ use proptest::prelude::*;
 use sideway::connection::{RemoteBuffer, REMOTE_BUFFER_LEN};
 use sideway_examples::cmtime_wire::{check_announced, check_answer, STEPS, SYNC_STEPS};
 use sideway_examples::rping_wire::{fill_ping, ping_text};
+use sideway_examples::xsrq_wire::{XsrqDest, MSG_SIZE};
 
 const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -120,4 +122,33 @@ fn cmtime_steps_every_byte() {
         }
     }
     assert!(SYNC_STEPS.iter().all(|s| STEPS.iter().any(|(t, _)| t == s)));
+}
+
+/// xsrq_pingpong's endpoint message: any 66 bytes (shorter inputs padded with NULs, longer
+/// ones cut) decode to an endpoint that encodes back to a message decoding to the same, or
+/// to an error whose text is harmless.
+#[test]
+fn xsrq_dest() {
+    let dest = XsrqDest {
+        lid: 0x12,
+        recv_qpn: 0x11,
+        send_qpn: 0x12,
+        psn: 0xabcdef,
+        srqn: 0x2a5,
+        gid: "::ffff:198.18.0.1".parse().unwrap(),
+    };
+    let valid = vec![dest.encode().to_vec(), b"1:2:3:4:5:".to_vec()];
+    fuzz::fuzz_bytes(MANIFEST_DIR, "xsrq-dest", valid, |bytes| {
+        let mut msg = [0u8; MSG_SIZE];
+        let n = bytes.len().min(MSG_SIZE);
+        msg[..n].copy_from_slice(&bytes[..n]);
+        match XsrqDest::decode(&msg) {
+            Ok(d) => {
+                prop_assert_eq!(XsrqDest::decode(&d.encode()), Ok(d));
+                check_text("an endpoint line", &d.line("remote"))?;
+            }
+            Err(e) => check_text("an endpoint message error", &e)?,
+        }
+        Ok(())
+    });
 }

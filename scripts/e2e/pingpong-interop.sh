@@ -3,6 +3,9 @@
 # ibv_uc_pingpong and ibv_srq_pingpong, both directions, polling and sleeping on completion
 # events (-e); rc_pingpong -e against ibv_rc_pingpong -e both directions; and each of ours
 # against itself with the extended API (-N -e). 1000 iterations on the test GID.
+# xsrq_pingpong against ibv_xsrq_pingpong: on a device without XRC (rxe) both end at once, and
+# ours must end as rdma-core's does, with the same output ("Couldn't Open the XRC Domain 95")
+# and exit status; on a device with XRC both wait for a client, and the pair runs both ways.
 # Runs where scripts/softroce runs commands; binaries from ${EXAMPLES_BIN:-target/debug}.
 # Under `scripts/softroce run --hosts 2` every server runs on the peer host and every client
 # here, so each program runs on both hosts, across the link.
@@ -86,6 +89,40 @@ pair "rc: ours -e (client) with ibv_rc_pingpong -e (server)" 8192000 1 \
     ibv_rc_pingpong "${srv[@]}" -e -- "$bin/rc_pingpong" "${common[@]}" -e
 pair "rc: ibv_rc_pingpong -e (client) with ours -e (server)" 8192000 1 \
     "$bin/rc_pingpong" "${srv[@]}" -e -- ibv_rc_pingpong "${common[@]}" -e
+
+echo "xsrq_pingpong against ibv_xsrq_pingpong"
+[ -x "$bin/xsrq_pingpong" ] || { echo "FAILED: $bin/xsrq_pingpong is missing (cargo build -p sideway-examples)" >&2; exit 1; }
+xsrq_logs=$(mktemp -d)
+rc_ours=0 rc_theirs=0
+port=$((port + 1))
+timeout 10 "$bin/xsrq_pingpong" -d "$dev" -g "$gid" -p "$port" >"$xsrq_logs/ours" 2>&1 || rc_ours=$?
+port=$((port + 1))
+timeout 10 ibv_xsrq_pingpong -d "$dev" -g "$gid" -p "$port" >"$xsrq_logs/theirs" 2>&1 || rc_theirs=$?
+sed 's/^/  [ours] /' "$xsrq_logs/ours"
+sed 's/^/  [ibv_xsrq_pingpong] /' "$xsrq_logs/theirs"
+if [ "$rc_theirs" -eq 124 ]; then
+    # rdma-core's server waited for a client: the device has XRC.
+    [ "$rc_ours" -eq 124 ] || { echo "FAILED: ibv_xsrq_pingpong waits for a client, ours exited $rc_ours" >&2; exit 1; }
+    for way in ours theirs; do
+        port=$((port + 1))
+        if [ "$way" = ours ]; then s=ibv_xsrq_pingpong c=$bin/xsrq_pingpong; else s=$bin/xsrq_pingpong c=ibv_xsrq_pingpong; fi
+        echo "xsrq: $c (client) with $s (server) (port $port)"
+        run_pair "wait_tcp_listen $port 30" "$s" -d "$SERVER_DEVICE" -g "$SERVER_GID_INDEX" -p "$port" -- \
+            "$c" -d "$dev" -g "$gid" -p "$port" "$SERVER_ADDR"
+        for side in server client; do
+            expect_in "$PAIR_DIR/$side.log" '^success$' "success on the $side"
+            expect_in "$PAIR_DIR/$side.log" '^  remote: LID [0-9a-f]{4}, QPN RECV [0-9a-f]{6} SEND [0-9a-f]{6}, PSN [0-9a-f]{6}, SRQN [0-9a-f]{6}, GID ' \
+                "the peer's endpoint on the $side"
+        done
+        passed=$((passed + 1))
+    done
+else
+    [ "$rc_ours" -eq "$rc_theirs" ] || { echo "FAILED: ibv_xsrq_pingpong exited $rc_theirs, ours $rc_ours" >&2; exit 1; }
+    diff "$xsrq_logs/theirs" "$xsrq_logs/ours" || { echo "FAILED: xsrq_pingpong's output differs from ibv_xsrq_pingpong's (above)" >&2; exit 1; }
+    echo "  ok: $dev has no XRC; ours ends as ibv_xsrq_pingpong does (exit $rc_ours): $(head -n 1 "$xsrq_logs/ours")"
+    passed=$((passed + 1))
+fi
+rm -rf "$xsrq_logs"
 
 echo "bad input"
 out=$("$bin/srq_pingpong" -d "$dev" -g "$gid" -q 8 -r 4 2>&1) && { echo "FAILED: -q 8 -r 4, yet exit 0" >&2; exit 1; }

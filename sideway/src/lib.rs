@@ -176,6 +176,7 @@ pub mod testing;
 mod verbs;
 #[allow(unsafe_code)]
 mod work_completion;
+pub use verbs::xrc_domain;
 pub use verbs::{
     address_handle, async_event, completion_channel, completion_event, completion_queue, device,
     memory_region, memory_window, parent_domain, protection_domain, queue_pair,
@@ -219,6 +220,7 @@ pub use parent_domain::{
     AllocRequest, Allocation, DomainAllocator, ParentDomain, ParentDomainBuilder,
 };
 pub use protection_domain::ProtectionDomain;
+pub use queue_pair::XrcRecvQueuePair;
 pub use queue_pair::{
     ConnectError, ConnectOptions, Endpoint, ModifyQpError, PostError, PostRecvChain, PostRecvGuard,
     PostSendChain, PostSendGuard, QpAttrMask, QpState, QpType, QueuePair, QueuePairAttribute,
@@ -235,3 +237,4 @@ pub use shared_receive_queue::{
 };
 pub use sharing::ImportError;
 pub use thread_domain::{DomainError, ThreadDomain};
+pub use xrc_domain::{XrcDomain, XrcDomainError};

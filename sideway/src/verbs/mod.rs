@@ -33,3 +33,5 @@ pub mod shared_receive_queue;
 pub mod sharing;
 #[allow(unsafe_code)]
 pub mod thread_domain;
+#[allow(unsafe_code)]
+pub mod xrc_domain;

@@ -8,6 +8,11 @@
 //! ([`SharedReceiveQueue::arm_limit`]) makes the device raise
 //! [`AsyncEventKind::SrqLimitReached`](crate::async_event::AsyncEventKind::SrqLimitReached)
 //! once fewer receives than the limit are left, naming this SRQ.
+//!
+//! An XRC SRQ ([`SharedReceiveQueueBuilder::xrcd`], `ibv_create_srq_ex` with `IBV_SRQT_XRC`)
+//! belongs to an [`XrcDomain`] and has a completion queue of its own: XRC senders name it
+//! by its number ([`SharedReceiveQueue::srq_num`]), and its receives complete on that CQ. It
+//! holds the domain, the CQ and the PD, so it is destroyed before any of them.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -20,8 +25,10 @@ use rdma_mummy_sys as ffi;
 
 use crate::errno::{fresh, from_ret, non_null};
 use crate::receive_batch::{sealed, ReceiveQueue, RecvBatch, RecvChain, RecvRefusal, RecvStorage};
+use crate::verbs::completion_queue::CompletionQueue;
 use crate::verbs::protection_domain::ProtectionDomain;
 use crate::verbs::queue_pair::work_request::{which_failed, InvalidWorkRequest};
+use crate::verbs::xrc_domain::XrcDomain;
 
 /// Why an SRQ operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +59,32 @@ pub enum SharedReceiveQueueError {
     ThreadBoundPd {
         /// The device's name.
         device: String,
+    },
+    /// `ibv_create_srq_ex` of an XRC SRQ failed; `EOPNOTSUPP` when the device has no XRC.
+    #[error("ibv_create_srq_ex of an XRC SRQ with max_wr {max_wr}, max_sge {max_sge} failed on {device}: {source}{}",
+        if matches!(source.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)) {
+            " (not supported by this device: its provider has no XRC)"
+        } else { "" })]
+    CreateXrc {
+        /// The device's name.
+        device: String,
+        /// Receives asked for.
+        max_wr: u32,
+        /// Entries per receive asked for.
+        max_sge: u32,
+        /// The errno.
+        source: io::Error,
+    },
+    /// An XRC SRQ needs the completion queue its receives complete on.
+    #[error("an XRC SRQ needs a completion queue: call cq() on the builder")]
+    MissingCq,
+    /// `ibv_get_srq_num` failed (an SRQ that is not XRC has no number).
+    #[error("ibv_get_srq_num of SRQ {srq:#x} failed: {source}")]
+    SrqNum {
+        /// The SRQ's handle.
+        srq: u32,
+        /// The errno.
+        source: io::Error,
     },
     /// `ibv_modify_srq` failed.
     #[error("ibv_modify_srq of SRQ {srq:#x} ({what}) failed: {source}")]
@@ -126,6 +159,8 @@ impl ProtectionDomain {
             max_wr: 128,
             max_sge: 1,
             srq_limit: 0,
+            xrcd: None,
+            cq: None,
         }
     }
 }
@@ -140,9 +175,26 @@ pub struct SharedReceiveQueueBuilder {
     max_wr: u32,
     max_sge: u32,
     srq_limit: u32,
+    xrcd: Option<Arc<XrcDomain>>,
+    cq: Option<Arc<CompletionQueue>>,
 }
 
 impl SharedReceiveQueueBuilder {
+    /// Makes an XRC SRQ of `xrcd` (`srq_type` `IBV_SRQT_XRC`, `xrcd`): senders on other
+    /// nodes reach it through an XRC receive QP of the same domain, naming it by
+    /// [`SharedReceiveQueue::srq_num`]. Needs [`cq`](Self::cq). The SRQ holds the domain.
+    pub fn xrcd(&mut self, xrcd: &Arc<XrcDomain>) -> &mut Self {
+        self.xrcd = Some(Arc::clone(xrcd));
+        self
+    }
+
+    /// The completion queue an XRC SRQ's receives complete on (`cq`; required with
+    /// [`xrcd`](Self::xrcd), ignored without). The SRQ holds it.
+    pub fn cq(&mut self, cq: &Arc<CompletionQueue>) -> &mut Self {
+        self.cq = Some(Arc::clone(cq));
+        self
+    }
+
     /// Most outstanding receives (`max_wr`; default 128). Also the most one batch holds.
     pub fn max_wr(&mut self, n: u32) -> &mut Self {
         self.max_wr = n;
@@ -162,13 +214,19 @@ impl SharedReceiveQueueBuilder {
         self
     }
 
-    /// Creates the SRQ (`ibv_create_srq`).
+    /// Creates the SRQ: `ibv_create_srq`, or for an XRC SRQ ([`xrcd`](Self::xrcd))
+    /// `ibv_create_srq_ex` with `IBV_SRQ_INIT_ATTR_TYPE | _XRCD | _CQ | _PD`, which devices
+    /// without XRC fail with `EOPNOTSUPP`.
     #[doc(alias = "ibv_create_srq")]
+    #[doc(alias = "ibv_create_srq_ex")]
     pub fn build(&self) -> Result<Arc<SharedReceiveQueue>, SharedReceiveQueueError> {
         if self.pd.is_thread_bound() {
             return Err(SharedReceiveQueueError::ThreadBoundPd {
                 device: self.pd.context().name().to_owned(),
             });
+        }
+        if let Some(xrcd) = &self.xrcd {
+            return self.build_xrc(xrcd);
         }
         let mut init = ffi::ibv_srq_init_attr {
             srq_context: std::ptr::null_mut(),
@@ -186,6 +244,43 @@ impl SharedReceiveQueueBuilder {
             max_wr: self.max_wr,
             max_sge: self.max_sge,
             srq_limit: self.srq_limit,
+            source,
+        })?;
+        Ok(self.wrap(raw, init.attr))
+    }
+
+    fn build_xrc(
+        &self,
+        xrcd: &Arc<XrcDomain>,
+    ) -> Result<Arc<SharedReceiveQueue>, SharedReceiveQueueError> {
+        let cq = self.cq.as_ref().ok_or(SharedReceiveQueueError::MissingCq)?;
+        use ffi::ibv_srq_init_attr_mask as m;
+        let mut init = ffi::ibv_srq_init_attr_ex {
+            srq_context: std::ptr::null_mut(),
+            attr: ffi::ibv_srq_attr {
+                max_wr: self.max_wr,
+                max_sge: self.max_sge,
+                srq_limit: self.srq_limit,
+            },
+            comp_mask: m::IBV_SRQ_INIT_ATTR_TYPE
+                | m::IBV_SRQ_INIT_ATTR_XRCD
+                | m::IBV_SRQ_INIT_ATTR_CQ
+                | m::IBV_SRQ_INIT_ATTR_PD,
+            srq_type: ffi::ibv_srq_type::IBV_SRQT_XRC,
+            pd: self.pd.as_raw(),
+            xrcd: xrcd.as_raw(),
+            cq: cq.as_raw(),
+            tm_cap: ffi::ibv_tm_cap::default(),
+        };
+        let ctx = self.pd.context();
+        // SAFETY: the context, PD, XRC domain and CQ are alive (the SRQ will hold their
+        // Arcs); init is fully initialised, comp_mask names exactly the fields set, and the
+        // verb writes the granted sizes back.
+        let srq = fresh(|| unsafe { ffi::ibv_create_srq_ex(ctx.as_raw(), &mut init) });
+        let raw = non_null(srq).map_err(|source| SharedReceiveQueueError::CreateXrc {
+            device: ctx.name().to_owned(),
+            max_wr: self.max_wr,
+            max_sge: self.max_sge,
             source,
         })?;
         Ok(self.wrap(raw, init.attr))
@@ -227,6 +322,12 @@ impl SharedReceiveQueueBuilder {
             storage: Mutex::new(RecvStorage::new(batch, max_sge)),
             max_wr: pick(granted.max_wr, self.max_wr),
             max_sge,
+            xrc: self.xrcd.as_ref().and_then(|xrcd| {
+                self.cq.as_ref().map(|cq| XrcParts {
+                    cq: Arc::clone(cq),
+                    xrcd: Arc::clone(xrcd),
+                })
+            }),
             pd: Arc::clone(&self.pd),
         });
         lock_registry().insert(raw.as_ptr() as usize, Arc::downgrade(&srq));
@@ -244,7 +345,15 @@ pub struct SharedReceiveQueue {
     storage: Mutex<RecvStorage>,
     max_wr: u32,
     max_sge: u32,
+    /// An XRC SRQ's domain and CQ; dropped after the SRQ is destroyed, before the PD.
+    xrc: Option<XrcParts>,
     pd: Arc<ProtectionDomain>,
+}
+
+/// What an XRC SRQ holds besides its PD.
+struct XrcParts {
+    cq: Arc<CompletionQueue>,
+    xrcd: Arc<XrcDomain>,
 }
 
 // SAFETY: libibverbs SRQs may be used from any thread (ibv_post_srq_recv is thread-safe);
@@ -278,6 +387,31 @@ impl SharedReceiveQueue {
     /// The protection domain.
     pub fn pd(&self) -> &Arc<ProtectionDomain> {
         &self.pd
+    }
+
+    /// The XRC domain of an XRC SRQ, `None` for a basic one.
+    pub fn xrcd(&self) -> Option<&Arc<XrcDomain>> {
+        self.xrc.as_ref().map(|x| &x.xrcd)
+    }
+
+    /// The completion queue of an XRC SRQ, `None` for a basic one.
+    pub fn cq(&self) -> Option<&Arc<CompletionQueue>> {
+        self.xrc.as_ref().map(|x| &x.cq)
+    }
+
+    /// The SRQ number of an XRC SRQ (`ibv_get_srq_num`), which XRC senders name in each
+    /// send (`remote_srqn`). A basic SRQ has none: the verb fails (`EOPNOTSUPP` or
+    /// `EINVAL`, depending on the provider).
+    #[doc(alias = "ibv_get_srq_num")]
+    pub fn srq_num(&self) -> Result<u32, SharedReceiveQueueError> {
+        let mut num = 0u32;
+        // SAFETY: raw is live; num is a valid out-parameter.
+        let ret = fresh(|| unsafe { ffi::ibv_get_srq_num(self.raw.as_ptr(), &mut num) });
+        from_ret(ret).map_err(|source| SharedReceiveQueueError::SrqNum {
+            srq: self.handle(),
+            source,
+        })?;
+        Ok(num)
     }
 
     /// Arms the limit event (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): once fewer than
@@ -472,6 +606,7 @@ mod tests {
             storage: Mutex::new(RecvStorage::new(max_wr, 1)),
             max_wr,
             max_sge: 1,
+            xrc: None,
             pd,
         };
         (fake, srq)

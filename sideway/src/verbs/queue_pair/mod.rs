@@ -51,6 +51,8 @@ mod send;
 mod state_table;
 #[allow(unsafe_code)]
 pub(crate) mod work_request;
+#[allow(unsafe_code)]
+mod xrc;
 
 pub use crate::receive_batch::{ReceiveQueue, RecvBatch, RecvChain};
 pub use crate::scatter_gather::{BufferBytes, SendData};
@@ -63,3 +65,4 @@ pub use recv::{PostRecvChain, PostRecvGuard};
 pub use send::{PostSendChain, PostSendGuard, WorkRequestBuilder};
 pub use state_table::{diagnose, transition_rule, MaskDiagnosis, TransitionRule};
 pub use work_request::{InvalidWorkRequest, PostError, SendFlags, SendOpsFlags};
+pub use xrc::XrcRecvQueuePair;

@@ -77,6 +77,9 @@ pub enum QueuePairError {
         /// The device's name.
         device: String,
     },
+    /// An XRC receive QP belongs to an XRC domain, not a PD.
+    #[error("an XRC receive QP is made on an XRC domain, not a PD: use XrcDomain::create_recv_qp")]
+    XrcRecvOnPd,
     /// The create verb failed.
     #[error(
         "{call} of an {qp_type} QP with {cap:?} failed on {device}: {source}{}",
@@ -98,6 +101,9 @@ pub enum QueuePairError {
 
 fn create_hint(source: &io::Error, call: &str) -> &'static str {
     match source.raw_os_error() {
+        Some(libc::EOPNOTSUPP) if call == "ibv_create_qp_ex (XRC)" => {
+            " (not supported by this device: its provider has no XRC)"
+        }
         Some(libc::EOPNOTSUPP) if call != "ibv_create_qp" => {
             " (this device has no extended QPs, or not with these send_ops_flags: use build())"
         }
@@ -402,7 +408,8 @@ impl<T: Threading> QueuePairBuilder<T> {
         self
     }
 
-    /// The CQ that receive completions go to (`recv_cq`; required, may be the send CQ).
+    /// The CQ that receive completions go to (`recv_cq`; required, may be the send CQ;
+    /// optional for an XRC send QP, which has no receive queue).
     pub fn recv_cq(&mut self, cq: &Arc<CompletionQueue>) -> &mut Self {
         self.recv_cq = Some(Arc::clone(cq));
         self
@@ -445,7 +452,11 @@ impl<T: Threading> QueuePairBuilder<T> {
         self
     }
 
-    /// The transport (`qp_type`; default RC).
+    /// The transport (`qp_type`; default RC). An XRC send QP ([`QpType::XrcSend`]) needs
+    /// only a send CQ and names the remote XRC SRQ in each send
+    /// ([`WorkRequestBuilder::xrc_remote_srqn`](crate::queue_pair::WorkRequestBuilder::xrc_remote_srqn));
+    /// an XRC receive QP is made on its XRC domain
+    /// ([`XrcDomain::create_recv_qp`](crate::xrc_domain::XrcDomain::create_recv_qp)).
     pub fn qp_type(&mut self, qp_type: QpType) -> &mut Self {
         self.qp_type = qp_type;
         self
@@ -466,15 +477,39 @@ impl<T: Threading> QueuePairBuilder<T> {
                 device: self.pd.context().name().to_owned(),
             });
         }
+        if self.qp_type == QpType::XrcRecv {
+            return Err(QueuePairError::XrcRecvOnPd);
+        }
         let send = self
             .send_cq
             .clone()
             .ok_or(QueuePairError::MissingCq { which: "send" })?;
-        let recv = self
-            .recv_cq
-            .clone()
-            .ok_or(QueuePairError::MissingCq { which: "recv" })?;
+        let recv = match (&self.recv_cq, self.qp_type) {
+            (Some(cq), _) => Arc::clone(cq),
+            // An XRC send QP has no receive queue: its receive CQ is optional, and the QP
+            // reports its send CQ in its place.
+            (None, QpType::XrcSend) => Arc::clone(&send),
+            (None, _) => return Err(QueuePairError::MissingCq { which: "recv" }),
+        };
         Ok((send, recv))
+    }
+
+    /// The receive CQ the create verb gets: NULL for an XRC send QP not given one.
+    fn recv_cq_raw(&self, recv: &CompletionQueue) -> *mut ffi::ibv_cq {
+        match (&self.recv_cq, self.qp_type) {
+            (None, QpType::XrcSend) => std::ptr::null_mut(),
+            _ => recv.as_raw(),
+        }
+    }
+
+    /// The sizes asked for: an XRC send QP has no receive queue, so none there.
+    fn asked_cap(&self) -> QpCapabilities {
+        let mut cap = self.cap;
+        if self.qp_type == QpType::XrcSend {
+            cap.max_recv_wr = 0;
+            cap.max_recv_sge = 0;
+        }
+        cap
     }
 
     fn create_err(&self, call: &'static str, source: io::Error) -> QueuePairError {
@@ -482,7 +517,7 @@ impl<T: Threading> QueuePairBuilder<T> {
             call,
             device: self.pd.context().name().to_owned(),
             qp_type: self.qp_type,
-            cap: self.cap,
+            cap: self.asked_cap(),
             source,
         }
     }
@@ -494,9 +529,9 @@ impl<T: Threading> QueuePairBuilder<T> {
         let mut init = ffi::ibv_qp_init_attr {
             qp_context: std::ptr::null_mut(),
             send_cq: send_cq.as_raw(),
-            recv_cq: recv_cq.as_raw(),
+            recv_cq: self.recv_cq_raw(&recv_cq),
             srq: self.srq_raw(),
-            cap: self.cap.into(),
+            cap: self.asked_cap().into(),
             qp_type: self.qp_type.into(),
             sq_sig_all: c_int::from(self.sq_sig_all),
         };
@@ -550,9 +585,9 @@ impl<T: Threading> QueuePairBuilder<T> {
         let init = ffi::ibv_qp_init_attr_ex {
             qp_context: std::ptr::null_mut(),
             send_cq: send_cq.as_raw(),
-            recv_cq: recv_cq.as_raw(),
+            recv_cq: self.recv_cq_raw(&recv_cq),
             srq: self.srq_raw(),
-            cap: self.cap.into(),
+            cap: self.asked_cap().into(),
             qp_type: self.qp_type.into(),
             sq_sig_all: c_int::from(self.sq_sig_all),
             comp_mask: ffi::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD
@@ -599,7 +634,7 @@ impl<T: Threading> QueuePairBuilder<T> {
         ex: Option<NonNull<ffi::ibv_qp_ex>>,
     ) -> Result<QueuePair<T>, QueuePairError> {
         let (send_cq, recv_cq) = self.cqs()?;
-        Ok(self.wrap(raw, ex, self.cap, send_cq, recv_cq))
+        Ok(self.wrap(raw, ex, self.asked_cap(), send_cq, recv_cq))
     }
 
     fn wrap(
@@ -613,12 +648,13 @@ impl<T: Threading> QueuePairBuilder<T> {
         // Providers report what they granted; some leave a field at 0, which means "as
         // asked".
         let pick = |granted: u32, asked: u32| if granted == 0 { asked } else { granted };
+        let asked = self.asked_cap();
         let cap = QpCapabilities {
-            max_send_wr: pick(granted.max_send_wr, self.cap.max_send_wr),
-            max_recv_wr: pick(granted.max_recv_wr, self.cap.max_recv_wr),
-            max_send_sge: pick(granted.max_send_sge, self.cap.max_send_sge),
-            max_recv_sge: pick(granted.max_recv_sge, self.cap.max_recv_sge),
-            max_inline_data: pick(granted.max_inline_data, self.cap.max_inline_data),
+            max_send_wr: pick(granted.max_send_wr, asked.max_send_wr),
+            max_recv_wr: pick(granted.max_recv_wr, asked.max_recv_wr),
+            max_send_sge: pick(granted.max_send_sge, asked.max_send_sge),
+            max_recv_sge: pick(granted.max_recv_sge, asked.max_recv_sge),
+            max_inline_data: pick(granted.max_inline_data, asked.max_inline_data),
         };
         QueuePair {
             raw,
@@ -628,7 +664,8 @@ impl<T: Threading> QueuePairBuilder<T> {
             qp_type: self.qp_type,
             // Batches are sized by what was asked: a larger batch could not be outstanding.
             send: super::work_request::SendStorage::new(
-                self.cap.max_send_wr.min(cap.max_send_wr),
+                self.qp_type,
+                asked.max_send_wr.min(cap.max_send_wr),
                 cap.max_send_sge,
                 cap.max_inline_data,
                 // SAFETY: ex is the live extended QP being wrapped, just created (or a test
@@ -638,7 +675,7 @@ impl<T: Threading> QueuePairBuilder<T> {
                 }),
             ),
             recv: crate::receive_batch::RecvStorage::new(
-                self.cap.max_recv_wr.min(cap.max_recv_wr),
+                asked.max_recv_wr.min(cap.max_recv_wr),
                 cap.max_recv_sge,
             ),
             cap,
@@ -681,9 +718,9 @@ impl QueuePairBuilder {
         let init = ffi::ibv_qp_init_attr {
             qp_context: std::ptr::null_mut(),
             send_cq: send_cq.as_raw(),
-            recv_cq: recv_cq.as_raw(),
+            recv_cq: self.recv_cq_raw(&recv_cq),
             srq: self.srq_raw(),
-            cap: self.cap.into(),
+            cap: self.asked_cap().into(),
             qp_type: self.qp_type.into(),
             sq_sig_all: c_int::from(self.sq_sig_all),
         };
@@ -855,7 +892,7 @@ impl<T: Threading> QueuePair<T> {
         &self.send_cq
     }
 
-    /// The receive completion queue.
+    /// The receive completion queue (an XRC send QP made without one: its send CQ).
     pub fn recv_cq(&self) -> &Arc<CompletionQueue> {
         &self.recv_cq
     }
@@ -871,61 +908,15 @@ impl<T: Threading> QueuePair<T> {
     /// transition requires but lack, and which are not allowed, per the IB spec's table.
     #[doc(alias = "ibv_modify_qp")]
     pub fn modify(&self, attr: &QueuePairAttribute) -> Result<(), ModifyQpError> {
-        let mut raw = *attr.as_raw();
-        let mask = attr.mask();
-        let mask_c = c_int::from_ne_bytes(mask.bits().to_ne_bytes());
-        // SAFETY: raw is a live QP; attr is a fully initialised ibv_qp_attr the verb reads.
-        let ret = fresh(|| unsafe { ffi::ibv_modify_qp(self.raw.as_ptr(), &mut raw, mask_c) });
-        from_ret(ret).map_err(|source| self.modify_error(attr, source))
-    }
-
-    /// Builds the error of a failed modify; the slow path only.
-    #[cold]
-    fn modify_error(&self, attr: &QueuePairAttribute, source: io::Error) -> ModifyQpError {
-        let mask = attr.mask();
-        let from = if mask.contains(QpAttrMask::CUR_STATE) {
-            attr.cur_qp_state()
-        } else {
-            self.state().unwrap_or_else(|_| {
-                // SAFETY: raw is a live QP; libibverbs keeps `state` as of the last modify.
-                QpState::from(unsafe { (*self.raw.as_ptr()).state })
-            })
-        };
-        let to = if mask.contains(QpAttrMask::STATE) {
-            attr.qp_state()
-        } else {
-            from
-        };
-        let diagnosis = (source.raw_os_error() == Some(libc::EINVAL))
-            .then(|| diagnose(self.qp_type, from, to, mask));
-        ModifyQpError {
-            qp_num: self.qp_num(),
-            qp_type: self.qp_type,
-            from,
-            to,
-            mask,
-            diagnosis,
-            source,
-        }
+        // SAFETY: raw is this live QP, of type qp_type.
+        unsafe { modify_qp(self.raw, self.qp_type, attr) }
     }
 
     /// Queries the attributes in `mask` (`ibv_query_qp`). The result's mask is `mask`.
     #[doc(alias = "ibv_query_qp")]
     pub fn query(&self, mask: QpAttrMask) -> Result<QueuePairAttribute, QueryQpError> {
-        let mut attr = *QueuePairAttribute::new().as_raw();
-        let mut init = MaybeUninit::<ffi::ibv_qp_init_attr>::zeroed();
-        let mask_c = c_int::from_ne_bytes(mask.bits().to_ne_bytes());
-        // SAFETY: raw is a live QP; attr and init are valid out-parameters (init zeroed, a
-        // valid bit pattern for this plain C struct).
-        let ret = fresh(|| unsafe {
-            ffi::ibv_query_qp(self.raw.as_ptr(), &mut attr, mask_c, init.as_mut_ptr())
-        });
-        from_ret(ret).map_err(|source| QueryQpError {
-            qp_num: self.qp_num(),
-            mask,
-            source,
-        })?;
-        Ok(QueuePairAttribute::from_raw(attr, mask))
+        // SAFETY: raw is this live QP.
+        unsafe { query_qp(self.raw, mask) }
     }
 
     /// The current state, from the device (`ibv_query_qp` with `IBV_QP_STATE`).
@@ -1025,6 +1016,93 @@ impl<T: Threading> QueuePair<T> {
         self.modify(&rts)
             .map_err(|e| step_err("3/3 (RTR to RTS)", e))
     }
+}
+
+/// `ibv_modify_qp` of any QP, with the error [`QueuePair::modify`] documents.
+///
+/// # Safety
+///
+/// `raw` is a live QP of type `qp_type`.
+pub(super) unsafe fn modify_qp(
+    raw: NonNull<ffi::ibv_qp>,
+    qp_type: QpType,
+    attr: &QueuePairAttribute,
+) -> Result<(), ModifyQpError> {
+    let mut c_attr = *attr.as_raw();
+    let mask = attr.mask();
+    let mask_c = c_int::from_ne_bytes(mask.bits().to_ne_bytes());
+    // SAFETY: raw is a live QP (the caller's promise); c_attr is a fully initialised
+    // ibv_qp_attr the verb reads.
+    let ret = fresh(|| unsafe { ffi::ibv_modify_qp(raw.as_ptr(), &mut c_attr, mask_c) });
+    // SAFETY: as above.
+    from_ret(ret).map_err(|source| unsafe { modify_error(raw, qp_type, attr, source) })
+}
+
+/// Builds the error of a failed modify; the slow path only.
+///
+/// # Safety
+///
+/// As [`modify_qp`].
+#[cold]
+unsafe fn modify_error(
+    raw: NonNull<ffi::ibv_qp>,
+    qp_type: QpType,
+    attr: &QueuePairAttribute,
+    source: io::Error,
+) -> ModifyQpError {
+    let mask = attr.mask();
+    let from = if mask.contains(QpAttrMask::CUR_STATE) {
+        attr.cur_qp_state()
+    } else {
+        // SAFETY: raw is a live QP (the caller's promise).
+        match unsafe { query_qp(raw, QpAttrMask::STATE) } {
+            Ok(a) => a.qp_state(),
+            // SAFETY: raw is a live QP; libibverbs keeps `state` as of the last modify.
+            Err(_) => QpState::from(unsafe { (*raw.as_ptr()).state }),
+        }
+    };
+    let to = if mask.contains(QpAttrMask::STATE) {
+        attr.qp_state()
+    } else {
+        from
+    };
+    let diagnosis =
+        (source.raw_os_error() == Some(libc::EINVAL)).then(|| diagnose(qp_type, from, to, mask));
+    ModifyQpError {
+        // SAFETY: raw is a live QP; qp_num is set at creation and never changes.
+        qp_num: unsafe { (*raw.as_ptr()).qp_num },
+        qp_type,
+        from,
+        to,
+        mask,
+        diagnosis,
+        source,
+    }
+}
+
+/// `ibv_query_qp` of any QP, as [`QueuePair::query`].
+///
+/// # Safety
+///
+/// `raw` is a live QP.
+pub(super) unsafe fn query_qp(
+    raw: NonNull<ffi::ibv_qp>,
+    mask: QpAttrMask,
+) -> Result<QueuePairAttribute, QueryQpError> {
+    let mut attr = *QueuePairAttribute::new().as_raw();
+    let mut init = MaybeUninit::<ffi::ibv_qp_init_attr>::zeroed();
+    let mask_c = c_int::from_ne_bytes(mask.bits().to_ne_bytes());
+    // SAFETY: raw is a live QP (the caller's promise); attr and init are valid
+    // out-parameters (init zeroed, a valid bit pattern for this plain C struct).
+    let ret =
+        fresh(|| unsafe { ffi::ibv_query_qp(raw.as_ptr(), &mut attr, mask_c, init.as_mut_ptr()) });
+    from_ret(ret).map_err(|source| QueryQpError {
+        // SAFETY: raw is a live QP; qp_num is set at creation and never changes.
+        qp_num: unsafe { (*raw.as_ptr()).qp_num },
+        mask,
+        source,
+    })?;
+    Ok(QueuePairAttribute::from_raw(attr, mask))
 }
 
 /// What one side of a connection tells the other: the fields of rdma-core's pingpong

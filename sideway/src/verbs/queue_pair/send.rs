@@ -19,10 +19,10 @@ use std::ptr::NonNull;
 
 use rdma_mummy_sys as ffi;
 
-use super::attr::QpType;
 use super::qp::{AnyThread, QueuePair, Threading};
 use super::work_request::{
-    batch_full, zeroed_send_wr, InvalidWorkRequest, Op, PostError, SendFlags, UdAddr,
+    batch_full, dest_mismatch, zeroed_send_wr, Dest, InvalidWorkRequest, Op, PostError, SendFlags,
+    UdAddr,
 };
 use crate::errno::from_post_ret;
 use crate::receive_batch::chain_index;
@@ -100,7 +100,7 @@ pub struct WorkRequestBuilder<'g, 'a, T: Threading = AnyThread> {
     guard: &'g mut PostSendGuard<'a, T>,
     wr_id: u64,
     flags: SendFlags,
-    ud: Option<UdAddr>,
+    dest: Dest,
 }
 
 impl<T: Threading> fmt::Debug for WorkRequestBuilder<'_, '_, T> {
@@ -115,7 +115,7 @@ impl<T: Threading> fmt::Debug for WorkRequestBuilder<'_, '_, T> {
 impl<'g, 'a, T: Threading> WorkRequestBuilder<'g, 'a, T> {
     #[inline(always)]
     fn add(self, op: Op, data: SendData<'a>) -> PostSendChain<'g, 'a, T> {
-        self.guard.push(self.wr_id, self.flags, op, data, self.ud);
+        self.guard.push(self.wr_id, self.flags, op, data, self.dest);
         PostSendChain { guard: self.guard }
     }
 
@@ -125,11 +125,23 @@ impl<'g, 'a, T: Threading> WorkRequestBuilder<'g, 'a, T> {
     #[doc(alias = "ibv_wr_set_ud_addr")]
     #[inline]
     pub fn ud_addr(mut self, ah: &'a AddressHandle, remote_qpn: u32, remote_qkey: u32) -> Self {
-        self.ud = Some(UdAddr {
+        self.dest = Dest::Ud(UdAddr {
             ah: ah.as_raw(),
             remote_qpn,
             remote_qkey,
         });
+        self
+    }
+
+    /// Sends this request of an XRC send QP to the peer's XRC SRQ number `remote_srqn`
+    /// (from its [`SharedReceiveQueue::srq_num`](crate::SharedReceiveQueue::srq_num)):
+    /// `qp_type.xrc.remote_srqn` of `ibv_send_wr`, `ibv_wr_set_xrc_srqn` on extended QPs.
+    /// Required on XRC send QPs, refused on others.
+    #[doc(alias = "ibv_wr_set_xrc_srqn")]
+    #[doc(alias = "remote_srqn")]
+    #[inline]
+    pub fn xrc_remote_srqn(mut self, remote_srqn: u32) -> Self {
+        self.dest = Dest::Xrc(remote_srqn);
         self
     }
 
@@ -409,7 +421,7 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
             guard: self,
             wr_id,
             flags,
-            ud: None,
+            dest: Dest::None,
         }
     }
 
@@ -424,12 +436,7 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
     }
 
     #[inline(always)]
-    fn check(
-        &self,
-        op: Op,
-        data: &SendData<'a>,
-        ud: Option<UdAddr>,
-    ) -> Result<(), InvalidWorkRequest> {
+    fn check(&self, op: Op, data: &SendData<'a>, dest: Dest) -> Result<(), InvalidWorkRequest> {
         let qp = &*self.qp;
         if let Some(allowed) = op.refused_by(qp.qp_type) {
             return Err(InvalidWorkRequest::NotForQpType {
@@ -438,14 +445,9 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
                 allowed,
             });
         }
-        match (qp.qp_type == QpType::Ud, ud.is_some()) {
-            (true, false) => return Err(InvalidWorkRequest::MissingUdAddress),
-            (false, true) => {
-                return Err(InvalidWorkRequest::UdAddressOnConnectedQp {
-                    qp_type: qp.qp_type,
-                })
-            }
-            _ => {}
+        // UD requests carry an address, XRC sends a remote SRQ, others neither: one compare.
+        if dest.kind() != qp.send.dest_kind {
+            return Err(dest_mismatch(qp.qp_type, dest.kind()));
         }
         let entries = data.entries();
         let max_sge = qp.send.max_sge;
@@ -468,21 +470,14 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
                 });
             }
         }
-        if qp.ex.is_some() && !qp.send.ex.ready.allows(op, data, ud.is_some()) {
+        if qp.ex.is_some() && !qp.send.ex.ready.allows(op, data, dest.ready_bit()) {
             return Err(InvalidWorkRequest::NotEnabled { op: op.name() });
         }
         Ok(())
     }
 
     #[inline(always)]
-    fn push(
-        &mut self,
-        wr_id: u64,
-        flags: SendFlags,
-        op: Op,
-        data: SendData<'a>,
-        ud: Option<UdAddr>,
-    ) {
+    fn push(&mut self, wr_id: u64, flags: SendFlags, op: Op, data: SendData<'a>, dest: Dest) {
         if self.count >= self.limit {
             // The storage is full, unless a request was refused already (limit 0).
             if self.limit != 0 {
@@ -490,7 +485,7 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
             }
             return;
         }
-        if let Err(reason) = self.check(op, &data, ud) {
+        if let Err(reason) = self.check(op, &data, dest) {
             self.refuse(wr_id, reason);
             return;
         }
@@ -499,8 +494,8 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
             flags |= SendFlags::INLINE;
         }
         match self.qp.ex {
-            Some(ex) => self.push_ex(ex, wr_id, flags, op, data, ud),
-            None => self.push_classic(wr_id, flags, op, data, ud),
+            Some(ex) => self.push_ex(ex, wr_id, flags, op, data, dest),
+            None => self.push_classic(wr_id, flags, op, data, dest),
         }
         self.count += 1;
     }
@@ -522,7 +517,7 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
         flags: SendFlags,
         op: Op,
         data: SendData<'a>,
-        ud: Option<UdAddr>,
+        dest: Dest,
     ) {
         let i = self.count;
         let st = &mut self.qp.send;
@@ -643,14 +638,21 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
             }
             Op::Send | Op::SendImm(_) | Op::SendInv(_) | Op::LocalInv(_) => {}
         }
-        if let Some(ud) = ud {
-            // check() allowed only SEND and SEND with immediate here, which use no other
-            // member of this union.
-            wr.wr.ud = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
-                ah: ud.ah,
-                remote_qpn: ud.remote_qpn,
-                remote_qkey: ud.remote_qkey,
-            };
+        match dest {
+            Dest::None => {}
+            Dest::Ud(ud) => {
+                // check() allowed only SEND and SEND with immediate here, which use no other
+                // member of this union.
+                wr.wr.ud = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
+                    ah: ud.ah,
+                    remote_qpn: ud.remote_qpn,
+                    remote_qkey: ud.remote_qkey,
+                };
+            }
+            Dest::Xrc(remote_srqn) => {
+                // check() allowed this on XRC send QPs only; the union has no other member.
+                wr.qp_type.xrc = ffi::ibv_send_wr__bindgen_ty_3__bindgen_ty_1 { remote_srqn };
+            }
         }
         // SAFETY: slot is in bounds (above) and nothing else borrows the storage.
         unsafe { slot.write(wr) };
@@ -664,7 +666,7 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
         flags: SendFlags,
         op: Op,
         data: SendData<'a>,
-        ud: Option<UdAddr>,
+        dest: Dest,
     ) {
         let ex = ex.as_ptr();
         let f = &self.qp.send.ex;
@@ -706,10 +708,13 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
                 Op::BindMw { mw, rkey, info } => (f.bind_mw)(ex, mw, rkey, &info),
             }
         }
-        if let Some(ud) = ud {
+        match dest {
+            Dest::None => {}
             // SAFETY: as above; the destination follows the opcode call, and the address
             // handle is borrowed for 'a.
-            unsafe { (f.set_ud_addr)(ex, ud.ah, ud.remote_qpn, ud.remote_qkey) };
+            Dest::Ud(ud) => unsafe { (f.set_ud_addr)(ex, ud.ah, ud.remote_qpn, ud.remote_qkey) },
+            // SAFETY: as above; the destination follows the opcode call.
+            Dest::Xrc(remote_srqn) => unsafe { (f.set_xrc_srqn)(ex, remote_srqn) },
         }
         match data {
             SendData::Empty => {}

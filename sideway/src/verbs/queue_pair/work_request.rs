@@ -149,6 +149,16 @@ pub enum InvalidWorkRequest {
         /// The QP's type.
         qp_type: QpType,
     },
+    /// A send on an XRC send QP needs the remote SRQ: call `xrc_remote_srqn` on the work
+    /// request.
+    #[error("a send on an XRC send QP needs xrc_remote_srqn(the peer's XRC SRQ number)")]
+    MissingXrcSrqn,
+    /// `xrc_remote_srqn` was given on a QP that is not an XRC send QP.
+    #[error("xrc_remote_srqn is for XRC send QPs; this one is {qp_type}")]
+    XrcSrqnOnOtherQp {
+        /// The QP's type.
+        qp_type: QpType,
+    },
 }
 
 impl InvalidWorkRequest {
@@ -255,6 +265,60 @@ pub(super) struct UdAddr {
     pub(super) ah: *mut ffi::ibv_ah,
     pub(super) remote_qpn: u32,
     pub(super) remote_qkey: u32,
+}
+
+/// Where one request goes beyond the QP's connection: a UD destination, the remote SRQ of an
+/// XRC send, or nothing more (connected QPs).
+#[derive(Clone, Copy)]
+pub(super) enum Dest {
+    None,
+    Ud(UdAddr),
+    Xrc(u32),
+}
+
+impl Dest {
+    /// Which kind of destination this is: what [`dest_kind`] says a QP type needs.
+    #[inline(always)]
+    pub(super) fn kind(&self) -> u8 {
+        match self {
+            Dest::None => 0,
+            Dest::Ud(_) => 1,
+            Dest::Xrc(_) => 2,
+        }
+    }
+
+    /// The [`ExReady`] bit of this destination's setter (`wr_set_ud_addr`,
+    /// `wr_set_xrc_srqn`), or 0.
+    #[inline(always)]
+    pub(super) fn ready_bit(&self) -> u64 {
+        match self {
+            Dest::None => 0,
+            Dest::Ud(_) => ExReady::UD_ADDR,
+            Dest::Xrc(_) => ExReady::XRC_SRQN,
+        }
+    }
+}
+
+/// The kind of [`Dest`] every request of a `qp_type` QP carries: one compare per request
+/// then checks it.
+pub(super) fn dest_kind(qp_type: QpType) -> u8 {
+    match qp_type {
+        QpType::Ud => 1,
+        QpType::XrcSend => 2,
+        _ => 0,
+    }
+}
+
+/// Why a request's destination does not fit its QP (kinds as [`Dest::kind`]); the slow path
+/// only.
+#[cold]
+pub(super) fn dest_mismatch(qp_type: QpType, given: u8) -> InvalidWorkRequest {
+    match (dest_kind(qp_type), given) {
+        (1, _) => InvalidWorkRequest::MissingUdAddress,
+        (2, 0) => InvalidWorkRequest::MissingXrcSrqn,
+        (_, 1) => InvalidWorkRequest::UdAddressOnConnectedQp { qp_type },
+        _ => InvalidWorkRequest::XrcSrqnOnOtherQp { qp_type },
+    }
 }
 
 impl Op {
@@ -405,6 +469,8 @@ pub(super) struct SendStorage {
     /// What an extended QP can post, and the provider functions it posts with (on a
     /// classic QP: nothing, and functions that are never called).
     pub(super) ex: ExOps,
+    /// The [`Dest`] kind every request needs ([`dest_kind`] of the QP's type).
+    pub(super) dest_kind: u8,
 }
 
 #[inline]
@@ -415,10 +481,18 @@ pub(super) fn zeroed_send_wr() -> ffi::ibv_send_wr {
 }
 
 impl SendStorage {
-    /// Storage for a classic QP's batches, or for an extended QP's (`ex` given).
-    pub(super) fn new(max_wr: u32, max_sge: u32, max_inline: u32, ex: Option<ExOps>) -> Self {
+    /// Storage for a classic QP's batches, or for an extended QP's (`ex` given), of type
+    /// `qp_type`.
+    pub(super) fn new(
+        qp_type: QpType,
+        max_wr: u32,
+        max_sge: u32,
+        max_inline: u32,
+        ex: Option<ExOps>,
+    ) -> Self {
         let max_wr = max_wr as usize;
         let max_sge = max_sge as usize;
+        let dest_kind = dest_kind(qp_type);
         if let Some(ex) = ex {
             return SendStorage {
                 wrs: Box::new([]),
@@ -427,6 +501,7 @@ impl SendStorage {
                 max_sge,
                 capacity: usize::MAX,
                 ex,
+                dest_kind,
             };
         }
         let wrs = vec![zeroed_send_wr(); max_wr].into_boxed_slice();
@@ -438,6 +513,7 @@ impl SendStorage {
             inline: Box::new([]),
             max_sge,
             ex: ExOps::none(),
+            dest_kind,
         }
     }
 }
@@ -464,7 +540,8 @@ impl ExReady {
     const SGE: u64 = 1 << 60;
     const SGE_LIST: u64 = 1 << 61;
     const INLINE: u64 = 1 << 62;
-    const UD_ADDR: u64 = 1 << 63;
+    pub(super) const UD_ADDR: u64 = 1 << 63;
+    pub(super) const XRC_SRQN: u64 = 1 << 59;
 
     /// Reads `ex`'s entries for the operations of `ops`.
     ///
@@ -509,6 +586,7 @@ impl ExReady {
             // Inline lists are gathered and set as one buffer.
             (Self::INLINE, q.wr_set_inline_data.is_some()),
             (Self::UD_ADDR, q.wr_set_ud_addr.is_some()),
+            (Self::XRC_SRQN, q.wr_set_xrc_srqn.is_some()),
         ] {
             if set {
                 ready |= bit;
@@ -517,9 +595,10 @@ impl ExReady {
         ExReady(ready)
     }
 
-    /// Whether a request of `op` with `data` (and a UD destination when `ud`) can be posted.
+    /// Whether a request of `op` with `data` (and the destination setter `dest_need`, one of
+    /// [`UD_ADDR`](Self::UD_ADDR), [`XRC_SRQN`](Self::XRC_SRQN) or 0) can be posted.
     #[inline(always)]
-    pub(super) fn allows(self, op: Op, data: &SendData<'_>, ud: bool) -> bool {
+    pub(super) fn allows(self, op: Op, data: &SendData<'_>, dest_need: u64) -> bool {
         let data_bit = match data {
             SendData::Empty => 0,
             SendData::Sge(_) => Self::SGE,
@@ -528,7 +607,7 @@ impl ExReady {
                 Self::INLINE
             }
         };
-        let need = op.send_ops_flag().bits() | data_bit | if ud { Self::UD_ADDR } else { 0 };
+        let need = op.send_ops_flag().bits() | data_bit | dest_need;
         self.0 & need == need
     }
 }
@@ -640,6 +719,8 @@ ex_ops! {
     bind_mw => wr_bind_mw(*mut ffi::ibv_mw, u32, *const ffi::ibv_mw_bind_info);
     /// `wr_set_ud_addr`.
     set_ud_addr => wr_set_ud_addr(*mut ffi::ibv_ah, u32, u32);
+    /// `wr_set_xrc_srqn`.
+    set_xrc_srqn => wr_set_xrc_srqn(u32);
     /// `wr_set_sge`.
     set_sge => wr_set_sge(u32, u64, u32);
     /// `wr_set_sge_list`.
@@ -668,6 +749,62 @@ mod tests {
     }
 
     #[test]
+    fn a_destination_that_does_not_fit_its_qp_is_named() {
+        let ud = Dest::Ud(UdAddr {
+            ah: std::ptr::null_mut(),
+            remote_qpn: 1,
+            remote_qkey: 2,
+        });
+        for (qp_type, dest, want) in [
+            (QpType::Ud, Dest::None, InvalidWorkRequest::MissingUdAddress),
+            (
+                QpType::Ud,
+                Dest::Xrc(5),
+                InvalidWorkRequest::MissingUdAddress,
+            ),
+            (
+                QpType::XrcSend,
+                Dest::None,
+                InvalidWorkRequest::MissingXrcSrqn,
+            ),
+            (
+                QpType::XrcSend,
+                ud,
+                InvalidWorkRequest::UdAddressOnConnectedQp {
+                    qp_type: QpType::XrcSend,
+                },
+            ),
+            (
+                QpType::Rc,
+                ud,
+                InvalidWorkRequest::UdAddressOnConnectedQp {
+                    qp_type: QpType::Rc,
+                },
+            ),
+            (
+                QpType::Uc,
+                Dest::Xrc(5),
+                InvalidWorkRequest::XrcSrqnOnOtherQp {
+                    qp_type: QpType::Uc,
+                },
+            ),
+        ] {
+            assert_ne!(dest.kind(), dest_kind(qp_type));
+            assert_eq!(dest_mismatch(qp_type, dest.kind()), want);
+        }
+        for (qp_type, dest) in [
+            (QpType::Rc, Dest::None),
+            (QpType::Ud, ud),
+            (QpType::XrcSend, Dest::Xrc(5)),
+        ] {
+            assert_eq!(dest.kind(), dest_kind(qp_type), "{qp_type}");
+        }
+        assert_eq!(Dest::Xrc(5).ready_bit(), ExReady::XRC_SRQN);
+        assert_eq!(ud.ready_bit(), ExReady::UD_ADDR);
+        assert_eq!(Dest::None.ready_bit(), 0);
+    }
+
+    #[test]
     fn capacity_keeps_every_slot_and_its_entries_in_bounds() {
         assert_eq!(slots(4, 8, 2), 4);
         assert_eq!(slots(4, 6, 2), 3, "entries for three requests only");
@@ -677,10 +814,10 @@ mod tests {
             "no entries: every request is refused any data"
         );
         assert_eq!(slots(0, 0, 3), 0);
-        let st = SendStorage::new(16, 3, 0, None);
+        let st = SendStorage::new(QpType::Rc, 16, 3, 0, None);
         assert_eq!(st.capacity, 16);
         assert!(st.capacity <= st.wrs.len() && st.capacity * st.max_sge <= st.sges.len());
-        let ex = SendStorage::new(16, 3, 64, Some(ExOps::none()));
+        let ex = SendStorage::new(QpType::Rc, 16, 3, 64, Some(ExOps::none()));
         assert_eq!(
             (ex.capacity, ex.wrs.len(), ex.inline.len()),
             (usize::MAX, 0, 64)
@@ -728,22 +865,22 @@ mod tests {
         set(&mut q.wr_complete);
         set(&mut q.wr_abort);
         let ready = probe(&mut q, all);
-        assert!(ready.allows(write, &sge, false));
+        assert!(ready.allows(write, &sge, 0));
         // SAFETY: the entry is only tested against the mask, never posted.
         let one = SendData::Sge(unsafe { Sge::from_raw_parts(0, 0, 0) });
-        assert!(ready.allows(Op::Send, &one, false));
+        assert!(ready.allows(Op::Send, &one, 0));
         assert!(
-            !ready.allows(Op::Send, &SendData::Inline(b"x"), false),
+            !ready.allows(Op::Send, &SendData::Inline(b"x"), 0),
             "no inline setter"
         );
-        assert!(!ready.allows(Op::Send, &sge, true), "no ud_addr setter");
-        assert!(!ready.allows(Op::Read { rkey: 0, addr: 0 }, &sge, false));
-        let only_send = probe(&mut q, SendOpsFlags::SEND);
         assert!(
-            !only_send.allows(write, &sge, false),
-            "not in send_ops_flags"
+            !ready.allows(Op::Send, &sge, ExReady::UD_ADDR),
+            "no ud_addr setter"
         );
-        assert!(only_send.allows(Op::Send, &sge, false));
+        assert!(!ready.allows(Op::Read { rkey: 0, addr: 0 }, &sge, 0));
+        let only_send = probe(&mut q, SendOpsFlags::SEND);
+        assert!(!only_send.allows(write, &sge, 0), "not in send_ops_flags");
+        assert!(only_send.allows(Op::Send, &sge, 0));
     }
 
     /// The invariant the posting path relies on: whenever `ready` lets a request through,
@@ -785,7 +922,7 @@ mod tests {
             (Op::SendInv(0), &sge, false, ops.send_inv as usize),
         ];
         for (op, data, allowed, entry) in cases {
-            assert_eq!(ops.ready.allows(op, data, false), allowed, "{}", op.name());
+            assert_eq!(ops.ready.allows(op, data, 0), allowed, "{}", op.name());
             if allowed {
                 assert!(addr(entry), "{}: not the provider's entry", op.name());
                 let setter = match data {
