@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use sideway::connection::{CompletionWaiter, WaitError};
 use sideway::rdmacm::{CmId, EventChannel, EventType, QpTargetState};
-use sideway::{CompletionQueue, ProtectionDomain, QpState, QueuePair, QueuePairAttribute};
 use sideway::WorkCompletion;
+use sideway::{CompletionQueue, ProtectionDomain, QpState, QueuePair, QueuePairAttribute};
 
 use crate::cli::CliError;
 
