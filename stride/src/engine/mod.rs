@@ -19,6 +19,7 @@
 
 mod bw;
 mod cm;
+mod dc;
 mod interrupt;
 mod lat;
 mod link;
@@ -99,6 +100,8 @@ run_error_from!(
     sideway::AddressHandleError,
     sideway::async_event::EventError,
     sideway::SharedReceiveQueueError,
+    sideway::ModifyQpError,
+    sideway::dv::DvError,
 );
 
 /// The operation a verb's work requests carry, as a person names it.
@@ -315,6 +318,9 @@ fn print_banner(
     if params.verb == Verb::Send {
         println!(" RX depth        : {}", params.rx_depth);
     }
+    if let Some(dc) = &res.dc {
+        println!(" DC QPs          : {}", dc.describe());
+    }
     println!(" Posting         : {}", res.api.posting());
     println!(" Polling         : {}", res.api.polling());
     println!(" Buffers         : {}", memory.description());
@@ -392,7 +398,13 @@ fn run_connected(
             diagnosis.errors.join("; ")
         )));
     }
-    let mut res = Resources::create(dev, memory, params, VerbsApi::from_args(args, dev))?;
+    let mut res = Resources::create(
+        dev,
+        memory,
+        params,
+        VerbsApi::from_args(args, dev),
+        is_client,
+    )?;
     for why in [&res.api.qp_fallback, &res.api.cq_fallback]
         .into_iter()
         .flatten()
