@@ -376,6 +376,15 @@ pub(crate) fn av_to(port: u8, lid: u16, gid: Gid, sgid_index: Option<u8>, tclass
     av
 }
 
+impl DcQps {
+    /// Sets DCI `q`'s destination without the state changes and the address handle's
+    /// creation, which a test double cannot do.
+    #[cfg(test)]
+    fn set_dest(&mut self, ah: Arc<AddressHandle>, dctn: u32, key: u64) {
+        self.dests.push(DcDest { ah, dctn, key });
+    }
+}
+
 /// The masks [`DcStates`] gives, for the tests.
 #[cfg(test)]
 fn masks(s: &DcStates) -> [QpAttrMask; 5] {
@@ -473,5 +482,319 @@ mod tests {
         let av = av_to(1, 7, Gid::from_raw([0; 16]), None, 0);
         assert!(!av.is_global());
         assert_eq!(av.dlid(), 7);
+    }
+}
+
+/// stride's DC plumbing against the test double of `libmlx5.so.1` that sideway's own DC
+/// tests use (sideway/tests/support/fake_libmlx5.c, built here with the C compiler): what
+/// `mlx5dv_create_qp` is asked for the DCIs and DCTs of a run, what the exchange carries,
+/// and the order of a DCI's posting calls with its DC address. The double has no verbs of
+/// its own, so the state changes and the address handle's creation (libibverbs' control
+/// path) are left out; their attributes are checked in `tests` above.
+#[cfg(test)]
+#[allow(unsafe_code)]
+mod fake_mlx5 {
+    use std::env;
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+    use std::ptr::NonNull;
+
+    use sideway::sys as ffi;
+    use sideway::{DeviceContext, ProtectionDomain};
+
+    use super::*;
+    use crate::params::from_args;
+
+    const CHILD: &str = "STRIDE_DC_FAKE_CHILD";
+
+    /// Builds the double, or says why it cannot (no C compiler: the SoftRoCE guest).
+    fn fake_library() -> Option<PathBuf> {
+        let dir = env::temp_dir().join(format!("stride-fake-libmlx5-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("the temporary directory is writable");
+        let lib = dir.join("libmlx5.so.1");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../sideway/tests/support/fake_libmlx5.c");
+        if !src.exists() {
+            println!("skipped: no {} (a packaged crate has no sideway tree)", src.display());
+            return None;
+        }
+        let cc = env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+        let built = Command::new(&cc)
+            .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-pthread", "-o"])
+            .arg(&lib)
+            .arg(&src)
+            .status();
+        match built {
+            Ok(status) if status.success() => Some(lib),
+            Ok(status) => panic!("{cc} could not build {}: {status}", src.display()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                println!("skipped: no C compiler ({cc}) here to build the fake libmlx5");
+                None
+            }
+            Err(e) => panic!("cannot run {cc}: {e}"),
+        }
+    }
+
+    /// The C objects of a device that is not there, zeroed but for their links (as
+    /// sideway's DC tests lay them out: the device, then the provider's table, NULL).
+    #[repr(C)]
+    struct FakeVerbs {
+        device: ffi::ibv_device,
+        verbs_device_ops: *const std::ffi::c_void,
+        verbs_device_rest: [u64; 8],
+        context: ffi::ibv_context,
+        pd: ffi::ibv_pd,
+        send_cq: ffi::ibv_cq,
+        recv_cq: ffi::ibv_cq,
+        srq: ffi::ibv_srq,
+        ah: ffi::ibv_ah,
+    }
+
+    /// Keeps the fake objects alive as the context's owner.
+    struct Owner(#[allow(dead_code)] Box<FakeVerbs>);
+    // SAFETY: plain memory that only this test's thread touches.
+    unsafe impl Send for Owner {}
+    // SAFETY: as above.
+    unsafe impl Sync for Owner {}
+
+    struct Fake {
+        ctx: Arc<DeviceContext>,
+        pd: Arc<ProtectionDomain>,
+        send_cq: Arc<CompletionQueue>,
+        recv_cq: Arc<CompletionQueue>,
+        srq: Arc<SharedReceiveQueue>,
+        ah: Arc<AddressHandle>,
+    }
+
+    fn fake(name: &str) -> Fake {
+        let mut v = Box::new(FakeVerbs {
+            device: ffi::ibv_device::default(),
+            verbs_device_ops: std::ptr::null(),
+            verbs_device_rest: [0; 8],
+            context: ffi::ibv_context::default(),
+            pd: ffi::ibv_pd::default(),
+            send_cq: ffi::ibv_cq::default(),
+            recv_cq: ffi::ibv_cq::default(),
+            srq: ffi::ibv_srq::default(),
+            ah: ffi::ibv_ah::default(),
+        });
+        for (dst, src) in v.device.name.iter_mut().zip(name.bytes()) {
+            *dst = src as _;
+        }
+        let device: *mut ffi::ibv_device = &mut v.device;
+        v.context.device = device;
+        let context: *mut ffi::ibv_context = &mut v.context;
+        v.pd.context = context;
+        v.send_cq.context = context;
+        v.recv_cq.context = context;
+        v.srq.context = context;
+        v.ah.context = context;
+        v.ah.handle = 0xa4;
+        let pd = NonNull::from(&mut v.pd);
+        v.ah.pd = pd.as_ptr();
+        let (send_cq, recv_cq, srq, ah) = (
+            NonNull::from(&mut v.send_cq),
+            NonNull::from(&mut v.recv_cq),
+            NonNull::from(&mut v.srq),
+            NonNull::from(&mut v.ah),
+        );
+        let ctx_raw = NonNull::from(&mut v.context);
+        // SAFETY: every object lives in the box the context owns, until the context and
+        // all objects wrapped on it are dropped; only the double and plain field reads
+        // touch them, never libibverbs' control path (a test-double context destroys
+        // nothing).
+        unsafe {
+            let ctx = DeviceContext::from_raw_parts(ctx_raw, name, Box::new(Owner(v)));
+            let pd = ProtectionDomain::from_raw_parts(pd, &ctx);
+            let send_cq = ctx.create_cq_builder().wrap_raw(send_cq, None).expect("a CQ");
+            let recv_cq = ctx.create_cq_builder().wrap_raw(recv_cq, None).expect("a CQ");
+            let srq = pd.create_srq_builder().wrap_raw(srq);
+            let ah = AddressHandle::from_raw_parts(ah, &AddressVector::new(), &pd);
+            Fake {
+                ctx,
+                pd,
+                send_cq,
+                recv_cq,
+                srq,
+                ah,
+            }
+        }
+    }
+
+    fn log_lines(log: &Path) -> Vec<String> {
+        std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn dc_qps_against_the_fake_libmlx5() {
+        let Some(lib) = fake_library() else { return };
+        if let Err(e) = ffi::Library::Ibverbs.load() {
+            // ibv_qp_to_qp_ex is libibverbs' own; without the library nothing can run.
+            println!("skipped: {e}");
+            return;
+        }
+        let log = lib.with_file_name("calls.log");
+        let _ = std::fs::remove_file(&log);
+        let exe = env::current_exe().expect("the test binary knows its path");
+        let out = Command::new(exe)
+            .args([
+                "--ignored",
+                "--exact",
+                "engine::dc::fake_mlx5::child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .env("RDMA_MUMMY_LIBMLX5", &lib)
+            .env("FAKE_MLX5_LOG", &log)
+            .output()
+            .expect("the test binary can be re-run");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "the child failed:\n{stdout}\n{stderr}");
+        assert!(
+            stdout.contains("child checks passed"),
+            "the child did not run its checks:\n{stdout}\n{stderr}"
+        );
+        print!("{stdout}");
+        let _ = std::fs::remove_dir_all(lib.parent().expect("the library is in a directory"));
+    }
+
+    /// Fails unless the last `mlx5dv_create_qp` line of `log` has every field of `want`.
+    fn created_with(log: &Path, want: &[String]) {
+        let line = log_lines(log)
+            .into_iter()
+            .rev()
+            .find(|l| l.starts_with("mlx5dv_create_qp"))
+            .expect("a QP was created");
+        for field in want {
+            assert!(line.split(' ').any(|f| f == field), "{field} missing: {line}");
+        }
+    }
+
+    #[test]
+    #[ignore = "run by dc_qps_against_the_fake_libmlx5 with the double loaded"]
+    fn child() {
+        assert_eq!(env::var(CHILD).as_deref(), Ok("1"), "run only as the test's child");
+        let log = PathBuf::from(env::var_os("FAKE_MLX5_LOG").expect("the parent sets it"));
+
+        // Another provider's device is refused, naming it and what DC needs.
+        let rxe = fake("rxe0");
+        let err = require_mlx5(&rxe.ctx).expect_err("rxe0 is no mlx5 device").to_string();
+        assert!(err.starts_with("rxe0 is a"), "{err}");
+        assert!(err.contains("not mlx5"), "{err}");
+        assert!(err.contains(DC_NEED), "{err}");
+
+        let f = fake("mlx5_0");
+        require_mlx5(&f.ctx).expect("the double says mlx5_0 is an mlx5 device");
+        let params = from_args(&["write", "bw", "-c", "DC", "-q", "2", "-t", "64"]).unwrap();
+        let setup = |srq| DcSetup {
+            pd: &f.pd,
+            send_cq: &f.send_cq,
+            recv_cq: &f.recv_cq,
+            srq,
+            qps: params.qps,
+            tx_depth: params.tx_depth,
+            send_ops: SendOpsFlags::RDMA_WRITE,
+            key: 0x5eed_0001,
+        };
+        use ffi::mlx5dv_dc_type::{MLX5DV_DCTYPE_DCI, MLX5DV_DCTYPE_DCT};
+        let driver = ffi::ibv_qp_type::IBV_QPT_DRIVER;
+
+        // The server of a write bw test: a DCT per QP, on the SRQ, with the run's key.
+        let server = DcQps::create(&setup(Some(&f.srq)), DcRoles::of(&params, false)).unwrap();
+        assert_eq!((server.dcis.len(), server.dcts.len()), (0, 2));
+        created_with(
+            &log,
+            &[
+                format!("qp_type={driver}"),
+                "srq=1".to_owned(),
+                format!("dc_type={MLX5DV_DCTYPE_DCT}"),
+                "dct_access_key=0x5eed0001".to_owned(),
+            ],
+        );
+        let (qpn, target) = server.endpoint_of(1);
+        let dct = &server.dcts[1];
+        assert_eq!(qpn, dct.dct_number());
+        assert_eq!(
+            target,
+            Some(crate::oob::DcEndpoint {
+                dctn: dct.dct_number(),
+                key: 0x5eed_0001
+            })
+        );
+        // A DCT without the shared queue is refused before the double is asked.
+        let err = DcQps::create(&setup(None), DcRoles::of(&params, false)).unwrap_err();
+        assert!(err.to_string().contains("shared receive queue"), "{err}");
+
+        // The client: a DCI per QP, with the run's operations and send queue depth.
+        let mut client = DcQps::create(&setup(None), DcRoles::of(&params, true)).unwrap();
+        assert_eq!((client.dcis.len(), client.dcts.len()), (2, 0));
+        created_with(
+            &log,
+            &[
+                format!("qp_type={driver}"),
+                "srq=0".to_owned(),
+                format!("dc_type={MLX5DV_DCTYPE_DCI}"),
+                format!("send_ops_flags={:#x}", SendOpsFlags::RDMA_WRITE.bits()),
+                "max_send_wr=64".to_owned(),
+                "max_send_sge=1".to_owned(),
+            ],
+        );
+        let (qpn, target) = client.endpoint_of(0);
+        assert_eq!(qpn, client.dcis[0].queue_pair().qp_num());
+        assert_eq!(target, None, "an initiator is nobody's target");
+
+        // Posting before the destinations are known is refused, not a panic.
+        // SAFETY: the double records the entry and never dereferences it.
+        let sge = unsafe { Sge::from_raw_parts(0x1000, 4096, 0x77) };
+        let op = DcOp::Write {
+            rkey: 0x42,
+            addr: 0x9000,
+            sge,
+        };
+        let err = client.post(0, &op, &[(0, SendFlags::SIGNALED)], || ()).unwrap_err();
+        assert!(err.to_string().contains("no connected DC initiator"), "{err}");
+
+        // One post list of three WRITEs on QP 1: each names the peer's DCT and key after
+        // its opcode, one doorbell for all.
+        client.set_dest(Arc::clone(&f.ah), 0xd0, 0x5eed_0001);
+        client.set_dest(Arc::clone(&f.ah), 0xd1, 0x5eed_0001);
+        let qpn = client.dcis[1].queue_pair().qp_num();
+        let before = log_lines(&log).len();
+        let mut stamped = false;
+        let wrs = [
+            (1, SendFlags::empty()),
+            (1, SendFlags::empty()),
+            (1 | 3 << 32, SendFlags::SIGNALED),
+        ];
+        client.post(1, &op, &wrs, || stamped = true).unwrap();
+        assert!(stamped, "the post is stamped");
+        let posted = log_lines(&log).split_off(before);
+        let mut want = vec![format!("wr_start qp={qpn:#x}")];
+        for (wr_id, flags) in wrs {
+            want.push(format!(
+                "wr_rdma_write wr_id={wr_id} flags={:#x} rkey=0x42 addr=0x9000",
+                flags.bits()
+            ));
+            want.push("wr_set_dc_addr ah_pd_handle=0xa4 dctn=0xd1 key=0x5eed0001".to_owned());
+            want.push("wr_set_sge_list n=1 lkey=0x77 addr=0x1000 length=4096".to_owned());
+        }
+        want.push(format!("wr_complete qp={qpn:#x}"));
+        assert_eq!(posted, want);
+
+        // An operation the DCIs were not made for: refused, the batch aborted.
+        let read = DcOp::Read {
+            rkey: 1,
+            addr: 2,
+            sge,
+        };
+        let err = client.post(0, &read, &[(0, SendFlags::SIGNALED)], || ()).unwrap_err();
+        assert!(err.to_string().contains("RDMA READ"), "{err}");
+        println!("child checks passed");
     }
 }
