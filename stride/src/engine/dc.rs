@@ -56,7 +56,12 @@ const RNR_RETRY: u8 = 6;
 /// message that names the device, its driver and what DC needs. Called before any QP is
 /// made.
 pub(crate) fn require_mlx5(ctx: &sideway::DeviceContext) -> Result<(), RunError> {
-    dv::require::<Mlx5>(ctx, DC_NEED).map_err(|e| RunError::new(e.to_string()))
+    dv::require::<Mlx5>(ctx, DC_NEED).map_err(|e| match e {
+        // Names the device, its driver and DC_NEED.
+        DvError::WrongProvider { .. } => RunError::new(e.to_string()),
+        // Names the library and the package to install.
+        other => RunError::new(format!("{other}; {DC_NEED}")),
+    })
 }
 
 /// Which DC QPs one side holds.
