@@ -613,7 +613,10 @@ mod tests {
             (&["write", "bw", "-m", "1500"][..], "not a path MTU"),
             (&["write", "bw", "-s", "0"][..], "at least 1 byte"),
             (&["write", "bw", "-c", "DC", "-R"][..], "drop -R with -c DC"),
-            (&["send", "lat", "-c", "DC", "-I", "64"][..], "drop -I with -c DC"),
+            (
+                &["send", "lat", "-c", "DC", "-I", "64"][..],
+                "drop -I with -c DC",
+            ),
             (&["write", "lat", "-n", "2"][..], "at least 3 iterations"),
             (
                 &["write", "lat", "--use-cuda", "0"][..],
@@ -753,7 +756,9 @@ mod tests {
             }
         }
         let p = params(&["write", "bw", "-c", "DC", "-q", "4", "-b"]).unwrap();
-        assert!(!p.mismatches(&params(&["write", "bw", "-q", "4", "-b"]).unwrap()).is_empty());
+        assert!(!p
+            .mismatches(&params(&["write", "bw", "-q", "4", "-b"]).unwrap())
+            .is_empty());
     }
 
     #[test]

@@ -230,7 +230,9 @@ impl<'a> Senders<'_, 'a> {
         match self {
             Senders::Qps(qps, ops) => {
                 let (Some(qp), Some(op)) = (qps.get_mut(q), ops.get(q)) else {
-                    return Err(RunError::new(format!("internal error: no QP {q} to post on")));
+                    return Err(RunError::new(format!(
+                        "internal error: no QP {q} to post on"
+                    )));
                 };
                 let mut guard = qp.start_post_send();
                 for &(wr_id, flags) in wrs {

@@ -24,6 +24,7 @@
 
 use std::sync::Arc;
 
+use sideway::device::Mtu;
 use sideway::dv::mlx5::{DcAddress, DcInitiator, DcTarget, Mlx5};
 use sideway::dv::{self, DvError};
 use sideway::memory_region::Sge;
@@ -34,7 +35,6 @@ use sideway::{
     AccessFlags, AddressHandle, CompletionQueue, Gid, ProtectionDomain, SendFlags,
     SharedReceiveQueue,
 };
-use sideway::device::Mtu;
 
 use super::RunError;
 use crate::cli::{Test, Verb};
@@ -368,7 +368,13 @@ impl DcStates {
 
 /// The address vector to a port: `lid`, and with a non-zero `gid` a GRH to it from our GID
 /// `sgid_index` (RoCE, or InfiniBand routed by GID).
-pub(crate) fn av_to(port: u8, lid: u16, gid: Gid, sgid_index: Option<u8>, tclass: u8) -> AddressVector {
+pub(crate) fn av_to(
+    port: u8,
+    lid: u16,
+    gid: Gid,
+    sgid_index: Option<u8>,
+    tclass: u8,
+) -> AddressVector {
     let mut av = AddressVector::new();
     av.set_dlid(lid).set_sl(0).set_port_num(port);
     if !gid.is_zero() {
@@ -467,7 +473,12 @@ mod tests {
         );
         let rts = s.dci_rts();
         assert_eq!(
-            (rts.timeout(), rts.retry_cnt(), rts.rnr_retry(), rts.sq_psn()),
+            (
+                rts.timeout(),
+                rts.retry_cnt(),
+                rts.rnr_retry(),
+                rts.sq_psn()
+            ),
             (14, 7, 6, 0x1234)
         );
         assert_eq!(rts.max_rd_atomic(), 16);
@@ -517,15 +528,20 @@ mod fake_mlx5 {
         let dir = env::temp_dir().join(format!("stride-fake-libmlx5-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("the temporary directory is writable");
         let lib = dir.join("libmlx5.so.1");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../sideway/tests/support/fake_libmlx5.c");
+        let src =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../sideway/tests/support/fake_libmlx5.c");
         if !src.exists() {
-            println!("skipped: no {} (a packaged crate has no sideway tree)", src.display());
+            println!(
+                "skipped: no {} (a packaged crate has no sideway tree)",
+                src.display()
+            );
             return None;
         }
         let cc = env::var("CC").unwrap_or_else(|_| "cc".to_owned());
         let built = Command::new(&cc)
-            .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-pthread", "-o"])
+            .args([
+                "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-pthread", "-o",
+            ])
             .arg(&lib)
             .arg(&src)
             .status();
@@ -611,8 +627,14 @@ mod fake_mlx5 {
         unsafe {
             let ctx = DeviceContext::from_raw_parts(ctx_raw, name, Box::new(Owner(v)));
             let pd = ProtectionDomain::from_raw_parts(pd, &ctx);
-            let send_cq = ctx.create_cq_builder().wrap_raw(send_cq, None).expect("a CQ");
-            let recv_cq = ctx.create_cq_builder().wrap_raw(recv_cq, None).expect("a CQ");
+            let send_cq = ctx
+                .create_cq_builder()
+                .wrap_raw(send_cq, None)
+                .expect("a CQ");
+            let recv_cq = ctx
+                .create_cq_builder()
+                .wrap_raw(recv_cq, None)
+                .expect("a CQ");
             let srq = pd.create_srq_builder().wrap_raw(srq);
             let ah = AddressHandle::from_raw_parts(ah, &AddressVector::new(), &pd);
             Fake {
@@ -660,7 +682,10 @@ mod fake_mlx5 {
             .expect("the test binary can be re-run");
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "the child failed:\n{stdout}\n{stderr}");
+        assert!(
+            out.status.success(),
+            "the child failed:\n{stdout}\n{stderr}"
+        );
         assert!(
             stdout.contains("child checks passed"),
             "the child did not run its checks:\n{stdout}\n{stderr}"
@@ -677,19 +702,28 @@ mod fake_mlx5 {
             .find(|l| l.starts_with("mlx5dv_create_qp"))
             .expect("a QP was created");
         for field in want {
-            assert!(line.split(' ').any(|f| f == field), "{field} missing: {line}");
+            assert!(
+                line.split(' ').any(|f| f == field),
+                "{field} missing: {line}"
+            );
         }
     }
 
     #[test]
     #[ignore = "run by dc_qps_against_the_fake_libmlx5 with the double loaded"]
     fn child() {
-        assert_eq!(env::var(CHILD).as_deref(), Ok("1"), "run only as the test's child");
+        assert_eq!(
+            env::var(CHILD).as_deref(),
+            Ok("1"),
+            "run only as the test's child"
+        );
         let log = PathBuf::from(env::var_os("FAKE_MLX5_LOG").expect("the parent sets it"));
 
         // Another provider's device is refused, naming it and what DC needs.
         let rxe = fake("rxe0");
-        let err = require_mlx5(&rxe.ctx).expect_err("rxe0 is no mlx5 device").to_string();
+        let err = require_mlx5(&rxe.ctx)
+            .expect_err("rxe0 is no mlx5 device")
+            .to_string();
         assert!(err.starts_with("rxe0 is a"), "{err}");
         assert!(err.contains("not mlx5"), "{err}");
         assert!(err.contains(DC_NEED), "{err}");
@@ -762,8 +796,13 @@ mod fake_mlx5 {
             addr: 0x9000,
             sge,
         };
-        let err = client.post(0, &op, &[(0, SendFlags::SIGNALED)], || ()).unwrap_err();
-        assert!(err.to_string().contains("no connected DC initiator"), "{err}");
+        let err = client
+            .post(0, &op, &[(0, SendFlags::SIGNALED)], || ())
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("no connected DC initiator"),
+            "{err}"
+        );
 
         // One post list of three WRITEs on QP 1: each names the peer's DCT and key after
         // its opcode, one doorbell for all.
@@ -798,7 +837,9 @@ mod fake_mlx5 {
             addr: 2,
             sge,
         };
-        let err = client.post(0, &read, &[(0, SendFlags::SIGNALED)], || ()).unwrap_err();
+        let err = client
+            .post(0, &read, &[(0, SendFlags::SIGNALED)], || ())
+            .unwrap_err();
         assert!(err.to_string().contains("RDMA READ"), "{err}");
         println!("child checks passed");
     }

@@ -48,7 +48,11 @@ enum LatOp<'a> {
 impl<'a> LatOp<'a> {
     /// `op` as the side's transport posts it.
     fn of(op: WrOpOwned<'a>, dc: bool) -> Result<Self, RunError> {
-        Ok(if dc { LatOp::Dc(op.dc()?) } else { LatOp::Qp(op) })
+        Ok(if dc {
+            LatOp::Dc(op.dc()?)
+        } else {
+            LatOp::Qp(op)
+        })
     }
 }
 
@@ -97,7 +101,11 @@ impl PingPong<'_> {
                 guard.post()?;
             }
             (LatQp::Dc(dc), LatOp::Dc(op)) => dc.post(0, op, &[(0, SendFlags::SIGNALED)], stamp)?,
-            _ => return Err(RunError::new("internal error: an operation for another transport")),
+            _ => {
+                return Err(RunError::new(
+                    "internal error: an operation for another transport",
+                ))
+            }
         }
         self.outstanding = true;
         Ok(())
@@ -195,7 +203,9 @@ impl PingPong<'_> {
                 guard.post()?;
             }
             (None, LatQp::Dc(_)) => {
-                return Err(RunError::new("internal error: a DC side receives through its SRQ"))
+                return Err(RunError::new(
+                    "internal error: a DC side receives through its SRQ",
+                ))
             }
         }
         Ok(true)

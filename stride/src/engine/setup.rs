@@ -714,9 +714,10 @@ impl Resources {
             guard.post()?;
             return Ok(());
         }
-        let qp = self.qps.get_mut(q).ok_or_else(|| {
-            RunError::new(format!("internal error: no receive queue for QP {q}"))
-        })?;
+        let qp = self
+            .qps
+            .get_mut(q)
+            .ok_or_else(|| RunError::new(format!("internal error: no receive queue for QP {q}")))?;
         let mut guard = qp.start_post_recv();
         for _ in 0..n {
             guard.recv(q as u64, &[sge]);
