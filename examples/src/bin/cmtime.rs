@@ -15,15 +15,16 @@
 //!
 //! `-m US` simulates the QPs of the timed round with them (no QP is made; creating it and
 //! each modify is a sleep of US microseconds, and the connections name QP numbers from `-q`
-//! on), `-n THREADS` runs the steps that rdma-core's cmtime hands to its worker threads for
-//! every connection at once (address and route resolution requests, QP creation, the move
-//! to Init, disconnecting; the socket test's socket creation and connect) on that many
-//! threads, and `-S` times plain TCP connections instead of rdma_cm ones, as a baseline: the
-//! server accepts `-c` connections on the port, the client creates and connects them, both
-//! close them, and each prints one table; no step bytes are exchanged then. The steps that
-//! follow rdma_cm events (the client's answer to the server's reply, the server's accept and
-//! its answer to a disconnect) run on the thread reading the events here, where rdma-core's
-//! cmtime queues them to its workers as well.
+//! on), `-n THREADS` runs the per-connection steps that rdma-core's cmtime hands to its
+//! worker threads on that many threads (address and route resolution requests, QP creation,
+//! the move to Init, disconnecting, and what follows an rdma_cm event: the client's RTR, RTS
+//! and establish after the server's reply, the server's accept of a request and its answer
+//! to a disconnect; the socket test's socket creation and connect), and `-S` times plain TCP
+//! connections instead of rdma_cm ones, as a baseline: the server accepts `-c` connections
+//! on the port, the client creates and connects them, both close them, and each prints one
+//! table; no step bytes are exchanged then. Where rdma-core's cmtime queues each event's work
+//! as it comes, this one reads the events that are waiting, hands their work to the threads
+//! (each connection's in order, on one thread) and reads on once that is done.
 
 use std::collections::HashMap;
 use std::io::{self, ErrorKind, Read, Write};
@@ -85,8 +86,9 @@ struct Args {
     #[arg(short = 'm', long = "mimic-qp-delay", value_name = "US")]
     mimic_qp_delay: Option<u32>,
 
-    /// Threads that run the steps every connection takes at once (resolution requests, QP
-    /// creation, the move to Init, disconnecting; the socket test's creates and connects)
+    /// Threads that run the per-connection steps (resolution requests, QP creation and
+    /// modifies, connect, accept and disconnect handling; the socket test's creates and
+    /// connects)
     #[arg(short = 'n', long = "threads", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=1024))]
     threads: u32,
@@ -344,6 +346,21 @@ impl Conn {
         Ok(())
     }
 
+    /// The connection of a request on the server, its full connect starting now.
+    fn requested(id: Arc<CmId>) -> Self {
+        let start = Instant::now();
+        let mut times = Times::default();
+        times.set(Step::FullConnect, start, start);
+        Conn {
+            id,
+            qp: None,
+            times,
+            started: start,
+            retries: 0,
+            done: false,
+        }
+    }
+
     /// Creates the connection's QP on `verbs` (a real one), or stands in for it, timed.
     fn create_qp(&mut self, qps: Qps, verbs: Option<&Verbs>) -> Result<(), CliError> {
         match (qps, verbs) {
@@ -421,6 +438,40 @@ struct Connections {
     channel: Arc<EventChannel>,
     conns: Vec<Conn>,
     index: HashMap<usize, usize>,
+    /// Threads that handle the events (-n).
+    threads: u32,
+}
+
+/// What a handler learns of an rdma_cm event: its type and, for an event that reports a
+/// failure, the error. Unlike the event (acknowledged once this is taken) it may go to
+/// another thread.
+#[derive(Debug)]
+struct Got {
+    kind: EventType,
+    status: i32,
+    failure: Option<CmError>,
+}
+
+impl Got {
+    fn of(event: Event) -> Self {
+        let (kind, status) = (event.event_type(), event.status());
+        Got {
+            kind,
+            status,
+            failure: event.into_result().err(),
+        }
+    }
+
+    /// The error of an event that is not the one `wanted`.
+    fn unexpected(&self, wanted: &str) -> CliError {
+        match &self.failure {
+            Some(err) => CliError::run(err.to_string()),
+            None => CliError::run(format!(
+                "expected {wanted}, got {:?} (status {})",
+                self.kind, self.status
+            )),
+        }
+    }
 }
 
 impl Connections {
@@ -429,12 +480,13 @@ impl Connections {
     }
 
     /// Handles events with `handle` until it has marked every connection done, or
-    /// `limit` passes.
+    /// `limit` passes. With more than one thread (-n), the events that are waiting are taken
+    /// together and handled on the threads, each connection's in order on one of them.
     fn until_done(
         &mut self,
         what: &str,
         limit: Duration,
-        mut handle: impl FnMut(&mut Conn, Event) -> Result<(), CliError>,
+        handle: impl Fn(&mut Conn, &Got) -> Result<(), CliError> + Sync,
     ) -> Result<(), CliError> {
         for c in &mut self.conns {
             c.done = false;
@@ -454,9 +506,26 @@ impl Connections {
                 }
                 Err(e) => return Err(CliError::run(e)),
             };
+            let mut batch: HashMap<usize, Vec<Got>> = HashMap::new();
             if let Some(i) = self.of(&event) {
-                handle(&mut self.conns[i], event)?;
+                batch.entry(i).or_default().push(Got::of(event));
             }
+            if self.threads > 1 {
+                while let Some(event) = self.channel.try_get_event().map_err(CliError::run)? {
+                    if let Some(i) = self.of(&event) {
+                        batch.entry(i).or_default().push(Got::of(event));
+                    }
+                }
+            }
+            let work: Vec<(&mut Conn, Vec<Got>)> = self
+                .conns
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(i, c)| batch.remove(&i).map(|got| (c, got)))
+                .collect();
+            on_workers(self.threads, work, |(c, got)| {
+                got.iter().try_for_each(|g| handle(c, g))
+            })?;
         }
         Ok(())
     }
@@ -581,6 +650,7 @@ fn client_round(
         channel: Arc::clone(&channel),
         conns: Vec::new(),
         index: HashMap::new(),
+        threads: args.threads,
     };
 
     say("\tCreating IDs")?;
@@ -620,8 +690,8 @@ fn client_round(
     r.until_done(
         &format!("resolving the address {dst}"),
         resolve_limit,
-        |c, e| {
-            match e.event_type() {
+        |c, g| {
+            match g.kind {
                 EventType::AddrResolved => {
                     c.times.set(Step::ResolveAddr, c.started, Instant::now());
                     c.done = true;
@@ -631,7 +701,7 @@ fn client_round(
                     c.id.resolve_addr(src, dst, resolve)
                         .map_err(CliError::run)?;
                 }
-                _ => return Err(unexpected(e, "ADDR_RESOLVED")),
+                _ => return Err(g.unexpected("ADDR_RESOLVED")),
             }
             Ok(())
         },
@@ -646,8 +716,8 @@ fn client_round(
     r.until_done(
         &format!("resolving the route to {dst}"),
         resolve_limit,
-        |c, e| {
-            match e.event_type() {
+        |c, g| {
+            match g.kind {
                 EventType::RouteResolved => {
                     c.times.set(Step::ResolveRoute, c.started, Instant::now());
                     c.done = true;
@@ -656,7 +726,7 @@ fn client_round(
                     c.retries -= 1;
                     c.id.resolve_route(resolve).map_err(CliError::run)?;
                 }
-                _ => return Err(unexpected(e, "ROUTE_RESOLVED")),
+                _ => return Err(g.unexpected("ROUTE_RESOLVED")),
             }
             Ok(())
         },
@@ -682,9 +752,9 @@ fn client_round(
         c.id.connect(ConnParam::new().qp_num(qp_num))
             .map_err(CliError::run)?;
     }
-    r.until_done(&format!("rdma_cm connect to {dst}"), STEP_LIMIT, |c, e| {
-        if e.event_type() != EventType::ConnectResponse {
-            return Err(unexpected(e, "CONNECT_RESPONSE"));
+    r.until_done(&format!("rdma_cm connect to {dst}"), STEP_LIMIT, |c, g| {
+        if g.kind != EventType::ConnectResponse {
+            return Err(g.unexpected("CONNECT_RESPONSE"));
         }
         c.times.set(Step::CmConnect, c.started, Instant::now());
         // Init again: the access flags follow the responder resources agreed only now.
@@ -722,15 +792,15 @@ fn disconnect_all(r: &mut Connections, threads: u32) -> Result<(), CliError> {
         let _ = c.id.disconnect();
         Ok(())
     })?;
-    r.until_done("disconnecting", STEP_LIMIT, |c, e| {
-        match e.event_type() {
+    r.until_done("disconnecting", STEP_LIMIT, |c, g| {
+        match g.kind {
             EventType::Disconnected => {
                 c.times.set(Step::Disconnect, c.started, Instant::now());
                 c.done = true;
             }
             // Late news; nothing to do.
             EventType::Established | EventType::TimewaitExit => {}
-            _ => return Err(unexpected(e, "DISCONNECTED")),
+            _ => return Err(g.unexpected("DISCONNECTED")),
         }
         Ok(())
     })
@@ -862,6 +932,7 @@ fn server_round(
         channel: Arc::clone(channel),
         conns: Vec::new(),
         index: HashMap::new(),
+        threads: args.threads,
     };
     // The client says when it has connected all it meant to (its warm-up may make fewer
     // than -c connections); every accepted connection must be established by then.
@@ -882,36 +953,54 @@ fn server_round(
                 r.conns.len()
             )));
         }
-        let event = match channel.get_event(Some(Duration::from_millis(1))) {
+        let first = match channel.get_event(Some(Duration::from_millis(1))) {
             Ok(e) => e,
             Err(CmError::Timeout { .. }) => continue,
             Err(e) => return Err(CliError::run(e)),
         };
         deadline = Instant::now() + STEP_LIMIT;
-        match event.event_type() {
-            EventType::ConnectRequest if r.conns.len() < n => {
-                let id = Arc::clone(event.id());
-                drop(event);
-                let i = r.conns.len();
-                r.index.insert(id.as_raw() as usize, i);
-                r.conns.push(accept(args, round, id, i, verbs)?);
-            }
-            // More requests than -c: refused by dropping the request's id.
-            EventType::ConnectRequest => {}
-            EventType::Established => {
-                if let Some(i) = r.of(&event) {
-                    let c = &mut r.conns[i];
-                    let now = Instant::now();
-                    c.times.set(Step::CmConnect, c.started, now);
-                    let start = c.times.0[Step::FullConnect as usize].map_or(now, |s| s.0);
-                    c.times.set(Step::FullConnect, start, now);
-                    established += 1;
+        // With more than one thread (-n), the events waiting are taken together, and the
+        // requests among them accepted on the threads.
+        let mut next = Some(first);
+        let accepted = r.conns.len();
+        while let Some(event) = next.take() {
+            match event.event_type() {
+                EventType::ConnectRequest if r.conns.len() < n => {
+                    let id = Arc::clone(event.id());
+                    drop(event);
+                    r.index.insert(id.as_raw() as usize, r.conns.len());
+                    r.conns.push(Conn::requested(id));
                 }
+                // More requests than -c: refused by dropping the request's id.
+                EventType::ConnectRequest => {}
+                EventType::Established => {
+                    if let Some(i) = r.of(&event) {
+                        let c = &mut r.conns[i];
+                        let now = Instant::now();
+                        c.times.set(Step::CmConnect, c.started, now);
+                        let start = c.times.0[Step::FullConnect as usize].map_or(now, |s| s.0);
+                        c.times.set(Step::FullConnect, start, now);
+                        established += 1;
+                    }
+                }
+                // A late event of the last round's connections, which are gone.
+                EventType::TimewaitExit => {}
+                _ => return Err(unexpected(event, "CONNECT_REQUEST or ESTABLISHED")),
             }
-            // A late event of the last round's connections, which are gone.
-            EventType::TimewaitExit => {}
-            _ => return Err(unexpected(event, "CONNECT_REQUEST or ESTABLISHED")),
+            if args.threads > 1 {
+                next = channel.try_get_event().map_err(CliError::run)?;
+            }
         }
+        let new = &mut r.conns[accepted..];
+        let qps = round.qps(args);
+        if let (Qps::Real, Some(c)) = (qps, new.first()) {
+            // The PD and CQ, made once, before the threads share them.
+            Verbs::get(verbs, &c.id, args.connections)?;
+        }
+        let shared = verbs.as_ref();
+        on_workers(args.threads, new.iter_mut().zip(accepted..), |(c, i)| {
+            accept(args, qps, c, i, shared)
+        })?;
     }
     sync.agree(Step::CmConnect)?;
 
@@ -920,8 +1009,8 @@ fn server_round(
     r.until_done(
         "waiting for the client to disconnect",
         STEP_LIMIT,
-        |c, e| {
-            match e.event_type() {
+        |c, g| {
+            match g.kind {
                 EventType::Disconnected => {
                     let id = &c.id;
                     c.times
@@ -930,7 +1019,7 @@ fn server_round(
                     c.done = true;
                 }
                 EventType::TimewaitExit => {}
-                _ => return Err(unexpected(e, "DISCONNECTED")),
+                _ => return Err(g.unexpected("DISCONNECTED")),
             }
             Ok(())
         },
@@ -940,31 +1029,16 @@ fn server_round(
     Ok(destroy_all(r))
 }
 
-/// Takes connection request number `i` of a round: a QP through Init, RTR and RTS (or, in
-/// the round without QPs, only the attributes), then `rdma_accept`.
+/// Takes connection request number `i` of a round: a QP through Init, RTR and RTS (or,
+/// without real QPs, only the attributes and what stands in for the QP), then `rdma_accept`.
 fn accept(
     args: &Args,
-    round: Round,
-    id: Arc<CmId>,
+    qps: Qps,
+    conn: &mut Conn,
     i: usize,
-    verbs: &mut Option<Verbs>,
-) -> Result<Conn, CliError> {
-    let start = Instant::now();
-    let mut conn = Conn {
-        id,
-        qp: None,
-        times: Times::default(),
-        started: start,
-        retries: 0,
-        done: false,
-    };
-    conn.times.set(Step::FullConnect, start, start);
-    let qps = round.qps(args);
-    let shared = match qps {
-        Qps::Real => Some(Verbs::get(verbs, &conn.id, args.connections)?),
-        Qps::Simulated(_) => None,
-    };
-    conn.create_qp(qps, shared)?;
+    verbs: Option<&Verbs>,
+) -> Result<(), CliError> {
+    conn.create_qp(qps, verbs)?;
     conn.advance(QpTargetState::Init, Step::InitQpAttr, Step::InitQp, qps)?;
     conn.advance(QpTargetState::Rtr, Step::RtrQpAttr, Step::RtrQp, qps)?;
     conn.advance(QpTargetState::Rts, Step::RtsQpAttr, Step::RtsQp, qps)?;
@@ -972,8 +1046,7 @@ fn accept(
     conn.started = Instant::now();
     conn.id
         .accept(ConnParam::new().qp_num(qp_num))
-        .map_err(CliError::run)?;
-    Ok(conn)
+        .map_err(CliError::run)
 }
 
 /// A TCP socket of `addr`'s family, not connected yet (`socket(2)`): the socket test times
