@@ -106,7 +106,7 @@ echo "  ok"
 table_row() {
     awk -v label="$2" -v n="$n" -v step="$3" '
         $1 == label && $2 == n { on = 1; next }
-        on && index($0, step " ") == 1 { print; exit }' "$1"
+        on && $0 ~ ("^" step " +[0-9]") { print; exit }' "$1"
 }
 
 # check_min LOG LABEL STEP US: the shortest time of STEP (the last column) is at least US.
