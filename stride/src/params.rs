@@ -187,6 +187,12 @@ impl TestParams {
                      data; drop -I with -c DC",
                 )?;
             }
+            if a.use_old_post_send {
+                bail(
+                    "--use-old-post-send: a DC request names its target with \
+                     mlx5dv_wr_set_dc_addr, which only the ibv_wr_* API has; drop it with -c DC",
+                )?;
+            }
         }
         let bw = a.test == Test::Bw;
         if a.staging {
@@ -616,6 +622,10 @@ mod tests {
             (
                 &["send", "lat", "-c", "DC", "-I", "64"][..],
                 "drop -I with -c DC",
+            ),
+            (
+                &["read", "bw", "-c", "DC", "--use-old-post-send"][..],
+                "drop it with -c DC",
             ),
             (&["write", "lat", "-n", "2"][..], "at least 3 iterations"),
             (

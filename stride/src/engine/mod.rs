@@ -318,10 +318,13 @@ fn print_banner(
     if params.verb == Verb::Send {
         println!(" RX depth        : {}", params.rx_depth);
     }
-    if let Some(dc) = &res.dc {
-        println!(" DC QPs          : {}", dc.describe());
+    match &res.dc {
+        Some(dc) => {
+            println!(" DC QPs          : {}", dc.describe());
+            println!(" Posting         : ibv_wr_* with mlx5dv_wr_set_dc_addr (DC initiators)");
+        }
+        None => println!(" Posting         : {}", res.api.posting()),
     }
-    println!(" Posting         : {}", res.api.posting());
     println!(" Polling         : {}", res.api.polling());
     println!(" Buffers         : {}", memory.description());
     println!(
@@ -471,7 +474,10 @@ fn run_connected(
             Some(read) => {
                 println!(" Traffic class   : {read} (--tclass {tc}; read back from QP 0)")
             }
-            None => println!(" Traffic class   : {tc} (--tclass; in each UD address handle)"),
+            None => {
+                let kind = if res.dc.is_some() { "DC" } else { "UD" };
+                println!(" Traffic class   : {tc} (--tclass; in each {kind} address handle)")
+            }
         }
     }
 
