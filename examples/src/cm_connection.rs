@@ -1,7 +1,8 @@
-//! A reliable connection made with rdma_cm on a queue pair of the program's own (as `rping`
-//! makes its): the QP, its CQ and PD on the id's device (connected with
-//! [`CmId::connect_qp`] / [`CmId::accept_qp`]), and waits for completions
-//! ([`CompletionWaiter`]) that never outlast their limit or the peer.
+//! A reliable connection made with rdma_cm, on a queue pair rdma_cm creates and moves
+//! (`rdma_create_qp`) or on one of the program's own (`ibv_create_qp`, as `rping -q` makes
+//! its): the QP, its CQ and PD on the id's device (connected with [`CmId::connect_qp`] /
+//! [`CmId::accept_qp`]), and waits for completions ([`CompletionWaiter`]) that never
+//! outlast their limit or the peer.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
@@ -9,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use sideway::connection::{CompletionWaiter, WaitError};
 use sideway::rdmacm::{CmId, EventChannel, EventType, QpTargetState};
-use sideway::{CompletionQueue, ProtectionDomain, QueuePair, WorkCompletion};
+use sideway::WorkCompletion;
+use sideway::{CompletionQueue, ProtectionDomain, QpState, QueuePair, QueuePairAttribute};
 
 use crate::cli::CliError;
 
@@ -37,6 +39,18 @@ pub enum Waited {
     Disconnected,
 }
 
+/// Who creates the connection's QP and moves it through its states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpOwner {
+    /// librdmacm: `rdma_create_qp` on the id (the QP starts in Init), moved to RTR and RTS
+    /// by the connect or accept, and to Error by `rdma_disconnect`.
+    RdmaCm,
+    /// The program: `ibv_create_qp` on the PD, moved to Init here, to RTR and RTS with
+    /// `rdma_init_qp_attr` by [`CmId::connect_qp`] / [`CmId::accept_qp`] (which name it in
+    /// the connection's `qp_num`), and to Error by [`CmConnection::disconnect`].
+    Program,
+}
+
 /// One connection: its id and channel (one id per channel), and a QP of the program's own
 /// with one CQ for sends and receives, on a PD of the id's device.
 pub struct CmConnection {
@@ -52,6 +66,8 @@ pub struct CmConnection {
     pub qp: QueuePair,
     /// How long any one wait may take.
     pub timeout: Duration,
+    /// Who made the QP.
+    pub owner: QpOwner,
     /// Waits on `cq`, keeping completions that came before a wait asked for them.
     waiter: CompletionWaiter,
 }
@@ -70,8 +86,13 @@ impl From<WaitError> for Stop {
 
 impl CmConnection {
     /// A PD, a CQ and an RC QP (`depth` send and receive requests) on the device `id` is
-    /// bound to, the QP moved to Init for the id's port. Waits are limited to `timeout`.
-    pub fn new(id: &Arc<CmId>, depth: u32, timeout: Duration) -> Result<Self, CliError> {
+    /// bound to, made by `owner`, in Init for the id's port. Waits are limited to `timeout`.
+    pub fn new(
+        id: &Arc<CmId>,
+        depth: u32,
+        timeout: Duration,
+        owner: QpOwner,
+    ) -> Result<Self, CliError> {
         let ctx = id.device_context().map_err(CliError::run)?;
         let pd = ctx.alloc_pd().map_err(CliError::run)?;
         let cq = ctx
@@ -79,16 +100,21 @@ impl CmConnection {
             .cqe(depth * 2)
             .build()
             .map_err(CliError::run)?;
-        let qp = pd
-            .create_qp_builder()
+        let mut builder = pd.create_qp_builder();
+        builder
             .send_cq(&cq)
             .recv_cq(&cq)
             .max_send_wr(depth)
-            .max_recv_wr(depth)
-            .build()
-            .map_err(CliError::run)?;
-        id.modify_qp(&qp, &[QpTargetState::Init])
-            .map_err(CliError::run)?;
+            .max_recv_wr(depth);
+        let qp = match owner {
+            QpOwner::RdmaCm => id.create_qp(&builder).map_err(CliError::run)?,
+            QpOwner::Program => {
+                let qp = builder.build().map_err(CliError::run)?;
+                id.modify_qp(&qp, &[QpTargetState::Init])
+                    .map_err(CliError::run)?;
+                qp
+            }
+        };
         let cq_for_waits = Arc::clone(&cq);
         Ok(CmConnection {
             id: Arc::clone(id),
@@ -97,6 +123,7 @@ impl CmConnection {
             cq,
             qp,
             timeout,
+            owner,
             waiter: CompletionWaiter::new(&cq_for_waits, timeout),
         })
     }
@@ -155,9 +182,22 @@ impl CmConnection {
         }
     }
 
-    /// Disconnects (`rdma_disconnect`) and waits, at most the timeout, for the
-    /// `RDMA_CM_EVENT_DISCONNECTED` that ends the connection on this side.
+    /// Moves a QP of the program's own to Error (what `rdma_disconnect` does to rdma_cm's):
+    /// its outstanding work requests are flushed. Nothing for rdma_cm's QP.
+    pub fn error_own_qp(&self) -> Result<(), CliError> {
+        if self.owner == QpOwner::RdmaCm {
+            return Ok(());
+        }
+        let mut attr = QueuePairAttribute::new();
+        attr.set_qp_state(QpState::Err);
+        self.qp.modify(&attr).map_err(CliError::run)
+    }
+
+    /// Disconnects (`rdma_disconnect`, after moving a QP of the program's own to Error) and
+    /// waits, at most the timeout, for the `RDMA_CM_EVENT_DISCONNECTED` that ends the
+    /// connection on this side.
     pub fn disconnect(&mut self) -> Result<(), CliError> {
+        self.error_own_qp()?;
         self.id.disconnect().map_err(CliError::run)?;
         self.wait_peer_disconnect()
             .map_err(|e| CliError::run(format!("disconnecting: {e}")))

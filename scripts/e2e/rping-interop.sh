@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Our rping (examples/src/bin/rping.rs) against rdma-core's, both ways, and against itself:
 # 10 pings of verbose, validated data over rdmacm on the device's IPv4 address, with the ping
-# data on both sides checked against the pattern rdma-core's rping prints. Then a client with
-# no server must fail, quickly and saying why. Runs where scripts/softroce runs commands.
+# data on both sides checked against the pattern rdma-core's rping prints; the same with -q
+# (each side's own QP, named in the connection's qp_num) both ways; -t, which rdma-core 56
+# lists but does not handle, ends both programs alike (the usage, exit status 22). Then a
+# client with no server must fail, quickly and saying why. Runs where scripts/softroce runs commands.
 #
 # Under `scripts/softroce run --hosts 2` every server runs on the peer host, on its address,
 # and every client here, across the link.
@@ -52,13 +54,15 @@ check_pings() {
 }
 
 port=7180
+# pair NAME SERVER CLIENT [FLAGS]: FLAGS (one word, or none) go to both sides.
 pair() {
-    local name=$1 server=$2 client=$3
+    local name=$1 server=$2 client=$3 flags=()
+    [ -n "${4:-}" ] && flags=("$4")
     port=$((port + 1))
     echo "$name: server $server, client $client, port $port"
     run_pair "wait_cm_listen $port 30" \
-        "$server" -s -a "$ip" -p "$port" -C "$count" -v -V -- \
-        "$client" -c -a "$ip" -p "$port" -C "$count" -v -V
+        "$server" -s -a "$ip" -p "$port" -C "$count" -v -V "${flags[@]}" -- \
+        "$client" -c -a "$ip" -p "$port" -C "$count" -v -V "${flags[@]}"
     check_pings "$PAIR_DIR/client.log" "ping data: "
     check_pings "$PAIR_DIR/server.log" "server ping data: "
     echo "  ok: $name"
@@ -67,6 +71,23 @@ pair() {
 pair "our client, rdma-core's server" rping "$ours"
 pair "rdma-core's client, our server" "$ours" rping
 pair "ours against ours" "$ours" "$ours"
+pair "-q: our client, rdma-core's server" rping "$ours" -q
+pair "-q: rdma-core's client, our server" "$ours" rping -q
+
+echo "-t: rdma-core 56 lists it but handles it nowhere; both end with the usage and EINVAL"
+usage_theirs=$(mktemp)
+usage_ours=$(mktemp)
+for side in theirs ours; do
+    prog=rping out=$usage_theirs
+    [ "$side" = ours ] && prog=$ours out=$usage_ours
+    rc=0
+    timeout 10 "$prog" -s -t 5 >"$out" 2>/dev/null || rc=$?
+    [ "$rc" -eq 22 ] || { echo "  FAIL: $prog -t 5: exit status $rc, wanted 22" >&2; exit 1; }
+    expect_in "$out" "use self-created, self-modified QP" "the usage"
+done
+cmp -s "$usage_theirs" "$usage_ours" || {
+    echo "  FAIL: the usage texts differ:" >&2; diff "$usage_theirs" "$usage_ours" >&2; exit 1; }
+echo "  ok: exit status 22 and the same usage from both"
 
 echo "our persistent server (-P), two clients in a row: ours, then rdma-core's"
 port=$((port + 1))

@@ -20,6 +20,19 @@ expect_error "UD message larger than the MTU" "does not fit one UD datagram" \
     "$bin" send bw -d "$dev" -c UD -s 8192
 expect_error "completion events on write lat" "does not apply to write lat" \
     "$bin" write lat -d "$dev" -e
+# -c DC needs an mlx5 device: on any other (rxe here) both sides refuse before any QP is
+# made, the server before it waits for a client, the client before it connects.
+dc_need="$dev is an? [a-z0-9_]+ device, not mlx5: -c DC .*needs an mlx5 NIC"
+expect_error "DC on a device that is not mlx5 (server)" "$dc_need" \
+    "$bin" write bw -d "$dev" -c DC
+expect_error "DC on a device that is not mlx5 (client)" "$dc_need" \
+    "$bin" send lat -d "$dev" -c DC -p 18791 127.0.0.1
+out=$(timeout -k 5 30 "$bin" read bw -d "$dev" -c DC 2>&1)
+if grep -q "waiting for a client" <<<"$out"; then
+    fail "DC on a device that is not mlx5: the server waited for a client first: $out"
+else
+    echo "  ok: DC on a device that is not mlx5: refused before the server waits"
+fi
 
 echo "mismatched sides"
 pair_error "different -s" 'message size \(-s/-a\): server \[4096\], client \[8192\]' \

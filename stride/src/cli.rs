@@ -108,6 +108,13 @@ pub enum Connection {
     Uc,
     /// Unreliable datagram.
     Ud,
+    /// Dynamically Connected (mlx5 only): a DC initiator (DCI) per QP on the side that posts,
+    /// a DC target (DCT, receiving through a shared receive queue) per QP on the side its
+    /// operations reach; every request names its target's DCT number and access key, which
+    /// the sides trade in their exchange. Any other device is refused before a QP is made.
+    /// Not yet run on mlx5 hardware by this project (tested against a test double of
+    /// libmlx5 only).
+    Dc,
 }
 
 /// The atomic operation of `atomic` tests.
@@ -199,7 +206,8 @@ pub struct RunArgs {
     #[arg(short = 'q', long = "qp", default_value_t = 1)]
     pub qps: u32,
 
-    /// Transport: RC, UC or UD, where the verb allows it.
+    /// Transport: RC, UC, UD, or DC (mlx5 devices only; never run on mlx5 hardware here),
+    /// where the verb allows it.
     #[arg(short = 'c', long = "connection", value_enum, default_value_t = Connection::Rc)]
     pub connection: Connection,
 

@@ -56,6 +56,21 @@ pub struct QpEndpoint {
     pub addr: u64,
     /// The sender's active MTU in bytes (the two sides use the smaller).
     pub mtu: u32,
+    /// With `-c DC`, on the side the peer's operations reach: the DC target of this QP
+    /// index, which every request of the peer's must name. Absent otherwise (and from
+    /// versions without DC, which the handshake's agreement on `-c` keeps apart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dc: Option<DcEndpoint>,
+}
+
+/// A DC target's address (`-c DC`): its DCT number and the access key that requests to it
+/// must carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DcEndpoint {
+    /// The DCT number.
+    pub dctn: u32,
+    /// The DC access key.
+    pub key: u64,
 }
 
 /// A message of the protocol.
@@ -865,6 +880,7 @@ mod tests {
             rkey: 9,
             addr: 0x1000,
             mtu: 1024,
+            dc: None,
         };
         let client = thread::spawn(move || {
             c.client_handshake(&pc).unwrap();
@@ -1015,6 +1031,7 @@ mod tests {
             rkey: 7,
             addr,
             mtu: 1024,
+            dc: None,
         }
     }
 

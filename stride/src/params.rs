@@ -173,6 +173,27 @@ impl TestParams {
             (Verb::Write, Ud) => bail("RDMA WRITE is not possible on UD: use -c RC or -c UC")?,
             _ => {}
         }
+        if a.connection == Dc {
+            if a.rdma_cm {
+                bail(
+                    "-R connects QPs through rdma_cm, which makes RC and UD QPs only; DC QPs are \
+                     made with mlx5dv_create_qp and connected by stride-perf's own exchange: \
+                     drop -R with -c DC",
+                )?;
+            }
+            if a.inline_size.is_some_and(|i| i > 0) {
+                bail(
+                    "-I: stride-perf's DC initiators post from registered memory, not inline \
+                     data; drop -I with -c DC",
+                )?;
+            }
+            if a.use_old_post_send {
+                bail(
+                    "--use-old-post-send: a DC request names its target with \
+                     mlx5dv_wr_set_dc_addr, which only the ibv_wr_* API has; drop it with -c DC",
+                )?;
+            }
+        }
         let bw = a.test == Test::Bw;
         if a.staging {
             if a.use_cuda_dmabuf.is_some() {
@@ -426,7 +447,10 @@ impl TestParams {
         vendor_id: u32,
         inline_given: bool,
     ) -> Option<String> {
-        if !inline_given && self.test == Test::Lat && vendor_id == MELLANOX_VENDOR_ID {
+        if self.connection == Connection::Dc {
+            // DC initiators post from registered memory only (the parameter check refused -I).
+            self.inline_size = 0;
+        } else if !inline_given && self.test == Test::Lat && vendor_id == MELLANOX_VENDOR_ID {
             self.inline_size = match (self.verb, self.connection) {
                 (Verb::Write, _) => 220,
                 (Verb::Send, Connection::Ud) => 188,
@@ -594,6 +618,15 @@ mod tests {
             ),
             (&["write", "bw", "-m", "1500"][..], "not a path MTU"),
             (&["write", "bw", "-s", "0"][..], "at least 1 byte"),
+            (&["write", "bw", "-c", "DC", "-R"][..], "drop -R with -c DC"),
+            (
+                &["send", "lat", "-c", "DC", "-I", "64"][..],
+                "drop -I with -c DC",
+            ),
+            (
+                &["read", "bw", "-c", "DC", "--use-old-post-send"][..],
+                "drop it with -c DC",
+            ),
             (&["write", "lat", "-n", "2"][..], "at least 3 iterations"),
             (
                 &["write", "lat", "--use-cuda", "0"][..],
@@ -720,6 +753,22 @@ mod tests {
         assert_eq!(fit(&["write", "lat", "-I", "64"], MELLANOX_VENDOR_ID), 64);
         // rxe and other devices perftest does not recognise: none.
         assert_eq!(fit(&["write", "lat"], 0), 0);
+        // DC posts from registered memory: never inline, on mlx5 too.
+        assert_eq!(fit(&["write", "lat", "-c", "DC"], MELLANOX_VENDOR_ID), 0);
+    }
+
+    #[test]
+    fn dc_takes_every_verb_and_test_as_perftest() {
+        for verb in ["send", "write", "read", "atomic"] {
+            for test in ["bw", "lat"] {
+                let p = params(&[verb, test, "-c", "DC"]).unwrap();
+                assert_eq!(p.connection, Connection::Dc, "{verb} {test}");
+            }
+        }
+        let p = params(&["write", "bw", "-c", "DC", "-q", "4", "-b"]).unwrap();
+        assert!(!p
+            .mismatches(&params(&["write", "bw", "-q", "4", "-b"]).unwrap())
+            .is_empty());
     }
 
     #[test]

@@ -54,6 +54,7 @@ fn endpoint(qpn: u32, addr: u64) -> QpEndpoint {
         rkey: 0x1234,
         addr,
         mtu: 1024,
+        dc: None,
     }
 }
 
@@ -385,6 +386,7 @@ fn oob_round_trip() {
             rkey,
             addr,
             mtu,
+            dc: None,
         });
     let message = prop_oneof![
         prop::collection::vec(endpoint, 0..8).prop_map(|qps| Message::Endpoints { qps }),

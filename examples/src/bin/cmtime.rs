@@ -12,12 +12,26 @@
 //! from the first connection's start to the last one's end (total) and its share per
 //! connection (avg/iter), the sum of the connections' own times and its mean (us/conn), and
 //! the longest and shortest, all in microseconds.
+//!
+//! `-m US` simulates the QPs of the timed round with them (no QP is made; creating it and
+//! each modify is a sleep of US microseconds, and the connections name QP numbers from `-q`
+//! on), `-n THREADS` runs the per-connection steps that rdma-core's cmtime hands to its
+//! worker threads on that many threads (address and route resolution requests, QP creation,
+//! the move to Init, disconnecting, and what follows an rdma_cm event: the client's RTR, RTS
+//! and establish after the server's reply, the server's accept of a request and its answer
+//! to a disconnect; the socket test's socket creation and connect), and `-S` times plain TCP
+//! connections instead of rdma_cm ones, as a baseline: the server accepts `-c` connections
+//! on the port, the client creates and connects them, both close them, and each prints one
+//! table; no step bytes are exchanged then. Where rdma-core's cmtime queues each event's work
+//! as it comes, this one reads the events that are waiting, hands their work to the threads
+//! (each connection's in order, on one thread) and reads on once that is done.
 
 use std::collections::HashMap;
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -66,6 +80,23 @@ struct Args {
     #[arg(short = 't', long = "timeout", value_name = "MS", default_value_t = 2000,
           value_parser = clap::value_parser!(u32).range(1..))]
     timeout_ms: u32,
+
+    /// Simulate the QPs of the timed round: no QP is made, creating one and each modify is a
+    /// sleep of this many microseconds, and the connections name QP numbers from -q on
+    #[arg(short = 'm', long = "mimic-qp-delay", value_name = "US")]
+    mimic_qp_delay: Option<u32>,
+
+    /// Threads that run the per-connection steps (resolution requests, QP creation and
+    /// modifies, connect, accept and disconnect handling; the socket test's creates and
+    /// connects)
+    #[arg(short = 'n', long = "threads", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    threads: u32,
+
+    /// Time TCP socket connections instead of rdma_cm ones, as a baseline (both sides give
+    /// it, with the same -c and -p)
+    #[arg(short = 'S', long = "sockets")]
+    sockets: bool,
 }
 
 /// How long the connections of a round may take for one asynchronous step (connecting,
@@ -82,21 +113,54 @@ enum Round {
 
 const ROUNDS: [Round; 3] = [Round::Warmup, Round::WithQps, Round::WithoutQps];
 
-impl Round {
-    fn has_qps(self) -> bool {
-        self != Round::WithoutQps
+/// What stands for a connection's QP in a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Qps {
+    /// A QP made and modified for real.
+    Real,
+    /// None; creating it and each modify is a sleep this long (zero in the round without
+    /// QPs), and the connection names a QP number from -q on.
+    Simulated(Duration),
+}
+
+impl Qps {
+    fn real(self) -> bool {
+        self == Qps::Real
     }
 
-    fn title(self, client: bool, n: u32) -> String {
+    /// What the QP's creation or modify costs when simulated.
+    fn stand_in(self) {
+        if let Qps::Simulated(d) = self {
+            if !d.is_zero() {
+                std::thread::sleep(d);
+            }
+        }
+    }
+}
+
+impl Round {
+    fn qps(self, args: &Args) -> Qps {
+        match (self, args.mimic_qp_delay) {
+            (Round::Warmup, _) | (Round::WithQps, None) => Qps::Real,
+            (Round::WithQps, Some(us)) => Qps::Simulated(Duration::from_micros(u64::from(us))),
+            (Round::WithoutQps, _) => Qps::Simulated(Duration::ZERO),
+        }
+    }
+
+    fn title(self, client: bool, args: &Args) -> String {
+        let n = args.connections;
         let (side, verb) = if client {
             ("Client", "Connect")
         } else {
             ("Server", "Accept")
         };
-        match self {
-            Round::Warmup => format!("{side} warmup"),
-            Round::WithQps => format!("{verb} ({n}) QPs test"),
-            Round::WithoutQps => format!("{verb} ({n}) test - no QPs"),
+        match (self, args.mimic_qp_delay) {
+            (Round::Warmup, _) => format!("{side} warmup"),
+            (Round::WithQps, None) => format!("{verb} ({n}) QPs test"),
+            (Round::WithQps, Some(us)) => {
+                format!("{verb} ({n}) simulated QPs test (delay {us} us)")
+            }
+            (Round::WithoutQps, _) => format!("{verb} ({n}) test - no QPs"),
         }
     }
 }
@@ -128,19 +192,26 @@ struct Row {
     min: u128,
 }
 
-fn rows(conns: &[Times]) -> Vec<Row> {
+/// The rows of the table: per step, from the connections' own spans, and the step's whole
+/// span from `whole` where the program timed it as one (the socket test), else from the
+/// first connection's start to the last one's end.
+fn rows(conns: &[Times], whole: &Times) -> Vec<Row> {
     (0..STEPS.len())
         .map(|s| {
             let spans: Vec<(Instant, Instant)> = conns.iter().filter_map(|t| t.0[s]).collect();
-            let (Some(first), Some(last)) = (
-                spans.iter().map(|s| s.0).min(),
-                spans.iter().map(|s| s.1).max(),
-            ) else {
-                return Row::default();
-            };
             let each: Vec<u128> = spans.iter().map(|(a, b)| (*b - *a).as_micros()).collect();
+            let total = match whole.0[s] {
+                Some((first, last)) => (last - first).as_micros(),
+                None => match (
+                    spans.iter().map(|s| s.0).min(),
+                    spans.iter().map(|s| s.1).max(),
+                ) {
+                    (Some(first), Some(last)) => (last - first).as_micros(),
+                    _ => 0,
+                },
+            };
             Row {
-                total: (last - first).as_micros(),
+                total,
                 sum: each.iter().sum(),
                 max: each.iter().copied().max().unwrap_or(0),
                 min: each.iter().copied().min().unwrap_or(0),
@@ -149,20 +220,22 @@ fn rows(conns: &[Times]) -> Vec<Row> {
         .collect()
 }
 
-/// The table, as rdma-core's cmtime lays it out.
-fn table(round: Round, conns: &[Times]) -> String {
+/// The table, as rdma-core's cmtime lays it out: headed `qp_conn` when the connections had
+/// real QPs, `cm_conn` otherwise (simulated or none, and the socket test).
+fn table(real_qps: bool, threads: u32, conns: &[Times], whole: &Times) -> String {
     let n = conns.len().max(1) as u128;
-    let label = if round.has_qps() {
-        "qp_conn"
-    } else {
-        "cm_conn"
-    };
-    let mut out = format!("{label:<16}{:>9}\n{:<16}{:>9}\n", conns.len(), "threads", 1);
+    let label = if real_qps { "qp_conn" } else { "cm_conn" };
+    let mut out = format!(
+        "{label:<16}{:>9}\n{:<16}{:>9}\n",
+        conns.len(),
+        "threads",
+        threads
+    );
     out += &format!(
         "{:<16}{:>9}{:>11}{:>11}{:>11}{:>11}{:>11}\n",
         "step", "avg/iter", "total(us)", "us/conn", "sum(us)", "max(us)", "min(us)"
     );
-    for ((_, name), row) in STEPS.iter().zip(rows(conns)) {
+    for ((_, name), row) in STEPS.iter().zip(rows(conns, whole)) {
         out += &format!(
             "{name:<16}{:>9}{:>11}{:>11}{:>11}{:>11}{:>11}\n",
             row.total / n,
@@ -191,16 +264,10 @@ struct Verbs {
 
 impl Verbs {
     fn get<'a>(slot: &'a mut Option<Verbs>, id: &CmId, n: u32) -> Result<&'a Verbs, CliError> {
-        let ctx = id.device_context().map_err(CliError::run)?;
         if let Some(v) = slot {
-            if !Arc::ptr_eq(v.pd.context(), &ctx) {
-                return Err(CliError::run(format!(
-                    "the connections use two RDMA devices, {} and {}; bind with -b",
-                    v.pd.context().name(),
-                    ctx.name()
-                )));
-            }
+            v.check_device(id)?;
         } else {
+            let ctx = id.device_context().map_err(CliError::run)?;
             say("\tAllocating verbs resources")?;
             let pd = ctx.alloc_pd().map_err(CliError::run)?;
             let cq = ctx
@@ -213,6 +280,19 @@ impl Verbs {
         // Filled above when it was empty.
         slot.as_ref()
             .ok_or_else(|| CliError::run("internal error: no verbs resources"))
+    }
+
+    /// Fails unless `id` is on the device the PD and CQ are.
+    fn check_device(&self, id: &CmId) -> Result<(), CliError> {
+        let ctx = id.device_context().map_err(CliError::run)?;
+        if Arc::ptr_eq(self.pd.context(), &ctx) {
+            return Ok(());
+        }
+        Err(CliError::run(format!(
+            "the connections use two RDMA devices, {} and {}; bind with -b",
+            self.pd.context().name(),
+            ctx.name()
+        )))
     }
 
     /// A QP that never posts anything: the smallest the device makes.
@@ -242,24 +322,114 @@ struct Conn {
 }
 
 impl Conn {
-    /// Moves the QP (if any) to `state`, timing the attribute query and the modify.
+    /// Moves the QP to `state`, timing the attribute query and the modify; without a QP the
+    /// modify is what `qps` makes it (a sleep, or nothing).
     fn advance(
         &mut self,
         state: QpTargetState,
         attr_step: Step,
         modify_step: Step,
+        qps: Qps,
     ) -> Result<(), CliError> {
         let id = &self.id;
         let attr = self
             .times
             .time(attr_step, || id.init_qp_attr(state))
             .map_err(CliError::run)?;
-        if let Some(qp) = &self.qp {
-            self.times
+        match &self.qp {
+            Some(qp) => self
+                .times
                 .time(modify_step, || qp.modify(&attr))
-                .map_err(CliError::run)?;
+                .map_err(CliError::run)?,
+            None => self.times.time(modify_step, || qps.stand_in()),
         }
         Ok(())
+    }
+
+    /// The connection of a request on the server, its full connect starting now.
+    fn requested(id: Arc<CmId>) -> Self {
+        let start = Instant::now();
+        let mut times = Times::default();
+        times.set(Step::FullConnect, start, start);
+        Conn {
+            id,
+            qp: None,
+            times,
+            started: start,
+            retries: 0,
+            done: false,
+        }
+    }
+
+    /// Creates the connection's QP on `verbs` (a real one), or stands in for it, timed.
+    fn create_qp(&mut self, qps: Qps, verbs: Option<&Verbs>) -> Result<(), CliError> {
+        match (qps, verbs) {
+            (Qps::Real, Some(v)) => {
+                v.check_device(&self.id)?;
+                self.qp = Some(self.times.time(Step::CreateQp, || v.create_qp())?);
+            }
+            (Qps::Real, None) => {
+                return Err(CliError::run("internal error: no verbs resources"));
+            }
+            (Qps::Simulated(_), _) => self.times.time(Step::CreateQp, || qps.stand_in()),
+        }
+        Ok(())
+    }
+
+    /// The QP number the connection names: its QP's, or number `i` from -q on.
+    fn qp_num(&self, args: &Args, i: usize) -> u32 {
+        match &self.qp {
+            Some(qp) => qp.qp_num(),
+            // In range: -q is below 2^24 and -c at most 100000.
+            None => args.base_qpn + i as u32,
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The values guarded (a work list, the first failure) stay whole if a holder panicked.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Runs `work` on every item on `threads` threads, each taking the next item as it gets
+/// free, as rdma-core's cmtime's work queue does (one thread: the items in order, here).
+/// The first failure stops the threads from taking more and is returned.
+fn on_workers<I>(
+    threads: u32,
+    items: I,
+    work: impl Fn(I::Item) -> Result<(), CliError> + Sync,
+) -> Result<(), CliError>
+where
+    I: IntoIterator,
+    I::IntoIter: Send,
+{
+    if threads <= 1 {
+        return items.into_iter().try_for_each(work);
+    }
+    let queue = Mutex::new(items.into_iter());
+    let failed: Mutex<Option<CliError>> = Mutex::new(None);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                if lock(&failed).is_some() {
+                    break;
+                }
+                let Some(item) = lock(&queue).next() else {
+                    break;
+                };
+                if let Err(e) = work(item) {
+                    lock(&failed).get_or_insert(e);
+                    break;
+                }
+            });
+        }
+    });
+    match failed
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    {
+        None => Ok(()),
+        Some(e) => Err(e),
     }
 }
 
@@ -268,6 +438,40 @@ struct Connections {
     channel: Arc<EventChannel>,
     conns: Vec<Conn>,
     index: HashMap<usize, usize>,
+    /// Threads that handle the events (-n).
+    threads: u32,
+}
+
+/// What a handler learns of an rdma_cm event: its type and, for an event that reports a
+/// failure, the error. Unlike the event (acknowledged once this is taken) it may go to
+/// another thread.
+#[derive(Debug)]
+struct Got {
+    kind: EventType,
+    status: i32,
+    failure: Option<CmError>,
+}
+
+impl Got {
+    fn of(event: Event) -> Self {
+        let (kind, status) = (event.event_type(), event.status());
+        Got {
+            kind,
+            status,
+            failure: event.into_result().err(),
+        }
+    }
+
+    /// The error of an event that is not the one `wanted`.
+    fn unexpected(&self, wanted: &str) -> CliError {
+        match &self.failure {
+            Some(err) => CliError::run(err.to_string()),
+            None => CliError::run(format!(
+                "expected {wanted}, got {:?} (status {})",
+                self.kind, self.status
+            )),
+        }
+    }
 }
 
 impl Connections {
@@ -276,12 +480,13 @@ impl Connections {
     }
 
     /// Handles events with `handle` until it has marked every connection done, or
-    /// `limit` passes.
+    /// `limit` passes. With more than one thread (-n), the events that are waiting are taken
+    /// together and handled on the threads, each connection's in order on one of them.
     fn until_done(
         &mut self,
         what: &str,
         limit: Duration,
-        mut handle: impl FnMut(&mut Conn, Event) -> Result<(), CliError>,
+        handle: impl Fn(&mut Conn, &Got) -> Result<(), CliError> + Sync,
     ) -> Result<(), CliError> {
         for c in &mut self.conns {
             c.done = false;
@@ -301,9 +506,26 @@ impl Connections {
                 }
                 Err(e) => return Err(CliError::run(e)),
             };
+            let mut batch: HashMap<usize, Vec<Got>> = HashMap::new();
             if let Some(i) = self.of(&event) {
-                handle(&mut self.conns[i], event)?;
+                batch.entry(i).or_default().push(Got::of(event));
             }
+            if self.threads > 1 {
+                while let Some(event) = self.channel.try_get_event().map_err(CliError::run)? {
+                    if let Some(i) = self.of(&event) {
+                        batch.entry(i).or_default().push(Got::of(event));
+                    }
+                }
+            }
+            let work: Vec<(&mut Conn, Vec<Got>)> = self
+                .conns
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(i, c)| batch.remove(&i).map(|got| (c, got)))
+                .collect();
+            on_workers(self.threads, work, |(c, got)| {
+                got.iter().try_for_each(|g| handle(c, g))
+            })?;
         }
         Ok(())
     }
@@ -400,10 +622,11 @@ fn client(args: &Args, host: &str) -> Result<(), CliError> {
     let mut sync = ClientSync::connect(dst, Duration::from_millis(u64::from(args.timeout_ms)))?;
     let mut verbs = None;
     for round in ROUNDS {
-        say(&round.title(true, args.connections))?;
+        say(&round.title(true, args))?;
         let times = client_round(args, round, src, dst, &mut sync, &mut verbs)?;
         if round != Round::Warmup {
-            say(table(round, &times).trim_end())?;
+            let real = round.qps(args).real();
+            say(table(real, args.threads, &times, &Times::default()).trim_end())?;
         }
     }
     Ok(())
@@ -427,6 +650,7 @@ fn client_round(
         channel: Arc::clone(&channel),
         conns: Vec::new(),
         index: HashMap::new(),
+        threads: args.threads,
     };
 
     say("\tCreating IDs")?;
@@ -457,17 +681,17 @@ fn client_round(
         }
     }
 
+    let threads = args.threads;
     say("\tResolving addresses")?;
-    for c in &mut r.conns {
+    on_workers(threads, &mut r.conns, |c| {
         c.started = Instant::now();
-        c.id.resolve_addr(src, dst, resolve)
-            .map_err(CliError::run)?;
-    }
+        c.id.resolve_addr(src, dst, resolve).map_err(CliError::run)
+    })?;
     r.until_done(
         &format!("resolving the address {dst}"),
         resolve_limit,
-        |c, e| {
-            match e.event_type() {
+        |c, g| {
+            match g.kind {
                 EventType::AddrResolved => {
                     c.times.set(Step::ResolveAddr, c.started, Instant::now());
                     c.done = true;
@@ -477,23 +701,23 @@ fn client_round(
                     c.id.resolve_addr(src, dst, resolve)
                         .map_err(CliError::run)?;
                 }
-                _ => return Err(unexpected(e, "ADDR_RESOLVED")),
+                _ => return Err(g.unexpected("ADDR_RESOLVED")),
             }
             Ok(())
         },
     )?;
 
     say("\tResolving routes")?;
-    for c in &mut r.conns {
+    on_workers(threads, &mut r.conns, |c| {
         c.started = Instant::now();
         c.retries = args.retries;
-        c.id.resolve_route(resolve).map_err(CliError::run)?;
-    }
+        c.id.resolve_route(resolve).map_err(CliError::run)
+    })?;
     r.until_done(
         &format!("resolving the route to {dst}"),
         resolve_limit,
-        |c, e| {
-            match e.event_type() {
+        |c, g| {
+            match g.kind {
                 EventType::RouteResolved => {
                     c.times.set(Step::ResolveRoute, c.started, Instant::now());
                     c.done = true;
@@ -502,37 +726,35 @@ fn client_round(
                     c.retries -= 1;
                     c.id.resolve_route(resolve).map_err(CliError::run)?;
                 }
-                _ => return Err(unexpected(e, "ROUTE_RESOLVED")),
+                _ => return Err(g.unexpected("ROUTE_RESOLVED")),
             }
             Ok(())
         },
     )?;
 
     say("\tCreating QPs")?;
-    if round.has_qps() {
-        for c in &mut r.conns {
-            let v = Verbs::get(verbs, &c.id, args.connections)?;
-            c.qp = Some(c.times.time(Step::CreateQp, || v.create_qp())?);
-        }
+    let qps = round.qps(args);
+    if let (Qps::Real, Some(first)) = (qps, r.conns.first()) {
+        // The PD and CQ, made once, before the threads share them.
+        Verbs::get(verbs, &first.id, args.connections)?;
     }
+    let shared = verbs.as_ref();
+    on_workers(threads, &mut r.conns, |c| c.create_qp(qps, shared))?;
     say("\tModify QPs to INIT")?;
-    for c in &mut r.conns {
-        c.advance(QpTargetState::Init, Step::InitQpAttr, Step::InitQp)?;
-    }
+    on_workers(threads, &mut r.conns, |c| {
+        c.advance(QpTargetState::Init, Step::InitQpAttr, Step::InitQp, qps)
+    })?;
 
     say("\tConnecting")?;
     for (i, c) in r.conns.iter_mut().enumerate() {
-        let qp_num = match &c.qp {
-            Some(qp) => qp.qp_num(),
-            None => args.base_qpn + i as u32,
-        };
+        let qp_num = c.qp_num(args, i);
         c.started = Instant::now();
         c.id.connect(ConnParam::new().qp_num(qp_num))
             .map_err(CliError::run)?;
     }
-    r.until_done(&format!("rdma_cm connect to {dst}"), STEP_LIMIT, |c, e| {
-        if e.event_type() != EventType::ConnectResponse {
-            return Err(unexpected(e, "CONNECT_RESPONSE"));
+    r.until_done(&format!("rdma_cm connect to {dst}"), STEP_LIMIT, |c, g| {
+        if g.kind != EventType::ConnectResponse {
+            return Err(g.unexpected("CONNECT_RESPONSE"));
         }
         c.times.set(Step::CmConnect, c.started, Instant::now());
         // Init again: the access flags follow the responder resources agreed only now.
@@ -540,8 +762,8 @@ fn client_round(
             c.id.modify_qp(qp, &[QpTargetState::Init])
                 .map_err(CliError::run)?;
         }
-        c.advance(QpTargetState::Rtr, Step::RtrQpAttr, Step::RtrQp)?;
-        c.advance(QpTargetState::Rts, Step::RtsQpAttr, Step::RtsQp)?;
+        c.advance(QpTargetState::Rtr, Step::RtrQpAttr, Step::RtrQp, qps)?;
+        c.advance(QpTargetState::Rts, Step::RtsQpAttr, Step::RtsQp, qps)?;
         let id = &c.id;
         c.times
             .time(Step::Establish, || id.establish())
@@ -554,7 +776,7 @@ fn client_round(
 
     sync.step(Step::CmConnect)?;
     say("\tDisconnecting")?;
-    disconnect_all(&mut r)?;
+    disconnect_all(&mut r, threads)?;
     sync.step(Step::Disconnect)?;
     say("\tDestroying QPs and IDs")?;
     Ok(destroy_all(r))
@@ -562,22 +784,23 @@ fn client_round(
 
 /// Disconnects every connection and waits for each one's `DISCONNECTED` (which comes
 /// whether this side's request or the peer's got there first).
-fn disconnect_all(r: &mut Connections) -> Result<(), CliError> {
-    for c in &mut r.conns {
+fn disconnect_all(r: &mut Connections, threads: u32) -> Result<(), CliError> {
+    on_workers(threads, &mut r.conns, |c| {
         c.started = Instant::now();
         c.done = false;
         // The peer may have disconnected first; then this only answers it.
         let _ = c.id.disconnect();
-    }
-    r.until_done("disconnecting", STEP_LIMIT, |c, e| {
-        match e.event_type() {
+        Ok(())
+    })?;
+    r.until_done("disconnecting", STEP_LIMIT, |c, g| {
+        match g.kind {
             EventType::Disconnected => {
                 c.times.set(Step::Disconnect, c.started, Instant::now());
                 c.done = true;
             }
             // Late news; nothing to do.
             EventType::Established | EventType::TimewaitExit => {}
-            _ => return Err(unexpected(e, "DISCONNECTED")),
+            _ => return Err(g.unexpected("DISCONNECTED")),
         }
         Ok(())
     })
@@ -684,10 +907,11 @@ fn server(args: &Args) -> Result<(), CliError> {
     let mut sync = ServerSync { stream };
     let mut verbs = None;
     for round in ROUNDS {
-        say(&round.title(false, args.connections))?;
+        say(&round.title(false, args))?;
         let times = server_round(args, round, &channel, &mut sync, &mut verbs)?;
         if round != Round::Warmup {
-            say(table(round, &times).trim_end())?;
+            let real = round.qps(args).real();
+            say(table(real, args.threads, &times, &Times::default()).trim_end())?;
         }
     }
     Ok(())
@@ -708,6 +932,7 @@ fn server_round(
         channel: Arc::clone(channel),
         conns: Vec::new(),
         index: HashMap::new(),
+        threads: args.threads,
     };
     // The client says when it has connected all it meant to (its warm-up may make fewer
     // than -c connections); every accepted connection must be established by then.
@@ -728,36 +953,54 @@ fn server_round(
                 r.conns.len()
             )));
         }
-        let event = match channel.get_event(Some(Duration::from_millis(1))) {
+        let first = match channel.get_event(Some(Duration::from_millis(1))) {
             Ok(e) => e,
             Err(CmError::Timeout { .. }) => continue,
             Err(e) => return Err(CliError::run(e)),
         };
         deadline = Instant::now() + STEP_LIMIT;
-        match event.event_type() {
-            EventType::ConnectRequest if r.conns.len() < n => {
-                let id = Arc::clone(event.id());
-                drop(event);
-                let i = r.conns.len();
-                r.index.insert(id.as_raw() as usize, i);
-                r.conns.push(accept(args, round, id, i, verbs)?);
-            }
-            // More requests than -c: refused by dropping the request's id.
-            EventType::ConnectRequest => {}
-            EventType::Established => {
-                if let Some(i) = r.of(&event) {
-                    let c = &mut r.conns[i];
-                    let now = Instant::now();
-                    c.times.set(Step::CmConnect, c.started, now);
-                    let start = c.times.0[Step::FullConnect as usize].map_or(now, |s| s.0);
-                    c.times.set(Step::FullConnect, start, now);
-                    established += 1;
+        // With more than one thread (-n), the events waiting are taken together, and the
+        // requests among them accepted on the threads.
+        let mut next = Some(first);
+        let accepted = r.conns.len();
+        while let Some(event) = next.take() {
+            match event.event_type() {
+                EventType::ConnectRequest if r.conns.len() < n => {
+                    let id = Arc::clone(event.id());
+                    drop(event);
+                    r.index.insert(id.as_raw() as usize, r.conns.len());
+                    r.conns.push(Conn::requested(id));
                 }
+                // More requests than -c: refused by dropping the request's id.
+                EventType::ConnectRequest => {}
+                EventType::Established => {
+                    if let Some(i) = r.of(&event) {
+                        let c = &mut r.conns[i];
+                        let now = Instant::now();
+                        c.times.set(Step::CmConnect, c.started, now);
+                        let start = c.times.0[Step::FullConnect as usize].map_or(now, |s| s.0);
+                        c.times.set(Step::FullConnect, start, now);
+                        established += 1;
+                    }
+                }
+                // A late event of the last round's connections, which are gone.
+                EventType::TimewaitExit => {}
+                _ => return Err(unexpected(event, "CONNECT_REQUEST or ESTABLISHED")),
             }
-            // A late event of the last round's connections, which are gone.
-            EventType::TimewaitExit => {}
-            _ => return Err(unexpected(event, "CONNECT_REQUEST or ESTABLISHED")),
+            if args.threads > 1 {
+                next = channel.try_get_event().map_err(CliError::run)?;
+            }
         }
+        let new = &mut r.conns[accepted..];
+        let qps = round.qps(args);
+        if let (Qps::Real, Some(c)) = (qps, new.first()) {
+            // The PD and CQ, made once, before the threads share them.
+            Verbs::get(verbs, &c.id, args.connections)?;
+        }
+        let shared = verbs.as_ref();
+        on_workers(args.threads, new.iter_mut().zip(accepted..), |(c, i)| {
+            accept(args, qps, c, i, shared)
+        })?;
     }
     sync.agree(Step::CmConnect)?;
 
@@ -766,8 +1009,8 @@ fn server_round(
     r.until_done(
         "waiting for the client to disconnect",
         STEP_LIMIT,
-        |c, e| {
-            match e.event_type() {
+        |c, g| {
+            match g.kind {
                 EventType::Disconnected => {
                     let id = &c.id;
                     c.times
@@ -776,7 +1019,7 @@ fn server_round(
                     c.done = true;
                 }
                 EventType::TimewaitExit => {}
-                _ => return Err(unexpected(e, "DISCONNECTED")),
+                _ => return Err(g.unexpected("DISCONNECTED")),
             }
             Ok(())
         },
@@ -786,50 +1029,183 @@ fn server_round(
     Ok(destroy_all(r))
 }
 
-/// Takes connection request number `i` of a round: a QP through Init, RTR and RTS (or, in
-/// the round without QPs, only the attributes), then `rdma_accept`.
+/// Takes connection request number `i` of a round: a QP through Init, RTR and RTS (or,
+/// without real QPs, only the attributes and what stands in for the QP), then `rdma_accept`.
 fn accept(
     args: &Args,
-    round: Round,
-    id: Arc<CmId>,
+    qps: Qps,
+    conn: &mut Conn,
     i: usize,
-    verbs: &mut Option<Verbs>,
-) -> Result<Conn, CliError> {
-    let start = Instant::now();
-    let mut conn = Conn {
-        id,
-        qp: None,
-        times: Times::default(),
-        started: start,
-        retries: 0,
-        done: false,
-    };
-    conn.times.set(Step::FullConnect, start, start);
-    if round.has_qps() {
-        let v = Verbs::get(verbs, &conn.id, args.connections)?;
-        conn.qp = Some(conn.times.time(Step::CreateQp, || v.create_qp())?);
-    }
-    conn.advance(QpTargetState::Init, Step::InitQpAttr, Step::InitQp)?;
-    conn.advance(QpTargetState::Rtr, Step::RtrQpAttr, Step::RtrQp)?;
-    conn.advance(QpTargetState::Rts, Step::RtsQpAttr, Step::RtsQp)?;
-    let qp_num = match &conn.qp {
-        Some(qp) => qp.qp_num(),
-        // In range: -q is below 2^24 and -c at most 100000.
-        None => args.base_qpn + i as u32,
-    };
+    verbs: Option<&Verbs>,
+) -> Result<(), CliError> {
+    conn.create_qp(qps, verbs)?;
+    conn.advance(QpTargetState::Init, Step::InitQpAttr, Step::InitQp, qps)?;
+    conn.advance(QpTargetState::Rtr, Step::RtrQpAttr, Step::RtrQp, qps)?;
+    conn.advance(QpTargetState::Rts, Step::RtsQpAttr, Step::RtsQp, qps)?;
+    let qp_num = conn.qp_num(args, i);
     conn.started = Instant::now();
     conn.id
         .accept(ConnParam::new().qp_num(qp_num))
-        .map_err(CliError::run)?;
-    Ok(conn)
+        .map_err(CliError::run)
+}
+
+/// A TCP socket of `addr`'s family, not connected yet (`socket(2)`): the socket test times
+/// creating it apart from connecting it, as rdma-core's cmtime does.
+fn tcp_socket(addr: &SocketAddr) -> io::Result<OwnedFd> {
+    let family = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: socket(2) takes plain integers and returns a new descriptor or -1.
+    let fd = unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just returned by socket(2); nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Connects `sock` to `addr` (`connect(2)`, blocking), retrying when a signal interrupts it.
+fn tcp_connect(sock: &OwnedFd, addr: &SocketAddr) -> io::Result<()> {
+    let call = |sa: *const libc::sockaddr, len: usize| loop {
+        // SAFETY: sock is an open socket; sa points to a sockaddr of `len` bytes that lives
+        // across the call, which only reads it. len is a sockaddr_in or _in6 size.
+        let ret = unsafe { libc::connect(sock.as_raw_fd(), sa, len as libc::socklen_t) };
+        if ret == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != ErrorKind::Interrupted {
+            return Err(e);
+        }
+    };
+    match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            call(
+                (&sin as *const libc::sockaddr_in).cast(),
+                std::mem::size_of_val(&sin),
+            )
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            call(
+                (&sin6 as *const libc::sockaddr_in6).cast(),
+                std::mem::size_of_val(&sin6),
+            )
+        }
+    }
+}
+
+/// `-S` on the client: creates `-c` TCP sockets, connects them to the server's port and
+/// closes them, timing each step, and prints the table.
+fn socket_client(args: &Args, host: &str) -> Result<(), CliError> {
+    say("Client baseline socket setup")?;
+    let dst = socket_addr(host, args.port)?;
+    let n = args.connections as usize;
+    let mut whole = Times::default();
+    let mut conns: Vec<(Times, Option<OwnedFd>)> =
+        (0..n).map(|_| (Times::default(), None)).collect();
+    let full = Instant::now();
+    say("Creating sockets")?;
+    let start = Instant::now();
+    on_workers(args.threads, &mut conns, |(times, sock)| {
+        let made = times
+            .time(Step::CreateId, || tcp_socket(&dst))
+            .map_err(|e| CliError::run(format!("creating a TCP socket: {e}")))?;
+        *sock = Some(made);
+        Ok(())
+    })?;
+    whole.set(Step::CreateId, start, Instant::now());
+    say("Connecting sockets")?;
+    let start = Instant::now();
+    on_workers(args.threads, &mut conns, |(times, sock)| {
+        let Some(sock) = sock else {
+            return Err(CliError::run("internal error: a socket was not created"));
+        };
+        times
+            .time(Step::CmConnect, || tcp_connect(sock, &dst))
+            .map_err(|e| {
+                CliError::run(match e.kind() {
+                    ErrorKind::ConnectionRefused => format!(
+                        "TCP connect to the cmtime server at {dst}: connection refused: is \
+                         cmtime -S running there as the server, with -p {}?",
+                        dst.port()
+                    ),
+                    _ => format!("TCP connect to the cmtime server at {dst}: {e}"),
+                })
+            })
+    })?;
+    let end = Instant::now();
+    whole.set(Step::CmConnect, start, end);
+    whole.set(Step::FullConnect, full, end);
+    say("Closing sockets")?;
+    let start = Instant::now();
+    let times: Vec<Times> = conns.into_iter().map(|(times, _)| times).collect();
+    whole.set(Step::DestroyId, start, Instant::now());
+    say("Client baseline socket results:")?;
+    say(table(false, args.threads, &times, &whole).trim_end())
+}
+
+/// `-S` on the server: accepts `-c` TCP connections on the port, then closes them, timing
+/// both, and prints the table.
+fn socket_server(args: &Args) -> Result<(), CliError> {
+    say("Server baseline socket setup")?;
+    let bind = match args.bind.as_deref() {
+        Some(host) => socket_addr(host, args.port)?,
+        None => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), args.port),
+    };
+    let tcp = TcpListener::bind(bind)
+        .map_err(|e| CliError::run(format!("cannot listen on TCP {bind}: {e}")))?;
+    say("Accept sockets")?;
+    let n = args.connections as usize;
+    let mut socks = Vec::with_capacity(n);
+    let mut first = None;
+    // Waiting for the client has no limit: that is what a server does.
+    for _ in 0..n {
+        let (sock, _) = tcp
+            .accept()
+            .map_err(|e| CliError::run(format!("accepting a TCP connection: {e}")))?;
+        first.get_or_insert_with(Instant::now);
+        socks.push(sock);
+    }
+    let mut whole = Times::default();
+    let end = Instant::now();
+    whole.set(Step::FullConnect, first.unwrap_or(end), end);
+    say("Closing sockets")?;
+    let start = Instant::now();
+    drop(socks);
+    whole.set(Step::DestroyId, start, Instant::now());
+    drop(tcp);
+    say("Server baseline socket results:")?;
+    let times = vec![Times::default(); n];
+    say(table(false, args.threads, &times, &whole).trim_end())
 }
 
 fn run(args: &Args) -> Result<(), CliError> {
     // Without a device, say so (and how to get one) before rdma_cm says something vaguer.
     select_devices(None)?;
-    match args.server.as_deref() {
-        Some(host) => client(args, host),
-        None => server(args),
+    match (args.server.as_deref(), args.sockets) {
+        (Some(host), false) => client(args, host),
+        (None, false) => server(args),
+        (Some(host), true) => socket_client(args, host),
+        (None, true) => socket_server(args),
     }
 }
 
@@ -917,7 +1293,7 @@ mod tests {
         let mut b = Times::default();
         b.set(Step::CreateId, us(10), us(40));
         b.set(Step::CmConnect, us(110), us(210));
-        let rows = rows(&[a, b]);
+        let rows = rows(&[a, b], &Times::default());
         let create = rows[Step::CreateId as usize];
         assert_eq!(
             create,
@@ -939,7 +1315,7 @@ mod tests {
         let t0 = Instant::now();
         let mut a = Times::default();
         a.set(Step::ResolveAddr, t0, t0 + Duration::from_micros(1742));
-        let text = table(Round::WithQps, &[a]);
+        let text = table(true, 1, &[a], &Times::default());
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3 + STEPS.len());
         assert_eq!(lines[0], "qp_conn                 1");
@@ -952,6 +1328,96 @@ mod tests {
             lines[3 + Step::ResolveAddr as usize],
             "resolve addr         1742       1742       1742       1742       1742       1742"
         );
-        assert!(table(Round::WithoutQps, &[]).starts_with("cm_conn                 0\n"));
+        assert!(table(false, 1, &[], &Times::default()).starts_with("cm_conn                 0\n"));
+    }
+
+    #[test]
+    fn a_whole_span_sets_the_total_and_threads_their_row() {
+        let t0 = Instant::now();
+        let mut whole = Times::default();
+        whole.set(Step::FullConnect, t0, t0 + Duration::from_micros(500));
+        let text = table(false, 4, &[Times::default(), Times::default()], &whole);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "cm_conn                 2");
+        assert_eq!(lines[1], "threads                 4");
+        assert_eq!(
+            lines[3],
+            "full connect          250        500          0          0          0          0"
+        );
+    }
+
+    fn args(extra: &[&str]) -> Args {
+        Args::try_parse_from(["cmtime"].iter().chain(extra)).unwrap()
+    }
+
+    #[test]
+    fn mimic_simulates_the_timed_round_only() {
+        let plain = args(&[]);
+        assert_eq!(plain.threads, 1);
+        assert!(!plain.sockets);
+        assert_eq!(Round::WithQps.qps(&plain), Qps::Real);
+        assert_eq!(Round::WithQps.title(true, &plain), "Connect (100) QPs test");
+        let m = args(&["-m", "250", "-c", "7"]);
+        assert_eq!(Round::Warmup.qps(&m), Qps::Real);
+        assert_eq!(
+            Round::WithQps.qps(&m),
+            Qps::Simulated(Duration::from_micros(250))
+        );
+        assert_eq!(Round::WithoutQps.qps(&m), Qps::Simulated(Duration::ZERO));
+        assert_eq!(
+            Round::WithQps.title(true, &m),
+            "Connect (7) simulated QPs test (delay 250 us)"
+        );
+        assert_eq!(
+            Round::WithQps.title(false, &m),
+            "Accept (7) simulated QPs test (delay 250 us)"
+        );
+        assert_eq!(
+            Round::WithoutQps.title(false, &m),
+            "Accept (7) test - no QPs"
+        );
+        let started = Instant::now();
+        Round::WithQps.qps(&m).stand_in();
+        assert!(started.elapsed() >= Duration::from_micros(250));
+        assert!(Args::try_parse_from(["cmtime", "-n", "0"]).is_err());
+    }
+
+    #[test]
+    fn workers_take_every_item_once_and_stop_at_a_failure() {
+        for threads in [1, 3] {
+            let mut items = vec![0u32; 50];
+            on_workers(threads, &mut items, |x| {
+                *x += 1;
+                Ok(())
+            })
+            .unwrap();
+            assert!(
+                items.iter().all(|&x| x == 1),
+                "{threads} threads: {items:?}"
+            );
+            let err = on_workers(threads, 0..50u32, |x| {
+                if x == 7 {
+                    Err(CliError::run("seven"))
+                } else {
+                    Ok(())
+                }
+            })
+            .unwrap_err();
+            assert_eq!(err.to_string(), "seven");
+        }
+    }
+
+    #[test]
+    fn socket_connect_to_nothing_is_refused() {
+        let dst = closed_port();
+        let sock = tcp_socket(&dst).unwrap();
+        let err = tcp_connect(&sock, &dst).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ConnectionRefused);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let there = listener.local_addr().unwrap();
+        let sock = tcp_socket(&there).unwrap();
+        tcp_connect(&sock, &there).unwrap();
+        let (_, peer) = listener.accept().unwrap();
+        assert!(peer.ip().is_loopback());
     }
 }

@@ -3,6 +3,13 @@
 //! may be theirs. The client advertises a buffer of ping data, the server RDMA READs it and
 //! RDMA WRITEs it back into a second buffer of the client's; `-v` prints the data, `-V`
 //! checks it.
+//!
+//! As there, the QP is rdma_cm's (`rdma_create_qp`, moved through its states by librdmacm)
+//! unless `-q` asks for one of the program's own (`ibv_create_qp`, moved to Init, RTR and RTS
+//! with `rdma_init_qp_attr` and `ibv_modify_qp`, named in the connection's `qp_num`, and moved
+//! to Error before `rdma_disconnect`). rdma-core 56's rping lists `-t` among its options
+//! (with an argument) but handles it nowhere: the run ends with the usage and exit status
+//! 22 (EINVAL), here as there.
 
 use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -16,7 +23,7 @@ use sideway::peer_text::PEER_TEXT_MAX;
 use sideway::rdmacm::{CmId, ConnParam, Event, EventChannel, EventType, PortSpace};
 use sideway::{AccessFlags, RegisteredBuffer, SendFlags};
 use sideway_examples::cli::{exit_status, log_to_stderr, select_devices, CliError};
-use sideway_examples::cm_connection::{socket_addr, CmConnection, Waited};
+use sideway_examples::cm_connection::{socket_addr, CmConnection, QpOwner, Waited};
 use sideway_examples::rping_wire::{fill_ping, ping_text, MAX_SIZE, MIN_SIZE};
 
 /// RDMA ping over rdma_cm: the client's ping data travels to the server by RDMA READ and
@@ -71,6 +78,17 @@ struct Args {
     #[arg(short = 'P', long = "persistent")]
     persistent: bool,
 
+    /// Use a QP of the program's own (ibv_create_qp, modified through its states here and
+    /// named in the connection request or reply) instead of rdma_cm's (rdma_create_qp)
+    #[arg(short = 'q', long = "self-created-qp")]
+    self_created_qp: bool,
+
+    /// Accepted with an argument and refused, as rdma-core 56's rping does (its option
+    /// string still lists -t, its code no longer handles it): prints the usage and exits
+    /// with status 22 (EINVAL)
+    #[arg(short = 't', value_name = "ARG", num_args = 0..=1, allow_hyphen_values = true)]
+    retired_t: Option<Option<String>>,
+
     /// Seconds any step may take once connected (address resolution, each completion, the
     /// peer's next message) before the run fails
     #[arg(long = "timeout", value_name = "SECONDS", default_value_t = 10,
@@ -85,6 +103,30 @@ const WR_RDMA: u64 = 3;
 
 /// How long `rdma_resolve_addr` and `rdma_resolve_route` may take (rping's 2 s).
 const RESOLVE: Duration = Duration::from_secs(2);
+
+/// The exit status of rdma-core's rping for a usage error: EINVAL.
+const USAGE_STATUS: u8 = 22;
+
+/// What rping asks of the connection: one outstanding RDMA READ each way, retries 7 (the
+/// client always; the server with `-q`, which otherwise leaves them to librdmacm).
+fn rping_conn_param() -> ConnParam {
+    let mut param = ConnParam::new();
+    param
+        .responder_resources(1)
+        .initiator_depth(1)
+        .retry_count(7)
+        .rnr_retry_count(7);
+    param
+}
+
+/// Whose QP a connection uses: rdma_cm's, or with `-q` the program's own.
+fn qp_owner(args: &Args) -> QpOwner {
+    if args.self_created_qp {
+        QpOwner::Program
+    } else {
+        QpOwner::RdmaCm
+    }
+}
 
 struct Run<'a> {
     args: &'a Args,
@@ -222,7 +264,7 @@ fn client(run: &mut Run<'_>) -> Result<(), CliError> {
     })?;
     run.debug(|| format!("resolved {dst} on port {} of its device", id.port_num()));
 
-    let mut conn = CmConnection::new(&id, 4, run.timeout())?;
+    let mut conn = CmConnection::new(&id, 4, run.timeout(), qp_owner(args))?;
     let size = args.size as usize;
     let mut msgs = MessageBuffers::new(&conn)?;
     // The server READs the ping data from `start` and WRITEs it back into `sink`.
@@ -237,8 +279,9 @@ fn client(run: &mut Run<'_>) -> Result<(), CliError> {
     msgs.post_recv(&mut conn)?;
 
     run.debug(|| format!("connecting to {dst}, waiting up to {:?}", run.timeout()));
-    // The QP is ours: connect_qp moves it to RTR and RTS once the server has answered.
-    id.connect_qp(&conn.qp, &ConnParam::new(), wait)
+    // rdma_cm's QP is moved to RTR and RTS by librdmacm; our own (-q) by connect_qp, once
+    // the server has answered, which then sends the RTU (rdma_establish).
+    id.connect_qp(&conn.qp, &rping_conn_param(), wait)
         .map_err(CliError::run)?;
     run.debug(|| format!("connected to {dst}, QP {:#x}", conn.qp.qp_num()));
 
@@ -319,7 +362,7 @@ fn serve(run: &mut Run<'_>, id: &Arc<sideway::rdmacm::CmId>) -> Result<(), CliEr
     run.debug(|| format!("connection request from {peer:?}"));
     // The id shares the listener's channel: requests from other clients that come while
     // this one is served are refused (see CmConnection).
-    let mut conn = CmConnection::new(id, 4, run.timeout())?;
+    let mut conn = CmConnection::new(id, 4, run.timeout(), qp_owner(args))?;
     let size = args.size as usize;
     let mut msgs = MessageBuffers::new(&conn)?;
     let rdma_buf = conn
@@ -327,8 +370,14 @@ fn serve(run: &mut Run<'_>, id: &Arc<sideway::rdmacm::CmId>) -> Result<(), CliEr
         .reg_buffer(size, AccessFlags::LOCAL_WRITE)
         .map_err(CliError::run)?;
     msgs.post_recv(&mut conn)?;
-    // accept_qp moves our QP to RTR and RTS, accepts, and waits for the connection.
-    id.accept_qp(&conn.qp, &ConnParam::new(), Some(run.timeout()))
+    // accept_qp moves our own QP (-q) to RTR and RTS first; rdma_cm's moves with the
+    // accept. Either way it accepts and waits for the connection.
+    let param = if args.self_created_qp {
+        rping_conn_param()
+    } else {
+        ConnParam::new()
+    };
+    id.accept_qp(&conn.qp, &param, Some(run.timeout()))
         .map_err(CliError::run)?;
     run.debug(|| format!("connection from {peer:?} established"));
 
@@ -405,6 +454,8 @@ fn serve(run: &mut Run<'_>, id: &Arc<sideway::rdmacm::CmId>) -> Result<(), CliEr
         }
     }
     // Answer the client's disconnect request; it has already left, so nothing to wait for.
+    // Our own QP (-q) is moved to Error first, as librdmacm does with its own.
+    let _ = conn.error_own_qp();
     let _ = id.disconnect();
     run.debug(|| format!("client {peer:?} disconnected after {ping} pings"));
     Ok(())
@@ -424,8 +475,75 @@ fn run(args: &Args) -> Result<(), CliError> {
     }
 }
 
+/// rdma-core 56's usage text for rping.
+fn usage() -> String {
+    let lines = [
+        "rping -s [-vVd] [-S size] [-C count] [-a addr] [-p port]",
+        "rping -c [-vVd] [-S size] [-C count] [-I addr] -a addr [-p port]",
+        "\t-c\t\tclient side",
+        "\t-I\t\tSource address to bind to for client.",
+        "\t-s\t\tserver side.  To bind to any address with IPv6 use -a ::0",
+        "\t-v\t\tdisplay ping data to stdout",
+        "\t-V\t\tvalidate ping data",
+        "\t-d\t\tdebug printfs",
+        "\t-S size \tping data size",
+        "\t-C count\tping count times",
+        "\t-a addr\t\taddress",
+        "\t-p port\t\tport",
+        "\t-P\t\tpersistent server mode allowing multiple connections",
+        "\t-q\t\tuse self-created, self-modified QP",
+    ];
+    lines.iter().map(|l| format!("{l}\n")).collect()
+}
+
 fn main() -> ExitCode {
     log_to_stderr("rping");
     let args = Args::parse();
+    if args.retired_t.is_some() {
+        // rdma-core 56 prints its usage on stdout and returns EINVAL; say why on stderr.
+        print!("{}", usage());
+        let _ = io::stdout().flush();
+        eprintln!(
+            "rping: -t is listed by rdma-core 56's rping but not handled there; it ends the \
+             run with the usage, as here"
+        );
+        return ExitCode::from(USAGE_STATUS);
+    }
     exit_status("rping", run(&args))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn t_takes_an_argument_and_q_none() {
+        let a = Args::try_parse_from(["rping", "-c", "-a", "h", "-q", "-t", "4"]).unwrap();
+        assert!(a.self_created_qp);
+        assert_eq!(a.retired_t, Some(Some("4".to_owned())));
+        let a = Args::try_parse_from(["rping", "-s"]).unwrap();
+        assert!(!a.self_created_qp);
+        assert!(a.retired_t.is_none());
+        // Without its argument, as rdma-core's getopt reports it: refused the same way.
+        let a = Args::try_parse_from(["rping", "-s", "-t"]).unwrap();
+        assert_eq!(a.retired_t, Some(None));
+    }
+
+    #[test]
+    fn usage_is_rdma_cores() {
+        let u = usage();
+        assert!(u.starts_with("rping -s [-vVd] [-S size] [-C count] [-a addr] [-p port]\n"));
+        assert!(u.ends_with("\t-q\t\tuse self-created, self-modified QP\n"));
+        assert_eq!(u.lines().count(), 14);
+    }
+
+    #[test]
+    fn conn_param_is_rpings() {
+        let mut want = ConnParam::new();
+        want.responder_resources(1)
+            .initiator_depth(1)
+            .retry_count(7)
+            .rnr_retry_count(7);
+        assert_eq!(rping_conn_param(), want);
+    }
 }

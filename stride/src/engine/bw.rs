@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use sideway::memory_region::Sge;
 use sideway::{AddressHandle, SendData, SendFlags, WorkCompletion};
 
+use super::dc::{DcOp, DcQps};
 use super::interrupt::stop_requested;
 use super::setup::{
     local_data, remote_target, sleep_on, RemoteTarget, Resources, QP_INDEX_MASK, UD_QKEY,
@@ -176,6 +177,81 @@ impl<'a> WrOpOwned<'a> {
     }
 }
 
+impl<'a> WrOpOwned<'a> {
+    /// An RDMA WRITE of `data` to `addr` under `rkey`.
+    pub(super) fn write(rkey: u32, addr: u64, data: SendData<'a>) -> Self {
+        WrOpOwned(WrOp::Write(rkey, addr, data))
+    }
+
+    /// The same operation for a DC initiator, which posts from one registered entry (the
+    /// run never gives DC inline data).
+    pub(super) fn dc(&self) -> Result<DcOp, RunError> {
+        let entry = |data: SendData<'_>| match data {
+            SendData::Sge(sge) => Ok(sge),
+            _ => Err(RunError::new(
+                "internal error: a DC request must post from one registered entry",
+            )),
+        };
+        Ok(match self.0 {
+            WrOp::Write(rkey, addr, data) => DcOp::Write {
+                rkey,
+                addr,
+                sge: entry(data)?,
+            },
+            WrOp::Read(rkey, addr, data) => DcOp::Read {
+                rkey,
+                addr,
+                sge: entry(data)?,
+            },
+            WrOp::Send(data, _) => DcOp::Send(entry(data)?),
+            WrOp::FetchAdd(rkey, addr, sge) => DcOp::FetchAdd { rkey, addr, sge },
+            WrOp::CmpSwap(rkey, addr, sge) => DcOp::CmpSwap { rkey, addr, sge },
+        })
+    }
+}
+
+/// Where a side posts its measured operations: its QPs (RC, UC, UD), or with `-c DC` its DC
+/// initiators.
+pub(super) enum Senders<'r, 'a> {
+    Qps(&'r mut [sideway::QueuePair], &'r [WrOpOwned<'a>]),
+    Dc(&'r mut DcQps, Vec<DcOp>),
+}
+
+impl<'a> Senders<'_, 'a> {
+    /// Posts on QP `q` one request per `(wr_id, flags)` of `wrs` with one doorbell; `stamp`
+    /// runs once they are built, just before the doorbell.
+    #[inline(always)]
+    pub(super) fn post(
+        &mut self,
+        q: usize,
+        wrs: &[(u64, SendFlags)],
+        stamp: impl FnOnce(),
+    ) -> Result<(), RunError> {
+        match self {
+            Senders::Qps(qps, ops) => {
+                let (Some(qp), Some(op)) = (qps.get_mut(q), ops.get(q)) else {
+                    return Err(RunError::new(format!(
+                        "internal error: no QP {q} to post on"
+                    )));
+                };
+                let mut guard = qp.start_post_send();
+                for &(wr_id, flags) in wrs {
+                    op.push(&mut guard, wr_id, flags);
+                }
+                stamp();
+                guard.post()?;
+                Ok(())
+            }
+            Senders::Dc(dc, ops) => {
+                let op = *ops.get(q).ok_or_else(|| {
+                    RunError::new(format!("internal error: no DC operation for QP {q}"))
+                })?;
+                dc.post(q, &op, wrs, stamp)
+            }
+        }
+    }
+}
+
 /// Per-QP counters of the sending side.
 #[derive(Debug, Clone, Copy, Default)]
 struct QpCount {
@@ -226,22 +302,21 @@ fn first_cause(
 
 /// `--perform-warm-up`: posts `per_qp` signaled messages on every QP (the send CQ holds
 /// -t per QP) and waits for all of them, within the stall limit.
-fn warm_up<'a>(
-    qps: &'a mut [sideway::QueuePair],
-    ops: &[WrOpOwned<'a>],
+fn warm_up(
+    senders: &mut Senders<'_, '_>,
+    n: usize,
     cq: &mut sideway::ClaimedCq,
     wcs: &mut [WorkCompletion],
     per_qp: u64,
     params: &TestParams,
 ) -> Result<(), RunError> {
-    for (q, (qp, op)) in qps.iter_mut().zip(ops).enumerate() {
-        let mut guard = qp.start_post_send();
-        for _ in 0..per_qp {
-            op.push(&mut guard, q as u64 | 1 << 32, SendFlags::SIGNALED);
-        }
-        guard.post()?;
+    // Outside the measured loop: one list per warm-up.
+    let per = usize::try_from(per_qp).unwrap_or(usize::MAX);
+    for q in 0..n {
+        let wrs = vec![(q as u64 | 1 << 32, SendFlags::SIGNALED); per];
+        senders.post(q, &wrs, || ())?;
     }
-    let mut left = per_qp * ops.len() as u64;
+    let mut left = per_qp * n as u64;
     let deadline = Instant::now() + super::STALL;
     while left > 0 {
         let got = cq.poll_into(wcs)?;
@@ -280,7 +355,7 @@ pub(crate) fn run_size(
     watch: &mut Watch,
 ) -> Result<Option<(BandwidthResult, Vec<Interval>)>, RunError> {
     let duration_mode = params.timed();
-    let n = res.qps.len();
+    let n = res.bufs.qps();
     let per_qp = if duration_mode {
         u64::MAX
     } else {
@@ -327,6 +402,7 @@ pub(crate) fn run_size(
         events,
         ahs,
         srq,
+        dc,
         ..
     } = res;
     let srq = srq.as_deref();
@@ -340,6 +416,16 @@ pub(crate) fn run_size(
     let ops = (0..n)
         .map(|q| wr_op(&targets, q, size, params))
         .collect::<Result<Vec<_>, _>>()?;
+    let mut senders = match dc.as_mut() {
+        Some(dc) => {
+            let dc_ops = ops.iter().map(WrOpOwned::dc).collect::<Result<_, _>>()?;
+            Senders::Dc(dc, dc_ops)
+        }
+        None => Senders::Qps(qps, &ops),
+    };
+    // The requests of one post list, reused: the loop allocates nothing.
+    let mut wrs: Vec<(u64, SendFlags)> =
+        Vec::with_capacity(usize::try_from(post_list).unwrap_or(1));
     let staging = Staging::of(bufs.is_staged(), params, size, *half);
     let half = *half;
     // Claimed for the whole loop: its polls then take no claim of their own.
@@ -347,7 +433,7 @@ pub(crate) fn run_size(
     let mut recv_poll = recv_cq.claim()?;
     let mut wcs = [WorkCompletion::default(); 32];
     if params.warm_up && role.sends {
-        warm_up(qps, &ops, &mut send_poll, &mut wcs, tx_depth, params)?;
+        warm_up(&mut senders, n, &mut send_poll, &mut wcs, tx_depth, params)?;
     }
     watch.start();
     let mut total_done = 0u64;
@@ -412,7 +498,7 @@ pub(crate) fn run_size(
                         }
                         None => None,
                     };
-                    let mut guard = qps[q].start_post_send();
+                    wrs.clear();
                     for j in 0..batch {
                         let k = c.posted + j + 1;
                         let last_of_batch = j + 1 == batch;
@@ -422,13 +508,13 @@ pub(crate) fn run_size(
                         if signal {
                             let covered = k - c.signaled;
                             c.signaled = k;
-                            ops[q].push(&mut guard, q as u64 | covered << 32, SendFlags::SIGNALED);
+                            wrs.push((q as u64 | covered << 32, SendFlags::SIGNALED));
                         } else {
-                            ops[q].push(&mut guard, q as u64, SendFlags::empty());
+                            wrs.push((q as u64, SendFlags::empty()));
                         }
                     }
-                    let t = staged_at.unwrap_or_else(|| now(base));
-                    guard.post()?;
+                    let mut t = 0.0;
+                    senders.post(q, &wrs, || t = staged_at.unwrap_or_else(|| now(base)))?;
                     if !duration_mode {
                         for _ in 0..batch {
                             tx.posted.push(t);
@@ -523,6 +609,11 @@ pub(crate) fn run_size(
                             guard.recv(q as u64, &[recv_sges[q]]);
                             guard.post()?;
                         } else {
+                            let Senders::Qps(qps, _) = &mut senders else {
+                                return Err(RunError::new(
+                                    "internal error: a DC side receives through its SRQ",
+                                ));
+                            };
                             let mut guard = qps[q].start_post_recv();
                             guard.recv(q as u64, &[recv_sges[q]]);
                             guard.post()?;

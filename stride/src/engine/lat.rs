@@ -21,7 +21,8 @@ use sideway::{ClaimedCq, CompletionChannel, QueuePair, SendFlags, WorkCompletion
 
 use sideway::memory_region::Sge;
 
-use super::bw::{wr_op, Targets};
+use super::bw::{wr_op, Targets, WrOpOwned};
+use super::dc::{DcOp, DcQps};
 use super::setup::{local_data, remote_target, sleep_on, RemoteTarget, Resources};
 use super::watch::Watch;
 use super::{op_name, wc_failed, RunError};
@@ -32,9 +33,34 @@ use crate::oob::OobChannel;
 use crate::params::TestParams;
 use crate::report::LatencyResult;
 
+/// What a ping-pong posts on: its QP, or with `-c DC` its DC initiator (QP index 0).
+enum LatQp<'r> {
+    Qp(&'r mut QueuePair),
+    Dc(&'r mut DcQps),
+}
+
+/// One signaled request of a ping-pong, for the QP or for the DC initiator.
+enum LatOp<'a> {
+    Qp(WrOpOwned<'a>),
+    Dc(DcOp),
+}
+
+impl<'a> LatOp<'a> {
+    /// `op` as the side's transport posts it.
+    fn of(op: WrOpOwned<'a>, dc: bool) -> Result<Self, RunError> {
+        Ok(if dc {
+            LatOp::Dc(op.dc()?)
+        } else {
+            LatOp::Qp(op)
+        })
+    }
+}
+
 /// The state of a ping-pong's one QP.
 struct PingPong<'r> {
-    qp: &'r mut QueuePair,
+    qp: LatQp<'r>,
+    /// With `-c DC`: the shared queue the DC target receives through.
+    srq: Option<&'r sideway::SharedReceiveQueue>,
     /// Claimed for the whole run: polls take no claim of their own.
     send_cq: ClaimedCq,
     recv_cq: ClaimedCq,
@@ -64,6 +90,27 @@ enum Waited {
 }
 
 impl PingPong<'_> {
+    /// Posts `op` as one signaled request (wr_id 0); `stamp` runs just before the doorbell.
+    #[inline(always)]
+    fn post(&mut self, op: &LatOp<'_>, stamp: impl FnOnce()) -> Result<(), RunError> {
+        match (&mut self.qp, op) {
+            (LatQp::Qp(qp), LatOp::Qp(op)) => {
+                let mut guard = qp.start_post_send();
+                op.push(&mut guard, 0, SendFlags::SIGNALED);
+                stamp();
+                guard.post()?;
+            }
+            (LatQp::Dc(dc), LatOp::Dc(op)) => dc.post(0, op, &[(0, SendFlags::SIGNALED)], stamp)?,
+            _ => {
+                return Err(RunError::new(
+                    "internal error: an operation for another transport",
+                ))
+            }
+        }
+        self.outstanding = true;
+        Ok(())
+    }
+
     /// Reaps our send's completion if it is there.
     #[inline(always)]
     fn reap_send(&mut self) -> Result<bool, RunError> {
@@ -144,9 +191,23 @@ impl PingPong<'_> {
             let failed = wc_failed(&e, "receive", 0, self.progress + 1, self.qp_timeout);
             return Err(self.watch.explain(failed));
         }
-        let mut guard = self.qp.start_post_recv();
-        guard.recv(0, &[self.recv_sge]);
-        guard.post()?;
+        match (self.srq, &mut self.qp) {
+            (Some(srq), _) => {
+                let mut guard = srq.start_post_recv();
+                guard.recv(0, &[self.recv_sge]);
+                guard.post()?;
+            }
+            (None, LatQp::Qp(qp)) => {
+                let mut guard = qp.start_post_recv();
+                guard.recv(0, &[self.recv_sge]);
+                guard.post()?;
+            }
+            (None, LatQp::Dc(_)) => {
+                return Err(RunError::new(
+                    "internal error: a DC side receives through its SRQ",
+                ))
+            }
+        }
         Ok(true)
     }
 }
@@ -188,6 +249,8 @@ pub(crate) fn run_size(
         inline,
         events,
         ahs,
+        srq,
+        dc,
         ..
     } = res;
     let half = *half;
@@ -196,8 +259,15 @@ pub(crate) fn run_size(
         return Err(RunError::new("a latency test needs one QP"));
     }
     let staging = super::bw::Staging::of(bufs.is_staged(), params, size, half);
+    let is_dc = dc.is_some();
+    let qp = match (dc.as_mut(), qps.first_mut()) {
+        (Some(dc), _) => LatQp::Dc(dc),
+        (None, Some(qp)) => LatQp::Qp(qp),
+        (None, None) => return Err(RunError::new("a latency test needs one QP")),
+    };
     let mut pp = PingPong {
-        qp: &mut qps[0],
+        qp,
+        srq: srq.as_deref(),
         send_cq: send_cq.claim()?,
         recv_cq: recv_cq.claim()?,
         recv_sge,
@@ -242,13 +312,8 @@ pub(crate) fn run_size(
                 }
                 bufs.qp_mut(0).poke(last, value)?;
                 let data = local_data(bufs.qp(0), half, inline, size, Verb::Write);
-                let mut guard = pp.qp.start_post_send();
-                guard
-                    .wr(0, SendFlags::SIGNALED)
-                    .rdma_write(rkey, raddr, data);
-                posted.push(now_us());
-                guard.post()?;
-                pp.outstanding = true;
+                let op = LatOp::of(WrOpOwned::write(rkey, raddr, data), is_dc)?;
+                pp.post(&op, || posted.push(now_us()))?;
                 if !is_client {
                     let came = pp.wait(oob, |_| Ok(bufs.qp(0).peek(half + last) == Some(value)))?;
                     if matches!(came, Waited::PeerDone) {
@@ -267,7 +332,7 @@ pub(crate) fn run_size(
                 half,
                 inline,
             };
-            let op = wr_op(&targets, 0, size, params)?;
+            let op = LatOp::of(wr_op(&targets, 0, size, params)?, is_dc)?;
             let mut i = 0u64;
             while i < iterations {
                 if !is_client {
@@ -282,11 +347,7 @@ pub(crate) fn run_size(
                 if let Some(len) = staging.before_post {
                     bufs.qp(0).stage_from_gpu(0..len)?;
                 }
-                let mut guard = pp.qp.start_post_send();
-                op.push(&mut guard, 0, SendFlags::SIGNALED);
-                posted.push(now_us());
-                guard.post()?;
-                pp.outstanding = true;
+                pp.post(&op, || posted.push(now_us()))?;
                 if is_client {
                     let came = pp.wait(oob, |p| p.take_recv())?;
                     if matches!(came, Waited::PeerDone) || past_deadline() {
@@ -310,14 +371,10 @@ pub(crate) fn run_size(
                 half,
                 inline,
             };
-            let op = wr_op(&targets, 0, size, params)?;
+            let op = LatOp::of(wr_op(&targets, 0, size, params)?, is_dc)?;
             let mut i = 0u64;
             while i < iterations && !past_deadline() {
-                let mut guard = pp.qp.start_post_send();
-                op.push(&mut guard, 0, SendFlags::SIGNALED);
-                posted.push(now_us());
-                guard.post()?;
-                pp.outstanding = true;
+                pp.post(&op, || posted.push(now_us()))?;
                 pp.wait(oob, |_| Ok(true))?;
                 if let Some(len) = staging.after_completion {
                     bufs.qp(0).stage_to_gpu(0..len)?;

@@ -19,6 +19,7 @@
 
 mod bw;
 mod cm;
+mod dc;
 mod interrupt;
 mod lat;
 mod link;
@@ -99,6 +100,8 @@ run_error_from!(
     sideway::AddressHandleError,
     sideway::async_event::EventError,
     sideway::SharedReceiveQueueError,
+    sideway::ModifyQpError,
+    sideway::dv::DvError,
 );
 
 /// The operation a verb's work requests carry, as a person names it.
@@ -315,7 +318,13 @@ fn print_banner(
     if params.verb == Verb::Send {
         println!(" RX depth        : {}", params.rx_depth);
     }
-    println!(" Posting         : {}", res.api.posting());
+    match &res.dc {
+        Some(dc) => {
+            println!(" DC QPs          : {}", dc.describe());
+            println!(" Posting         : ibv_wr_* with mlx5dv_wr_set_dc_addr (DC initiators)");
+        }
+        None => println!(" Posting         : {}", res.api.posting()),
+    }
     println!(" Polling         : {}", res.api.polling());
     println!(" Buffers         : {}", memory.description());
     println!(
@@ -392,7 +401,13 @@ fn run_connected(
             diagnosis.errors.join("; ")
         )));
     }
-    let mut res = Resources::create(dev, memory, params, VerbsApi::from_args(args, dev))?;
+    let mut res = Resources::create(
+        dev,
+        memory,
+        params,
+        VerbsApi::from_args(args, dev),
+        is_client,
+    )?;
     for why in [&res.api.qp_fallback, &res.api.cq_fallback]
         .into_iter()
         .flatten()
@@ -459,7 +474,10 @@ fn run_connected(
             Some(read) => {
                 println!(" Traffic class   : {read} (--tclass {tc}; read back from QP 0)")
             }
-            None => println!(" Traffic class   : {tc} (--tclass; in each UD address handle)"),
+            None => {
+                let kind = if res.dc.is_some() { "DC" } else { "UD" };
+                println!(" Traffic class   : {tc} (--tclass; in each {kind} address handle)")
+            }
         }
     }
 

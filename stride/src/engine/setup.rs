@@ -21,6 +21,7 @@ use sideway::{
 
 use sideway::memory_region::Sge;
 
+use super::dc::{av_to as dc_av, DcQps, DcRoles, DcSetup, DcStates};
 use super::RunError;
 use crate::buffer::{region_len, Memory, QpBuffer, QpBuffers};
 use crate::cli::{AtomicType, Connection, RunArgs, Verb};
@@ -46,6 +47,10 @@ impl DeviceSide {
     /// Opens the device and port, picks the GID, and checks that the sizes fit the port.
     pub(crate) fn open(args: &RunArgs, params: &TestParams) -> Result<Self, RunError> {
         let ctx = sideway::open_device(args.device.as_deref())?;
+        if params.connection == Connection::Dc {
+            // Before any QP is made, and before a server waits for its client.
+            super::dc::require_mlx5(&ctx)?;
+        }
         let port = args.ib_port;
         let port_attr = ctx.query_port(port)?;
         let dev_attr = ctx.query_device()?;
@@ -286,6 +291,15 @@ fn lacks_extended(source: &std::io::Error) -> bool {
     )
 }
 
+/// The access key of this run's DC targets: drawn once per process (the peer learns it in
+/// the exchange), so that a stray initiator of another run cannot reach them.
+fn dc_key() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
 /// The operations an extended QP of `params` posts: only those, as perftest asks, so that a
 /// device that lacks an operation the run never uses still gives extended QPs.
 fn send_ops(params: &TestParams) -> SendOpsFlags {
@@ -323,8 +337,11 @@ pub(crate) struct Resources {
     /// The verbs API the QPs and CQs were made for.
     pub(crate) api: VerbsApi,
     /// With `--use-srq`: the receive queue every QP shares. Receives posted there still
-    /// carry (and point into the buffer of) a QP index, spread over the QPs.
+    /// carry (and point into the buffer of) a QP index, spread over the QPs. With `-c DC`:
+    /// the queue the DC targets receive through.
     pub(crate) srq: Option<Arc<SharedReceiveQueue>>,
+    /// With `-c DC`: the DC initiators and targets, in place of `qps` (which is empty then).
+    pub(crate) dc: Option<DcQps>,
 }
 
 impl std::fmt::Debug for Resources {
@@ -344,13 +361,17 @@ pub(crate) const QP_INDEX_MASK: u64 = 0xffff_ffff;
 pub(crate) const UD_QKEY: u32 = 0x1111_1111;
 
 impl Resources {
-    /// Creates the CQs, QPs and buffers (in `memory`) for `params`.
+    /// Creates the CQs, QPs and buffers (in `memory`) for `params`, on the client's side
+    /// (`is_client`) or the server's (which DC QPs a side holds depends on it).
     pub(crate) fn create(
         dev: &DeviceSide,
         memory: &Memory,
         params: &TestParams,
         mut api: VerbsApi,
+        is_client: bool,
     ) -> Result<Self, RunError> {
+        let dc_roles =
+            (params.connection == Connection::Dc).then(|| DcRoles::of(params, is_client));
         let pd = dev.ctx.alloc_pd()?;
         let largest = params.sizes.iter().copied().max().unwrap_or(8);
         // A UD receive also takes the 40-byte GRH in front of the message.
@@ -414,17 +435,26 @@ impl Resources {
             Connection::Rc => QpType::Rc,
             Connection::Uc => QpType::Uc,
             Connection::Ud => QpType::Ud,
+            // Made by mlx5dv_create_qp below, not from this type.
+            Connection::Dc => QpType::Driver,
         };
         let access = AccessFlags::LOCAL_WRITE
             | AccessFlags::REMOTE_WRITE
             | AccessFlags::REMOTE_READ
             | AccessFlags::REMOTE_ATOMIC;
-        let srq = if receives && params.use_srq {
-            let entries = params.rx_depth.saturating_mul(qps_n);
+        // DC targets receive through a shared receive queue, whatever the verb.
+        let dc_targets = dc_roles.is_some_and(|r| r.targets);
+        let srq = if (receives && params.use_srq) || dc_targets {
+            let entries = if receives {
+                params.rx_depth.saturating_mul(qps_n)
+            } else {
+                1
+            };
             let most = dev.dev_attr.max_srq_wr();
             if entries > most {
+                let why = if dc_targets { "-c DC" } else { "--use-srq" };
                 return Err(RunError::new(format!(
-                    "--use-srq: -r {} × -q {qps_n} = {entries} receives, more than {} allows in a \
+                    "{why}: -r {} × -q {qps_n} = {entries} receives, more than {} allows in a \
                      shared receive queue ({most}, its max_srq_wr): lower -r or -q",
                     params.rx_depth,
                     dev.name()
@@ -445,7 +475,26 @@ impl Resources {
             0
         };
         let mut inline = inline_size;
-        for i in 0..qps_n {
+        let dc = match dc_roles {
+            Some(roles) => {
+                let setup = DcSetup {
+                    pd: &pd,
+                    send_cq: &send_cq,
+                    recv_cq: &recv_cq,
+                    srq: srq.as_ref(),
+                    qps: qps_n,
+                    tx_depth: params.tx_depth,
+                    send_ops: send_ops(params),
+                    key: dc_key(),
+                };
+                // DC initiators post from registered memory only.
+                inline = 0;
+                psns = (0..qps_n).map(random_psn).collect();
+                Some(DcQps::create(&setup, roles)?)
+            }
+            None => None,
+        };
+        for i in (0..qps_n).filter(|_| dc.is_none()) {
             let mut qb = pd.create_qp_builder();
             qb.qp_type(qp_type)
                 .send_cq(&send_cq)
@@ -482,8 +531,8 @@ impl Resources {
             qps.push(qp);
             psns.push(random_psn(i));
         }
-        let bufs =
-            QpBuffers::allocate(memory, &pd, params.mr_layout(), qps.len(), 2 * half, access)?;
+        let n = usize::try_from(qps_n).unwrap_or(usize::MAX);
+        let bufs = QpBuffers::allocate(memory, &pd, params.mr_layout(), n, 2 * half, access)?;
         Ok(Resources {
             events,
             _pd: pd,
@@ -498,25 +547,31 @@ impl Resources {
             inline,
             api,
             srq,
+            dc,
         })
     }
 
     /// What the peer needs to know of our QPs.
     pub(crate) fn endpoints(&self, dev: &DeviceSide) -> Vec<QpEndpoint> {
         let gid = dev.gid.map_or([0; 16], |g| *g.gid.as_bytes());
-        self.qps
-            .iter()
-            .enumerate()
+        (0..self.bufs.qps())
             .zip(&self.psns)
-            .map(|((q, qp), &psn)| (qp, self.bufs.qp(q), psn))
-            .map(|(qp, buf, psn)| QpEndpoint {
-                lid: dev.port_attr.lid(),
-                qpn: qp.qp_num(),
-                psn,
-                gid,
-                rkey: buf.rkey(),
-                addr: buf.addr(),
-                mtu: dev.port_attr.active_mtu().bytes().unwrap_or(1024),
+            .map(|(q, &psn)| {
+                let buf = self.bufs.qp(q);
+                let (qpn, dc) = match &self.dc {
+                    Some(dc) => dc.endpoint_of(q),
+                    None => (self.qps.get(q).map_or(0, |qp| qp.qp_num()), None),
+                };
+                QpEndpoint {
+                    lid: dev.port_attr.lid(),
+                    qpn,
+                    psn,
+                    gid,
+                    rkey: buf.rkey(),
+                    addr: buf.addr(),
+                    mtu: dev.port_attr.active_mtu().bytes().unwrap_or(1024),
+                    dc,
+                }
             })
             .collect()
     }
@@ -529,16 +584,41 @@ impl Resources {
         remotes: Vec<QpEndpoint>,
         mtu: Mtu,
     ) -> Result<(), RunError> {
-        if remotes.len() != self.qps.len() {
+        if remotes.len() != self.bufs.qps() {
             return Err(RunError::new(format!(
                 "the peer sent {} QP endpoints, this side has {} QPs",
                 remotes.len(),
-                self.qps.len()
+                self.bufs.qps()
             )));
         }
         let port = dev.port;
         let rd_atomic =
             |limit: u32| u8::try_from(params.outstanding.min(limit).max(1)).unwrap_or(u8::MAX);
+        if let Some(dc) = &mut self.dc {
+            if dev.gid.is_none() && params.traffic_class.is_some() {
+                return Err(RunError::new(
+                    "--tclass sets the GRH's traffic class, and this InfiniBand port is \
+                     LID-routed, without a GRH: pass -x to route by GID, or drop --tclass",
+                ));
+            }
+            let sgid = dev.gid.map(|g| g.index);
+            let tclass = params.traffic_class.unwrap_or(0);
+            let own_gid = dev.gid.map_or(Gid::from_raw([0; 16]), |g| g.gid);
+            let states = DcStates {
+                port,
+                mtu,
+                local_av: dc_av(port, dev.port_attr.lid(), own_gid, sgid, tclass),
+                sq_psn: self.psns.first().copied().unwrap_or(0),
+                timeout: params.qp_timeout,
+                retry_cnt: super::link::RETRY_CNT,
+                max_rd_atomic: rd_atomic(dev.dev_attr.max_qp_init_rd_atom()),
+            };
+            dc.connect(&self._pd, &remotes, &states, |r| {
+                dc_av(port, r.lid, Gid::from_raw(r.gid), sgid, tclass)
+            })?;
+            self.remotes = remotes;
+            return Ok(());
+        }
         for ((qp, remote), &psn) in self.qps.iter().zip(&remotes).zip(&self.psns) {
             let mut opts = ConnectOptions::new();
             opts.port_num(port)
@@ -634,7 +714,11 @@ impl Resources {
             guard.post()?;
             return Ok(());
         }
-        let mut guard = self.qps[q].start_post_recv();
+        let qp = self
+            .qps
+            .get_mut(q)
+            .ok_or_else(|| RunError::new(format!("internal error: no receive queue for QP {q}")))?;
+        let mut guard = qp.start_post_recv();
         for _ in 0..n {
             guard.recv(q as u64, &[sge]);
         }
@@ -662,12 +746,13 @@ impl Resources {
         Ok(())
     }
 
-    /// Fills every QP's receive queue (send tests).
+    /// Fills every QP's receive queue (send tests); with `-c DC`, the DC targets' shared
+    /// queue on the side that has them.
     pub(crate) fn fill_receive_queues(&mut self, params: &TestParams) -> Result<(), RunError> {
-        if params.verb != Verb::Send {
+        if params.verb != Verb::Send || (self.dc.is_some() && self.srq.is_none()) {
             return Ok(());
         }
-        for q in 0..self.qps.len() {
+        for q in 0..self.bufs.qps() {
             self.post_recvs(q, params.rx_depth)?;
         }
         Ok(())
@@ -819,6 +904,7 @@ mod tests {
             rkey: 0x99,
             addr,
             mtu: 1024,
+            dc: None,
         }
     }
 
