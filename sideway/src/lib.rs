@@ -180,6 +180,7 @@ pub use verbs::{
     memory_region, memory_window, parent_domain, protection_domain, queue_pair,
     shared_receive_queue, thread_domain,
 };
+pub use verbs::odp;
 
 #[doc = include_str!("../ARCHITECTURE.md")]
 pub mod architecture {}
@@ -230,3 +231,4 @@ pub use shared_receive_queue::{
     SrqPostRecvGuard,
 };
 pub use thread_domain::{DomainError, ThreadDomain};
+pub use odp::{AdviseError, AdviseFlags, AdviseMr, ImplicitOdpRegion};
