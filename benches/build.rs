@@ -21,6 +21,8 @@ fn main() {
     let mut build = cc::Build::new();
     build
         .files(["null_provider.c", "data_path.c", "data_path_cached.c"].map(|f| csrc.join(f)))
+        // On-demand paging on the null provider (query_device_ex, advise_mr, an implicit MR).
+        .file(csrc.join("null_provider_odp.c"))
         .include(&csrc)
         .std("gnu11")
         // The C side is measured: always optimised as a release build would be, whatever

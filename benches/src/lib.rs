@@ -17,3 +17,4 @@ pub mod compare;
 pub mod data_path;
 pub mod instruction_counts;
 pub mod null_provider;
+pub mod null_provider_odp;
