@@ -168,17 +168,17 @@ fn device_limit_lines(attr: &DeviceAttr) -> Vec<String> {
     lines.push(dev("max_pkeys:", attr.max_pkeys()));
     lines.push(dev("local_ca_ack_delay:", attr.local_ca_ack_delay()));
 
-    let odp = raw.odp_caps;
+    let odp = attr.odp_caps();
     lines.push("\tgeneral_odp_caps:".to_owned());
-    lines.extend(flag_lines(odp.general_caps, ODP_GENERAL_NAMES, false));
+    lines.extend(flag_lines(odp.general.bits(), ODP_GENERAL_NAMES, false));
     for (label, caps) in [
-        ("rc_odp_caps:", odp.per_transport_caps.rc_odp_caps),
-        ("uc_odp_caps:", odp.per_transport_caps.uc_odp_caps),
-        ("ud_odp_caps:", odp.per_transport_caps.ud_odp_caps),
-        ("xrc_odp_caps:", raw.xrc_odp_caps),
+        ("rc_odp_caps:", odp.rc),
+        ("uc_odp_caps:", odp.uc),
+        ("ud_odp_caps:", odp.ud),
+        ("xrc_odp_caps:", odp.xrc),
     ] {
         lines.push(format!("\t{label}"));
-        lines.extend(flag_lines(u64::from(caps), ODP_TRANSPORT_NAMES, true));
+        lines.extend(flag_lines(u64::from(caps.bits()), ODP_TRANSPORT_NAMES, true));
     }
 
     match attr.completion_timestamp_mask() {

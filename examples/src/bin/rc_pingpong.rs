@@ -5,6 +5,7 @@
 //! ```text
 //! rc_pingpong -g 1              # server: waits for a client
 //! rc_pingpong -g 1 SERVER       # client
+//! rc_pingpong -g 1 -o -P SERVER # client, buffer on demand and prefetched
 //! ```
 
 use std::process::ExitCode;
@@ -12,7 +13,9 @@ use std::process::ExitCode;
 use clap::Parser;
 use sideway::QpType;
 use sideway_examples::cli::{exit_status, log_to_stderr};
-use sideway_examples::pingpong::{run_connected, ChkArg, PingpongArgs};
+use sideway_examples::pingpong::{
+    run_connected, ChkArg, MemoryFlags, OdpArg, PingpongArgs, RcMemoryArgs,
+};
 
 /// Ping-pong SEND/RECV over an RC queue pair, wire-compatible with ibv_rc_pingpong. Without
 /// SERVER, waits for a client; with it, connects to that server.
@@ -24,11 +27,21 @@ struct Args {
 
     #[command(flatten)]
     chk: ChkArg,
+
+    #[command(flatten)]
+    odp: OdpArg,
+
+    #[command(flatten)]
+    memory: RcMemoryArgs,
 }
 
 fn main() -> ExitCode {
     log_to_stderr("rc_pingpong");
     let mut args = Args::parse();
     args.common.validate = args.chk.chk;
-    exit_status("rc_pingpong", run_connected(&args.common, QpType::Rc))
+    let run = MemoryFlags::rc(&args.odp, &args.memory).and_then(|memory| {
+        args.common.memory = memory;
+        run_connected(&args.common, QpType::Rc)
+    });
+    exit_status("rc_pingpong", run)
 }
