@@ -21,7 +21,10 @@ fn odp_capabilities_come_from_query_device_ex() {
     let odp = NullOdp::attach(&np);
     let ctx = np.sideway_context();
     let none = ctx.query_device().unwrap().odp_caps();
-    assert!(!none.is_supported() && !none.supports_implicit(), "{none:?}");
+    assert!(
+        !none.is_supported() && !none.supports_implicit(),
+        "{none:?}"
+    );
     assert!(none.rc.is_empty() && none.xrc.is_empty());
 
     let unknown = 1 << 20;
@@ -34,8 +37,14 @@ fn odp_capabilities_come_from_query_device_ex() {
     );
     let caps = ctx.query_device().unwrap().odp_caps();
     assert!(caps.is_supported() && caps.supports_implicit());
-    assert!(caps.general.contains(OdpGeneralCaps::SUPPORT | OdpGeneralCaps::SUPPORT_IMPLICIT));
-    assert_eq!(caps.general.bits() & unknown, unknown, "unknown bits survive");
+    assert!(caps
+        .general
+        .contains(OdpGeneralCaps::SUPPORT | OdpGeneralCaps::SUPPORT_IMPLICIT));
+    assert_eq!(
+        caps.general.bits() & unknown,
+        unknown,
+        "unknown bits survive"
+    );
     assert_eq!(
         caps.rc,
         OdpTransportCaps::SEND | OdpTransportCaps::RECV | OdpTransportCaps::SRQ_RECV
@@ -94,14 +103,21 @@ fn advise_mr_passes_the_advice_the_flag_and_entries_inside_the_buffer() {
         .advise(AdviseMr::Prefetch, AdviseFlags::empty(), 0..3 * 4096 + 1)
         .unwrap_err();
     assert!(
-        matches!(e, AdviseError::Range(BufferError::OutOfRange { end: 12289, .. })),
+        matches!(
+            e,
+            AdviseError::Range(BufferError::OutOfRange { end: 12289, .. })
+        ),
         "{e:?}"
     );
     let e = pd
         .advise_mr(AdviseMr::Prefetch, AdviseFlags::empty(), &[])
         .unwrap_err();
     assert!(matches!(e, AdviseError::NoEntries), "{e:?}");
-    assert_eq!(odp.seen().calls, calls, "refused before calling the provider");
+    assert_eq!(
+        odp.seen().calls,
+        calls,
+        "refused before calling the provider"
+    );
 }
 
 #[test]
@@ -119,7 +135,9 @@ fn advise_mr_without_provider_support_is_a_typed_not_supported_error() {
     assert!(e.is_not_supported(), "{e:?}");
     let text = e.to_string();
     assert!(
-        text.starts_with("ibv_advise_mr (PrefetchWrite, flags AdviseFlags(FLUSH), 1 entries) failed on null:"),
+        text.starts_with(
+            "ibv_advise_mr (PrefetchWrite, flags AdviseFlags(FLUSH), 1 entries) failed on null:"
+        ),
         "{text}"
     );
     assert!(text.contains("not supported by this device"), "{text}");
@@ -151,12 +169,21 @@ fn an_implicit_region_makes_entries_only_over_the_memory_it_owns() {
     assert_eq!(a.addr() % 4096, 0, "page-aligned");
     for (buf, len) in [(&a, 100u64), (&b, 4096)] {
         let sge = buf.sge(0..len as usize).unwrap();
-        assert_eq!((sge.addr(), u64::from(sge.length()), sge.lkey()), (buf.addr(), len, LKEY));
-        assert!(buf.sge(0..len as usize + 1).is_none(), "no entry past the buffer");
+        assert_eq!(
+            (sge.addr(), u64::from(sge.length()), sge.lkey()),
+            (buf.addr(), len, LKEY)
+        );
+        assert!(
+            buf.sge(0..len as usize + 1).is_none(),
+            "no entry past the buffer"
+        );
         assert!(buf.sge(1..0).is_none());
     }
     let (a_end, b_end) = (a.addr() + 100, b.addr() + 4096);
-    assert!(a_end <= b.addr() || b_end <= a.addr(), "buffers do not overlap");
+    assert!(
+        a_end <= b.addr() || b_end <= a.addr(),
+        "buffers do not overlap"
+    );
 
     // The CPU reaches the memory through copies, as with any device-writable buffer.
     a.write_at(0, b"ping").unwrap();
@@ -176,7 +203,10 @@ fn an_implicit_region_makes_entries_only_over_the_memory_it_owns() {
     assert!(weak.upgrade().is_some(), "b still holds the region");
     assert_eq!(b.sge(0..8).unwrap().lkey(), LKEY);
     drop(b);
-    assert!(weak.upgrade().is_none(), "the last buffer let the region go");
+    assert!(
+        weak.upgrade().is_none(),
+        "the last buffer let the region go"
+    );
 }
 
 #[test]
@@ -201,8 +231,9 @@ fn implicit_registration_is_refused_as_not_supported_when_the_device_lacks_it() 
         );
         let text = e.to_string();
         assert!(
-            text.starts_with("an implicit on-demand region is not supported by this device (null): ")
-                && text.contains(words),
+            text.starts_with(
+                "an implicit on-demand region is not supported by this device (null): "
+            ) && text.contains(words),
             "{text}"
         );
     }

@@ -32,8 +32,8 @@ use sideway::odp::{AdviseFlags, AdviseMr};
 use sideway::queue_pair::AddressVector;
 use sideway::{
     AccessFlags, AddressHandle, ClaimedCq, CompletionChannel, CompletionQueue, ConnectOptions,
-    DeviceContext, Endpoint, EventError, Gid, QpType, QueuePair, RegisteredBuffer, SendFlags,
-    ProtectionDomain, SharedReceiveQueue, WcFlagsEx, WorkCompletion, GRH_LEN,
+    DeviceContext, Endpoint, EventError, Gid, ProtectionDomain, QpType, QueuePair,
+    RegisteredBuffer, SendFlags, SharedReceiveQueue, WcFlagsEx, WorkCompletion, GRH_LEN,
 };
 
 use crate::cli::CliError;
@@ -194,11 +194,7 @@ pub const SRQ_ODP: OdpNeed = OdpNeed {
 
 /// Checks the device for what `flags` ask, in rdma-core's order and words; returns the
 /// completion timestamp mask (0 without `-t`).
-fn check_device(
-    ctx: &DeviceContext,
-    flags: &MemoryFlags,
-    need: OdpNeed,
-) -> Result<u64, CliError> {
+fn check_device(ctx: &DeviceContext, flags: &MemoryFlags, need: OdpNeed) -> Result<u64, CliError> {
     if !flags.odp && !flags.timestamps {
         return Ok(0);
     }
@@ -292,7 +288,10 @@ impl RecvClock {
             let delta = if ts >= prev {
                 ts - prev
             } else {
-                self.mask.wrapping_sub(prev).wrapping_add(ts).wrapping_add(1)
+                self.mask
+                    .wrapping_sub(prev)
+                    .wrapping_add(ts)
+                    .wrapping_add(1)
             };
             self.max = self.max.max(delta);
             self.min = self.min.min(delta);
@@ -974,7 +973,11 @@ fn stamp_buffer(buf: &mut RegisteredBuffer, offset: usize, page: usize) -> Resul
 /// `-c` on the server, after the run: a line per page of the message (from `offset` of
 /// `buf`) without the client's stamp, as rdma-core's programs print them (the exit status
 /// stays 0).
-fn report_invalid_pages(buf: &RegisteredBuffer, offset: usize, page: usize) -> Result<(), CliError> {
+fn report_invalid_pages(
+    buf: &RegisteredBuffer,
+    offset: usize,
+    page: usize,
+) -> Result<(), CliError> {
     let bytes = buf.to_vec(offset..buf.len()).map_err(CliError::run)?;
     let mut out = io::stdout().lock();
     for n in invalid_pages(&bytes, page) {
@@ -1315,7 +1318,10 @@ mod tests {
         let mut c = RecvClock::new(0xffff);
         assert!(c.lines().is_empty());
         c.receive(100);
-        assert!(c.lines().is_empty(), "the first receive only starts the count");
+        assert!(
+            c.lines().is_empty(),
+            "the first receive only starts the count"
+        );
         c.receive(130);
         c.receive(140);
         // Deltas 30, 10, 65380, and 32 across the wrap at the mask (0xfff0 -> 0x10).
@@ -1344,7 +1350,10 @@ mod tests {
             MemoryFlags::default()
         );
         let f = MemoryFlags::rc(&odp(false), &more(true, true, true)).unwrap();
-        assert!(f.odp && f.implicit_odp && f.prefetch && f.timestamps, "-O implies -o");
+        assert!(
+            f.odp && f.implicit_odp && f.prefetch && f.timestamps,
+            "-O implies -o"
+        );
         let e = MemoryFlags::rc(&odp(false), &more(false, true, false)).unwrap_err();
         assert_eq!(
             e.to_string(),

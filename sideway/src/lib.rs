@@ -175,12 +175,12 @@ pub mod testing;
 mod verbs;
 #[allow(unsafe_code)]
 mod work_completion;
+pub use verbs::odp;
 pub use verbs::{
     address_handle, async_event, completion_channel, completion_event, completion_queue, device,
     memory_region, memory_window, parent_domain, protection_domain, queue_pair,
     shared_receive_queue, thread_domain,
 };
-pub use verbs::odp;
 
 #[doc = include_str!("../ARCHITECTURE.md")]
 pub mod architecture {}
@@ -213,6 +213,7 @@ pub use memory_region::{
     LeakedMemory, MemoryRegion, MemoryRegionError, Plain, RegisteredBuffer,
 };
 pub use memory_window::{MemoryWindow, MemoryWindowError, MwType};
+pub use odp::{AdviseError, AdviseFlags, AdviseMr, ImplicitOdpRegion};
 pub use parent_domain::{
     AllocRequest, Allocation, DomainAllocator, ParentDomain, ParentDomainBuilder,
 };
@@ -231,4 +232,3 @@ pub use shared_receive_queue::{
     SrqPostRecvGuard,
 };
 pub use thread_domain::{DomainError, ThreadDomain};
-pub use odp::{AdviseError, AdviseFlags, AdviseMr, ImplicitOdpRegion};

@@ -178,7 +178,11 @@ fn device_limit_lines(attr: &DeviceAttr) -> Vec<String> {
         ("xrc_odp_caps:", odp.xrc),
     ] {
         lines.push(format!("\t{label}"));
-        lines.extend(flag_lines(u64::from(caps.bits()), ODP_TRANSPORT_NAMES, true));
+        lines.extend(flag_lines(
+            u64::from(caps.bits()),
+            ODP_TRANSPORT_NAMES,
+            true,
+        ));
     }
 
     match attr.completion_timestamp_mask() {

@@ -161,8 +161,10 @@ pub enum MemoryRegionError {
     },
     /// [`ProtectionDomain::reg_implicit_odp`] on a device whose attributes do not offer
     /// implicit on-demand regions (`IBV_ODP_SUPPORT_IMPLICIT`); nothing was registered.
-    #[error("an implicit on-demand region is not supported by this device ({device}): {}",
-        describe_odp(caps))]
+    #[error(
+        "an implicit on-demand region is not supported by this device ({device}): {}",
+        describe_odp(caps)
+    )]
     ImplicitOdpNotSupported {
         /// The device's name.
         device: String,

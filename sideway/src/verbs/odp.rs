@@ -114,8 +114,11 @@ bitflags! {
 pub enum AdviseError {
     /// The verb failed; `EOPNOTSUPP` when the device's provider has no `ibv_advise_mr`
     /// ([`is_not_supported`](Self::is_not_supported)).
-    #[error("ibv_advise_mr ({advice:?}, flags {flags:?}, {entries} entries) failed on {device}: \
-             {source}{}", advise_hint(source))]
+    #[error(
+        "ibv_advise_mr ({advice:?}, flags {flags:?}, {entries} entries) failed on {device}: \
+             {source}{}",
+        advise_hint(source)
+    )]
     Verb {
         /// The device's name.
         device: String,
@@ -182,7 +185,13 @@ impl ProtectionDomain {
         // SAFETY: the PD is alive; list holds n initialised entries and outlives the call;
         // the verb only maps pages of registered memory, writing none of it.
         let ret = fresh(|| unsafe {
-            ffi::ibv_advise_mr(self.as_raw(), advice.raw(), flags.bits(), list.as_mut_ptr(), n)
+            ffi::ibv_advise_mr(
+                self.as_raw(),
+                advice.raw(),
+                flags.bits(),
+                list.as_mut_ptr(),
+                n,
+            )
         });
         from_ret(ret).map_err(|source| AdviseError::Verb {
             device: self.context().name().to_owned(),
