@@ -19,7 +19,8 @@ device_features() {
         grep -qw SUPPORT_SEND <<<"$rc" && grep -qw SUPPORT_SRQ <<<"$rc" && HAS_ODP_SRQ=1
         grep -qw ODP_SUPPORT_IMPLICIT <<<"$general" && HAS_IMPLICIT_ODP=1
     fi
-    grep -q 'completion_timestamp_mask:' <<<"$info" && HAS_TIMESTAMPS=1
+    # rdma-core prints "completion timestamp_mask:" with the mask, or this line without one.
+    grep -q 'completion_timestamp_mask not supported' <<<"$info" || HAS_TIMESTAMPS=1
     echo "$1 (rdma-core's ibv_devinfo -v): ODP for RC send/recv $HAS_ODP_RC, for SRQ" \
         "$HAS_ODP_SRQ, implicit ODP $HAS_IMPLICIT_ODP, completion timestamps $HAS_TIMESTAMPS"
 }

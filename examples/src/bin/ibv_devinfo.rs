@@ -187,10 +187,9 @@ fn device_limit_lines(attr: &DeviceAttr) -> Vec<String> {
 
     match attr.completion_timestamp_mask() {
         0 => lines.push("\tcompletion_timestamp_mask not supported".to_owned()),
-        mask => lines.push(dev(
-            "completion_timestamp_mask:",
-            format_args!("{mask:#018x}"),
-        )),
+        // rdma-core's words and tabs exactly: a space in the label, three tabs after it
+        // (one column further than the other fields).
+        mask => lines.push(format!("\tcompletion timestamp_mask:\t\t\t{mask:#018x}")),
     }
     match attr.hca_core_clock() {
         0 => lines.push("\tcore clock not supported".to_owned()),
