@@ -224,11 +224,13 @@ fn check_device(ctx: &DeviceContext, flags: &MemoryFlags, need: OdpNeed) -> Resu
 
 /// Registers a side's `len`-byte buffer as rdma-core's programs do: plainly, on demand
 /// (`-o`), or in an implicit on-demand region (`-O`); then prefetches it (`-P`), where a
-/// failure only warns ("Continue anyway"), as in `ibv_rc_pingpong`.
+/// failure only warns ("Continue anyway"), as in `ibv_rc_pingpong`; then fills it with
+/// `fill` (the program's `memset`).
 fn register_buffer(
     pd: &Arc<ProtectionDomain>,
     len: usize,
     flags: &MemoryFlags,
+    fill: u8,
 ) -> Result<RegisteredBuffer, CliError> {
     let mut buf = if flags.implicit_odp {
         pd.reg_implicit_odp()
@@ -251,7 +253,7 @@ fn register_buffer(
             eprintln!("Couldn't prefetch MR({code}). Continue anyway ({e})");
         }
     }
-    buf.fill(0..buf.len(), FILL).map_err(CliError::run)?;
+    buf.fill(0..buf.len(), fill).map_err(CliError::run)?;
     Ok(buf)
 }
 
@@ -467,8 +469,12 @@ fn check_completion(wc: &WorkCompletion, size: u32, payload_len: u32) -> Result<
     Ok(())
 }
 
-/// What the rest of the buffer holds, as in rdma-core's programs.
+/// What the rest of the buffer holds, as in rdma-core's rc, uc and ud programs.
 const FILL: u8 = 0x7b;
+
+/// What `ibv_srq_pingpong`'s buffer holds: zeros, which is also `-c`'s stamp, so its server
+/// finds every page stamped whether the client ran with `-c` or not.
+const SRQ_FILL: u8 = 0;
 
 /// What `-c` writes to the first byte of every page of a client's buffer, and what the
 /// server checks there after the run. rdma-core's programs compute it as
@@ -607,7 +613,7 @@ fn open_side(
 ) -> Result<Side, CliError> {
     let pd = ctx.alloc_pd().map_err(CliError::run)?;
     let ts_mask = check_device(ctx, &args.memory, RC_ODP)?;
-    let buf = register_buffer(&pd, args.size as usize, &args.memory)?;
+    let buf = register_buffer(&pd, args.size as usize, &args.memory, FILL)?;
     let waiter = Waiter::new(ctx, args.rx_depth + 1, args)?;
     let cq = Arc::clone(&waiter.cq);
     let mut qp_builder = pd.create_qp_builder();
@@ -894,7 +900,7 @@ pub fn run_ud(args: &PingpongArgs, size_given: bool) -> Result<(), CliError> {
     let args = &args;
     let size = args.size as usize;
     let pd = ctx.alloc_pd().map_err(CliError::run)?;
-    let buf = register_buffer(&pd, GRH_LEN + size, &args.memory)?;
+    let buf = register_buffer(&pd, GRH_LEN + size, &args.memory, FILL)?;
     let waiter = Waiter::new(&ctx, args.rx_depth + 1, args)?;
     let mut qp_builder = pd.create_qp_builder();
     qp_builder
@@ -1062,7 +1068,7 @@ pub fn run_srq(args: &PingpongArgs, num_qp: u32) -> Result<(), CliError> {
     // As ibv_srq_pingpong: the device's ODP check comes before anything is made.
     check_device(&ctx, &args.memory, SRQ_ODP)?;
     let pd = ctx.alloc_pd().map_err(CliError::run)?;
-    let buf = register_buffer(&pd, size, &args.memory)?;
+    let buf = register_buffer(&pd, size, &args.memory, SRQ_FILL)?;
     let waiter = Waiter::new(&ctx, args.rx_depth + num_qp, args)?;
     let srq = pd
         .create_srq_builder()

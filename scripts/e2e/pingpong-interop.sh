@@ -102,10 +102,19 @@ for p in ud srq; do
     pair "$p: $theirs -c (client) with ours -c (server)" "$bytes" "$qps" \
         "$ours" "${short_srv[@]}" -c -- "$theirs" "${short[@]}" -c
     expect_not_in "$PAIR_DIR/server.log" 'invalid data' "we find $theirs's stamps"
-    pair "$p: $theirs without -c (client) with ours -c (server)" "$bytes" "$qps" \
-        "$ours" "${short_srv[@]}" -c -- "$theirs" "${short[@]}"
-    expect_in "$PAIR_DIR/server.log" '^invalid data in page 0$' "our report of the missing stamp"
-    echo "  ok: -c on $p: stamps found both ways, a missing one reported"
+    if [ "$p" = srq ]; then
+        # ibv_srq_pingpong's buffer starts zeroed, and zero is the stamp: a client without -c
+        # leaves nothing to report, in rdma-core's server as in ours.
+        pair "$p: ours without -c (client) with $theirs -c (server)" "$bytes" "$qps" \
+            "$theirs" "${short_srv[@]}" -c -- "$ours" "${short[@]}"
+        expect_not_in "$PAIR_DIR/server.log" 'invalid data' "a zeroed buffer, as $theirs's"
+        echo "  ok: -c on $p: stamps found both ways; our buffer starts zeroed as $theirs's"
+    else
+        pair "$p: $theirs without -c (client) with ours -c (server)" "$bytes" "$qps" \
+            "$ours" "${short_srv[@]}" -c -- "$theirs" "${short[@]}"
+        expect_in "$PAIR_DIR/server.log" '^invalid data in page 0$' "our report of the missing stamp"
+        echo "  ok: -c on $p: stamps found both ways, a missing one reported"
+    fi
 done
 # srq_pingpong -o.
 device_features "$dev"
