@@ -24,6 +24,9 @@ fn main() {
             [
                 "null_provider.c",
                 "null_provider_xrc.c",
+                // On-demand paging on the null provider (query_device_ex, advise_mr, an
+                // implicit MR).
+                "null_provider_odp.c",
                 "data_path.c",
                 "data_path_cached.c",
             ]

@@ -21,3 +21,4 @@ pub mod instruction_counts;
 pub mod null_provider;
 pub mod null_provider_dm;
 pub mod null_provider_xrc;
+pub mod null_provider_odp;

@@ -13,6 +13,13 @@
 //! - [`run_srq`]: RC with `num_qp` QPs sharing one receive queue, one endpoint line per QP.
 //!
 //! With `-e`, a side sleeps on its CQ's completion channel instead of spinning on the CQ.
+//!
+//! Memory and completion options ([`MemoryFlags`]), as rdma-core's programs have them:
+//! `-o` registers the buffer on demand (`IBV_ACCESS_ON_DEMAND`; rc and srq), `-O` uses an
+//! implicit on-demand region instead and `-P` prefetches the buffer with `ibv_advise_mr`
+//! (rc), `-t` reads each receive's completion timestamp from an extended CQ and prints the
+//! clock cycles between receives (rc). A device without the feature ends the run with
+//! rdma-core's own message, before anything is sent.
 
 use std::io::{self, Write};
 use std::sync::Arc;
@@ -20,13 +27,15 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use sideway::completion_queue::{WcOpcode, WcStatus};
-use sideway::device::Mtu;
+use sideway::device::{Mtu, OdpTransportCaps};
 use sideway::memory_region::Sge;
+use sideway::odp::{AdviseFlags, AdviseMr};
 use sideway::queue_pair::AddressVector;
 use sideway::{
     AccessFlags, AddressHandle, ClaimedCq, CompletionChannel, CompletionQueue, ConnectOptions,
-    DeviceContext, DeviceMemory, Endpoint, EventError, Gid, MemoryRegion, QpType, QueuePair,
-    RegisteredBuffer, SendFlags, SharedReceiveQueue, WorkCompletion, GRH_LEN,
+    DeviceContext, DeviceMemory, Endpoint, EventError, Gid, MemoryRegion, ProtectionDomain,
+    QpType, QueuePair, RegisteredBuffer, SendFlags, SharedReceiveQueue, WcFlagsEx,
+    WorkCompletion, GRH_LEN,
 };
 
 use crate::cli::CliError;
@@ -97,6 +106,11 @@ pub struct PingpongArgs {
     /// `rc_pingpong` from [`DmArg`], not parsed here.
     #[arg(skip)]
     pub use_dm: bool,
+
+    /// rdma-core's `-o`, `-O`, `-P` and `-t`, for the programs that have them: set by them
+    /// ([`OdpArg`], [`RcMemoryArgs`]), not parsed here.
+    #[arg(skip)]
+    pub memory: MemoryFlags,
 }
 
 /// rdma-core's `-j` of `ibv_rc_pingpong`, for its twin to flatten into its options and copy
@@ -109,8 +123,222 @@ pub struct DmArg {
     pub dm: bool,
 }
 
-/// rdma-core's `-c` of `ibv_rc_pingpong` and `ibv_uc_pingpong`, for their twins to flatten
-/// into their options and copy into [`PingpongArgs::validate`].
+/// How a side registers its buffer and reads its completions (rdma-core's `-o`, `-O`, `-P`,
+/// `-t`); all off by default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryFlags {
+    /// `-o` (and `-O`): register the buffer with `IBV_ACCESS_ON_DEMAND`.
+    pub odp: bool,
+    /// `-O`: the buffer lies in an implicit on-demand region.
+    pub implicit_odp: bool,
+    /// `-P`: prefetch the buffer (`ibv_advise_mr`, PREFETCH_WRITE with FLUSH).
+    pub prefetch: bool,
+    /// `-t`: read completion timestamps.
+    pub timestamps: bool,
+}
+
+/// rdma-core's `-o` of `ibv_rc_pingpong` and `ibv_srq_pingpong`, to flatten into a program's
+/// options and copy into [`MemoryFlags::odp`].
+#[derive(Debug, Clone, Args)]
+pub struct OdpArg {
+    /// Use on-demand paging: register the buffer with IBV_ACCESS_ON_DEMAND (the device must
+    /// page RC sends and receives on demand)
+    #[arg(short = 'o', long = "odp")]
+    pub odp: bool,
+}
+
+/// `ibv_rc_pingpong`'s `-O`, `-P` and `-t`, to flatten into its twin's options.
+#[derive(Debug, Clone, Args)]
+pub struct RcMemoryArgs {
+    /// Use implicit on-demand paging: one region over the whole address space (implies -o;
+    /// the device must support implicit ODP)
+    #[arg(short = 'O', long = "iodp")]
+    pub implicit_odp: bool,
+
+    /// Prefetch the on-demand buffer with ibv_advise_mr before the run (needs -o or -O; a
+    /// device without it only warns)
+    #[arg(short = 'P', long = "prefetch")]
+    pub prefetch: bool,
+
+    /// Read completion timestamps and print the clock cycles between receives (the device
+    /// must stamp completions)
+    #[arg(short = 't', long = "ts")]
+    pub ts: bool,
+}
+
+impl MemoryFlags {
+    /// rc_pingpong's flags, checked as `ibv_rc_pingpong` checks them before it opens the
+    /// device.
+    pub fn rc(odp: &OdpArg, more: &RcMemoryArgs) -> Result<Self, CliError> {
+        let flags = MemoryFlags {
+            odp: odp.odp || more.implicit_odp,
+            implicit_odp: more.implicit_odp,
+            prefetch: more.prefetch,
+            timestamps: more.ts,
+        };
+        if flags.prefetch && !flags.odp {
+            return Err(CliError::run(
+                "prefetch is valid only with on-demand memory region",
+            ));
+        }
+        Ok(flags)
+    }
+}
+
+/// What on-demand paging a program needs of the device's RC transport, and rdma-core's
+/// message when it is missing.
+#[derive(Debug, Clone, Copy)]
+pub struct OdpNeed {
+    /// The RC capabilities needed.
+    pub rc: OdpTransportCaps,
+    /// The program's message when the device lacks them.
+    pub message: &'static str,
+}
+
+/// `ibv_rc_pingpong`'s (and `ibv_uc_pingpong`'s, which has no `-o`) need: RC send and
+/// receive.
+pub const RC_ODP: OdpNeed = OdpNeed {
+    rc: OdpTransportCaps::SEND.union(OdpTransportCaps::RECV),
+    message: "The device isn't ODP capable or does not support RC send and receive with ODP",
+};
+
+/// `ibv_srq_pingpong`'s need: RC send and receive through the SRQ.
+pub const SRQ_ODP: OdpNeed = OdpNeed {
+    rc: OdpTransportCaps::SEND.union(OdpTransportCaps::SRQ_RECV),
+    message: "The device isn't ODP capable or does not support RC send, receive and srq with \
+              ODP",
+};
+
+/// Checks the device for what `flags` ask, in rdma-core's order and words; returns the
+/// completion timestamp mask (0 without `-t`).
+fn check_device(ctx: &DeviceContext, flags: &MemoryFlags, need: OdpNeed) -> Result<u64, CliError> {
+    if !flags.odp && !flags.timestamps {
+        return Ok(0);
+    }
+    let attr = ctx
+        .query_device()
+        .map_err(|e| CliError::run(format!("Couldn't query device for its features: {e}")))?;
+    if flags.odp {
+        let caps = attr.odp_caps();
+        if !caps.is_supported() || !caps.rc.contains(need.rc) {
+            return Err(CliError::run(need.message));
+        }
+        if flags.implicit_odp && !caps.supports_implicit() {
+            return Err(CliError::run("The device doesn't support implicit ODP"));
+        }
+    }
+    if flags.timestamps {
+        let mask = attr.completion_timestamp_mask();
+        if mask == 0 {
+            return Err(CliError::run(
+                "The device isn't completion timestamp capable",
+            ));
+        }
+        return Ok(mask);
+    }
+    Ok(0)
+}
+
+/// Registers a side's `len`-byte buffer as rdma-core's programs do: plainly, on demand
+/// (`-o`), or in an implicit on-demand region (`-O`); then prefetches it (`-P`), where a
+/// failure only warns ("Continue anyway"), as in `ibv_rc_pingpong`; then fills it with
+/// `fill` (the program's `memset`).
+fn register_buffer(
+    pd: &Arc<ProtectionDomain>,
+    len: usize,
+    flags: &MemoryFlags,
+    fill: u8,
+) -> Result<RegisteredBuffer, CliError> {
+    let mut buf = if flags.implicit_odp {
+        pd.reg_implicit_odp()
+            .and_then(|region| region.alloc_buffer(len))
+            .map_err(|e| CliError::run(format!("Couldn't register MR: {e}")))?
+    } else {
+        let mut access = AccessFlags::LOCAL_WRITE;
+        if flags.odp {
+            access |= AccessFlags::ON_DEMAND;
+        }
+        pd.reg_buffer(len, access)
+            .map_err(|e| CliError::run(format!("Couldn't register MR: {e}")))?
+    };
+    if flags.prefetch {
+        if let Err(e) = buf.advise(AdviseMr::PrefetchWrite, AdviseFlags::FLUSH, 0..len) {
+            let code = match &e {
+                sideway::AdviseError::Verb { source, .. } => source.raw_os_error().unwrap_or(-1),
+                _ => -1,
+            };
+            eprintln!("Couldn't prefetch MR({code}). Continue anyway ({e})");
+        }
+    }
+    buf.fill(0..buf.len(), fill).map_err(CliError::run)?;
+    Ok(buf)
+}
+
+/// `-t`: the clock cycles between consecutive receive completions, as `ibv_rc_pingpong`
+/// counts them (the first receive only starts the count; a clock that wrapped is unwrapped
+/// with the device's timestamp mask).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RecvClock {
+    mask: u64,
+    prev: Option<u64>,
+    max: u64,
+    min: u64,
+    total: u64,
+    count: u64,
+}
+
+impl RecvClock {
+    /// A count for a device whose timestamps have `mask` valid bits.
+    pub fn new(mask: u64) -> Self {
+        RecvClock {
+            mask,
+            prev: None,
+            max: 0,
+            // ibv_rc_pingpong's starting minimum.
+            min: 0xffff_ffff,
+            total: 0,
+            count: 0,
+        }
+    }
+
+    /// A receive completed at `ts`.
+    pub fn receive(&mut self, ts: u64) {
+        if let Some(prev) = self.prev {
+            let delta = if ts >= prev {
+                ts - prev
+            } else {
+                self.mask
+                    .wrapping_sub(prev)
+                    .wrapping_add(ts)
+                    .wrapping_add(1)
+            };
+            self.max = self.max.max(delta);
+            self.min = self.min.min(delta);
+            self.total = self.total.wrapping_add(delta);
+            self.count += 1;
+        }
+        self.prev = Some(ts);
+    }
+
+    /// The lines `ibv_rc_pingpong -t` prints after the run; none before two receives.
+    pub fn lines(&self) -> Vec<String> {
+        if self.count == 0 {
+            return Vec::new();
+        }
+        vec![
+            format!("Max receive completion clock cycles = {}", self.max),
+            format!("Min receive completion clock cycles = {}", self.min),
+            format!(
+                "Average receive completion clock cycles = {:.6}",
+                self.total as f64 / self.count as f64
+            ),
+        ]
+    }
+}
+
+/// rdma-core's `-c` of `ibv_rc_pingpong`, `ibv_uc_pingpong`, `ibv_ud_pingpong` and
+/// `ibv_srq_pingpong`, for their twins to flatten into their options and copy into
+/// [`PingpongArgs::validate`].
 #[derive(Debug, Clone, Args)]
 pub struct ChkArg {
     /// Validate the received buffer: the client stamps the first byte of every page, and
@@ -123,6 +351,10 @@ pub struct ChkArg {
 /// completion channel.
 struct Waiter {
     cq: Arc<CompletionQueue>,
+    /// `-t`: each completion's timestamp is read into `stamps`.
+    timestamps: bool,
+    /// The timestamps of the completions the last `wait` returned (`-t` only).
+    stamps: [u64; 2],
     /// The CQ claimed once for the whole run, so its polls take no claim each.
     polls: ClaimedCq,
     channel: Option<Arc<CompletionChannel>>,
@@ -142,7 +374,11 @@ impl Waiter {
         if let Some(ch) = &channel {
             builder.channel(ch);
         }
-        let cq = if args.new_send {
+        let timestamps = args.memory.timestamps;
+        if timestamps {
+            builder.wc_flags(WcFlagsEx::default_ex() | WcFlagsEx::COMPLETION_TIMESTAMP);
+        }
+        let cq = if args.new_send || timestamps {
             builder.build_ex()
         } else {
             builder.build()
@@ -154,6 +390,8 @@ impl Waiter {
         Ok(Waiter {
             polls: cq.claim().map_err(CliError::run)?,
             cq,
+            timestamps,
+            stamps: [0; 2],
             channel,
             stall: Duration::from_secs(args.stall_timeout),
         })
@@ -168,9 +406,14 @@ impl Waiter {
         progress: impl Fn() -> String,
     ) -> Result<usize, CliError> {
         let started = Instant::now();
-        let stalled = || CliError::run(stall_message(self.stall, &progress()));
+        let stall = self.stall;
+        let stalled = || CliError::run(stall_message(stall, &progress()));
         loop {
-            let n = self.polls.poll_into(wcs).map_err(CliError::run)?;
+            let n = if self.timestamps {
+                self.poll_stamped(wcs)?
+            } else {
+                self.polls.poll_into(wcs).map_err(CliError::run)?
+            };
             if n > 0 {
                 return Ok(n);
             }
@@ -187,6 +430,25 @@ impl Waiter {
                 None => std::hint::spin_loop(),
             }
         }
+    }
+}
+
+impl Waiter {
+    /// Polls up to `wcs.len()` (at most 2) completions with their timestamps into `stamps`.
+    fn poll_stamped(&mut self, wcs: &mut [WorkCompletion]) -> Result<usize, CliError> {
+        let mut poller = self.polls.poll().map_err(CliError::run)?;
+        let mut n = 0;
+        while n < wcs.len().min(self.stamps.len()) {
+            match poller.next_completion().map_err(CliError::run)? {
+                Some(wc) => {
+                    wcs[n] = wc;
+                    self.stamps[n] = poller.completion_timestamp().unwrap_or(0);
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        Ok(n)
     }
 }
 
@@ -224,8 +486,12 @@ fn check_completion(wc: &WorkCompletion, size: u32, payload_len: u32) -> Result<
     Ok(())
 }
 
-/// What the rest of the buffer holds, as in rdma-core's programs.
+/// What the rest of the buffer holds, as in rdma-core's rc, uc and ud programs.
 const FILL: u8 = 0x7b;
+
+/// What `ibv_srq_pingpong`'s buffer holds: zeros, which is also `-c`'s stamp, so its server
+/// finds every page stamped whether the client ran with `-c` or not.
+const SRQ_FILL: u8 = 0;
 
 /// What `-c` writes to the first byte of every page of a client's buffer, and what the
 /// server checks there after the run. rdma-core's programs compute it as
@@ -302,6 +568,8 @@ trait PingSide {
     fn payload_len(&self, byte_len: u32) -> u32 {
         byte_len
     }
+    /// `-t`: a receive completed at device time `ts`.
+    fn received_at(&mut self, _ts: u64) {}
 }
 
 struct Side {
@@ -313,6 +581,8 @@ struct Side {
     /// With `-j`: the device memory that holds the message instead of `buf` (which then only
     /// stages what is copied in and out), and the zero-based region over it.
     dm: Option<DmBuffer>,
+    /// `-t`'s count of the clock between receives.
+    clock: RecvClock,
 }
 
 /// `-j`'s message buffer: `size` bytes of device memory and the region over it.
@@ -372,6 +642,10 @@ impl PingSide for Side {
         &mut self.waiter
     }
 
+    fn received_at(&mut self, ts: u64) {
+        self.clock.receive(ts);
+    }
+
     fn post_recvs(&mut self, n: u32) -> Result<(), CliError> {
         let sge = self.message_sge("receive")?;
         let mut guard = self.qp.start_post_recv();
@@ -404,10 +678,8 @@ fn open_side(
     qp_type: QpType,
 ) -> Result<Side, CliError> {
     let pd = ctx.alloc_pd().map_err(CliError::run)?;
-    let mut buf = pd
-        .reg_buffer(args.size as usize, AccessFlags::LOCAL_WRITE)
-        .map_err(CliError::run)?;
-    buf.fill(0..buf.len(), FILL).map_err(CliError::run)?;
+    let ts_mask = check_device(ctx, &args.memory, RC_ODP)?;
+    let buf = register_buffer(&pd, args.size as usize, &args.memory, FILL)?;
     let dm = if args.use_dm {
         Some(open_dm(ctx, &pd, args.size as usize)?)
     } else {
@@ -439,6 +711,7 @@ fn open_side(
         size: args.size,
         inline,
         dm,
+        clock: RecvClock::new(ts_mask),
     })
 }
 
@@ -503,11 +776,7 @@ pub fn run_connected(args: &PingpongArgs, qp_type: QpType) -> Result<(), CliErro
     // The stride of -c's stamps, as in rdma-core's programs.
     let page = sideway::memory_region::page_size();
     if args.validate && args.server.is_some() {
-        // Copied out and back: the device may write the buffer (receives are posted).
-        let buf = &mut side.buf;
-        let mut bytes = buf.to_vec(0..buf.len()).map_err(CliError::run)?;
-        stamp_pages(&mut bytes, page);
-        buf.write_at(0, &bytes).map_err(CliError::run)?;
+        stamp_buffer(&mut side.buf, 0, page)?;
     }
     if let (Some(d), true) = (side.dm.as_mut(), args.server.is_some()) {
         // The client's message goes out of device memory: what buf holds (rdma-core's fill
@@ -520,16 +789,21 @@ pub fn run_connected(args: &PingpongArgs, qp_type: QpType) -> Result<(), CliErro
     exchange(&mut side, args)?;
     let elapsed = start.elapsed();
     report(args, elapsed)?;
+    for line in side.clock.lines() {
+        println!("{line}");
+    }
     if args.validate && args.server.is_none() {
-        // As rdma-core's programs: a line per bad page, and the exit status unchanged.
-        let mut bytes = side.buf.to_vec(0..side.buf.len()).map_err(CliError::run)?;
         if let Some(d) = &side.dm {
-            // With -j the messages landed in device memory.
+            // With -j the messages landed in device memory. As rdma-core's programs: a line
+            // per bad page, and the exit status unchanged.
+            let mut bytes = side.buf.to_vec(0..side.buf.len()).map_err(CliError::run)?;
             d.dm.copy_from(0, &mut bytes)
                 .map_err(|e| CliError::run(format!("Copy from DM buffer failed: {e}")))?;
-        }
-        for n in invalid_pages(&bytes, page) {
-            println!("invalid data in page {n}");
+            for n in invalid_pages(&bytes, page) {
+                println!("invalid data in page {n}");
+            }
+        } else {
+            report_invalid_pages(&side.buf, 0, page)?;
         }
     }
     Ok(())
@@ -551,11 +825,15 @@ fn exchange(side: &mut impl PingSide, args: &PingpongArgs) -> Result<(), CliErro
         let n = side
             .waiter()
             .wait(&mut wcs, || format!("{scnt} sends and {rcnt} receives"))?;
-        for wc in &wcs[..n] {
+        for (i, wc) in wcs[..n].iter().enumerate() {
             check_completion(wc, args.size, side.payload_len(wc.byte_len()))?;
             match (wc.wr_id(), wc.opcode()) {
                 (SEND_WRID, _) => scnt += 1,
                 (RECV_WRID, WcOpcode::Recv) => {
+                    if args.memory.timestamps {
+                        let ts = side.waiter().stamps[i];
+                        side.received_at(ts);
+                    }
                     rcnt += 1;
                     routs -= 1;
                     if routs <= 1 {
@@ -713,10 +991,7 @@ pub fn run_ud(args: &PingpongArgs, size_given: bool) -> Result<(), CliError> {
     let args = &args;
     let size = args.size as usize;
     let pd = ctx.alloc_pd().map_err(CliError::run)?;
-    let mut buf = pd
-        .reg_buffer(GRH_LEN + size, AccessFlags::LOCAL_WRITE)
-        .map_err(CliError::run)?;
-    buf.fill(0..buf.len(), FILL).map_err(CliError::run)?;
+    let buf = register_buffer(&pd, GRH_LEN + size, &args.memory, FILL)?;
     let waiter = Waiter::new(&ctx, args.rx_depth + 1, args)?;
     let mut qp_builder = pd.create_qp_builder();
     qp_builder
@@ -769,9 +1044,43 @@ pub fn run_ud(args: &PingpongArgs, size_given: bool) -> Result<(), CliError> {
     };
     print_ud_endpoint("remote address:", &remote);
 
+    // -c: as ibv_ud_pingpong, the stamps sit in the message, after the GRH room.
+    let page = sideway::memory_region::page_size();
+    if args.validate && args.server.is_some() {
+        stamp_buffer(&mut side.buf, GRH_LEN, page)?;
+    }
     let start = Instant::now();
     exchange(&mut side, args)?;
-    report(args, start.elapsed())
+    report(args, start.elapsed())?;
+    if args.validate && args.server.is_none() {
+        report_invalid_pages(&side.buf, GRH_LEN, page)?;
+    }
+    Ok(())
+}
+
+/// `-c` on the client: stamps the first byte of every page of the message, which starts at
+/// `offset` of `buf`. Copied out and back: the device may write the buffer (receives are
+/// posted).
+fn stamp_buffer(buf: &mut RegisteredBuffer, offset: usize, page: usize) -> Result<(), CliError> {
+    let mut bytes = buf.to_vec(offset..buf.len()).map_err(CliError::run)?;
+    stamp_pages(&mut bytes, page);
+    buf.write_at(offset, &bytes).map_err(CliError::run)
+}
+
+/// `-c` on the server, after the run: a line per page of the message (from `offset` of
+/// `buf`) without the client's stamp, as rdma-core's programs print them (the exit status
+/// stays 0).
+fn report_invalid_pages(
+    buf: &RegisteredBuffer,
+    offset: usize,
+    page: usize,
+) -> Result<(), CliError> {
+    let bytes = buf.to_vec(offset..buf.len()).map_err(CliError::run)?;
+    let mut out = io::stdout().lock();
+    for n in invalid_pages(&bytes, page) {
+        writeln!(out, "invalid data in page {n}")?;
+    }
+    Ok(())
 }
 
 /// `ibv_ud_pingpong` separates the PSN and the GID with a colon.
@@ -847,11 +1156,10 @@ pub fn run_srq(args: &PingpongArgs, num_qp: u32) -> Result<(), CliError> {
     }
     let (ctx, gid, lid) = open_checked(args)?;
     let size = args.size as usize;
+    // As ibv_srq_pingpong: the device's ODP check comes before anything is made.
+    check_device(&ctx, &args.memory, SRQ_ODP)?;
     let pd = ctx.alloc_pd().map_err(CliError::run)?;
-    let mut buf = pd
-        .reg_buffer(size, AccessFlags::LOCAL_WRITE)
-        .map_err(CliError::run)?;
-    buf.fill(0..buf.len(), FILL).map_err(CliError::run)?;
+    let buf = register_buffer(&pd, size, &args.memory, SRQ_FILL)?;
     let waiter = Waiter::new(&ctx, args.rx_depth + num_qp, args)?;
     let srq = pd
         .create_srq_builder()
@@ -952,6 +1260,10 @@ pub fn run_srq(args: &PingpongArgs, num_qp: u32) -> Result<(), CliError> {
         print_endpoint("remote address:", ep);
     }
 
+    let page = sideway::memory_region::page_size();
+    if args.validate && args.server.is_some() {
+        stamp_buffer(&mut side.buf, 0, page)?;
+    }
     let start = Instant::now();
     let (mut scnt, mut rcnt) = (0u64, 0u64);
     let mut routs = args.rx_depth;
@@ -999,7 +1311,11 @@ pub fn run_srq(args: &PingpongArgs, num_qp: u32) -> Result<(), CliError> {
             }
         }
     }
-    report(args, start.elapsed())
+    report(args, start.elapsed())?;
+    if args.validate && args.server.is_none() {
+        report_invalid_pages(&side.buf, 0, page)?;
+    }
+    Ok(())
 }
 
 fn report(args: &PingpongArgs, elapsed: Duration) -> Result<(), CliError> {
@@ -1092,6 +1408,57 @@ mod tests {
                 ),
             "{stall}"
         );
+    }
+
+    #[test]
+    fn receive_clock_counts_as_ibv_rc_pingpong_does() {
+        let mut c = RecvClock::new(0xffff);
+        assert!(c.lines().is_empty());
+        c.receive(100);
+        assert!(
+            c.lines().is_empty(),
+            "the first receive only starts the count"
+        );
+        c.receive(130);
+        c.receive(140);
+        // Deltas 30, 10, 65380, and 32 across the wrap at the mask (0xfff0 -> 0x10).
+        c.receive(0xfff0);
+        c.receive(0x10);
+        assert_eq!(
+            c.lines(),
+            [
+                "Max receive completion clock cycles = 65380",
+                "Min receive completion clock cycles = 10",
+                "Average receive completion clock cycles = 16363.000000",
+            ]
+        );
+    }
+
+    #[test]
+    fn memory_flags_follow_ibv_rc_pingpong() {
+        let odp = |odp| OdpArg { odp };
+        let more = |implicit_odp, prefetch, ts| RcMemoryArgs {
+            implicit_odp,
+            prefetch,
+            ts,
+        };
+        assert_eq!(
+            MemoryFlags::rc(&odp(false), &more(false, false, false)).unwrap(),
+            MemoryFlags::default()
+        );
+        let f = MemoryFlags::rc(&odp(false), &more(true, true, true)).unwrap();
+        assert!(
+            f.odp && f.implicit_odp && f.prefetch && f.timestamps,
+            "-O implies -o"
+        );
+        let e = MemoryFlags::rc(&odp(false), &more(false, true, false)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "prefetch is valid only with on-demand memory region"
+        );
+        assert!(MemoryFlags::rc(&odp(true), &more(false, true, false)).is_ok());
+        assert!(RC_ODP.rc == OdpTransportCaps::SEND | OdpTransportCaps::RECV);
+        assert!(SRQ_ODP.rc == OdpTransportCaps::SEND | OdpTransportCaps::SRQ_RECV);
     }
 
     #[test]

@@ -2,7 +2,9 @@
 # ud_pingpong, uc_pingpong and srq_pingpong against rdma-core's ibv_ud_pingpong,
 # ibv_uc_pingpong and ibv_srq_pingpong, both directions, polling and sleeping on completion
 # events (-e); rc_pingpong -e against ibv_rc_pingpong -e both directions; and each of ours
-# against itself with the extended API (-N -e). 1000 iterations on the test GID.
+# against itself with the extended API (-N -e). 1000 iterations on the test GID. Then -c
+# (validate the received buffer) on UC, UD and SRQ both ways, and srq_pingpong -o (on-demand
+# paging): a pair each way where the device has it, else both programs end alike.
 # xsrq_pingpong against ibv_xsrq_pingpong: on a device without XRC (rxe) both end at once, and
 # ours must end as rdma-core's does, with the same output ("Couldn't Open the XRC Domain 95")
 # and exit status; on a device with XRC both wait for a client, and the pair runs both ways.
@@ -13,6 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib/peers.sh
+. scripts/lib/odp-features.sh
 
 dev=${RDMA_TEST_DEVICE:?RDMA_TEST_DEVICE is not set; run this through scripts/softroce run}
 gid=${RDMA_TEST_GID_INDEX:-1}
@@ -85,6 +88,52 @@ pair "uc: ibv_uc_pingpong without -c (client) with ours -c (server)" "$uc_bytes"
     "$bin/uc_pingpong" "${srv[@]}" -c -- ibv_uc_pingpong "${common[@]}"
 expect_in "$PAIR_DIR/server.log" '^invalid data in page 0$' "our report of the missing stamp"
 echo "  ok: -c on UC: stamps found both ways, a missing one reported"
+# -c on UD (the stamps sit after the 40 bytes of GRH room) and SRQ, 200 iterations each.
+short=(-d "$dev" -g "$gid" -n 200)
+short_srv=(-d "$SERVER_DEVICE" -g "$SERVER_GID_INDEX" -n 200)
+iters=200
+for p in ud srq; do
+    case $p in
+        ud) bytes=$((1024 * iters * 2)) qps=1 ;;
+        srq) bytes=$((4096 * iters * 2)) qps=16 ;;
+    esac
+    ours=$bin/${p}_pingpong
+    theirs=ibv_${p}_pingpong
+    pair "$p: ours -c (client) with $theirs -c (server)" "$bytes" "$qps" \
+        "$theirs" "${short_srv[@]}" -c -- "$ours" "${short[@]}" -c
+    expect_not_in "$PAIR_DIR/server.log" 'invalid data' "$theirs -c finds our stamps"
+    pair "$p: $theirs -c (client) with ours -c (server)" "$bytes" "$qps" \
+        "$ours" "${short_srv[@]}" -c -- "$theirs" "${short[@]}" -c
+    expect_not_in "$PAIR_DIR/server.log" 'invalid data' "we find $theirs's stamps"
+    if [ "$p" = srq ]; then
+        # ibv_srq_pingpong's buffer starts zeroed, and zero is the stamp: a client without -c
+        # leaves nothing to report, in rdma-core's server as in ours.
+        pair "$p: ours without -c (client) with $theirs -c (server)" "$bytes" "$qps" \
+            "$theirs" "${short_srv[@]}" -c -- "$ours" "${short[@]}"
+        expect_not_in "$PAIR_DIR/server.log" 'invalid data' "a zeroed buffer, as $theirs's"
+        echo "  ok: -c on $p: stamps found both ways; our buffer starts zeroed as $theirs's"
+    else
+        pair "$p: $theirs without -c (client) with ours -c (server)" "$bytes" "$qps" \
+            "$ours" "${short_srv[@]}" -c -- "$theirs" "${short[@]}"
+        expect_in "$PAIR_DIR/server.log" '^invalid data in page 0$' "our report of the missing stamp"
+        echo "  ok: -c on $p: stamps found both ways, a missing one reported"
+    fi
+done
+# srq_pingpong -o.
+device_features "$dev"
+if [ "$HAS_ODP_SRQ" = 1 ]; then
+    bytes=$((4096 * iters * 2))
+    pair "srq: ours -o (client) with ibv_srq_pingpong -o (server)" "$bytes" 16 \
+        ibv_srq_pingpong "${short_srv[@]}" -o -- "$bin/srq_pingpong" "${short[@]}" -o
+    pair "srq: ibv_srq_pingpong -o (client) with ours -o (server)" "$bytes" 16 \
+        "$bin/srq_pingpong" "${short_srv[@]}" -o -- ibv_srq_pingpong "${short[@]}" -o
+else
+    echo "srq: -o on a device without ODP for SRQ"
+    alone=(-d "$dev" -g "$gid" -p 18798 -o)
+    same_end "The device isn't ODP capable or does not support RC send, receive and srq with ODP" \
+        "$bin/srq_pingpong" "${alone[@]}" -- ibv_srq_pingpong "${alone[@]}"
+fi
+iters=1000
 pair "rc: ours -e (client) with ibv_rc_pingpong -e (server)" 8192000 1 \
     ibv_rc_pingpong "${srv[@]}" -e -- "$bin/rc_pingpong" "${common[@]}" -e
 pair "rc: ibv_rc_pingpong -e (client) with ours -e (server)" 8192000 1 \

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # rc_pingpong against rdma-core's ibv_rc_pingpong, both directions, and against itself (also
-# with the extended work-request API): 1000 iterations on the test GID. -j (device memory):
-# on a device without it (rxe) both programs refuse alike; on one with it, both directions.
+# with the extended work-request API): 1000 iterations on the test GID. Then on-demand paging
+# (-o, -O, -P) and completion timestamps (-t): a pair each way where the device has the
+# feature (rdma-core's ibv_devinfo -v says), else both programs must end alike with
+# rdma-core's message (rxe on Linux 6.12 has neither). -j (device memory): on a device
+# without it (rxe) both programs refuse alike; on one with it, both directions.
 # Runs where scripts/softroce runs commands; binaries from ${EXAMPLES_BIN:-target/debug}.
 # Under `scripts/softroce run --hosts 2` every server runs on the peer host and every client
 # here, across the link.
@@ -9,6 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib/peers.sh
+. scripts/lib/odp-features.sh
 
 dev=${RDMA_TEST_DEVICE:?RDMA_TEST_DEVICE is not set; run this through scripts/softroce run}
 gid=${RDMA_TEST_GID_INDEX:-1}
@@ -71,6 +75,59 @@ pair "ibv_rc_pingpong without -c (client) with ours -c (server)" \
     "$ours" "${srv[@]}" -c -- ibv_rc_pingpong "${common[@]}"
 expect_in "$PAIR_DIR/server.log" '^invalid data in page 0$' "we report the missing stamp"
 echo "  ok: we report ibv_rc_pingpong's missing stamp"
+
+# On-demand paging and completion timestamps.
+device_features "$dev"
+alone=(-d "$dev" -g "$gid" -p 18698)
+rc_odp_msg="The device isn't ODP capable or does not support RC send and receive with ODP"
+# odp_pairs NAME FLAGS...: a pair each way with FLAGS on both sides.
+odp_pairs() {
+    local name=$1
+    shift
+    pair "ours $name (client) with ibv_rc_pingpong $name (server)" \
+        ibv_rc_pingpong "${srv[@]}" "$@" -- "$ours" "${common[@]}" "$@"
+    pair "ibv_rc_pingpong $name (client) with ours $name (server)" \
+        "$ours" "${srv[@]}" "$@" -- ibv_rc_pingpong "${common[@]}" "$@"
+}
+echo "-o (on-demand paging)"
+if [ "$HAS_ODP_RC" = 1 ]; then
+    odp_pairs -o -o
+else
+    same_end "$rc_odp_msg" "$ours" "${alone[@]}" -o -- ibv_rc_pingpong "${alone[@]}" -o
+fi
+echo "-O (implicit on-demand paging)"
+if [ "$HAS_ODP_RC" = 1 ] && [ "$HAS_IMPLICIT_ODP" = 1 ]; then
+    odp_pairs -O -O
+elif [ "$HAS_ODP_RC" = 1 ]; then
+    same_end "The device doesn't support implicit ODP" \
+        "$ours" "${alone[@]}" -O -- ibv_rc_pingpong "${alone[@]}" -O
+else
+    same_end "$rc_odp_msg" "$ours" "${alone[@]}" -O -- ibv_rc_pingpong "${alone[@]}" -O
+fi
+echo "-P (prefetch with ibv_advise_mr)"
+same_end "prefetch is valid only with on-demand memory region" \
+    "$ours" "${alone[@]}" -P -- ibv_rc_pingpong "${alone[@]}" -P
+if [ "$HAS_ODP_RC" = 1 ]; then
+    odp_pairs "-o -P" -o -P
+    # A provider without advise_mr warns in both and carries on: the same error number.
+    theirs_warn=$(grep -o "Couldn't prefetch MR([0-9-]*)" "$PAIR_DIR/client.log" || true)
+    ours_warn=$(grep -o "Couldn't prefetch MR([0-9-]*)" "$PAIR_DIR/server.log" || true)
+    [ "$theirs_warn" = "$ours_warn" ] || { echo "FAILED: prefetch: ibv_rc_pingpong '$theirs_warn', ours '$ours_warn'" >&2; exit 1; }
+    echo "  ok: the same prefetch outcome (${ours_warn:-no warning})"
+else
+    same_end "$rc_odp_msg" "$ours" "${alone[@]}" -o -P -- ibv_rc_pingpong "${alone[@]}" -o -P
+fi
+echo "-t (completion timestamps)"
+if [ "$HAS_TIMESTAMPS" = 1 ]; then
+    odp_pairs -t -t
+    for side in server client; do
+        expect_in "$PAIR_DIR/$side.log" '^Average receive completion clock cycles = [0-9]+\.[0-9]{6}$' \
+            "the clock cycles between receives on the $side"
+    done
+else
+    same_end "The device isn't completion timestamp capable" \
+        "$ours" "${alone[@]}" -t -- ibv_rc_pingpong "${alone[@]}" -t
+fi
 
 echo "bad input"
 out=$("$ours" -d "$dev" -g "$gid" -p 18699 127.0.0.1 2>&1) && { echo "FAILED: no server, yet exit 0" >&2; exit 1; }

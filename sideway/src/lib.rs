@@ -74,6 +74,7 @@
 //! | A `Sync` type is sound whatever the provider's locking mode. | Every CQ poll, classic or extended, takes the CQ's polling claim; posting needs `&mut QueuePair`; SRQ batches are behind a lock. | `benches/tests/polling.rs`: `a_claimed_cq_refuses_other_pollers_until_dropped`, `threads_sharing_a_classic_cq_poll_it_one_at_a_time` |
 //! | A region over device memory or over another process's memory hands out no view. | [`ProtectionDomain::reg_dm_mr`] and [`ProtectionDomain::import_mr`] return a plain [`MemoryRegion`], which has no slice; device memory is reached by bounds-checked copies only. | compile-fail doc tests in [`device_memory`] and [`sharing`] |
 //! | Every C return convention reads right. | One rule in the `errno` module: `errno` cleared before each control-path verb; NULL, -1, positive and negative error numbers. | its unit tests (`a_stale_errno_is_not_read_as_the_cause_of_minus_eperm`) |
+//! | An implicit on-demand region (every address) reaches only memory the program owns. | [`ProtectionDomain::reg_implicit_odp`] grants local access only; [`MemoryRegion::sge`] is `None` on it; entries come from buffers it hands out, whose memory it frees only after its deregistration; remote access is the `unsafe` [`ProtectionDomain::reg_implicit_odp_with_access`]. | `benches/tests/odp.rs`: `an_implicit_region_makes_entries_only_over_the_memory_it_owns`; compile-fail doc test in [`odp`] |
 //!
 //! Registering memory nobody hands over ([`ProtectionDomain::reg_mr`]) and pointing an SGE at
 //! raw memory ([`memory_region::Sge::from_raw_parts`]) stay `unsafe`: GPU and device memory need
@@ -177,6 +178,7 @@ mod verbs;
 #[allow(unsafe_code)]
 mod work_completion;
 pub use verbs::xrc_domain;
+pub use verbs::odp;
 pub use verbs::{
     address_handle, async_event, completion_channel, completion_event, completion_queue, device,
     memory_region, memory_window, parent_domain, protection_domain, queue_pair,
@@ -216,6 +218,7 @@ pub use memory_region::{
     LeakedMemory, MemoryRegion, MemoryRegionError, Plain, RegisteredBuffer,
 };
 pub use memory_window::{MemoryWindow, MemoryWindowError, MwType};
+pub use odp::{AdviseError, AdviseFlags, AdviseMr, ImplicitOdpRegion};
 pub use parent_domain::{
     AllocRequest, Allocation, DomainAllocator, ParentDomain, ParentDomainBuilder,
 };

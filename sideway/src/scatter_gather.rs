@@ -30,7 +30,9 @@ impl Sge {
     /// # Safety
     ///
     /// `addr..addr + length` must lie inside the live memory region whose local key is
-    /// `lkey`, and stay valid until every work request using the entry has completed.
+    /// `lkey`, and stay valid until every work request using the entry has completed. For an
+    /// implicit on-demand region, inside which every address lies, that means memory the
+    /// caller owns and the device may write (no Rust reference over it) for that long.
     pub unsafe fn from_raw_parts(addr: u64, length: u32, lkey: u32) -> Self {
         Sge(ffi::ibv_sge { addr, length, lkey })
     }

@@ -168,25 +168,28 @@ fn device_limit_lines(attr: &DeviceAttr) -> Vec<String> {
     lines.push(dev("max_pkeys:", attr.max_pkeys()));
     lines.push(dev("local_ca_ack_delay:", attr.local_ca_ack_delay()));
 
-    let odp = raw.odp_caps;
+    let odp = attr.odp_caps();
     lines.push("\tgeneral_odp_caps:".to_owned());
-    lines.extend(flag_lines(odp.general_caps, ODP_GENERAL_NAMES, false));
+    lines.extend(flag_lines(odp.general.bits(), ODP_GENERAL_NAMES, false));
     for (label, caps) in [
-        ("rc_odp_caps:", odp.per_transport_caps.rc_odp_caps),
-        ("uc_odp_caps:", odp.per_transport_caps.uc_odp_caps),
-        ("ud_odp_caps:", odp.per_transport_caps.ud_odp_caps),
-        ("xrc_odp_caps:", raw.xrc_odp_caps),
+        ("rc_odp_caps:", odp.rc),
+        ("uc_odp_caps:", odp.uc),
+        ("ud_odp_caps:", odp.ud),
+        ("xrc_odp_caps:", odp.xrc),
     ] {
         lines.push(format!("\t{label}"));
-        lines.extend(flag_lines(u64::from(caps), ODP_TRANSPORT_NAMES, true));
+        lines.extend(flag_lines(
+            u64::from(caps.bits()),
+            ODP_TRANSPORT_NAMES,
+            true,
+        ));
     }
 
     match attr.completion_timestamp_mask() {
         0 => lines.push("\tcompletion_timestamp_mask not supported".to_owned()),
-        mask => lines.push(dev(
-            "completion_timestamp_mask:",
-            format_args!("{mask:#018x}"),
-        )),
+        // rdma-core's words and tabs exactly: a space in the label, three tabs after it
+        // (one column further than the other fields).
+        mask => lines.push(format!("\tcompletion timestamp_mask:\t\t\t{mask:#018x}")),
     }
     match attr.hca_core_clock() {
         0 => lines.push("\tcore clock not supported".to_owned()),

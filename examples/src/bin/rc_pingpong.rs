@@ -5,6 +5,7 @@
 //! ```text
 //! rc_pingpong -g 1              # server: waits for a client
 //! rc_pingpong -g 1 SERVER       # client
+//! rc_pingpong -g 1 -o -P SERVER # client, buffer on demand and prefetched
 //! ```
 
 use std::process::ExitCode;
@@ -12,7 +13,10 @@ use std::process::ExitCode;
 use clap::Parser;
 use sideway::QpType;
 use sideway_examples::cli::{exit_status, log_to_stderr};
-use sideway_examples::pingpong::{run_connected, ChkArg, DmArg, PingpongArgs};
+use sideway_examples::cli::CliError;
+use sideway_examples::pingpong::{
+    run_connected, ChkArg, DmArg, MemoryFlags, OdpArg, PingpongArgs, RcMemoryArgs,
+};
 
 /// Ping-pong SEND/RECV over an RC queue pair, wire-compatible with ibv_rc_pingpong. Without
 /// SERVER, waits for a client; with it, connects to that server.
@@ -27,6 +31,12 @@ struct Args {
 
     #[command(flatten)]
     dm: DmArg,
+
+    #[command(flatten)]
+    odp: OdpArg,
+
+    #[command(flatten)]
+    memory: RcMemoryArgs,
 }
 
 fn main() -> ExitCode {
@@ -34,5 +44,16 @@ fn main() -> ExitCode {
     let mut args = Args::parse();
     args.common.validate = args.chk.chk;
     args.common.use_dm = args.dm.dm;
-    exit_status("rc_pingpong", run_connected(&args.common, QpType::Rc))
+    // ibv_rc_pingpong's order: device memory with on-demand paging (-o or -O) first, then
+    // -P without either.
+    let run = if args.dm.dm && (args.odp.odp || args.memory.implicit_odp) {
+        Err(CliError::run("DM memory region can't be on demand"))
+    } else {
+        MemoryFlags::rc(&args.odp, &args.memory)
+    }
+    .and_then(|memory| {
+        args.common.memory = memory;
+        run_connected(&args.common, QpType::Rc)
+    });
+    exit_status("rc_pingpong", run)
 }

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use sideway_examples::cli::{exit_status, log_to_stderr};
-use sideway_examples::pingpong::{run_srq, PingpongArgs};
+use sideway_examples::pingpong::{run_srq, ChkArg, OdpArg, PingpongArgs};
 
 /// Ping-pong SEND/RECV over RC queue pairs sharing one receive queue, wire-compatible with
 /// ibv_srq_pingpong. Without SERVER, waits for a client; with it, connects to that server.
@@ -25,10 +25,18 @@ struct Args {
     /// Number of QPs to use (both sides must agree)
     #[arg(short = 'q', long = "num-qp", default_value_t = 16)]
     num_qp: u32,
+
+    #[command(flatten)]
+    odp: OdpArg,
+
+    #[command(flatten)]
+    chk: ChkArg,
 }
 
 fn main() -> ExitCode {
     log_to_stderr("srq_pingpong");
-    let args = Args::parse();
+    let mut args = Args::parse();
+    args.common.validate = args.chk.chk;
+    args.common.memory.odp = args.odp.odp;
     exit_status("srq_pingpong", run_srq(&args.common, args.num_qp))
 }

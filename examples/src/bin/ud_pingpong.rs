@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use sideway_examples::cli::{exit_status, log_to_stderr};
-use sideway_examples::pingpong::{run_ud, PingpongArgs};
+use sideway_examples::pingpong::{run_ud, ChkArg, MemoryFlags, PingpongArgs};
 
 /// Ping-pong SEND/RECV over a UD queue pair, wire-compatible with ibv_ud_pingpong. Without
 /// SERVER, waits for a client; with it, connects to that server.
@@ -69,6 +69,9 @@ struct Args {
     #[arg(long = "stall-timeout", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(1..))]
     stall_timeout: u64,
+
+    #[command(flatten)]
+    chk: ChkArg,
 }
 
 fn main() -> ExitCode {
@@ -89,8 +92,9 @@ fn main() -> ExitCode {
         new_send: a.new_send,
         events: a.events,
         stall_timeout: a.stall_timeout,
-        validate: false,
+        validate: a.chk.chk,
         use_dm: false,
+        memory: MemoryFlags::default(),
     };
     exit_status("ud_pingpong", run_ud(&common, a.size.is_some()))
 }

@@ -76,6 +76,7 @@ use rdma_mummy_sys as ffi;
 use crate::errno::{fresh, from_ret, non_null};
 pub use crate::scatter_gather::Sge;
 use crate::scatter_gather::{BufferBytes, SendData};
+use crate::verbs::device::OdpCaps;
 use crate::verbs::protection_domain::ProtectionDomain;
 
 bitflags! {
@@ -158,6 +159,45 @@ pub enum MemoryRegionError {
         /// The access asked for.
         access: AccessFlags,
     },
+    /// [`ProtectionDomain::reg_implicit_odp`] on a device whose attributes do not offer
+    /// implicit on-demand regions (`IBV_ODP_SUPPORT_IMPLICIT`); nothing was registered.
+    #[error(
+        "an implicit on-demand region is not supported by this device ({device}): {}",
+        describe_odp(caps)
+    )]
+    ImplicitOdpNotSupported {
+        /// The device's name.
+        device: String,
+        /// What the device says it supports.
+        caps: OdpCaps,
+    },
+}
+
+/// What a device without implicit on-demand regions offers instead, in words.
+fn describe_odp(caps: &OdpCaps) -> String {
+    if caps.is_supported() {
+        format!(
+            "its on-demand paging has no implicit regions (general caps {:?})",
+            caps.general
+        )
+    } else {
+        "it has no on-demand paging at all".to_owned()
+    }
+}
+
+impl MemoryRegionError {
+    /// True when the device does not support what was asked (`EOPNOTSUPP`): on-demand
+    /// paging (`AccessFlags::ON_DEMAND`, implicit regions) on a device without it, or a kind
+    /// of memory its driver cannot register.
+    pub fn is_not_supported(&self) -> bool {
+        match self {
+            MemoryRegionError::Register { source, .. } => {
+                source.raw_os_error() == Some(libc::EOPNOTSUPP)
+            }
+            MemoryRegionError::ImplicitOdpNotSupported { .. } => true,
+            _ => false,
+        }
+    }
 }
 
 /// How the error names `addr`: an address, or (dma-buf) an offset into the dma-buf.
@@ -179,6 +219,10 @@ fn hint(source: &io::Error, access: AccessFlags) -> &'static str {
                 && !access.contains(AccessFlags::LOCAL_WRITE) =>
         {
             " (REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE too)"
+        }
+        Some(libc::EOPNOTSUPP) if access.contains(AccessFlags::ON_DEMAND) => {
+            " (not supported by this device: it has no on-demand paging; \
+             DeviceAttr::odp_caps says what it supports)"
         }
         Some(libc::EOPNOTSUPP) | Some(libc::EFAULT) => {
             " (the device or its driver cannot register this kind of memory)"
@@ -203,6 +247,10 @@ pub struct MemoryRegion {
     /// sets to the dma-buf offset instead).
     iova: u64,
     access: AccessFlags,
+    /// An implicit on-demand region ([`ProtectionDomain::reg_implicit_odp`]): it covers the
+    /// whole address space, so no entry may be made from its bounds ([`MemoryRegion::sge`]
+    /// refuses); entries come from the buffers it hands out.
+    implicit: bool,
     /// The memory's owner, dropped after a successful deregistration, leaked after a failed
     /// one. `None` for [`ProtectionDomain::reg_mr`], whose caller owns the memory.
     owner: Option<Owner>,
@@ -449,7 +497,7 @@ impl ProtectionDomain {
         })
     }
 
-    fn register_error(
+    pub(crate) fn register_error(
         &self,
         call: &'static str,
         addr: u64,
@@ -481,6 +529,7 @@ impl ProtectionDomain {
             pd: Arc::clone(self),
             iova,
             access,
+            implicit: false,
             owner,
             imported: false,
         })
@@ -504,8 +553,28 @@ impl ProtectionDomain {
             pd: Arc::clone(self),
             iova,
             access,
+            implicit: false,
             owner: None,
             imported: true,
+        })
+    }
+
+    /// Wraps an implicit on-demand region (`ibv_reg_mr(pd, NULL, SIZE_MAX, ..)`) that keeps
+    /// `owner` (the memory of the buffers handed out on it) until it is deregistered.
+    pub(crate) fn wrap_implicit_mr(
+        self: &Arc<Self>,
+        raw: NonNull<ffi::ibv_mr>,
+        access: AccessFlags,
+        owner: Owner,
+    ) -> Arc<MemoryRegion> {
+        Arc::new(MemoryRegion {
+            raw,
+            pd: Arc::clone(self),
+            iova: 0,
+            access,
+            implicit: true,
+            owner: Some(owner),
+            imported: false,
         })
     }
 }
@@ -578,10 +647,18 @@ impl MemoryRegion {
         self.imported
     }
 
+    /// True for an implicit on-demand region, which covers the whole address space
+    /// ([`ProtectionDomain::reg_implicit_odp`]).
+    pub fn is_implicit_odp(&self) -> bool {
+        self.implicit
+    }
+
     /// A scatter/gather entry for `range` (byte offsets into the region), or `None` when the
-    /// range does not lie inside it.
+    /// range does not lie inside it. Always `None` for an implicit on-demand region: every
+    /// address lies inside it, so its entries come only from the buffers it hands out
+    /// ([`ImplicitOdpRegion::alloc_buffer`](crate::odp::ImplicitOdpRegion::alloc_buffer)).
     pub fn sge(&self, range: Range<usize>) -> Option<Sge> {
-        if range.start > range.end || range.end > self.len() {
+        if self.implicit || range.start > range.end || range.end > self.len() {
             return None;
         }
         Some(Sge(ffi::ibv_sge {
@@ -602,8 +679,9 @@ impl Drop for MemoryRegion {
             return;
         }
         if !self.pd.context().owns_objects() {
-            // A test double's region (over a test provider's device memory): its provider
-            // cannot answer libibverbs' ibv_dereg_mr. The owner drops with the region.
+            // A test double's region (over a test provider's device memory, or
+            // ImplicitOdpRegion::from_raw_parts): its provider cannot answer libibverbs'
+            // ibv_dereg_mr. The owner drops with the region.
             return;
         }
         let len = self.len();
@@ -640,7 +718,7 @@ impl fmt::Debug for MemoryRegion {
 }
 
 /// Page-aligned, zeroed heap memory: the owner behind [`ProtectionDomain::reg_buffer`].
-struct HeapMemory {
+pub(crate) struct HeapMemory {
     ptr: NonNull<u8>,
     layout: Layout,
 }
@@ -652,13 +730,23 @@ unsafe impl Send for HeapMemory {}
 unsafe impl Sync for HeapMemory {}
 
 impl HeapMemory {
-    fn zeroed(len: usize) -> Result<Self, MemoryRegionError> {
+    pub(crate) fn zeroed(len: usize) -> Result<Self, MemoryRegionError> {
         let layout = Layout::from_size_align(len.max(1), PAGE_ALIGN)
             .map_err(|_| MemoryRegionError::Allocate { len })?;
         // SAFETY: the layout has a non-zero size.
         let ptr = NonNull::new(unsafe { alloc::alloc_zeroed(layout) })
             .ok_or(MemoryRegionError::Allocate { len })?;
         Ok(HeapMemory { ptr, layout })
+    }
+
+    /// The first byte.
+    pub(crate) fn ptr(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
+    /// The bytes asked for (at least 1 is allocated).
+    pub(crate) fn len(&self) -> usize {
+        self.layout.size()
     }
 }
 
@@ -775,6 +863,28 @@ unsafe impl<A: BufferAccess> Send for RegisteredBuffer<A> {}
 // views: no CPU write can race with it.
 unsafe impl<A: BufferAccess> Sync for RegisteredBuffer<A> {}
 
+impl RegisteredBuffer {
+    /// A buffer over `len` bytes at `ptr` that `mr` keeps alive (its owner holds them).
+    ///
+    /// # Safety
+    ///
+    /// `ptr..ptr + len` is initialised memory, inside what `mr` registered, owned by `mr`'s
+    /// owner (freed only after the region is deregistered, never while it is), and reached by
+    /// nothing else: the returned buffer is its only handle.
+    pub(crate) unsafe fn from_region_memory(
+        mr: Arc<MemoryRegion>,
+        ptr: NonNull<u8>,
+        len: usize,
+    ) -> Self {
+        RegisteredBuffer {
+            mr,
+            ptr,
+            len,
+            _access: PhantomData,
+        }
+    }
+}
+
 impl<A: BufferAccess> RegisteredBuffer<A> {
     /// The memory region, which owns the memory: a clone of it keeps the memory registered
     /// and alive after the buffer is dropped (for a window, or a peer that still holds the
@@ -815,9 +925,18 @@ impl<A: BufferAccess> RegisteredBuffer<A> {
     }
 
     /// A scatter/gather entry for `range` of the buffer, `None` when out of bounds.
+    ///
+    /// Made from the buffer's own bounds, not the region's: a buffer handed out by an
+    /// implicit on-demand region ([`ImplicitOdpRegion`](crate::odp::ImplicitOdpRegion)) is
+    /// a small part of a region that covers every address.
     #[inline]
     pub fn sge(&self, range: Range<usize>) -> Option<Sge> {
-        self.mr.sge(range)
+        let n = self.check_range(&range).ok()?;
+        Some(Sge(ffi::ibv_sge {
+            addr: self.addr() + range.start as u64,
+            length: u32::try_from(n).ok()?,
+            lkey: self.mr.lkey(),
+        }))
     }
 
     #[inline]

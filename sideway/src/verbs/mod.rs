@@ -22,6 +22,8 @@ pub mod memory_region;
 #[allow(unsafe_code)]
 pub mod memory_window;
 #[allow(unsafe_code)]
+pub mod odp;
+#[allow(unsafe_code)]
 pub mod parent_domain;
 #[allow(unsafe_code)]
 pub mod protection_domain;

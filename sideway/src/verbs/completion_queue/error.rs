@@ -71,10 +71,21 @@ pub enum CompletionQueueError {
     },
 }
 
+impl CompletionQueueError {
+    /// True when the create verb failed with `EOPNOTSUPP`: the device has no extended CQ, or
+    /// not with the WC flags asked for (completion timestamps on rxe).
+    pub fn is_not_supported(&self) -> bool {
+        matches!(self, CompletionQueueError::Create { source, .. }
+            if source.raw_os_error() == Some(libc::EOPNOTSUPP))
+    }
+}
+
 fn create_hint(source: &io::Error, call: &str) -> &'static str {
     match source.raw_os_error() {
         Some(libc::EOPNOTSUPP) if call == "ibv_create_cq_ex" => {
-            " (this device has no extended CQ, or not with these WC flags: use build() instead)"
+            " (not supported by this device: it has no extended CQ, or not with these WC \
+             flags (completion timestamps need a device with a timestamp mask); use build() \
+             or fewer flags instead)"
         }
         Some(libc::EINVAL) => " (more entries than the device's max_cqe?)",
         _ => "",

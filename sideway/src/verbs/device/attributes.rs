@@ -92,6 +92,76 @@ bitflags! {
     }
 }
 
+bitflags! {
+    /// On-demand paging in general (`ibv_odp_general_caps`, `odp_caps.general_caps`); bits
+    /// unknown to this crate are kept.
+    #[doc(alias = "ibv_odp_general_caps")]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct OdpGeneralCaps: u64 {
+        /// `IBV_ODP_SUPPORT`: memory may be registered with `IBV_ACCESS_ON_DEMAND`.
+        const SUPPORT = ffi::ibv_odp_general_caps::IBV_ODP_SUPPORT as u64;
+        /// `IBV_ODP_SUPPORT_IMPLICIT`: one region may cover the whole address space
+        /// ([`ProtectionDomain::reg_implicit_odp`](crate::ProtectionDomain::reg_implicit_odp)).
+        const SUPPORT_IMPLICIT = ffi::ibv_odp_general_caps::IBV_ODP_SUPPORT_IMPLICIT as u64;
+        // Bits from newer rdma-core survive.
+        const _ = !0;
+    }
+}
+
+bitflags! {
+    /// What a transport may do on on-demand-paged memory (`ibv_odp_transport_cap_bits`,
+    /// one mask per transport); bits unknown to this crate are kept.
+    #[doc(alias = "ibv_odp_transport_cap_bits")]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct OdpTransportCaps: u32 {
+        /// `IBV_ODP_SUPPORT_SEND`
+        const SEND = ffi::ibv_odp_transport_cap_bits::IBV_ODP_SUPPORT_SEND;
+        /// `IBV_ODP_SUPPORT_RECV`
+        const RECV = ffi::ibv_odp_transport_cap_bits::IBV_ODP_SUPPORT_RECV;
+        /// `IBV_ODP_SUPPORT_WRITE`
+        const WRITE = ffi::ibv_odp_transport_cap_bits::IBV_ODP_SUPPORT_WRITE;
+        /// `IBV_ODP_SUPPORT_READ`
+        const READ = ffi::ibv_odp_transport_cap_bits::IBV_ODP_SUPPORT_READ;
+        /// `IBV_ODP_SUPPORT_ATOMIC`
+        const ATOMIC = ffi::ibv_odp_transport_cap_bits::IBV_ODP_SUPPORT_ATOMIC;
+        /// `IBV_ODP_SUPPORT_SRQ_RECV`: receives through a shared receive queue.
+        const SRQ_RECV = ffi::ibv_odp_transport_cap_bits::IBV_ODP_SUPPORT_SRQ_RECV;
+        // Bits from newer rdma-core survive.
+        const _ = !0;
+    }
+}
+
+/// A device's on-demand-paging capabilities (`odp_caps` and `xrc_odp_caps` of
+/// `ibv_device_attr_ex`), from [`DeviceAttr::odp_caps`]. All empty on a device without
+/// on-demand paging. (rdma-core's `struct ibv_odp_caps` has no size limit of its own: an
+/// on-demand region is bounded by [`DeviceAttr::max_mr_size`] like any other.)
+#[doc(alias = "ibv_odp_caps")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OdpCaps {
+    /// `general_caps`.
+    pub general: OdpGeneralCaps,
+    /// `per_transport_caps.rc_odp_caps`.
+    pub rc: OdpTransportCaps,
+    /// `per_transport_caps.uc_odp_caps`.
+    pub uc: OdpTransportCaps,
+    /// `per_transport_caps.ud_odp_caps`.
+    pub ud: OdpTransportCaps,
+    /// `xrc_odp_caps`.
+    pub xrc: OdpTransportCaps,
+}
+
+impl OdpCaps {
+    /// True when the device pages memory on demand at all (`IBV_ODP_SUPPORT`).
+    pub fn is_supported(&self) -> bool {
+        self.general.contains(OdpGeneralCaps::SUPPORT)
+    }
+
+    /// True when it also supports implicit on-demand regions (`IBV_ODP_SUPPORT_IMPLICIT`).
+    pub fn supports_implicit(&self) -> bool {
+        self.is_supported() && self.general.contains(OdpGeneralCaps::SUPPORT_IMPLICIT)
+    }
+}
+
 /// A device's attributes (`struct ibv_device_attr_ex`), from [`DeviceContext::query_device`].
 #[doc(alias = "ibv_device_attr_ex")]
 #[derive(Clone, Copy)]
@@ -271,6 +341,20 @@ impl DeviceAttr {
     /// Largest device memory allocation, in bytes.
     pub fn max_dm_size(&self) -> u64 {
         self.raw.max_dm_size
+    }
+
+    /// On-demand-paging capabilities: in general, per transport (RC, UC, UD, XRC).
+    #[doc(alias = "ibv_odp_caps")]
+    pub fn odp_caps(&self) -> OdpCaps {
+        let odp = self.raw.odp_caps;
+        let t = OdpTransportCaps::from_bits_retain;
+        OdpCaps {
+            general: OdpGeneralCaps::from_bits_retain(odp.general_caps),
+            rc: t(odp.per_transport_caps.rc_odp_caps),
+            uc: t(odp.per_transport_caps.uc_odp_caps),
+            ud: t(odp.per_transport_caps.ud_odp_caps),
+            xrc: t(self.raw.xrc_odp_caps),
+        }
     }
 
     /// Physical port count from the extended attributes (can exceed 255).
