@@ -20,5 +20,5 @@ pub mod data_path;
 pub mod instruction_counts;
 pub mod null_provider;
 pub mod null_provider_dm;
-pub mod null_provider_xrc;
 pub mod null_provider_odp;
+pub mod null_provider_xrc;

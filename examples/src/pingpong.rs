@@ -33,9 +33,8 @@ use sideway::odp::{AdviseFlags, AdviseMr};
 use sideway::queue_pair::AddressVector;
 use sideway::{
     AccessFlags, AddressHandle, ClaimedCq, CompletionChannel, CompletionQueue, ConnectOptions,
-    DeviceContext, DeviceMemory, Endpoint, EventError, Gid, MemoryRegion, ProtectionDomain,
-    QpType, QueuePair, RegisteredBuffer, SendFlags, SharedReceiveQueue, WcFlagsEx,
-    WorkCompletion, GRH_LEN,
+    DeviceContext, DeviceMemory, Endpoint, EventError, Gid, MemoryRegion, ProtectionDomain, QpType,
+    QueuePair, RegisteredBuffer, SendFlags, SharedReceiveQueue, WcFlagsEx, WorkCompletion, GRH_LEN,
 };
 
 use crate::cli::CliError;

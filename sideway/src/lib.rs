@@ -177,8 +177,8 @@ pub mod testing;
 mod verbs;
 #[allow(unsafe_code)]
 mod work_completion;
-pub use verbs::xrc_domain;
 pub use verbs::odp;
+pub use verbs::xrc_domain;
 pub use verbs::{
     address_handle, async_event, completion_channel, completion_event, completion_queue, device,
     memory_region, memory_window, parent_domain, protection_domain, queue_pair,

@@ -12,8 +12,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use sideway::QpType;
-use sideway_examples::cli::{exit_status, log_to_stderr};
 use sideway_examples::cli::CliError;
+use sideway_examples::cli::{exit_status, log_to_stderr};
 use sideway_examples::pingpong::{
     run_connected, ChkArg, DmArg, MemoryFlags, OdpArg, PingpongArgs, RcMemoryArgs,
 };
