@@ -19,7 +19,6 @@ mod common;
 
 use std::env;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -33,58 +32,17 @@ const CHILD: &str = "SIDEWAY_DV_MLX5_CHILD";
 
 /// Builds the fake libmlx5.so.1, or says why it cannot (no C compiler: the SoftRoCE guest).
 fn fake_library() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fake-libmlx5");
-    std::fs::create_dir_all(&dir).expect("the target dir is writable");
-    let lib = dir.join("libmlx5.so.1");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/fake_libmlx5.c");
-    let cc = env::var("CC").unwrap_or_else(|_| "cc".to_owned());
-    let built = Command::new(&cc)
-        .args([
-            "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-pthread", "-o",
-        ])
-        .arg(&lib)
-        .arg(&src)
-        .status();
-    match built {
-        Ok(status) if status.success() => Some(lib),
-        Ok(status) => panic!("{cc} could not build {}: {status}", src.display()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            println!("skipped: no C compiler ({cc}) here to build the fake libmlx5");
-            None
-        }
-        Err(e) => panic!("cannot run {cc}: {e}"),
-    }
+    common::fake_library::build("fake_libmlx5.c", "libmlx5.so.1", &["-pthread"])
 }
 
 /// Runs the ignored test `child` in a child process with `envs`, and fails with its output
 /// unless it passed and printed its marker.
 fn run_child(child: &str, envs: &[(&str, &Path)]) {
-    let exe = env::current_exe().expect("the test binary knows its path");
-    let mut cmd = Command::new(exe);
-    cmd.args([
-        "--ignored",
-        "--exact",
-        child,
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env(CHILD, "1");
-    for (k, v) in envs {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("the test binary can be re-run");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{child} failed:\n{stdout}\n{stderr}");
-    assert!(
-        stdout.contains("child checks passed"),
-        "{child} did not run its checks:\n{stdout}\n{stderr}"
-    );
-    print!("{stdout}");
+    print!("{}", common::fake_library::run_child(CHILD, child, envs));
 }
 
 fn in_child() -> bool {
-    env::var(CHILD).as_deref() == Ok("1")
+    common::fake_library::in_child(CHILD)
 }
 
 /// The C objects of a device that is not there: a device named `name`, its context, a PD,

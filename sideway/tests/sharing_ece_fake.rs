@@ -8,34 +8,17 @@
 
 use std::env;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
 use sideway::{AccessFlags, DataInOrderCaps, DataInOrderFlags, DataInOrderOp, DeviceContext, Ece};
+
+mod common;
 
 const CHILD: &str = "SIDEWAY_FAKE_IBV_CHILD";
 
 /// Builds the fake libibverbs.so.1, or says why it cannot (no C compiler: the guest).
 fn fake_library() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fake-libibverbs");
-    std::fs::create_dir_all(&dir).expect("the target dir is writable");
-    let lib = dir.join("libibverbs.so.1");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/fake_libibverbs.c");
-    let cc = env::var("CC").unwrap_or_else(|_| "cc".to_owned());
-    let built = Command::new(&cc)
-        .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o"])
-        .arg(&lib)
-        .arg(&src)
-        .status();
-    match built {
-        Ok(status) if status.success() => Some(lib),
-        Ok(status) => panic!("{cc} could not build {}: {status}", src.display()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            println!("skipped: no C compiler ({cc}) here to build the fake libibverbs");
-            None
-        }
-        Err(e) => panic!("cannot run {cc}: {e}"),
-    }
+    common::fake_library::build("fake_libibverbs.c", "libibverbs.so.1", &[])
 }
 
 #[test]
@@ -43,26 +26,10 @@ fn imports_ece_and_data_in_order_against_the_fake_libibverbs() {
     let Some(lib) = fake_library() else { return };
     let log = lib.with_file_name(format!("calls-{}.log", std::process::id()));
     let _ = std::fs::remove_file(&log);
-    let exe = env::current_exe().expect("the test binary knows its path");
-    let out = Command::new(exe)
-        .args([
-            "--ignored",
-            "--exact",
-            "child_against_the_fake",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "1")
-        .env("RDMA_MUMMY_LIBIBVERBS", &lib)
-        .env("FAKE_IBV_LOG", &log)
-        .output()
-        .expect("the test binary can be re-run");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
-    assert!(
-        stdout.contains("child checks passed"),
-        "the child ran no checks:\n{stdout}"
+    common::fake_library::run_child(
+        CHILD,
+        "child_against_the_fake",
+        &[("RDMA_MUMMY_LIBIBVERBS", &lib), ("FAKE_IBV_LOG", &log)],
     );
     let _ = std::fs::remove_file(&log);
 }
@@ -79,7 +46,7 @@ fn take_log() -> Vec<String> {
 #[ignore = "run by imports_ece_and_data_in_order_against_the_fake_libibverbs"]
 fn child_against_the_fake() {
     assert!(
-        env::var_os(CHILD).is_some(),
+        common::fake_library::in_child(CHILD),
         "run only as a child of this binary's tests"
     );
     // The exporter's descriptor, duplicated: the imported context owns the duplicate.

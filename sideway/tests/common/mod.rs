@@ -6,6 +6,8 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub(crate) mod fake_library;
+
 use std::sync::Arc;
 
 use sideway::DeviceContext;
