@@ -167,14 +167,17 @@ pub struct RcMemoryArgs {
 
 impl MemoryFlags {
     /// rc_pingpong's flags, checked as `ibv_rc_pingpong` checks them before it opens the
-    /// device.
-    pub fn rc(odp: &OdpArg, more: &RcMemoryArgs) -> Result<Self, CliError> {
+    /// device, in its order: `-j` (`dm`) with on-demand paging first, then `-P` without it.
+    pub fn rc(odp: &OdpArg, more: &RcMemoryArgs, dm: bool) -> Result<Self, CliError> {
         let flags = MemoryFlags {
             odp: odp.odp || more.implicit_odp,
             implicit_odp: more.implicit_odp,
             prefetch: more.prefetch,
             timestamps: more.ts,
         };
+        if flags.odp && dm {
+            return Err(CliError::run("DM memory region can't be on demand"));
+        }
         if flags.prefetch && !flags.odp {
             return Err(CliError::run(
                 "prefetch is valid only with on-demand memory region",
@@ -1442,20 +1445,26 @@ mod tests {
             ts,
         };
         assert_eq!(
-            MemoryFlags::rc(&odp(false), &more(false, false, false)).unwrap(),
+            MemoryFlags::rc(&odp(false), &more(false, false, false), false).unwrap(),
             MemoryFlags::default()
         );
-        let f = MemoryFlags::rc(&odp(false), &more(true, true, true)).unwrap();
+        let f = MemoryFlags::rc(&odp(false), &more(true, true, true), false).unwrap();
         assert!(
             f.odp && f.implicit_odp && f.prefetch && f.timestamps,
             "-O implies -o"
         );
-        let e = MemoryFlags::rc(&odp(false), &more(false, true, false)).unwrap_err();
+        let e = MemoryFlags::rc(&odp(false), &more(false, true, false), false).unwrap_err();
         assert_eq!(
             e.to_string(),
             "prefetch is valid only with on-demand memory region"
         );
-        assert!(MemoryFlags::rc(&odp(true), &more(false, true, false)).is_ok());
+        assert!(MemoryFlags::rc(&odp(true), &more(false, true, false), false).is_ok());
+        // -j with -o or -O is refused; -j alone is not.
+        for (o, implicit) in [(true, false), (false, true)] {
+            let e = MemoryFlags::rc(&odp(o), &more(implicit, false, false), true).unwrap_err();
+            assert_eq!(e.to_string(), "DM memory region can't be on demand");
+        }
+        assert!(MemoryFlags::rc(&odp(false), &more(false, false, false), true).is_ok());
         assert!(RC_ODP.rc == OdpTransportCaps::SEND | OdpTransportCaps::RECV);
         assert!(SRQ_ODP.rc == OdpTransportCaps::SEND | OdpTransportCaps::SRQ_RECV);
     }

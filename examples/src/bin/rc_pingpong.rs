@@ -12,7 +12,6 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use sideway::QpType;
-use sideway_examples::cli::CliError;
 use sideway_examples::cli::{exit_status, log_to_stderr};
 use sideway_examples::pingpong::{
     run_connected, ChkArg, DmArg, MemoryFlags, OdpArg, PingpongArgs, RcMemoryArgs,
@@ -44,14 +43,7 @@ fn main() -> ExitCode {
     let mut args = Args::parse();
     args.common.validate = args.chk.chk;
     args.common.use_dm = args.dm.dm;
-    // ibv_rc_pingpong's order: device memory with on-demand paging (-o or -O) first, then
-    // -P without either.
-    let run = if args.dm.dm && (args.odp.odp || args.memory.implicit_odp) {
-        Err(CliError::run("DM memory region can't be on demand"))
-    } else {
-        MemoryFlags::rc(&args.odp, &args.memory)
-    }
-    .and_then(|memory| {
+    let run = MemoryFlags::rc(&args.odp, &args.memory, args.dm.dm).and_then(|memory| {
         args.common.memory = memory;
         run_connected(&args.common, QpType::Rc)
     });
