@@ -871,6 +871,7 @@ impl QpBuffers {
         self.slice
     }
 
+    #[inline]
     fn place(&self, q: usize) -> (usize, usize) {
         assert!(q < self.qps, "QP {q} of {}", self.qps);
         match self.layout {
@@ -891,6 +892,7 @@ impl QpBuffers {
     }
 
     /// QP `q`'s slice, to write. Panics like [`QpBuffers::qp`].
+    #[inline]
     pub fn qp_mut(&mut self, q: usize) -> QpBufferMut<'_> {
         let (region, base) = self.place(q);
         QpBufferMut {

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use sideway::{ClaimedCq, CompletionChannel, QueuePair, SendFlags, WorkCompletion};
 
 use sideway::memory_region::Sge;
+use sideway::SendData;
 
 use super::bw::{wr_op, Targets, WrOpOwned};
 use super::dc::{DcOp, DcQps};
@@ -212,8 +213,13 @@ impl PingPong<'_> {
     }
 }
 
-/// Runs one size; `posted` (µs timestamps) must have room for every iteration. Returns what
-/// this side measured: nothing on the server of READ and atomic tests.
+/// Runs one size; `posted` (one clock reading per post) must have room for every iteration.
+/// Returns what this side measured: nothing on the server of READ and atomic tests.
+///
+/// The measured loops do as little per iteration as perftest's: a post's timestamp is the
+/// bare clock reading (the arithmetic that turns readings into microseconds runs after the
+/// loop), and a WRITE's request is built once, before the loop, unless its data is inline
+/// (copied while posting, so it borrows the buffer the loop also writes the counter into).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_size(
     res: &mut Resources,
@@ -221,8 +227,7 @@ pub(crate) fn run_size(
     oob: &mut OobChannel,
     size: u64,
     is_client: bool,
-    posted: &mut Vec<f64>,
-    base: Instant,
+    posted: &mut Vec<Instant>,
     watch: &mut Watch,
 ) -> Result<Option<LatencyResult>, RunError> {
     watch.start();
@@ -237,7 +242,6 @@ pub(crate) fn run_size(
         params.iterations
     };
     let past_deadline = || deadline.is_some_and(|d| Instant::now() >= d);
-    let now_us = || base.elapsed().as_secs_f64() * 1e6;
     let recv_sge = res.recv_sge(0);
     let Resources {
         qps,
@@ -291,6 +295,11 @@ pub(crate) fn run_size(
             let RemoteTarget {
                 rkey, addr: raddr, ..
             } = remote_target(remotes, 0, half)?;
+            // The data of every WRITE: the same SGE each time, unless it is inline.
+            let fixed_sge = match local_data(bufs.qp(0), half, inline, size, Verb::Write) {
+                SendData::Sge(sge) => Some(sge),
+                _ => None,
+            };
             let mut i = 0u64;
             // --staging: the message comes from the GPU before each WRITE, and what landed
             // goes to it once the counter says it is all there.
@@ -311,9 +320,12 @@ pub(crate) fn run_size(
                     bufs.qp(0).stage_from_gpu(0..len)?;
                 }
                 bufs.qp_mut(0).poke(last, value)?;
-                let data = local_data(bufs.qp(0), half, inline, size, Verb::Write);
+                let data = match fixed_sge {
+                    Some(sge) => SendData::Sge(sge),
+                    None => local_data(bufs.qp(0), half, inline, size, Verb::Write),
+                };
                 let op = LatOp::of(WrOpOwned::write(rkey, raddr, data), is_dc)?;
-                pp.post(&op, || posted.push(now_us()))?;
+                pp.post(&op, || posted.push(Instant::now()))?;
                 if !is_client {
                     let came = pp.wait(oob, |_| Ok(bufs.qp(0).peek(half + last) == Some(value)))?;
                     if matches!(came, Waited::PeerDone) {
@@ -347,7 +359,7 @@ pub(crate) fn run_size(
                 if let Some(len) = staging.before_post {
                     bufs.qp(0).stage_from_gpu(0..len)?;
                 }
-                pp.post(&op, || posted.push(now_us()))?;
+                pp.post(&op, || posted.push(Instant::now()))?;
                 if is_client {
                     let came = pp.wait(oob, |p| p.take_recv())?;
                     if matches!(came, Waited::PeerDone) || past_deadline() {
@@ -374,7 +386,7 @@ pub(crate) fn run_size(
             let op = LatOp::of(wr_op(&targets, 0, size, params)?, is_dc)?;
             let mut i = 0u64;
             while i < iterations && !past_deadline() {
-                pp.post(&op, || posted.push(now_us()))?;
+                pp.post(&op, || posted.push(Instant::now()))?;
                 pp.wait(oob, |_| Ok(true))?;
                 if let Some(len) = staging.after_completion {
                     bufs.qp(0).stage_to_gpu(0..len)?;
@@ -384,7 +396,7 @@ pub(crate) fn run_size(
         }
     }
     pp.drain(oob)?;
-    let summary = LatencySummary::from_post_times(posted, rtt_factor)?;
+    let summary = LatencySummary::from_post_instants(posted, rtt_factor)?;
     Ok(Some(LatencyResult {
         bytes: size,
         iterations: posted.len() as u64,

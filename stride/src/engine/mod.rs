@@ -524,7 +524,7 @@ fn run_connected(
     } else {
         1
     });
-    let mut posted: Vec<f64> = Vec::with_capacity(match (params.test, params.duration) {
+    let mut posted: Vec<Instant> = Vec::with_capacity(match (params.test, params.duration) {
         (Test::Bw, _) => 0,
         // Duration mode: room for a fast device's worth; more only grows the vector.
         (Test::Lat, Some(d)) => usize::try_from(d.saturating_mul(1_000_000))
@@ -604,7 +604,6 @@ fn run_connected(
                 size,
                 is_client,
                 &mut posted,
-                base,
                 &mut watch,
             )?
             .map(SizeResult::Latency),
