@@ -18,6 +18,7 @@ pub mod cuda;
 pub mod engine;
 pub mod gid_select;
 pub mod latency;
+pub mod loop_cost;
 pub mod oob;
 pub mod pacing;
 pub mod params;
