@@ -31,6 +31,9 @@ pub struct ClockCheck {
     /// What one reading of the monotonic clock costs, in nanoseconds: the fastest of a few
     /// rounds, so that a round the scheduler interrupted does not count.
     pub read_ns: f64,
+    /// Whether the latency loops stamp their posts with the TSC
+    /// ([`crate::post_clock`]): the clocksource is `tsc` and the process may read it.
+    pub tsc_stamps: bool,
 }
 
 impl ClockCheck {
@@ -46,19 +49,33 @@ impl ClockCheck {
             let per_read = start.elapsed().as_secs_f64() * 1e9 / f64::from(READS_PER_ROUND);
             best = best.min(per_read);
         }
+        let source = current_source();
         ClockCheck {
-            source: current_source(),
+            tsc_stamps: crate::post_clock::tsc_usable(source.as_deref()),
+            source,
             read_ns: best,
         }
     }
 
-    /// For the banner and the JSON report: `tsc, 23 ns per read`.
+    /// For the banner and the JSON report: `tsc, 23 ns per read`; a latency test's adds how
+    /// it stamps its posts ([`ClockCheck::latency_description`]).
     pub fn description(&self) -> String {
         format!(
             "{}, {:.0} ns per read",
             self.source.as_deref().unwrap_or("clocksource unknown"),
             self.read_ns
         )
+    }
+
+    /// The description for a latency test: with how its posts are stamped, `tsc, 23 ns per
+    /// read, posts stamped by RDTSC`.
+    pub fn latency_description(&self) -> String {
+        let stamps = if self.tsc_stamps {
+            "posts stamped by RDTSC"
+        } else {
+            "posts stamped by this clock"
+        };
+        format!("{}, {stamps}", self.description())
     }
 
     /// A warning when reading the clock is slow enough to distort the results.
@@ -111,6 +128,7 @@ mod tests {
         ClockCheck {
             source: source.map(str::to_owned),
             read_ns,
+            tsc_stamps: source == Some("tsc"),
         }
     }
 
@@ -131,6 +149,14 @@ mod tests {
         assert_eq!(
             check(None, 1500.0).description(),
             "clocksource unknown, 1500 ns per read"
+        );
+        assert_eq!(
+            check(Some("tsc"), 23.4).latency_description(),
+            "tsc, 23 ns per read, posts stamped by RDTSC"
+        );
+        assert_eq!(
+            check(Some("hpet"), 900.0).latency_description(),
+            "hpet, 900 ns per read, posts stamped by this clock"
         );
     }
 

@@ -21,7 +21,6 @@
 //! floating point, so for sub-microsecond jitter our t_stdev is the true one.
 
 use std::fmt;
-use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
@@ -105,17 +104,6 @@ impl LatencySummary {
         let mut deltas: Vec<f64> = posted.windows(2).map(|w| w[1] - w[0]).collect();
         Self::from_samples(&mut deltas, rtt_factor)
     }
-
-    /// As [`from_post_times`](Self::from_post_times), from the clock readings themselves:
-    /// a measured loop stores only `Instant::now()` per post and leaves the arithmetic to this,
-    /// after the loop.
-    pub fn from_post_instants(posted: &[Instant], rtt_factor: f64) -> Result<Self, TooFewSamples> {
-        let mut deltas: Vec<f64> = posted
-            .windows(2)
-            .map(|w| w[1].saturating_duration_since(w[0]).as_secs_f64() * 1e6)
-            .collect();
-        Self::from_samples(&mut deltas, rtt_factor)
-    }
 }
 
 #[cfg(test)]
@@ -162,24 +150,6 @@ mod tests {
         assert_eq!(r.t_typical, 5.0);
         assert_eq!(r.t_stdev, 0.0);
         assert_eq!(r.t_max, 15.0);
-    }
-
-    #[test]
-    fn clock_readings_give_the_same_summary_as_microseconds() {
-        // The loops store bare readings; the summary must be what the µs timestamps gave.
-        use std::time::Duration;
-        let base = Instant::now();
-        let us = [0.0, 10.0, 20.0, 30.5, 40.5, 50.5, 61.0, 91.0, 141.0];
-        let readings: Vec<Instant> = us
-            .iter()
-            .map(|&u| base + Duration::from_nanos((u * 1000.0) as u64))
-            .collect();
-        let from_readings = LatencySummary::from_post_instants(&readings, 2.0).unwrap();
-        let from_us = LatencySummary::from_post_times(&us, 2.0).unwrap();
-        assert_eq!(from_readings, from_us);
-        assert_eq!(from_readings.t_typical, 5.0);
-        assert_eq!(from_readings.t_max, 15.0);
-        assert!(LatencySummary::from_post_instants(&readings[..3], 2.0).is_err());
     }
 
     #[test]

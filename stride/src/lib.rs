@@ -23,6 +23,7 @@ pub mod oob;
 pub mod pacing;
 pub mod params;
 pub mod plot;
+pub mod post_clock;
 pub mod preflight;
 pub mod progress;
 pub mod report;

@@ -17,7 +17,7 @@
 
 use std::time::{Duration, Instant};
 
-use sideway::{ClaimedCq, CompletionChannel, QueuePair, SendFlags, WorkCompletion};
+use sideway::{ClaimedCq, CompletionChannel, PostSendGuard, QueuePair, SendFlags, WorkCompletion};
 
 use sideway::memory_region::Sge;
 use sideway::SendData;
@@ -32,6 +32,7 @@ use crate::cli::Verb;
 use crate::latency::LatencySummary;
 use crate::oob::OobChannel;
 use crate::params::TestParams;
+use crate::post_clock::PostClock;
 use crate::report::LatencyResult;
 
 /// What a ping-pong posts on: its QP, or with `-c DC` its DC initiator (QP index 0).
@@ -57,9 +58,10 @@ impl<'a> LatOp<'a> {
     }
 }
 
-/// The state of a ping-pong's one QP.
+/// The waiting side of a latency loop: its completion queues and watchdog. The QP it posts
+/// on is kept apart, so that a request can sit built in the QP's send guard while the loop
+/// waits (see [`prepare`]).
 struct PingPong<'r> {
-    qp: LatQp<'r>,
     /// With `-c DC`: the shared queue the DC target receives through.
     srq: Option<&'r sideway::SharedReceiveQueue>,
     /// Claimed for the whole run: polls take no claim of their own.
@@ -91,10 +93,16 @@ enum Waited {
 }
 
 impl PingPong<'_> {
-    /// Posts `op` as one signaled request (wr_id 0); `stamp` runs just before the doorbell.
+    /// Posts `op` on `qp` as one signaled request (wr_id 0); `stamp` runs just before the
+    /// doorbell.
     #[inline(always)]
-    fn post(&mut self, op: &LatOp<'_>, stamp: impl FnOnce()) -> Result<(), RunError> {
-        match (&mut self.qp, op) {
+    fn post(
+        &mut self,
+        qp: &mut LatQp<'_>,
+        op: &LatOp<'_>,
+        stamp: impl FnOnce(),
+    ) -> Result<(), RunError> {
+        match (qp, op) {
             (LatQp::Qp(qp), LatOp::Qp(op)) => {
                 let mut guard = qp.start_post_send();
                 op.push(&mut guard, 0, SendFlags::SIGNALED);
@@ -181,9 +189,10 @@ impl PingPong<'_> {
         Ok(())
     }
 
-    /// Takes one receive completion if there is one, and reposts the receive.
+    /// Takes one receive completion if there is one, and reposts the receive (on `qp`, or on
+    /// the SRQ of a DC target).
     #[inline(always)]
-    fn take_recv(&mut self) -> Result<bool, RunError> {
+    fn take_recv(&mut self, qp: &mut LatQp<'_>) -> Result<bool, RunError> {
         let got = self.recv_cq.poll_into(&mut self.wcs[1..2])?;
         if got == 0 {
             return Ok(false);
@@ -192,7 +201,7 @@ impl PingPong<'_> {
             let failed = wc_failed(&e, "receive", 0, self.progress + 1, self.qp_timeout);
             return Err(self.watch.explain(failed));
         }
-        match (self.srq, &mut self.qp) {
+        match (self.srq, qp) {
             (Some(srq), _) => {
                 let mut guard = srq.start_post_recv();
                 guard.recv(0, &[self.recv_sge]);
@@ -213,13 +222,29 @@ impl PingPong<'_> {
     }
 }
 
-/// Runs one size; `posted` (one clock reading per post) must have room for every iteration.
+/// `op` built into a send guard of `qp` as one signaled request (wr_id 0), checked and
+/// written now, while the previous request is in flight or the peer's message is on its way:
+/// when the wait ends, only the timestamp and the doorbell remain, as in perftest's loops
+/// (which post a request they built before the run). On SoftRoCE that matters beyond the
+/// instructions saved: a READ posted within about a microsecond of the previous completion
+/// finds the QP's kernel task still running and hands the request over to it; one posted
+/// later runs the task again inside its own system call, and the round trip takes ~15 µs
+/// more in the emulated guest (perftest's own `--latency_gap=1` shows the same step).
+#[inline(always)]
+fn prepare<'q>(qp: &'q mut QueuePair, op: &WrOpOwned<'q>) -> PostSendGuard<'q> {
+    let mut guard = qp.start_post_send();
+    op.push(&mut guard, 0, SendFlags::SIGNALED);
+    guard
+}
+
+/// Runs one size; `posted` (one stamp of `stamps` per post) must have room for every
+/// iteration.
 /// Returns what this side measured: nothing on the server of READ and atomic tests.
 ///
-/// The measured loops do as little per iteration as perftest's: a post's timestamp is the
-/// bare clock reading (the arithmetic that turns readings into microseconds runs after the
-/// loop), and a WRITE's request is built once, before the loop, unless its data is inline
-/// (copied while posting, so it borrows the buffer the loop also writes the counter into).
+/// The measured loops do as little per iteration as perftest's: a post's stamp is one TSC
+/// reading where the kernel keeps time with the TSC ([`PostClock`]; the arithmetic that turns
+/// stamps into microseconds runs after the loop), a WRITE's SGE is made once, before the
+/// loop, and each request is built while the loop waits ([`prepare`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_size(
     res: &mut Resources,
@@ -227,7 +252,8 @@ pub(crate) fn run_size(
     oob: &mut OobChannel,
     size: u64,
     is_client: bool,
-    posted: &mut Vec<Instant>,
+    posted: &mut Vec<u64>,
+    stamps: &PostClock,
     watch: &mut Watch,
 ) -> Result<Option<LatencyResult>, RunError> {
     watch.start();
@@ -264,13 +290,12 @@ pub(crate) fn run_size(
     }
     let staging = super::bw::Staging::of(bufs.is_staged(), params, size, half);
     let is_dc = dc.is_some();
-    let qp = match (dc.as_mut(), qps.first_mut()) {
+    let mut qp = match (dc.as_mut(), qps.first_mut()) {
         (Some(dc), _) => LatQp::Dc(dc),
         (None, Some(qp)) => LatQp::Qp(qp),
         (None, None) => return Err(RunError::new("a latency test needs one QP")),
     };
     let mut pp = PingPong {
-        qp,
         srq: srq.as_deref(),
         send_cq: send_cq.claim()?,
         recv_cq: recv_cq.claim()?,
@@ -307,15 +332,14 @@ pub(crate) fn run_size(
                 Some(len) => bufs.qp(0).stage_to_gpu(half..half + len),
                 None => Ok(()),
             };
+            // Each turn: our previous WRITE complete (it reads the buffer the counter goes
+            // into), the next one's counter written and its request built, then the wait
+            // for the peer's message, and the doorbell. The server writes first, and waits
+            // for the peer's answer to its last WRITE after the loop.
+            let mut stopped = false;
             while i < iterations {
                 let value = (i as u8).wrapping_add(1);
-                if is_client {
-                    let came = pp.wait(oob, |_| Ok(bufs.qp(0).peek(half + last) == Some(value)))?;
-                    if matches!(came, Waited::PeerDone) || past_deadline() {
-                        break;
-                    }
-                    landed(bufs)?;
-                }
+                pp.drain(oob)?;
                 if let Some(len) = staging.before_post {
                     bufs.qp(0).stage_from_gpu(0..len)?;
                 }
@@ -324,16 +348,49 @@ pub(crate) fn run_size(
                     Some(sge) => SendData::Sge(sge),
                     None => local_data(bufs.qp(0), half, inline, size, Verb::Write),
                 };
-                let op = LatOp::of(WrOpOwned::write(rkey, raddr, data), is_dc)?;
-                pp.post(&op, || posted.push(Instant::now()))?;
-                if !is_client {
-                    let came = pp.wait(oob, |_| Ok(bufs.qp(0).peek(half + last) == Some(value)))?;
-                    if matches!(came, Waited::PeerDone) {
-                        break;
+                let op = WrOpOwned::write(rkey, raddr, data);
+                let expect = match (is_client, i) {
+                    (true, _) => Some(value),
+                    (false, 0) => None,
+                    (false, _) => Some(i as u8),
+                };
+                let ready = |_: &mut PingPong<'_>| Ok(bufs.qp(0).peek(half + last) == expect);
+                match &mut qp {
+                    LatQp::Qp(q) => {
+                        let guard = prepare(q, &op);
+                        if expect.is_some() {
+                            let came = pp.wait(oob, ready)?;
+                            if matches!(came, Waited::PeerDone) || (is_client && past_deadline()) {
+                                stopped = true;
+                                break;
+                            }
+                            landed(bufs)?;
+                        }
+                        posted.push(stamps.now());
+                        guard.post()?;
+                        pp.outstanding = true;
                     }
-                    landed(bufs)?;
+                    LatQp::Dc(_) => {
+                        if expect.is_some() {
+                            let came = pp.wait(oob, ready)?;
+                            if matches!(came, Waited::PeerDone) || (is_client && past_deadline()) {
+                                stopped = true;
+                                break;
+                            }
+                            landed(bufs)?;
+                        }
+                        let op = LatOp::of(op, true)?;
+                        pp.post(&mut qp, &op, || posted.push(stamps.now()))?;
+                    }
                 }
                 i += 1;
+            }
+            if !is_client && !stopped && i > 0 {
+                let value = ((i - 1) as u8).wrapping_add(1);
+                let came = pp.wait(oob, |_| Ok(bufs.qp(0).peek(half + last) == Some(value)))?;
+                if matches!(came, Waited::Came) {
+                    landed(bufs)?;
+                }
             }
         }
         Verb::Send => {
@@ -348,7 +405,7 @@ pub(crate) fn run_size(
             let mut i = 0u64;
             while i < iterations {
                 if !is_client {
-                    let came = pp.wait(oob, |p| p.take_recv())?;
+                    let came = pp.wait(oob, |p| p.take_recv(&mut qp))?;
                     if matches!(came, Waited::PeerDone) {
                         break;
                     }
@@ -359,9 +416,9 @@ pub(crate) fn run_size(
                 if let Some(len) = staging.before_post {
                     bufs.qp(0).stage_from_gpu(0..len)?;
                 }
-                pp.post(&op, || posted.push(Instant::now()))?;
+                pp.post(&mut qp, &op, || posted.push(stamps.now()))?;
                 if is_client {
-                    let came = pp.wait(oob, |p| p.take_recv())?;
+                    let came = pp.wait(oob, |p| p.take_recv(&mut qp))?;
                     if matches!(came, Waited::PeerDone) || past_deadline() {
                         break;
                     }
@@ -383,20 +440,53 @@ pub(crate) fn run_size(
                 half,
                 inline,
             };
-            let op = LatOp::of(wr_op(&targets, 0, size, params)?, is_dc)?;
+            let op = wr_op(&targets, 0, size, params)?;
             let mut i = 0u64;
-            while i < iterations && !past_deadline() {
-                pp.post(&op, || posted.push(Instant::now()))?;
-                pp.wait(oob, |_| Ok(true))?;
-                if let Some(len) = staging.after_completion {
-                    bufs.qp(0).stage_to_gpu(0..len)?;
+            match &mut qp {
+                LatQp::Qp(q) => {
+                    // The next request is built while this one is in flight (see prepare).
+                    if i < iterations && !past_deadline() {
+                        let mut guard = prepare(q, &op);
+                        loop {
+                            posted.push(stamps.now());
+                            guard.post()?;
+                            pp.outstanding = true;
+                            i += 1;
+                            let next = if i < iterations && !past_deadline() {
+                                Some(prepare(q, &op))
+                            } else {
+                                None
+                            };
+                            pp.wait(oob, |_| Ok(true))?;
+                            if let Some(len) = staging.after_completion {
+                                bufs.qp(0).stage_to_gpu(0..len)?;
+                            }
+                            match next {
+                                Some(g) => guard = g,
+                                None => break,
+                            }
+                        }
+                    }
                 }
-                i += 1;
+                LatQp::Dc(_) => {
+                    let op = LatOp::of(op, true)?;
+                    while i < iterations && !past_deadline() {
+                        pp.post(&mut qp, &op, || posted.push(stamps.now()))?;
+                        pp.wait(oob, |_| Ok(true))?;
+                        if let Some(len) = staging.after_completion {
+                            bufs.qp(0).stage_to_gpu(0..len)?;
+                        }
+                        i += 1;
+                    }
+                }
             }
         }
     }
     pp.drain(oob)?;
-    let summary = LatencySummary::from_post_instants(posted, rtt_factor)?;
+    let mut intervals = stamps
+        .intervals_us(posted)
+        .map_err(|e| RunError::new(e.to_string()))?;
+    let summary = LatencySummary::from_samples(&mut intervals, rtt_factor)?;
     Ok(Some(LatencyResult {
         bytes: size,
         iterations: posted.len() as u64,

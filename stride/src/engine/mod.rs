@@ -38,6 +38,7 @@ use crate::clock::{current_source, ClockCheck};
 use crate::latency::TooFewSamples;
 use crate::oob::{OobChannel, OobError, QpEndpoint};
 use crate::params::{ParamError, TestParams};
+use crate::post_clock::PostClock;
 use crate::preflight;
 use crate::progress::Progress;
 use crate::report::{self, IntervalSeries, Report, SideReport, SizeResult};
@@ -331,7 +332,11 @@ fn print_banner(
         " Memory regions  : {}",
         res.bufs.layout().describe(res.bufs.qps())
     );
-    println!(" Clock           : {}", clock.description());
+    let clock_text = match params.test {
+        Test::Lat => clock.latency_description(),
+        Test::Bw => clock.description(),
+    };
+    println!(" Clock           : {clock_text}");
     println!(" Link type       : {}", dev.link_type());
     if params.bidirectional {
         println!(" Bidirectional   : both sides measure their own direction");
@@ -524,7 +529,7 @@ fn run_connected(
     } else {
         1
     });
-    let mut posted: Vec<Instant> = Vec::with_capacity(match (params.test, params.duration) {
+    let mut posted: Vec<u64> = Vec::with_capacity(match (params.test, params.duration) {
         (Test::Bw, _) => 0,
         // Duration mode: room for a fast device's worth; more only grows the vector.
         (Test::Lat, Some(d)) => usize::try_from(d.saturating_mul(1_000_000))
@@ -556,6 +561,8 @@ fn run_connected(
     let data_roles = validate::DataRoles::of(params, is_client);
     let mut validated = 0u64;
     let base = Instant::now();
+    // The latency loops' post stamps; the TSC's rate is measured from here to each size's end.
+    let stamps = PostClock::start(clock.tsc_stamps);
     for (k, &size) in params.sizes.iter().enumerate() {
         progress.show(k, size);
         if params.data_validation {
@@ -604,6 +611,7 @@ fn run_connected(
                 size,
                 is_client,
                 &mut posted,
+                &stamps,
                 &mut watch,
             )?
             .map(SizeResult::Latency),
@@ -655,7 +663,10 @@ fn run_connected(
             println!(" Data validation : the peer checks the data that lands there");
         }
     }
-    let mut clock_note = clock.description();
+    let mut clock_note = match params.test {
+        Test::Lat => clock.latency_description(),
+        Test::Bw => clock.description(),
+    };
     let source_now = current_source();
     if let Some(warning) = clock.switched(source_now.as_deref()) {
         eprintln!("{warning}");
