@@ -444,8 +444,23 @@ pub(crate) fn run_size(
             let mut i = 0u64;
             match &mut qp {
                 LatQp::Qp(q) => {
-                    // The next request is built while this one is in flight (see prepare).
-                    if i < iterations && !past_deadline() {
+                    // The next request is built while this one is in flight (see prepare) on
+                    // a classic QP, where it waits in sideway's own storage. An extended QP's
+                    // request goes into the provider's send queue as it is built, and at TX
+                    // depth 1 the one in flight holds the only slot: built after the wait.
+                    if q.is_extended() {
+                        while i < iterations && !past_deadline() {
+                            let guard = prepare(q, &op);
+                            posted.push(stamps.now());
+                            guard.post()?;
+                            pp.outstanding = true;
+                            i += 1;
+                            pp.wait(oob, |_| Ok(true))?;
+                            if let Some(len) = staging.after_completion {
+                                bufs.qp(0).stage_to_gpu(0..len)?;
+                            }
+                        }
+                    } else if i < iterations && !past_deadline() {
                         let mut guard = prepare(q, &op);
                         loop {
                             posted.push(stamps.now());
