@@ -10,6 +10,8 @@
 //! when it is slow, and says so when the clocksource changed by the end of the run.
 
 use std::hint::black_box;
+
+use crate::cli::Test;
 use std::time::Instant;
 
 /// Where Linux names the clocksource in use.
@@ -57,8 +59,8 @@ impl ClockCheck {
         }
     }
 
-    /// For the banner and the JSON report: `tsc, 23 ns per read`; a latency test's adds how
-    /// it stamps its posts ([`ClockCheck::latency_description`]).
+    /// For the banner and the JSON report: `tsc, 23 ns per read` (see also
+    /// [`ClockCheck::description_for`]).
     pub fn description(&self) -> String {
         format!(
             "{}, {:.0} ns per read",
@@ -67,15 +69,14 @@ impl ClockCheck {
         )
     }
 
-    /// The description for a latency test: with how its posts are stamped, `tsc, 23 ns per
-    /// read, posts stamped by RDTSC`.
-    pub fn latency_description(&self) -> String {
-        let stamps = if self.tsc_stamps {
-            "posts stamped by RDTSC"
-        } else {
-            "posts stamped by this clock"
-        };
-        format!("{}, {stamps}", self.description())
+    /// The description for a run of `test`: a latency test's adds how it stamps its posts,
+    /// `tsc, 23 ns per read, posts stamped by RDTSC`.
+    pub fn description_for(&self, test: Test) -> String {
+        match (test, self.tsc_stamps) {
+            (Test::Bw, _) => self.description(),
+            (Test::Lat, true) => format!("{}, posts stamped by RDTSC", self.description()),
+            (Test::Lat, false) => format!("{}, posts stamped by this clock", self.description()),
+        }
     }
 
     /// A warning when reading the clock is slow enough to distort the results.
@@ -151,12 +152,16 @@ mod tests {
             "clocksource unknown, 1500 ns per read"
         );
         assert_eq!(
-            check(Some("tsc"), 23.4).latency_description(),
+            check(Some("tsc"), 23.4).description_for(Test::Lat),
             "tsc, 23 ns per read, posts stamped by RDTSC"
         );
         assert_eq!(
-            check(Some("hpet"), 900.0).latency_description(),
+            check(Some("hpet"), 900.0).description_for(Test::Lat),
             "hpet, 900 ns per read, posts stamped by this clock"
+        );
+        assert_eq!(
+            check(Some("tsc"), 23.4).description_for(Test::Bw),
+            "tsc, 23 ns per read"
         );
     }
 

@@ -97,18 +97,17 @@ impl LatencySummary {
             p99_9: at(0.999) / rtt_factor,
         })
     }
-
-    /// Turns post timestamps (µs, one per iteration) into the inter-post samples perftest
-    /// uses, then summarises them.
-    pub fn from_post_times(posted: &[f64], rtt_factor: f64) -> Result<Self, TooFewSamples> {
-        let mut deltas: Vec<f64> = posted.windows(2).map(|w| w[1] - w[0]).collect();
-        Self::from_samples(&mut deltas, rtt_factor)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::post_clock::PostClock;
+
+    /// The samples of monotonic post stamps (ns), as the latency loops compute them.
+    fn intervals(stamps: &[u64]) -> Vec<f64> {
+        PostClock::start(false).intervals_us(stamps).unwrap()
+    }
 
     #[test]
     fn drops_two_largest_like_perftest() {
@@ -137,15 +136,16 @@ mod tests {
 
     #[test]
     fn half_round_trip_and_post_times() {
-        // Posts 10 us apart, one 30 us gap and one 50 us gap at the end (the dropped tail).
-        let mut t = vec![0.0];
+        // Posts 10 us apart, one 30 us gap and one 50 us gap at the end (the dropped tail),
+        // as the latency loops stamp them (monotonic stamps in ns) and turn them into samples.
+        let mut t = vec![0u64];
         for _ in 0..10 {
             let last = *t.last().unwrap();
-            t.push(last + 10.0);
+            t.push(last + 10_000);
         }
-        t.push(t.last().unwrap() + 30.0);
-        t.push(t.last().unwrap() + 50.0);
-        let r = LatencySummary::from_post_times(&t, 2.0).unwrap();
+        t.push(t.last().unwrap() + 30_000);
+        t.push(t.last().unwrap() + 50_000);
+        let r = LatencySummary::from_samples(&mut intervals(&t), 2.0).unwrap();
         assert_eq!(r.t_min, 5.0);
         assert_eq!(r.t_typical, 5.0);
         assert_eq!(r.t_stdev, 0.0);
@@ -157,6 +157,6 @@ mod tests {
         let err = LatencySummary::from_samples(&mut [1.0, 2.0], 1.0).unwrap_err();
         assert_eq!(err, TooFewSamples { got: 2 });
         assert!(err.to_string().contains("at least 3"));
-        assert!(LatencySummary::from_post_times(&[1.0], 1.0).is_err());
+        assert!(LatencySummary::from_samples(&mut intervals(&[1000]), 1.0).is_err());
     }
 }

@@ -354,30 +354,33 @@ pub(crate) fn run_size(
                     (false, 0) => None,
                     (false, _) => Some(i as u8),
                 };
-                let ready = |_: &mut PingPong<'_>| Ok(bufs.qp(0).peek(half + last) == expect);
+                // The peer's message, when one is due; false when the run ends here.
+                let mut peer = |pp: &mut PingPong<'_>| -> Result<bool, RunError> {
+                    if expect.is_none() {
+                        return Ok(true);
+                    }
+                    let came = pp.wait(oob, |_| Ok(bufs.qp(0).peek(half + last) == expect))?;
+                    if matches!(came, Waited::PeerDone) || (is_client && past_deadline()) {
+                        return Ok(false);
+                    }
+                    landed(bufs)?;
+                    Ok(true)
+                };
                 match &mut qp {
                     LatQp::Qp(q) => {
                         let guard = prepare(q, &op);
-                        if expect.is_some() {
-                            let came = pp.wait(oob, ready)?;
-                            if matches!(came, Waited::PeerDone) || (is_client && past_deadline()) {
-                                stopped = true;
-                                break;
-                            }
-                            landed(bufs)?;
+                        if !peer(&mut pp)? {
+                            stopped = true;
+                            break;
                         }
                         posted.push(stamps.now());
                         guard.post()?;
                         pp.outstanding = true;
                     }
                     LatQp::Dc(_) => {
-                        if expect.is_some() {
-                            let came = pp.wait(oob, ready)?;
-                            if matches!(came, Waited::PeerDone) || (is_client && past_deadline()) {
-                                stopped = true;
-                                break;
-                            }
-                            landed(bufs)?;
+                        if !peer(&mut pp)? {
+                            stopped = true;
+                            break;
                         }
                         let op = LatOp::of(op, true)?;
                         pp.post(&mut qp, &op, || posted.push(stamps.now()))?;

@@ -332,11 +332,7 @@ fn print_banner(
         " Memory regions  : {}",
         res.bufs.layout().describe(res.bufs.qps())
     );
-    let clock_text = match params.test {
-        Test::Lat => clock.latency_description(),
-        Test::Bw => clock.description(),
-    };
-    println!(" Clock           : {clock_text}");
+    println!(" Clock           : {}", clock.description_for(params.test));
     println!(" Link type       : {}", dev.link_type());
     if params.bidirectional {
         println!(" Bidirectional   : both sides measure their own direction");
@@ -663,10 +659,7 @@ fn run_connected(
             println!(" Data validation : the peer checks the data that lands there");
         }
     }
-    let mut clock_note = match params.test {
-        Test::Lat => clock.latency_description(),
-        Test::Bw => clock.description(),
-    };
+    let mut clock_note = clock.description_for(params.test);
     let source_now = current_source();
     if let Some(warning) = clock.switched(source_now.as_deref()) {
         eprintln!("{warning}");
