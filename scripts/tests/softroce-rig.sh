@@ -49,6 +49,13 @@ check "scripts/link with no link: exit 2, says why" 2 \
     "RDMA_TEST_NETNS is not set: there is no two-host link here" \
     env -u RDMA_TEST_NETNS scripts/link down
 check "scripts/link --help" 0 '^Usage: scripts/link' scripts/link --help
+check "SOFTROCE_EXTRA_PACKAGES that are not package names: exit 2, says why" 2 \
+    'SOFTROCE_EXTRA_PACKAGES="valgrind;true" is not a comma-separated list' \
+    env SOFTROCE_EXTRA_PACKAGES='valgrind;true' $rig status
+check "scripts/loop-instructions with a row it cannot run: exit 2, says why" 2 \
+    '"write_bw:64" is not TEST:SIZE' scripts/loop-instructions write_bw:64
+check "scripts/loop-instructions with LONG_ITERS not above SHORT_ITERS: exit 2" 2 \
+    'LONG_ITERS the larger \(got 1000 and 1000\)' env LONG_ITERS=1000 scripts/loop-instructions
 check "scripts/guest-tests on its own with a bad --hosts: exit 2" 2 "guest-tests: --hosts takes 2" \
     env -u RDMA_TEST_DEVICE scripts/guest-tests --hosts 3
 check "run -- false: exit 1" 1 '' $rig run -- false

@@ -12,7 +12,7 @@
 //! The TSC is used only where Linux keeps time with it (clocksource `tsc`: the kernel found
 //! it invariant and synchronised across CPUs; see [`crate::clock`]) and where this process
 //! may read it (`PR_GET_TSC`, else `RDTSC` faults). Its rate is measured against the
-//! monotonic clock over the whole run, from the first stamp to the conversion, rather than
+//! monotonic clock over the whole run, from [`PostClock::start`] to each conversion, rather than
 //! taken from /proc/cpuinfo as perftest does (which is right only to within the 2 % perftest
 //! tolerates).
 
