@@ -1,0 +1,225 @@
+//! [`Config`]: a connection's sizes and timers, and the way to connect or listen with them.
+
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use crate::core::Limits;
+use crate::stream::{Listener, Stream};
+use crate::wire::{MAX_RING, MIN_RECV_DEPTH, MIN_RING};
+
+/// How connections are made: buffer sizes, queue depths, timers. Both sides choose their
+/// own; each tells the other its receive ring in the handshake.
+///
+/// Memory per connection: `ring_size + send_buffer` bytes of registered memory (512 KiB by
+/// default), plus the QP's `send_depth + recv_depth` work queue entries and a CQ of the same
+/// size (`docs/trespass-protocol.md`, "Memory per connection").
+///
+/// ```no_run
+/// use std::time::Duration;
+/// let stream = trespass::Config::new()
+///     .ring_size(1 << 20)
+///     .keepalive(Some(Duration::from_secs(5)))
+///     .connect("198.18.0.1:7471")?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub(crate) ring_size: u32,
+    pub(crate) send_buffer: u32,
+    pub(crate) recv_depth: u16,
+    pub(crate) send_depth: u32,
+    pub(crate) max_write: u32,
+    pub(crate) max_message: u32,
+    pub(crate) max_inline: u32,
+    pub(crate) keepalive: Option<Duration>,
+    pub(crate) busy_poll: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) linger: Duration,
+    pub(crate) retry_count: u8,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            ring_size: 256 * 1024,
+            send_buffer: 256 * 1024,
+            recv_depth: 128,
+            send_depth: 128,
+            max_write: 64 * 1024,
+            max_message: 64 << 20,
+            max_inline: 64,
+            keepalive: Some(Duration::from_secs(30)),
+            busy_poll: Duration::from_micros(20),
+            connect_timeout: Duration::from_secs(10),
+            linger: Duration::from_secs(10),
+            retry_count: 7,
+        }
+    }
+}
+
+impl Config {
+    /// The defaults: 256 KiB receive ring and send buffer, 128 receives and 128 sends, 64 KiB
+    /// writes, 64 MiB messages, 64 bytes inline, keep-alive every 30 s, 20 µs of busy
+    /// polling before sleeping, 10 s to connect and to linger on close.
+    pub fn new() -> Config {
+        Config::default()
+    }
+
+    /// This side's receive ring in bytes (4 KiB to 256 MiB): how much the peer may write
+    /// ahead of this side's reads.
+    pub fn ring_size(&mut self, bytes: u32) -> &mut Self {
+        self.ring_size = bytes;
+        self
+    }
+
+    /// This side's send buffer in bytes (at least 4 KiB): how much a write may copy before
+    /// the peer's NIC has taken the bytes before it.
+    pub fn send_buffer(&mut self, bytes: u32) -> &mut Self {
+        self.send_buffer = bytes;
+        self
+    }
+
+    /// Receives posted for the peer's writes (8 to 65535): how many writes may be in flight
+    /// towards this side, and how many unread messages it holds.
+    pub fn recv_depth(&mut self, n: u16) -> &mut Self {
+        self.recv_depth = n;
+        self
+    }
+
+    /// Send queue depth (at least 8).
+    pub fn send_depth(&mut self, n: u32) -> &mut Self {
+        self.send_depth = n;
+        self
+    }
+
+    /// The largest single RDMA WRITE in bytes (at least 1).
+    pub fn max_write(&mut self, bytes: u32) -> &mut Self {
+        self.max_write = bytes;
+        self
+    }
+
+    /// The largest message this side accepts from [`Stream::recv_msg`]; the peer learns it
+    /// and refuses to send larger ones.
+    pub fn max_message(&mut self, bytes: u32) -> &mut Self {
+        self.max_message = bytes;
+        self
+    }
+
+    /// Writes up to this many bytes are copied into the work request (inline); the device
+    /// may allow fewer.
+    pub fn max_inline(&mut self, bytes: u32) -> &mut Self {
+        self.max_inline = bytes;
+        self
+    }
+
+    /// Keep-alive period: after this long without a word from the peer, a probe goes out,
+    /// and if the peer answers nothing within another period the connection fails with a
+    /// keep-alive error. A process-wide helper thread answers probes for connections no
+    /// thread is using. `None` turns it off (a stopped peer is then noticed only by a
+    /// write that its NIC does not acknowledge, or never).
+    pub fn keepalive(&mut self, period: Option<Duration>) -> &mut Self {
+        self.keepalive = period;
+        self
+    }
+
+    /// How long a blocking call spins polling the completion queue before it sleeps on the
+    /// completion channel (0: sleep at once).
+    pub fn busy_poll(&mut self, d: Duration) -> &mut Self {
+        self.busy_poll = d;
+        self
+    }
+
+    /// The limit for a connect, and for the handshake of each accepted connection.
+    pub fn connect_timeout(&mut self, d: Duration) -> &mut Self {
+        self.connect_timeout = d;
+        self
+    }
+
+    /// How long dropping a stream waits for its last bytes to reach the peer.
+    pub fn linger(&mut self, d: Duration) -> &mut Self {
+        self.linger = d;
+        self
+    }
+
+    /// The transport's retry count (0 to 7): how often an unacknowledged packet is sent
+    /// again before the connection fails as unreachable.
+    pub fn retry_count(&mut self, n: u8) -> &mut Self {
+        self.retry_count = n.min(7);
+        self
+    }
+
+    /// Connects to `addr` (the first address it resolves to) with this configuration.
+    ///
+    /// # Errors
+    ///
+    /// An invalid configuration (`InvalidInput`), or what [`Stream::connect`] returns.
+    pub fn connect(&self, addr: impl ToSocketAddrs) -> io::Result<Stream> {
+        let addr = first_addr(addr)?;
+        self.check()?;
+        Ok(crate::stream::connect(self, addr, self.connect_timeout)?)
+    }
+
+    /// Listens on `addr` with this configuration; every accepted stream uses it.
+    ///
+    /// # Errors
+    ///
+    /// An invalid configuration (`InvalidInput`), or what [`Listener::bind`] returns.
+    pub fn bind(&self, addr: impl ToSocketAddrs) -> io::Result<Listener> {
+        let addr = first_addr(addr)?;
+        self.check()?;
+        Ok(crate::stream::bind(self, addr)?)
+    }
+
+    pub(crate) fn check(&self) -> io::Result<()> {
+        let bad = |what: String| Err(io::Error::new(io::ErrorKind::InvalidInput, what));
+        if !(MIN_RING..=MAX_RING).contains(&self.ring_size) {
+            return bad(format!(
+                "ring_size {} is outside {MIN_RING}..={MAX_RING}",
+                self.ring_size
+            ));
+        }
+        if self.send_buffer < MIN_RING {
+            return bad(format!(
+                "send_buffer {} is below {MIN_RING}",
+                self.send_buffer
+            ));
+        }
+        if self.recv_depth < MIN_RECV_DEPTH {
+            return bad(format!(
+                "recv_depth {} is below {MIN_RECV_DEPTH}",
+                self.recv_depth
+            ));
+        }
+        if self.send_depth < 8 {
+            return bad(format!("send_depth {} is below 8", self.send_depth));
+        }
+        if self.max_write == 0 {
+            return bad("max_write is 0".into());
+        }
+        if self.keepalive == Some(Duration::ZERO) {
+            return bad("a keep-alive period of 0; use None to turn keep-alive off".into());
+        }
+        Ok(())
+    }
+
+    pub(crate) fn limits(&self) -> Limits {
+        Limits {
+            ring_size: self.ring_size,
+            send_buffer: self.send_buffer,
+            recv_depth: self.recv_depth,
+            send_depth: self.send_depth,
+            max_write: self.max_write.min(crate::wire::MAX_DATA_LEN),
+            max_message: self.max_message,
+        }
+    }
+}
+
+pub(crate) fn first_addr(addr: impl ToSocketAddrs) -> io::Result<SocketAddr> {
+    addr.to_socket_addrs()?.next().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the address resolves to nothing",
+        )
+    })
+}

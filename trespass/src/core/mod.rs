@@ -1,0 +1,834 @@
+//! The protocol core: one connection's state machine, with no I/O at all.
+//!
+//! It calls no verb, owns no fd and reads no clock. The driver feeds it what happened
+//! (completions, the connection manager's disconnect, the time, the application's reads and
+//! writes) and asks it what to do, in this order each round:
+//!
+//! 1. [`Connection::on_send_completion`] / [`Connection::on_recv_completion`] for every
+//!    completion polled, then [`Connection::on_disconnected`] if rdma_cm said so, and
+//!    [`Connection::handle_timeout`] when [`Connection::poll_timeout`] has passed;
+//! 2. [`Connection::poll_recvs`]: post that many receives (zero-length) again;
+//! 3. [`Connection::poll_transmit`] until `None`: post each, all in one doorbell.
+//!
+//! The application side copies bytes itself, into the ranges the core names:
+//! [`Connection::send_window`] then [`Connection::commit_send`] to write;
+//! [`Connection::recv_window`] then [`Connection::consume`] (streams) or
+//! [`Connection::consume_message`] (messages) to read.
+//!
+//! The rules it keeps (`docs/trespass-protocol.md` says why):
+//! - nothing is written into the peer's ring beyond the bytes it has credited, and no
+//!   write with immediate is posted without one of the peer's receives known to be free,
+//!   the last [`CONTROL_RESERVE`] of which only control messages use;
+//! - every value the peer sends is checked before use; a lie ends the connection with
+//!   [`ConnError::Protocol`] and nothing else;
+//! - the send queue never holds more than its depth, and one request in every quarter of
+//!   it is signalled, so completions always come back to free it.
+
+mod credit;
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use credit::{wire_value, Cumulative};
+
+use crate::wire::{Control, Hello, Imm, CONTROL_RESERVE};
+
+/// Coalescing threshold with `nodelay` off: held bytes go out once this many are pending.
+pub const COALESCE_BYTES: u64 = 16 * 1024;
+
+/// The ring fraction at which consumed bytes are reported back: a byte credit goes out
+/// once a quarter of the ring has been read since the last one.
+pub const BYTE_CREDIT_DIVISOR: u64 = 4;
+
+/// The receive fraction at which reposted receives are reported back: once a quarter of
+/// the receives have been posted again since the last report.
+pub const RECV_CREDIT_DIVISOR: u32 = 4;
+
+/// One connection's sizes, fixed when it is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// This side's receive ring, in bytes.
+    pub ring_size: u32,
+    /// This side's send buffer (where written bytes wait for their RDMA WRITE), in bytes.
+    pub send_buffer: u32,
+    /// Receives this side posts for the peer's writes with immediate.
+    pub recv_depth: u16,
+    /// Send queue depth.
+    pub send_depth: u32,
+    /// The largest single RDMA WRITE.
+    pub max_write: u32,
+    /// The largest message this side accepts.
+    pub max_message: u32,
+}
+
+/// Why a connection ended badly. Sticky: once set, every later call returns it again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnError {
+    /// The peer broke the protocol (a length, offset, credit or message it had no right to
+    /// send). The connection is closed; other connections are untouched.
+    #[error("the peer broke the trespass protocol: {0}")]
+    Protocol(String),
+    /// The peer went away without closing (its process died, or it disconnected with its
+    /// write side still open).
+    #[error("the connection was reset: {0}")]
+    Reset(String),
+    /// The transport gave up: the peer's NIC stopped answering within the retry budget
+    /// (link down, host down).
+    #[error("the peer is unreachable: {0}")]
+    Unreachable(String),
+    /// The peer answered no keep-alive probe within the keep-alive period.
+    #[error("the peer did not answer a keep-alive probe within {0:?} (process stopped or hung?)")]
+    KeepAlive(Duration),
+    /// A local failure (a verb failed, the device went away).
+    #[error("local failure: {0}")]
+    Local(String),
+}
+
+/// How a work request completed, as the core needs to know it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    /// Success.
+    Ok,
+    /// Flushed: the QP went to the error state (a disconnect, or an earlier failure).
+    Flushed,
+    /// The transport's retries ran out: the peer's NIC did not answer.
+    RetryExceeded,
+    /// The peer's NIC refused the access (bad key, address, or length): a local bug or the
+    /// peer deregistered its ring.
+    RemoteAccess,
+    /// Any other failure; the status code and its text.
+    Other(u32, &'static str),
+}
+
+/// What to post: an RDMA WRITE with immediate into the peer's ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// The work request id to post it with.
+    pub wr_id: u64,
+    /// Where its bytes are in the send buffer (unused when `len` is 0).
+    pub local_offset: u32,
+    /// Bytes to write (0 for control messages).
+    pub len: u32,
+    /// Where in the peer's ring they go (an offset from the ring's start).
+    pub remote_offset: u32,
+    /// The immediate, already encoded.
+    pub imm: u32,
+    /// Ask for a completion.
+    pub signaled: bool,
+}
+
+/// What the read side holds next: `len` contiguous bytes at `offset` in the ring, and
+/// whether the last of them ends a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvWindow {
+    /// Offset in the ring.
+    pub offset: u32,
+    /// Bytes readable there (may be 0 for an empty message).
+    pub len: u32,
+    /// The last of these bytes ends a message.
+    pub ends_message: bool,
+}
+
+/// One connection's protocol state. See the [module docs](self) for the order of calls.
+#[derive(Debug)]
+pub struct Connection {
+    limits: Limits,
+    peer: Hello,
+
+    // Send buffer: [completed, posted) is in flight, [posted, app_tail) waits to be posted.
+    app_tail: u64,
+    posted: u64,
+    completed: u64,
+    /// Send-buffer positions where messages end that are not yet posted.
+    msg_ends: VecDeque<u64>,
+    nodelay: bool,
+    flush: bool,
+
+    // The peer's ring: this side has written `posted` bytes into it; it has consumed:
+    peer_consumed: Cumulative,
+    // The peer's receives: this side has used `imm_sent`, it has posted again:
+    imm_sent: u64,
+    peer_reposted: Cumulative,
+
+    // Send queue: ids below `wr_done` are complete; `signaled` holds (id, send-buffer
+    // position after it) for each signalled request in flight.
+    wr_next: u64,
+    wr_done: u64,
+    signaled: VecDeque<(u64, u64)>,
+    unsignaled_run: u32,
+
+    // Receive ring: [head, tail) holds unread bytes; `credited` was last reported.
+    tail: u64,
+    head: u64,
+    credited: u64,
+    /// Ring positions where messages end; each holds its receive until it is read.
+    boundaries: VecDeque<u64>,
+    /// Bytes of the message being received so far.
+    msg_bytes: u64,
+    recvs_due: u32,
+    reposted: u64,
+    reposted_reported: u64,
+
+    // Control.
+    fin_wanted: bool,
+    fin_sent: bool,
+    fin_wr: Option<u64>,
+    fin_done: bool,
+    peer_fin: bool,
+    pong_due: bool,
+    ping_wanted: bool,
+    ping_outstanding: bool,
+
+    // Keep-alive.
+    keepalive: Option<Duration>,
+    last_heard: Option<Instant>,
+    ping_deadline: Option<Instant>,
+
+    // Failure.
+    error: Option<ConnError>,
+    /// The transport is gone (disconnected or flushed): reads drain the ring, then end.
+    broken: Option<ConnError>,
+}
+
+impl Connection {
+    /// A connection with this side's `limits`, to a peer that said `peer`.
+    ///
+    /// The driver has already posted `limits.recv_depth` receives.
+    pub fn new(limits: Limits, peer: Hello) -> Connection {
+        let depth = usize::from(limits.recv_depth);
+        Connection {
+            limits,
+            peer,
+            app_tail: 0,
+            posted: 0,
+            completed: 0,
+            msg_ends: VecDeque::with_capacity(usize::from(peer.recv_depth)),
+            nodelay: true,
+            flush: false,
+            peer_consumed: Cumulative::default(),
+            imm_sent: 0,
+            peer_reposted: Cumulative::default(),
+            wr_next: 0,
+            wr_done: 0,
+            signaled: VecDeque::with_capacity(limits.send_depth as usize),
+            unsignaled_run: 0,
+            tail: 0,
+            head: 0,
+            credited: 0,
+            boundaries: VecDeque::with_capacity(depth),
+            msg_bytes: 0,
+            recvs_due: 0,
+            reposted: 0,
+            reposted_reported: 0,
+            fin_wanted: false,
+            fin_sent: false,
+            fin_wr: None,
+            fin_done: false,
+            peer_fin: false,
+            pong_due: false,
+            ping_wanted: false,
+            ping_outstanding: false,
+            keepalive: None,
+            last_heard: None,
+            ping_deadline: None,
+            error: None,
+            broken: None,
+        }
+    }
+
+    /// This side's limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// What the peer said when connecting.
+    pub fn peer(&self) -> &Hello {
+        &self.peer
+    }
+
+    // ---------------------------------------------------------------- settings
+
+    /// With `nodelay` on (the default) every committed byte is posted as soon as credit
+    /// allows; off, bytes are held until [`COALESCE_BYTES`] are pending, a message ends,
+    /// or [`flush`](Self::flush) is called.
+    pub fn set_nodelay(&mut self, nodelay: bool) {
+        self.nodelay = nodelay;
+    }
+
+    /// Whether `nodelay` is on.
+    pub fn nodelay(&self) -> bool {
+        self.nodelay
+    }
+
+    /// Posts every held byte on the next [`poll_transmit`](Self::poll_transmit).
+    pub fn flush(&mut self) {
+        self.flush = true;
+    }
+
+    /// Probes the peer after `period` without hearing from it, and fails the connection
+    /// with [`ConnError::KeepAlive`] when another `period` passes without an answer.
+    /// `None` turns keep-alive off. Takes effect from `now`.
+    pub fn set_keepalive(&mut self, period: Option<Duration>, now: Instant) {
+        self.keepalive = period;
+        self.last_heard = Some(now);
+        self.ping_deadline = None;
+    }
+
+    // ---------------------------------------------------------------- state
+
+    /// The connection's fatal error, if any (sticky).
+    pub fn error(&self) -> Option<&ConnError> {
+        self.error.as_ref()
+    }
+
+    /// Why the transport is gone, if it is (reads may still drain the ring).
+    pub fn broken(&self) -> Option<&ConnError> {
+        self.broken.as_ref()
+    }
+
+    /// True once the peer shut its write side down and every byte before that was read.
+    pub fn is_eof(&self) -> bool {
+        self.peer_fin && self.head == self.tail && self.boundaries.is_empty()
+    }
+
+    /// True while bytes (or an empty message) wait to be read.
+    pub fn has_unread(&self) -> bool {
+        self.head != self.tail || !self.boundaries.is_empty()
+    }
+
+    /// True once this side's write side is shut down.
+    pub fn write_shut(&self) -> bool {
+        self.fin_wanted
+    }
+
+    /// True once the FIN was posted and completed: the peer's NIC has every byte.
+    pub fn fin_done(&self) -> bool {
+        self.fin_done
+    }
+
+    /// Bytes committed but not yet known to be in the peer's ring.
+    pub fn unacknowledged(&self) -> u64 {
+        self.app_tail - self.completed
+    }
+
+    /// Work requests posted and not known to be complete.
+    pub fn in_flight(&self) -> u64 {
+        self.wr_next - self.wr_done
+    }
+
+    /// True when a write could take at least one byte now.
+    pub fn is_writable(&self) -> bool {
+        self.send_window().1 > 0
+    }
+
+    /// A complete message (or, with `stream`, any byte or end of stream) is waiting.
+    pub fn is_readable(&self, stream: bool) -> bool {
+        if self.error.is_some() || self.is_eof() {
+            return true;
+        }
+        if stream {
+            self.has_unread() || self.broken.is_some()
+        } else {
+            !self.boundaries.is_empty()
+                || self.tail - self.head >= u64::from(self.limits.ring_size) / 2
+                || self.broken.is_some()
+        }
+    }
+
+    fn fail(&mut self, e: ConnError) {
+        if self.error.is_none() {
+            self.error = Some(e);
+        }
+    }
+
+    fn protocol(&mut self, what: String) {
+        self.fail(ConnError::Protocol(what));
+    }
+
+    fn check(&self) -> Result<(), ConnError> {
+        match &self.error {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    // ---------------------------------------------------------------- writing
+
+    /// Contiguous free room in the send buffer: `(offset, len)`. `len` is 0 while the buffer
+    /// is full, or while as many messages wait unposted as the peer has receives.
+    pub fn send_window(&self) -> (u32, u32) {
+        if self.error.is_some() || self.fin_wanted || self.broken.is_some() {
+            return (0, 0);
+        }
+        let size = u64::from(self.limits.send_buffer);
+        let free = size - (self.app_tail - self.completed);
+        let offset = self.app_tail % size;
+        let len = free.min(size - offset);
+        if self.msg_ends.len() >= usize::from(self.peer.recv_depth) {
+            return (offset as u32, 0);
+        }
+        (offset as u32, len as u32)
+    }
+
+    /// Free bytes in the send buffer in all (not only contiguous).
+    pub fn send_free(&self) -> u64 {
+        u64::from(self.limits.send_buffer) - (self.app_tail - self.completed)
+    }
+
+    /// Records that the application copied `n` bytes into the send window; `ends_message`
+    /// marks the last of them (or, with `n` 0, an empty message) as a message's end.
+    ///
+    /// # Errors
+    ///
+    /// The connection's error, or [`ConnError::Local`] when `n` exceeds the window (a bug
+    /// in the caller).
+    pub fn commit_send(&mut self, n: u32, ends_message: bool) -> Result<(), ConnError> {
+        self.check()?;
+        let (_, room) = self.send_window();
+        if n > room || (ends_message && self.msg_ends.len() >= usize::from(self.peer.recv_depth))
+        {
+            return Err(ConnError::Local(format!(
+                "committed {n} bytes into a send window of {room}"
+            )));
+        }
+        self.app_tail += u64::from(n);
+        if ends_message {
+            self.msg_ends.push_back(self.app_tail);
+        }
+        Ok(())
+    }
+
+    /// Shuts the write side down: once every committed byte is posted, a FIN follows.
+    pub fn shutdown_write(&mut self) {
+        self.fin_wanted = true;
+        self.flush = true;
+    }
+
+    // ---------------------------------------------------------------- reading
+
+    /// The next contiguous readable bytes in the ring (stopping at a message's end).
+    pub fn recv_window(&self) -> RecvWindow {
+        let size = u64::from(self.limits.ring_size);
+        let avail = self.tail - self.head;
+        let offset = self.head % size;
+        let mut len = avail.min(size - offset);
+        let mut ends_message = false;
+        if let Some(&end) = self.boundaries.front() {
+            if end - self.head <= len {
+                len = end - self.head;
+                ends_message = true;
+            }
+        }
+        RecvWindow {
+            offset: offset as u32,
+            len: len as u32,
+            ends_message,
+        }
+    }
+
+    /// Records that the application read `n` bytes as a stream: message ends they reach are
+    /// passed over.
+    pub fn consume(&mut self, n: u32) {
+        self.advance_head(n);
+        while self.boundaries.front().is_some_and(|&end| end <= self.head) {
+            self.boundaries.pop_front();
+            self.recvs_due += 1;
+        }
+    }
+
+    /// Records that the application read `n` bytes of a message; `ends_message` when they
+    /// end it (as [`recv_window`](Self::recv_window) said).
+    pub fn consume_message(&mut self, n: u32, ends_message: bool) {
+        self.advance_head(n);
+        if ends_message && self.boundaries.front() == Some(&self.head) {
+            self.boundaries.pop_front();
+            self.recvs_due += 1;
+        }
+    }
+
+    fn advance_head(&mut self, n: u32) {
+        let n = u64::from(n).min(self.tail - self.head);
+        self.head += n;
+    }
+
+    // ---------------------------------------------------------------- events
+
+    /// A send completion for `wr_id`.
+    pub fn on_send_completion(&mut self, wr_id: u64, status: Completion) {
+        match status {
+            Completion::Ok => {}
+            other => {
+                self.transport_failed(other, "an RDMA WRITE");
+                return;
+            }
+        }
+        if wr_id < self.wr_done || wr_id >= self.wr_next {
+            self.fail(ConnError::Local(format!(
+                "a completion for work request {wr_id}, which is not in flight ({}..{})",
+                self.wr_done, self.wr_next
+            )));
+            return;
+        }
+        while let Some(&(id, pos)) = self.signaled.front() {
+            if id > wr_id {
+                break;
+            }
+            self.signaled.pop_front();
+            self.completed = self.completed.max(pos);
+        }
+        self.wr_done = wr_id + 1;
+        if self.fin_wr.is_some_and(|fin| fin <= wr_id) {
+            self.fin_done = true;
+        }
+    }
+
+    fn transport_failed(&mut self, status: Completion, what: &str) {
+        let err = match status {
+            Completion::Ok => return,
+            Completion::Flushed => ConnError::Reset(format!(
+                "{what} was flushed: the connection's queue pair is in the error state"
+            )),
+            Completion::RetryExceeded => ConnError::Unreachable(format!(
+                "{what} was not acknowledged within the transport's retries (link down, or the peer's host is gone)"
+            )),
+            Completion::RemoteAccess => ConnError::Reset(format!(
+                "the peer's NIC refused {what} (remote access error): its ring is gone"
+            )),
+            Completion::Other(code, text) => {
+                ConnError::Local(format!("{what} failed: {text} (status {code})"))
+            }
+        };
+        if self.broken.is_none() {
+            self.broken = Some(err);
+        }
+    }
+
+    /// A receive completion: `imm` is its immediate (`None` when it had none) and
+    /// `byte_len` the bytes the peer wrote.
+    pub fn on_recv_completion(
+        &mut self,
+        imm: Option<u32>,
+        byte_len: u32,
+        status: Completion,
+        now: Instant,
+    ) {
+        if status != Completion::Ok {
+            self.transport_failed(status, "a receive");
+            return;
+        }
+        if self.error.is_some() {
+            return;
+        }
+        self.last_heard = Some(now);
+        self.ping_deadline = None;
+        let Some(raw) = imm else {
+            self.protocol(format!(
+                "a message without immediate data ({byte_len} bytes): trespass peers only RDMA WRITE with immediate"
+            ));
+            return;
+        };
+        let imm = match Imm::decode(raw) {
+            Ok(imm) => imm,
+            Err(e) => return self.protocol(e.to_string()),
+        };
+        if !matches!(imm, Imm::Data { .. }) && byte_len != 0 {
+            return self.protocol(format!(
+                "a control message ({imm:?}) carried {byte_len} bytes"
+            ));
+        }
+        match imm {
+            Imm::Data { len, eom } => self.on_data(len, byte_len, eom),
+            Imm::CreditBytes(v) => {
+                if let Err(e) = self.peer_consumed.advance(v, self.posted) {
+                    return self.protocol(format!(
+                        "it credited {} bytes read, but only {} were written to it",
+                        e.claimed, e.limit
+                    ));
+                }
+                self.recvs_due += 1;
+            }
+            Imm::CreditRecvs(v) => {
+                if let Err(e) = self.peer_reposted.advance(v, self.imm_sent) {
+                    return self.protocol(format!(
+                        "it reported {} receives posted again, but only {} were used",
+                        e.claimed, e.limit
+                    ));
+                }
+                self.recvs_due += 1;
+            }
+            Imm::Control(Control::Fin) => {
+                if self.peer_fin {
+                    return self.protocol("a second FIN".into());
+                }
+                if self.msg_bytes != 0 {
+                    return self.protocol(format!(
+                        "a FIN in the middle of a message ({} bytes into it)",
+                        self.msg_bytes
+                    ));
+                }
+                self.peer_fin = true;
+                self.recvs_due += 1;
+            }
+            Imm::Control(Control::Ping) => {
+                self.pong_due = true;
+                self.recvs_due += 1;
+            }
+            Imm::Control(Control::Pong) => {
+                if !self.ping_outstanding {
+                    return self.protocol("a keep-alive answer that nobody asked for".into());
+                }
+                self.ping_outstanding = false;
+                self.recvs_due += 1;
+            }
+        }
+    }
+
+    fn on_data(&mut self, len: u32, byte_len: u32, eom: bool) {
+        if self.peer_fin {
+            return self.protocol(format!("{len} bytes after its FIN"));
+        }
+        if byte_len != len {
+            return self.protocol(format!(
+                "a write of {byte_len} bytes announced as {len} bytes"
+            ));
+        }
+        let size = u64::from(self.limits.ring_size);
+        let len64 = u64::from(len);
+        let free = size - (self.tail - self.head);
+        if len64 > free {
+            return self.protocol(format!(
+                "it wrote {len} bytes into a ring with {free} bytes free (more than its credit)"
+            ));
+        }
+        let offset = self.tail % size;
+        if offset + len64 > size {
+            return self.protocol(format!(
+                "a write of {len} bytes at ring offset {offset} runs past the ring's end ({size} bytes)"
+            ));
+        }
+        self.msg_bytes += len64;
+        if self.msg_bytes > u64::from(self.limits.max_message) {
+            return self.protocol(format!(
+                "a message of more than {} bytes, the most this side accepts",
+                self.limits.max_message
+            ));
+        }
+        self.tail += len64;
+        if eom {
+            if self.boundaries.len() >= usize::from(self.limits.recv_depth) {
+                return self.protocol("more messages than receives".into());
+            }
+            self.boundaries.push_back(self.tail);
+            self.msg_bytes = 0;
+        } else {
+            self.recvs_due += 1;
+        }
+    }
+
+    /// rdma_cm reported the connection gone (`RDMA_CM_EVENT_DISCONNECTED`): what is in the
+    /// ring can still be read; then the reader sees end of stream if the peer had shut its
+    /// write side down, or a reset if not.
+    pub fn on_disconnected(&mut self) {
+        if self.broken.is_none() {
+            self.broken = Some(ConnError::Reset(
+                "the peer disconnected without shutting down its write side".into(),
+            ));
+        }
+    }
+
+    /// A local failure the driver met (a verb failed).
+    pub fn on_local_error(&mut self, what: String) {
+        self.fail(ConnError::Local(what));
+    }
+
+    /// The earliest time [`handle_timeout`](Self::handle_timeout) must be called, if any.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let period = self.keepalive?;
+        if self.error.is_some() || self.broken.is_some() {
+            return None;
+        }
+        match self.ping_deadline {
+            Some(deadline) => Some(deadline),
+            None => self.last_heard.map(|t| t + period),
+        }
+    }
+
+    /// The time is `now`: sends a keep-alive probe when due, fails the connection when one
+    /// went unanswered.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let Some(period) = self.keepalive else { return };
+        if self.error.is_some() || self.broken.is_some() {
+            return;
+        }
+        if let Some(deadline) = self.ping_deadline {
+            if now >= deadline {
+                self.fail(ConnError::KeepAlive(period));
+            }
+            return;
+        }
+        let last = *self.last_heard.get_or_insert(now);
+        if now >= last + period {
+            if !self.ping_outstanding {
+                self.ping_outstanding = true;
+                self.ping_wanted = true;
+            }
+            self.ping_deadline = Some(now + period);
+        }
+    }
+
+    // ---------------------------------------------------------------- what to post
+
+    /// Receives to post again now; the driver posts exactly this many.
+    pub fn poll_recvs(&mut self) -> u32 {
+        let n = self.recvs_due;
+        self.recvs_due = 0;
+        self.reposted += u64::from(n);
+        n
+    }
+
+    fn peer_recvs_free(&self) -> u64 {
+        u64::from(self.peer.recv_depth) + self.peer_reposted.get() - self.imm_sent
+    }
+
+    fn sq_free(&self) -> u64 {
+        u64::from(self.limits.send_depth) - (self.wr_next - self.wr_done)
+    }
+
+    /// The next work request to post, or `None`.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        if self.error.is_some() || self.broken.is_some() || self.sq_free() == 0 {
+            return None;
+        }
+        let recvs = self.peer_recvs_free();
+        if recvs == 0 {
+            return None;
+        }
+        // Receive credit first: it is what lets the peer send anything at all.
+        let unreported = self.reposted - self.reposted_reported;
+        let threshold = u64::from((u32::from(self.limits.recv_depth) / RECV_CREDIT_DIVISOR).max(1));
+        if unreported >= threshold {
+            self.reposted_reported = self.reposted;
+            return Some(self.control(Imm::CreditRecvs(wire_value(self.reposted)), false));
+        }
+        if recvs < 2 {
+            return None;
+        }
+        let ring = u64::from(self.limits.ring_size);
+        if self.head - self.credited >= ring / BYTE_CREDIT_DIVISOR {
+            self.credited = self.head;
+            return Some(self.control(Imm::CreditBytes(wire_value(self.head)), false));
+        }
+        if self.pong_due {
+            self.pong_due = false;
+            return Some(self.control(Imm::Control(Control::Pong), false));
+        }
+        if recvs > u64::from(CONTROL_RESERVE) {
+            if let Some(t) = self.data_transmit() {
+                return Some(t);
+            }
+        }
+        if self.fin_wanted && !self.fin_sent && self.posted == self.app_tail {
+            self.fin_sent = true;
+            let t = self.control(Imm::Control(Control::Fin), true);
+            self.fin_wr = Some(t.wr_id);
+            return Some(t);
+        }
+        if self.ping_wanted {
+            self.ping_wanted = false;
+            return Some(self.control(Imm::Control(Control::Ping), true));
+        }
+        None
+    }
+
+    fn data_transmit(&mut self) -> Option<Transmit> {
+        let pending = self.app_tail - self.posted;
+        let next_end = self.msg_ends.front().copied();
+        let ends_here = next_end == Some(self.posted);
+        if pending == 0 && !ends_here {
+            self.flush = false;
+            return None;
+        }
+        if !self.nodelay && !self.flush && !self.fin_wanted && next_end.is_none() && pending < COALESCE_BYTES
+        {
+            return None;
+        }
+        // The piece: up to the next message end, the peer's credit, the end of either ring,
+        // and the largest write.
+        let peer_size = u64::from(self.peer.ring_size);
+        let peer_free = peer_size - (self.posted - self.peer_consumed.get());
+        let remote_offset = self.posted % peer_size;
+        let send_size = u64::from(self.limits.send_buffer);
+        let local_offset = self.posted % send_size;
+        let mut len = pending
+            .min(peer_free)
+            .min(peer_size - remote_offset)
+            .min(send_size - local_offset)
+            .min(u64::from(self.limits.max_write));
+        let mut eom = false;
+        if let Some(end) = next_end {
+            if end - self.posted <= len {
+                len = end - self.posted;
+                eom = true;
+            }
+        }
+        if len == 0 && !eom {
+            return None;
+        }
+        self.posted += len;
+        if eom {
+            self.msg_ends.pop_front();
+        }
+        let used_after = self.app_tail - self.completed;
+        let signal = used_after >= send_size / 2;
+        let imm = Imm::Data {
+            len: len as u32,
+            eom,
+        }
+        .encode();
+        let mut t = self.next_wr(imm, signal);
+        t.local_offset = local_offset as u32;
+        t.len = len as u32;
+        t.remote_offset = remote_offset as u32;
+        Some(t)
+    }
+
+    fn control(&mut self, imm: Imm, signal: bool) -> Transmit {
+        self.next_wr(imm.encode(), signal)
+    }
+
+    fn next_wr(&mut self, imm: u32, mut signaled: bool) -> Transmit {
+        let quarter = (self.limits.send_depth / 4).max(1);
+        if self.unsignaled_run + 1 >= quarter || self.sq_free() == 1 {
+            signaled = true;
+        }
+        let wr_id = self.wr_next;
+        self.wr_next += 1;
+        self.imm_sent += 1;
+        if signaled {
+            self.unsignaled_run = 0;
+            self.signaled.push_back((wr_id, self.posted));
+        } else {
+            self.unsignaled_run += 1;
+        }
+        Transmit {
+            wr_id,
+            local_offset: 0,
+            len: 0,
+            remote_offset: 0,
+            imm,
+            signaled,
+        }
+    }
+
+    /// Makes sure the newest request in flight is signalled, so that waiting for the send
+    /// buffer or the send queue ends: true when a signalled no-op is needed (there is
+    /// unsignalled work in flight and nothing else to post). Used by drivers that are about
+    /// to sleep while the send buffer is full.
+    pub fn needs_signal(&self) -> bool {
+        self.unsignaled_run > 0 && self.signaled.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1 @@
+//! in-memory pair tests (to come)

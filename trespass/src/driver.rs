@@ -1,0 +1,445 @@
+//! The verbs driver: one connection's verbs resources, and the pump that feeds the protocol
+//! core with completions and rdma_cm events and posts what it asks for.
+//!
+//! It owns the rdma_cm id and its event channel, a PD, a completion channel and one CQ for
+//! both queues, the QP (made by rdma_cm), the receive ring (registered for remote write: the
+//! peer's RDMA WRITEs land there) and the send buffer (registered for local reads only). No
+//! Rust slice ever covers the ring: bytes leave it by copy ([`RegisteredBuffer::read_at`]),
+//! and only after the completion that says the peer's write landed.
+
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sideway::queue_pair::SendFlags;
+use sideway::rdmacm::{CmId, ConnParam, EventChannel, EventType};
+use sideway::{
+    AccessFlags, CompletionChannel, CompletionQueue, DeviceReadOnly, ProtectionDomain,
+    QueuePair, RegisteredBuffer, WcStatus, WorkCompletion,
+};
+
+use crate::config::Config;
+use crate::core::{Completion, Connection, Limits};
+use crate::error::Error;
+use crate::readiness::Readiness;
+use crate::wire::Hello;
+
+/// The wr_id of every receive: sends count up from 0 and never reach it.
+const RECV_WR_ID: u64 = u64::MAX;
+
+/// Completions polled per call.
+const POLL_BATCH: usize = 32;
+
+/// The resources of a connection being set up, before the peer's hello is known.
+pub(crate) struct Resources {
+    pub(crate) id: Arc<CmId>,
+    pub(crate) channel: Arc<EventChannel>,
+    _pd: Arc<ProtectionDomain>,
+    comp_channel: Arc<CompletionChannel>,
+    cq: Arc<CompletionQueue>,
+    qp: QueuePair,
+    ring: RegisteredBuffer,
+    staging: RegisteredBuffer<DeviceReadOnly>,
+    limits: Limits,
+    max_inline: u32,
+}
+
+impl Resources {
+    /// A PD, a completion channel and CQ, an RC QP on `id` (rdma_cm's), the ring and the
+    /// send buffer, with every receive posted: ready to connect or accept.
+    pub(crate) fn new(id: &Arc<CmId>, config: &Config) -> Result<Resources, Error> {
+        let limits = config.limits();
+        let ctx = id
+            .device_context()
+            .map_err(|e| Error::verbs("opening the RDMA device of the connection", e))?;
+        let pd = ctx
+            .alloc_pd()
+            .map_err(|e| Error::verbs("allocating a protection domain", e))?;
+        let comp_channel = ctx
+            .create_comp_channel()
+            .map_err(|e| Error::verbs("creating a completion channel", e))?;
+        let cq = ctx
+            .create_cq_builder()
+            .cqe(limits.send_depth + u32::from(limits.recv_depth) + 1)
+            .channel(&comp_channel)
+            .build()
+            .map_err(|e| Error::verbs("creating a completion queue", e))?;
+        let mut builder = pd.create_qp_builder();
+        builder
+            .send_cq(&cq)
+            .recv_cq(&cq)
+            .max_send_wr(limits.send_depth)
+            .max_recv_wr(u32::from(limits.recv_depth))
+            .max_send_sge(1)
+            .max_recv_sge(1)
+            .max_inline_data(config.max_inline);
+        let mut qp = id
+            .create_qp(&builder)
+            .map_err(|e| Error::verbs("creating the connection's queue pair", e))?;
+        let max_inline = qp.cap().max_inline_data.min(config.max_inline);
+        let ring = pd
+            .reg_buffer(
+                limits.ring_size as usize,
+                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+            )
+            .map_err(|e| Error::verbs("registering the receive ring", e))?;
+        let staging = pd
+            .reg_read_only_buffer(limits.send_buffer as usize, AccessFlags::empty())
+            .map_err(|e| Error::verbs("registering the send buffer", e))?;
+        post_recvs(&mut qp, u32::from(limits.recv_depth))?;
+        Ok(Resources {
+            id: Arc::clone(id),
+            channel: id.channel(),
+            _pd: pd,
+            comp_channel,
+            cq,
+            qp,
+            ring,
+            staging,
+            limits,
+            max_inline,
+        })
+    }
+
+    /// What this side tells the peer.
+    pub(crate) fn hello(&self) -> Hello {
+        Hello {
+            ring_addr: self.ring.addr(),
+            ring_rkey: self.ring.rkey(),
+            ring_size: self.limits.ring_size,
+            recv_depth: self.limits.recv_depth,
+            max_message: self.limits.max_message,
+        }
+    }
+
+    /// The connection parameters for `rdma_connect` / `rdma_accept`, carrying the hello.
+    pub(crate) fn conn_param(&self, config: &Config) -> ConnParam {
+        let mut p = ConnParam::new();
+        p.private_data(&self.hello().encode())
+            .responder_resources(0)
+            .initiator_depth(0)
+            .retry_count(config.retry_count)
+            // No receiver-not-ready retries: credits make RNR impossible, so one is a bug
+            // (or a lying peer) and should fail loudly, not stall.
+            .rnr_retry_count(0);
+        p
+    }
+
+    /// The connection, once the peer's hello is known.
+    pub(crate) fn into_driver(
+        self,
+        peer: Hello,
+        config: &Config,
+    ) -> Result<(Driver, Readiness), Error> {
+        let readiness = Readiness::new(&[self.comp_channel.fd(), self.channel.as_raw_fd()])
+            .map_err(|e| Error::verbs("creating the connection's readiness fd", e))?;
+        let mut conn = Connection::new(self.limits, peer);
+        let now = Instant::now();
+        conn.set_keepalive(config.keepalive, now);
+        let local = self.id.local_addr();
+        let remote = self.id.peer_addr();
+        let driver = Driver {
+            res: self,
+            conn,
+            peer,
+            wcs: vec![WorkCompletion::default(); POLL_BATCH],
+            busy_poll: config.busy_poll,
+            disconnected: false,
+            local,
+            remote,
+        };
+        Ok((driver, readiness))
+    }
+}
+
+fn post_recvs(qp: &mut QueuePair, n: u32) -> Result<(), Error> {
+    let mut left = n;
+    while left > 0 {
+        let mut batch = qp.start_post_recv();
+        let chunk = left.min(64);
+        for _ in 0..chunk {
+            let _ = batch.recv(RECV_WR_ID, &[]);
+        }
+        batch
+            .post()
+            .map_err(|e| Error::verbs("posting receives", e))?;
+        left -= chunk;
+    }
+    Ok(())
+}
+
+fn completion(status: WcStatus) -> Completion {
+    match status {
+        WcStatus::Success => Completion::Ok,
+        WcStatus::WrFlushErr => Completion::Flushed,
+        WcStatus::RetryExcErr => Completion::RetryExceeded,
+        WcStatus::RemAccessErr | WcStatus::RemInvReqErr => Completion::RemoteAccess,
+        other => Completion::Other(other.into(), other.hint()),
+    }
+}
+
+/// One live connection: its resources and its protocol core.
+pub(crate) struct Driver {
+    res: Resources,
+    pub(crate) conn: Connection,
+    peer: Hello,
+    wcs: Vec<WorkCompletion>,
+    busy_poll: Duration,
+    disconnected: bool,
+    pub(crate) local: Option<SocketAddr>,
+    pub(crate) remote: Option<SocketAddr>,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("local", &self.local)
+            .field("remote", &self.remote)
+            .field("qp_num", &self.res.qp.qp_num())
+            .field("peer", &self.peer)
+            .finish()
+    }
+}
+
+impl Driver {
+    /// The ring, for copying bytes out.
+    pub(crate) fn ring(&self) -> &RegisteredBuffer {
+        &self.res.ring
+    }
+
+    /// The send buffer, for copying bytes in.
+    pub(crate) fn staging_mut(&mut self) -> &mut RegisteredBuffer<DeviceReadOnly> {
+        &mut self.res.staging
+    }
+
+    pub(crate) fn set_busy_poll(&mut self, d: Duration) {
+        self.busy_poll = d;
+    }
+
+    /// One round: every completion and rdma_cm event that is waiting, the timers, then the
+    /// receives and the writes the core asks for. True when anything happened.
+    pub(crate) fn pump(&mut self, now: Instant) -> bool {
+        let mut progress = self.poll_cq(now);
+        progress |= self.poll_cm();
+        if self.conn.poll_timeout().is_some_and(|t| now >= t) {
+            self.conn.handle_timeout(now);
+            progress = true;
+        }
+        progress |= self.post();
+        progress
+    }
+
+    fn poll_cq(&mut self, now: Instant) -> bool {
+        let mut progress = false;
+        loop {
+            let n = match self.res.cq.poll_into(&mut self.wcs) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.conn
+                        .on_local_error(format!("polling the completion queue failed: {e}"));
+                    return true;
+                }
+            };
+            for wc in &self.wcs[..n] {
+                let status = completion(wc.status());
+                if wc.wr_id() == RECV_WR_ID {
+                    self.conn
+                        .on_recv_completion(wc.imm_data(), wc.byte_len(), status, now);
+                } else {
+                    self.conn.on_send_completion(wc.wr_id(), status);
+                }
+            }
+            progress |= n > 0;
+            if n < self.wcs.len() {
+                return progress;
+            }
+        }
+    }
+
+    fn poll_cm(&mut self) -> bool {
+        let mut progress = false;
+        loop {
+            match self.res.channel.try_get_event() {
+                Ok(None) => return progress,
+                Ok(Some(ev)) => {
+                    progress = true;
+                    match ev.event_type() {
+                        EventType::Disconnected => {
+                            // Completions that landed before the disconnect count first.
+                            drop(ev);
+                            self.poll_cq(Instant::now());
+                            self.conn.on_disconnected();
+                            if !self.disconnected {
+                                self.disconnected = true;
+                                // Answer the peer's DREQ; the QP goes to the error state.
+                                let _ = self.res.id.disconnect();
+                            }
+                        }
+                        EventType::DeviceRemoval => self
+                            .conn
+                            .on_local_error("the RDMA device was removed".into()),
+                        _ => {}
+                    }
+                }
+                Err(e) => {
+                    self.conn
+                        .on_local_error(format!("reading rdma_cm events failed: {e}"));
+                    return true;
+                }
+            }
+        }
+    }
+
+    /// Posts the receives and the writes the core asks for: receives first (the credits
+    /// that follow report them), then every write in one doorbell.
+    fn post(&mut self) -> bool {
+        let mut progress = false;
+        let recvs = self.conn.poll_recvs();
+        if recvs > 0 {
+            progress = true;
+            if let Err(e) = post_recvs(&mut self.res.qp, recvs) {
+                self.conn.on_local_error(e.to_string());
+                return true;
+            }
+        }
+        let max_inline = self.res.max_inline;
+        let (rkey, raddr) = (self.peer.ring_rkey, self.peer.ring_addr);
+        let conn = &mut self.conn;
+        let Resources { qp, staging, .. } = &mut self.res;
+        let mut batch = qp.start_post_send();
+        let mut count = 0;
+        while let Some(t) = conn.poll_transmit() {
+            let flags = if t.signaled {
+                SendFlags::SIGNALED
+            } else {
+                SendFlags::empty()
+            };
+            let range = t.local_offset as usize..(t.local_offset + t.len) as usize;
+            let data = if t.len == 0 {
+                sideway::SendData::Empty
+            } else {
+                let piece = if t.len <= max_inline {
+                    staging.inline(range)
+                } else {
+                    staging.sge(range).map(sideway::SendData::Sge)
+                };
+                match piece {
+                    Some(d) => d,
+                    None => {
+                        // The core names ranges inside the buffer it was given; this would
+                        // be a bug here, reported rather than posted.
+                        conn.on_local_error("a send buffer range out of bounds".into());
+                        return true;
+                    }
+                }
+            };
+            let _ = batch.wr(t.wr_id, flags).rdma_write_with_imm(
+                rkey,
+                raddr + u64::from(t.remote_offset),
+                t.imm,
+                data,
+            );
+            count += 1;
+        }
+        if count > 0 {
+            progress = true;
+            if let Err(e) = batch.post() {
+                conn.on_local_error(format!("posting {count} RDMA WRITEs failed: {e}"));
+            }
+        }
+        progress
+    }
+
+    /// The hot path's round: completions, then posts; no rdma_cm event and no timer (those
+    /// come with [`pump`](Self::pump) whenever a wait wakes up).
+    pub(crate) fn pump_fast(&mut self, now: Instant) -> bool {
+        let mut progress = self.poll_cq(now);
+        progress |= self.post();
+        progress
+    }
+
+    /// Posts what the core has to post (after the application committed bytes).
+    pub(crate) fn flush_posts(&mut self) {
+        self.post();
+    }
+
+    /// Empties the completion channel and the readiness eventfd, arms the CQ, and pumps once
+    /// more (a completion that came before the arming would raise no event): after this,
+    /// the readiness fd turns readable on the next completion or rdma_cm event.
+    pub(crate) fn prepare_sleep(&mut self, readiness: &Readiness) -> bool {
+        while let Ok(Some(_)) = self.res.comp_channel.try_get_cq_event() {}
+        readiness.clear();
+        if let Err(e) = self.res.cq.req_notify(false) {
+            self.conn
+                .on_local_error(format!("arming the completion queue failed: {e}"));
+            return true;
+        }
+        self.pump(Instant::now())
+    }
+
+    /// Waits until `ready(core)` holds or `deadline` passes (false then): pumps, spins for
+    /// the busy-poll time, then sleeps on the readiness fd until a completion, an rdma_cm
+    /// event or the core's next timer.
+    pub(crate) fn wait_until(
+        &mut self,
+        readiness: &Readiness,
+        deadline: Option<Instant>,
+        ready: impl Fn(&Connection) -> bool,
+    ) -> Result<bool, Error> {
+        let done = |c: &Connection| ready(c) || c.error().is_some() || c.broken().is_some();
+        self.pump(Instant::now());
+        loop {
+            if done(&self.conn) {
+                return Ok(true);
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Ok(false);
+            }
+            let spin_end = now + self.busy_poll;
+            let mut progressed = false;
+            while Instant::now() < spin_end {
+                if self.pump_fast(Instant::now()) {
+                    progressed = true;
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+            if progressed {
+                continue;
+            }
+            if self.prepare_sleep(readiness) {
+                continue;
+            }
+            let until = match (deadline, self.conn.poll_timeout()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let timeout = until.map(|u| u.saturating_duration_since(Instant::now()));
+            readiness
+                .wait(timeout)
+                .map_err(|e| Error::verbs("waiting for the connection", e))?;
+            self.pump(Instant::now());
+        }
+    }
+
+    /// Closes gracefully: shuts the write side down, waits at most `linger` for the FIN to
+    /// complete (every byte written is then in the peer's ring), and disconnects.
+    pub(crate) fn close(&mut self, readiness: &Readiness, linger: Duration) {
+        if self.conn.error().is_none() && self.conn.broken().is_none() {
+            self.conn.shutdown_write();
+            let _ = self.wait_until(readiness, Some(Instant::now() + linger), |c| c.fin_done());
+        }
+        if !self.disconnected {
+            self.disconnected = true;
+            let _ = self.res.id.disconnect();
+        }
+    }
+
+    /// Shuts the write side down and posts the FIN (once every byte before it is posted).
+    pub(crate) fn shutdown_write(&mut self) {
+        self.conn.shutdown_write();
+        self.post();
+    }
+}

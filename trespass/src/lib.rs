@@ -1,0 +1,57 @@
+//! trespass: socket-like byte streams and messages over RDMA.
+//!
+//! A [`Stream`] is what a `TcpStream` is, over an RDMA reliable connection: [`Read`] and
+//! [`Write`](std::io::Write), half-close with [`Stream::shutdown`], timeouts, non-blocking
+//! mode and a pollable fd ([`AsFd`](std::os::fd::AsFd)); and, on the same connection,
+//! messages with boundaries ([`Stream::send_msg`], [`Stream::recv_msg`]). [`Listener`]
+//! accepts them. Connections are set up through rdma_cm, so any address with an RDMA device
+//! works: IPv4 or IPv6, RoCE or InfiniBand.
+//!
+//! ```no_run
+//! use std::io::{Read, Write};
+//! let mut stream = trespass::Stream::connect("198.18.0.1:7471")?;
+//! stream.write_all(b"hello")?;
+//! let mut reply = [0u8; 5];
+//! stream.read_exact(&mut reply)?;
+//! # Ok::<(), std::io::Error>(())
+//! ```
+//!
+//! # How it works
+//!
+//! Each side registers a receive ring and tells the peer where it is in rdma_cm's private
+//! data. Bytes travel as RDMA WRITEs with immediate into the peer's ring; the immediate
+//! says how many bytes landed. Credits come back the same way: the reader reports the bytes
+//! it consumed once a quarter of the ring was read, and the receives it posted again once a
+//! quarter of them were, so a writer never overruns the ring and never meets a receiver
+//! that is not ready. `docs/trespass-protocol.md` is the specification: wire format,
+//! flow-control rules, memory per connection, failure model.
+//!
+//! The [`core`] module is the protocol itself, with no I/O (no verb, no fd, no clock); the
+//! verbs driver and the blocking API pump it, and so will the async adapters.
+//!
+//! # Errors
+//!
+//! Calls return `std::io::Error`s whose kind is what a `TcpStream` user expects
+//! (`ConnectionRefused`, `ConnectionReset`, `TimedOut`, `BrokenPipe`, `InvalidData` for a peer
+//! that broke the protocol) and whose inner error is an [`Error`] saying what happened.
+//! A failed connection stays failed: every later call returns the same error.
+//!
+//! # What it does not do (yet)
+//!
+//! No zero-copy transfers, no shared receive queue mode, no async front end: those are the
+//! next steps. The keep-alive probes are answered by one process-wide helper thread.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod config;
+pub mod core;
+mod driver;
+mod error;
+mod keeper;
+mod readiness;
+mod stream;
+pub mod wire;
+
+pub use config::Config;
+pub use error::{Error, Fault};
+pub use stream::{Listener, Stream};

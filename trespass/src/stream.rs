@@ -1,0 +1,822 @@
+//! The blocking front end: [`Listener`] and [`Stream`], shaped like `TcpListener` and
+//! `TcpStream`, pumping the verbs driver from the caller's thread.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use sideway::rdmacm::{CmError, CmId, EventChannel, EventType, PortSpace};
+
+use crate::config::{first_addr, Config};
+use crate::core::ConnError;
+use crate::driver::{Driver, Resources};
+use crate::error::Error;
+use crate::readiness::Readiness;
+use crate::wire::{Hello, Refusal, WireError};
+
+/// A connection's driver and its readiness fd, shared with the keep-alive thread.
+pub(crate) struct Shared {
+    pub(crate) driver: Mutex<Driver>,
+    pub(crate) readiness: Readiness,
+}
+
+fn cm(what: &'static str) -> impl FnOnce(CmError) -> Error {
+    move |source| Error::Cm { what, source }
+}
+
+fn left(deadline: Instant) -> Duration {
+    deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1))
+}
+
+/// Connects to `addr`: resolves it and its route through rdma_cm, makes the connection's
+/// resources, and connects with this side's hello; the peer's hello comes back on accept.
+pub(crate) fn connect(config: &Config, addr: SocketAddr, timeout: Duration) -> Result<Stream, Error> {
+    let deadline = Instant::now() + timeout;
+    let timed_out = |e: CmError, what| match e {
+        CmError::Timeout { .. } => Error::ConnectTimeout { addr, timeout },
+        source => Error::Cm { what, source },
+    };
+    let channel = EventChannel::new().map_err(cm("creating an rdma_cm event channel"))?;
+    let id = channel
+        .create_id(PortSpace::Tcp)
+        .map_err(cm("creating an rdma_cm id"))?;
+    id.resolve_addr(None, addr, left(deadline).min(Duration::from_secs(5)))
+        .map_err(cm("resolving the address"))?;
+    channel
+        .wait_for(EventType::AddrResolved, Some(left(deadline)))
+        .map_err(|e| timed_out(e, "resolving the address"))?;
+    id.resolve_route(left(deadline).min(Duration::from_secs(5)))
+        .map_err(cm("resolving the route"))?;
+    channel
+        .wait_for(EventType::RouteResolved, Some(left(deadline)))
+        .map_err(|e| timed_out(e, "resolving the route"))?;
+    let res = Resources::new(&id, config)?;
+    id.connect(&res.conn_param(config))
+        .map_err(cm("sending the connection request"))?;
+    let event = match channel.get_event(Some(left(deadline))) {
+        Ok(ev) => ev,
+        Err(e) => return Err(timed_out(e, "waiting for the peer to accept")),
+    };
+    let peer = match event.event_type() {
+        EventType::Established => Hello::decode(event.private_data())
+            .map_err(|source| Error::Handshake { addr, source })?,
+        EventType::Rejected => {
+            let data = event.private_data().to_vec();
+            let status = event.status();
+            return Err(match Refusal::decode(&data) {
+                Ok(Refusal::BadHello) => Error::Refused {
+                    addr,
+                    reason: "the listener could not read this side's hello".into(),
+                },
+                Ok(Refusal::NoResources) => Error::Refused {
+                    addr,
+                    reason: "the listener is out of resources for another connection".into(),
+                },
+                Ok(Refusal::Unknown(code)) => Error::Refused {
+                    addr,
+                    reason: format!("reason code {code}"),
+                },
+                Err(source @ WireError::Version { .. }) => Error::Handshake { addr, source },
+                Err(_) => Error::Refused {
+                    addr,
+                    reason: format!(
+                        "nothing listens for trespass at this address and port (rdma_cm reject, status {status})"
+                    ),
+                },
+            });
+        }
+        _ => {
+            return Err(match event.into_result() {
+                Err(source) => Error::Cm {
+                    what: "connecting",
+                    source,
+                },
+                Ok(ev) => Error::Cm {
+                    what: "connecting",
+                    source: CmError::UnexpectedEvent {
+                        expected: EventType::Established,
+                        got: ev.event_type(),
+                        status: ev.status(),
+                    },
+                },
+            })
+        }
+    };
+    Stream::new(res, peer, config)
+}
+
+/// Binds and listens on `addr`.
+pub(crate) fn bind(config: &Config, addr: SocketAddr) -> Result<Listener, Error> {
+    let channel = EventChannel::new().map_err(cm("creating an rdma_cm event channel"))?;
+    let id = channel
+        .create_id(PortSpace::Tcp)
+        .map_err(cm("creating an rdma_cm id"))?;
+    id.bind_addr(addr)
+        .map_err(cm("binding the listener's address"))?;
+    id.listen(128).map_err(cm("listening"))?;
+    let local = id.local_addr().unwrap_or(addr);
+    Ok(Listener {
+        _id: id,
+        channel,
+        config: config.clone(),
+        nonblocking: false,
+        local,
+    })
+}
+
+/// A trespass server socket, like `TcpListener`: bound to an address with an RDMA device,
+/// it accepts connections from [`Stream::connect`].
+///
+/// ```no_run
+/// use std::io::{Read, Write};
+/// let listener = trespass::Listener::bind("198.18.0.1:7471")?;
+/// let (mut stream, peer) = listener.accept()?;
+/// let mut buf = [0u8; 4096];
+/// let n = stream.read(&mut buf)?;
+/// stream.write_all(&buf[..n])?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub struct Listener {
+    /// The listening id: dropping it stops listening.
+    _id: Arc<CmId>,
+    channel: Arc<EventChannel>,
+    config: Config,
+    nonblocking: bool,
+    local: SocketAddr,
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener")
+            .field("local", &self.local)
+            .finish()
+    }
+}
+
+impl Listener {
+    /// Listens on `addr` with the default [`Config`] (port 0: rdma_cm picks one; see
+    /// [`local_addr`](Self::local_addr)).
+    ///
+    /// # Errors
+    ///
+    /// `AddrNotAvailable`-like errors when the address has no RDMA device, `AddrInUse` when
+    /// another listener has the port.
+    pub fn bind(addr: impl ToSocketAddrs) -> io::Result<Listener> {
+        Config::default().bind(addr)
+    }
+
+    /// The address listened on.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.local)
+    }
+
+    /// In non-blocking mode [`accept`](Self::accept) returns `WouldBlock` when no request
+    /// is waiting (the handshake of one that is still takes up to the connect timeout).
+    pub fn set_nonblocking(&mut self, nonblocking: bool) -> io::Result<()> {
+        self.nonblocking = nonblocking;
+        Ok(())
+    }
+
+    /// Accepts the next connection. A request whose hello this side cannot read (another
+    /// version, not trespass) is refused with a reason the client reports, and accept goes
+    /// on waiting; so is one whose resources cannot be made.
+    ///
+    /// # Errors
+    ///
+    /// `WouldBlock` in non-blocking mode; rdma_cm failures of the listener itself.
+    pub fn accept(&self) -> io::Result<(Stream, SocketAddr)> {
+        loop {
+            let event = if self.nonblocking {
+                match self.channel.try_get_event() {
+                    Ok(Some(ev)) => ev,
+                    Ok(None) => return Err(io::ErrorKind::WouldBlock.into()),
+                    Err(e) => return Err(cm("waiting for a connection request")(e).into()),
+                }
+            } else {
+                self.channel
+                    .get_event(None)
+                    .map_err(cm("waiting for a connection request"))?
+            };
+            if event.event_type() != EventType::ConnectRequest {
+                continue;
+            }
+            let id = Arc::clone(event.id());
+            let private = event.private_data().to_vec();
+            drop(event);
+            match self.handshake(&id, &private) {
+                Ok(stream) => {
+                    let peer = stream.peer_addr()?;
+                    return Ok((stream, peer));
+                }
+                Err(e) => {
+                    log::warn!(target: "trespass", "refused a connection on {}: {e}", self.local);
+                }
+            }
+        }
+    }
+
+    fn handshake(&self, id: &Arc<CmId>, private: &[u8]) -> Result<Stream, Error> {
+        let addr = id.peer_addr().unwrap_or(self.local);
+        let peer = match Hello::decode(private) {
+            Ok(h) => h,
+            Err(source) => {
+                let _ = id.reject(&Refusal::BadHello.encode());
+                return Err(Error::Handshake { addr, source });
+            }
+        };
+        let channel = EventChannel::new().map_err(cm("creating an rdma_cm event channel"))?;
+        id.migrate(&channel)
+            .map_err(cm("moving the connection to its own event channel"))?;
+        let res = match Resources::new(id, &self.config) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = id.reject(&Refusal::NoResources.encode());
+                return Err(e);
+            }
+        };
+        id.accept(&res.conn_param(&self.config))
+            .map_err(cm("accepting"))?;
+        channel
+            .wait_for(EventType::Established, Some(self.config.connect_timeout))
+            .map_err(cm("waiting for the connection to be established"))?;
+        Stream::new(res, peer, &self.config)
+    }
+
+    /// An iterator over accepted connections, like `TcpListener::incoming`.
+    pub fn incoming(&self) -> impl Iterator<Item = io::Result<Stream>> + '_ {
+        std::iter::repeat_with(move || self.accept().map(|(s, _)| s))
+    }
+}
+
+impl AsFd for Listener {
+    /// The rdma_cm event channel's fd: readable when a connection request is waiting.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.channel.as_fd()
+    }
+}
+
+impl AsRawFd for Listener {
+    fn as_raw_fd(&self) -> RawFd {
+        self.channel.as_raw_fd()
+    }
+}
+
+/// A trespass connection, like `TcpStream`: a byte stream ([`Read`], [`Write`]) and, on the
+/// same connection, messages with boundaries ([`send_msg`](Self::send_msg),
+/// [`recv_msg`](Self::recv_msg)).
+///
+/// Dropping it closes the connection gracefully: the write side is shut down and the drop
+/// waits (at most the configured linger) until every byte written is in the peer's memory.
+pub struct Stream {
+    shared: Arc<Shared>,
+    nonblocking: bool,
+    read_timeout: Option<Duration>,
+    write_timeout: Option<Duration>,
+    read_shut: bool,
+    linger: Duration,
+    /// A message being received in pieces.
+    partial: Vec<u8>,
+    local: Option<SocketAddr>,
+    remote: Option<SocketAddr>,
+    peer_max_message: u32,
+    send_buffer: u32,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream")
+            .field("local", &self.local)
+            .field("remote", &self.remote)
+            .finish()
+    }
+}
+
+fn io_err(e: Error) -> io::Error {
+    e.into()
+}
+
+impl Stream {
+    fn new(res: Resources, peer: Hello, config: &Config) -> Result<Stream, Error> {
+        let (driver, readiness) = res.into_driver(peer, config)?;
+        let local = driver.local;
+        let remote = driver.remote;
+        let shared = Arc::new(Shared {
+            driver: Mutex::new(driver),
+            readiness,
+        });
+        if config.keepalive.is_some() {
+            crate::keeper::register(&shared);
+        }
+        Ok(Stream {
+            shared,
+            nonblocking: false,
+            read_timeout: None,
+            write_timeout: None,
+            read_shut: false,
+            linger: config.linger,
+            partial: Vec::new(),
+            local,
+            remote,
+            peer_max_message: peer.max_message,
+            send_buffer: config.send_buffer,
+        })
+    }
+
+    /// Connects to `addr` with the default [`Config`].
+    ///
+    /// # Errors
+    ///
+    /// `ConnectionRefused` when nothing listens for trespass there (or the listener speaks
+    /// another protocol version: the message says which), `AddrNotAvailable` when no RDMA
+    /// device reaches the address, `TimedOut` after the configured connect timeout (10 s).
+    pub fn connect(addr: impl ToSocketAddrs) -> io::Result<Stream> {
+        Config::default().connect(addr)
+    }
+
+    /// Connects with a timeout for the whole setup (resolution, route, handshake).
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect); `InvalidInput` for a zero timeout.
+    pub fn connect_timeout(addr: &SocketAddr, timeout: Duration) -> io::Result<Stream> {
+        if timeout.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "cannot connect with a zero timeout",
+            ));
+        }
+        let config = Config::default();
+        Ok(connect(&config, first_addr(addr)?, timeout)?)
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.remote
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "no peer address"))
+    }
+
+    /// This side's address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.local
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "no local address"))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Driver> {
+        // A panic while pumping leaves the core consistent enough to report its state; the
+        // core itself never panics on peer input.
+        self.shared.driver.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Shuts down the read side, the write side, or both, with TCP's meaning: after
+    /// `Write` the peer reads every byte written and then end of stream; after `Read` reads
+    /// return `Ok(0)` and what arrives is discarded (the peer is never blocked by it).
+    ///
+    /// # Errors
+    ///
+    /// None today; kept for `TcpStream`'s shape.
+    pub fn shutdown(&mut self, how: Shutdown) -> io::Result<()> {
+        if matches!(how, Shutdown::Read | Shutdown::Both) {
+            self.read_shut = true;
+            self.partial.clear();
+            let mut d = self.lock();
+            discard(&mut d);
+        }
+        if matches!(how, Shutdown::Write | Shutdown::Both) {
+            self.lock().shutdown_write();
+        }
+        Ok(())
+    }
+
+    /// In non-blocking mode reads and writes return `WouldBlock` instead of waiting; wait
+    /// for the fd ([`AsFd`]) to turn readable, then call again.
+    pub fn set_nonblocking(&mut self, nonblocking: bool) -> io::Result<()> {
+        self.nonblocking = nonblocking;
+        Ok(())
+    }
+
+    /// A limit for each blocking read (`None`: none). A read that passes it fails with
+    /// `TimedOut`.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a zero duration, as `TcpStream`.
+    pub fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        if timeout == Some(Duration::ZERO) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a zero read timeout; use None for no limit",
+            ));
+        }
+        self.read_timeout = timeout;
+        Ok(())
+    }
+
+    /// A limit for each blocking write (`None`: none).
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a zero duration.
+    pub fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        if timeout == Some(Duration::ZERO) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a zero write timeout; use None for no limit",
+            ));
+        }
+        self.write_timeout = timeout;
+        Ok(())
+    }
+
+    /// The read timeout.
+    pub fn read_timeout(&self) -> Option<Duration> {
+        self.read_timeout
+    }
+
+    /// The write timeout.
+    pub fn write_timeout(&self) -> Option<Duration> {
+        self.write_timeout
+    }
+
+    /// With `nodelay` on (the default) each write goes out at once; off, small writes are
+    /// held until 16 KiB are pending, a message is sent, [`flush`](Write::flush) is called,
+    /// or this side blocks in a read.
+    pub fn set_nodelay(&mut self, nodelay: bool) -> io::Result<()> {
+        let mut d = self.lock();
+        d.conn.set_nodelay(nodelay);
+        d.flush_posts();
+        Ok(())
+    }
+
+    /// Whether `nodelay` is on.
+    pub fn nodelay(&self) -> io::Result<bool> {
+        Ok(self.lock().conn.nodelay())
+    }
+
+    /// How long blocking calls spin before sleeping (the configured busy poll).
+    pub fn set_busy_poll(&mut self, d: Duration) {
+        self.lock().set_busy_poll(d);
+    }
+
+    fn deadline(&self, timeout: Option<Duration>) -> Option<Instant> {
+        timeout.map(|t| Instant::now() + t)
+    }
+
+    fn would_block(&self, d: &mut Driver) -> io::Error {
+        d.prepare_sleep(&self.shared.readiness);
+        io::ErrorKind::WouldBlock.into()
+    }
+
+    /// Sends `msg` as one message: the peer's [`recv_msg`](Self::recv_msg) returns exactly
+    /// these bytes. A message larger than the peer's ring is carried in pieces.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when `msg` is larger than the peer accepts, or (non-blocking) larger
+    /// than the send buffer; `WouldBlock` (non-blocking) when the send buffer cannot take
+    /// all of it now; the connection's error.
+    pub fn send_msg(&mut self, msg: &[u8]) -> io::Result<()> {
+        if msg.len() as u64 > u64::from(self.peer_max_message) {
+            return Err(io_err(Error::InvalidInput(format!(
+                "a message of {} bytes is larger than the peer accepts ({} bytes)",
+                msg.len(),
+                self.peer_max_message
+            ))));
+        }
+        let deadline = self.deadline(self.write_timeout);
+        let nonblocking = self.nonblocking;
+        if nonblocking && msg.len() as u64 > u64::from(self.send_buffer) {
+            return Err(io_err(Error::InvalidInput(format!(
+                "a message of {} bytes cannot be sent without blocking through a send buffer of {} bytes; raise Config::send_buffer or use blocking mode",
+                msg.len(),
+                self.send_buffer
+            ))));
+        }
+        let mut d = self.lock();
+        if nonblocking {
+            d.pump_fast(Instant::now());
+            write_check(&d)?;
+            if d.conn.send_free() < msg.len() as u64 || d.conn.send_window().1 == 0 && !msg.is_empty() || !d.conn.is_writable() {
+                return Err(self.would_block(&mut d));
+            }
+        }
+        let mut sent = 0;
+        loop {
+            write_check(&d)?;
+            let (offset, room) = d.conn.send_window();
+            if room > 0 || (msg.len() == sent && d.conn.is_writable()) {
+                let n = (msg.len() - sent).min(room as usize);
+                if n > 0 {
+                    d.staging_mut()
+                        .write_at(offset as usize, &msg[sent..sent + n])
+                        .map_err(|e| io_err(Error::verbs("copying into the send buffer", e)))?;
+                }
+                sent += n;
+                let last = sent == msg.len();
+                d.conn.commit_send(n as u32, last).map_err(|e| io_err(e.into()))?;
+                d.flush_posts();
+                if last {
+                    return Ok(());
+                }
+                continue;
+            }
+            let readiness = &self.shared.readiness;
+            if !d
+                .wait_until(readiness, deadline, |c| c.is_writable())
+                .map_err(io_err)?
+            {
+                return Err(io_err(Error::Timeout {
+                    which: "write",
+                    timeout: self.write_timeout.unwrap_or_default(),
+                }));
+            }
+        }
+    }
+
+    /// Receives the next message into `buf` (cleared first; its capacity is reused) and
+    /// returns its length, or `None` at end of stream (the peer shut its write side down
+    /// and every message before was read).
+    ///
+    /// # Errors
+    ///
+    /// `WouldBlock` (non-blocking) while no whole message is there, `TimedOut` after the
+    /// read timeout, the connection's error.
+    pub fn recv_msg(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<usize>> {
+        let deadline = self.deadline(self.read_timeout);
+        buf.clear();
+        if self.read_shut {
+            return Ok(None);
+        }
+        let mut partial = std::mem::take(&mut self.partial);
+        let result = self.recv_msg_into(&mut partial, deadline);
+        match result {
+            Ok(Some(n)) => {
+                std::mem::swap(buf, &mut partial);
+                partial.clear();
+                self.partial = partial;
+                Ok(Some(n))
+            }
+            other => {
+                self.partial = partial;
+                other
+            }
+        }
+    }
+
+    fn recv_msg_into(
+        &mut self,
+        partial: &mut Vec<u8>,
+        deadline: Option<Instant>,
+    ) -> io::Result<Option<usize>> {
+        let mut d = self.lock();
+        loop {
+            let w = d.conn.recv_window();
+            if w.len > 0 || w.ends_message {
+                let at = partial.len();
+                partial.resize(at + w.len as usize, 0);
+                d.ring()
+                    .read_at(w.offset as usize, &mut partial[at..])
+                    .map_err(|e| io_err(Error::verbs("copying from the receive ring", e)))?;
+                d.conn.consume_message(w.len, w.ends_message);
+                if w.ends_message {
+                    d.flush_posts();
+                    return Ok(Some(partial.len()));
+                }
+                continue;
+            }
+            if let Some(r) = read_end(&d) {
+                return r.map(|()| None);
+            }
+            if d.pump_fast(Instant::now()) {
+                continue;
+            }
+            if self.nonblocking {
+                let e = self.would_block(&mut d);
+                if d.conn.has_unread() || d.conn.error().is_some() {
+                    continue;
+                }
+                return Err(e);
+            }
+            if !d.conn.nodelay() {
+                d.conn.flush();
+            }
+            let readiness = &self.shared.readiness;
+            if !d
+                .wait_until(readiness, deadline, |c| c.has_unread() || c.is_eof())
+                .map_err(io_err)?
+            {
+                return Err(io_err(Error::Timeout {
+                    which: "read",
+                    timeout: self.read_timeout.unwrap_or_default(),
+                }));
+            }
+        }
+    }
+
+    /// Bytes waiting to be read, without reading them (may be less than will arrive).
+    pub fn has_unread(&self) -> bool {
+        self.lock().conn.has_unread()
+    }
+}
+
+/// Fails when nothing more can be written.
+fn write_check(d: &Driver) -> io::Result<()> {
+    if let Some(e) = d.conn.error() {
+        return Err(io_err(Error::Connection(e.clone())));
+    }
+    if let Some(e) = d.conn.broken() {
+        return Err(io_err(Error::Connection(e.clone())));
+    }
+    if d.conn.write_shut() {
+        return Err(io_err(Error::WriteClosed("shut down for writing")));
+    }
+    Ok(())
+}
+
+/// When nothing is unread: `Some(Ok)` at end of stream, `Some(Err)` when the connection
+/// failed, `None` while more may come.
+fn read_end(d: &Driver) -> Option<io::Result<()>> {
+    if let Some(e) = d.conn.error() {
+        return Some(Err(io_err(Error::Connection(e.clone()))));
+    }
+    if d.conn.is_eof() {
+        return Some(Ok(()));
+    }
+    if let Some(e) = d.conn.broken() {
+        return Some(Err(io_err(Error::Connection(e.clone()))));
+    }
+    None
+}
+
+/// Throws away everything unread (after a read shutdown).
+fn discard(d: &mut Driver) {
+    loop {
+        let w = d.conn.recv_window();
+        if w.len == 0 && !w.ends_message {
+            break;
+        }
+        d.conn.consume(w.len);
+    }
+    d.flush_posts();
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if self.read_shut {
+            let mut d = self.lock();
+            d.pump(Instant::now());
+            discard(&mut d);
+            return Ok(0);
+        }
+        if !self.partial.is_empty() {
+            // Bytes of a message that recv_msg had begun: a stream read takes them first.
+            let n = buf.len().min(self.partial.len());
+            buf[..n].copy_from_slice(&self.partial[..n]);
+            self.partial.drain(..n);
+            return Ok(n);
+        }
+        let deadline = self.deadline(self.read_timeout);
+        let mut d = self.lock();
+        loop {
+            let mut n = 0;
+            while n < buf.len() {
+                let w = d.conn.recv_window();
+                if w.len == 0 {
+                    if w.ends_message {
+                        d.conn.consume(0);
+                        continue;
+                    }
+                    break;
+                }
+                let take = (buf.len() - n).min(w.len as usize);
+                d.ring()
+                    .read_at(w.offset as usize, &mut buf[n..n + take])
+                    .map_err(|e| io_err(Error::verbs("copying from the receive ring", e)))?;
+                d.conn.consume(take as u32);
+                n += take;
+            }
+            if n > 0 {
+                d.flush_posts();
+                return Ok(n);
+            }
+            if let Some(r) = read_end(&d) {
+                return r.map(|()| 0);
+            }
+            if d.pump_fast(Instant::now()) {
+                continue;
+            }
+            if self.nonblocking {
+                let e = self.would_block(&mut d);
+                if d.conn.has_unread() || read_end(&d).is_some() {
+                    continue;
+                }
+                return Err(e);
+            }
+            if !d.conn.nodelay() {
+                d.conn.flush();
+            }
+            let readiness = &self.shared.readiness;
+            if !d
+                .wait_until(readiness, deadline, |c| c.has_unread() || c.is_eof())
+                .map_err(io_err)?
+            {
+                return Err(io_err(Error::Timeout {
+                    which: "read",
+                    timeout: self.read_timeout.unwrap_or_default(),
+                }));
+            }
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let deadline = self.deadline(self.write_timeout);
+        let mut d = self.lock();
+        loop {
+            write_check(&d)?;
+            let (offset, room) = d.conn.send_window();
+            if room > 0 {
+                let n = buf.len().min(room as usize);
+                d.staging_mut()
+                    .write_at(offset as usize, &buf[..n])
+                    .map_err(|e| io_err(Error::verbs("copying into the send buffer", e)))?;
+                d.conn
+                    .commit_send(n as u32, false)
+                    .map_err(|e| io_err(e.into()))?;
+                d.flush_posts();
+                return Ok(n);
+            }
+            if d.pump_fast(Instant::now()) {
+                continue;
+            }
+            if self.nonblocking {
+                let e = self.would_block(&mut d);
+                if d.conn.is_writable() {
+                    continue;
+                }
+                return Err(e);
+            }
+            let readiness = &self.shared.readiness;
+            if !d
+                .wait_until(readiness, deadline, |c| c.is_writable())
+                .map_err(io_err)?
+            {
+                return Err(io_err(Error::Timeout {
+                    which: "write",
+                    timeout: self.write_timeout.unwrap_or_default(),
+                }));
+            }
+        }
+    }
+
+    /// Posts every byte held back by coalescing (`nodelay` off). Like `TcpStream::flush`
+    /// it does not wait for the peer.
+    fn flush(&mut self) -> io::Result<()> {
+        let mut d = self.lock();
+        d.conn.flush();
+        d.flush_posts();
+        if let Some(e) = d.conn.error() {
+            return Err(io_err(Error::Connection(e.clone())));
+        }
+        Ok(())
+    }
+}
+
+impl AsFd for Stream {
+    /// An epoll fd over the connection's completion channel and rdma_cm channel: readable
+    /// when a completion (data, credits, a close) or a connection event arrived. Use it
+    /// after `WouldBlock`: calls arm it before returning `WouldBlock`.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.shared.readiness.as_fd()
+    }
+}
+
+impl AsRawFd for Stream {
+    fn as_raw_fd(&self) -> RawFd {
+        self.shared.readiness.as_fd().as_raw_fd()
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let linger = self.linger;
+        let mut d = self.lock();
+        d.close(&self.shared.readiness, linger);
+    }
+}
+
+impl From<ConnError> for io::Error {
+    fn from(e: ConnError) -> io::Error {
+        Error::Connection(e).into()
+    }
+}

@@ -1,0 +1,337 @@
+//! Device tests for trespass: streams and messages over a real RDMA device's IPv4 address
+//! (`RDMA_TEST_IP`). Without a device each test prints `skipped: <reason>`; with
+//! `RDMA_TEST_DEVICE` set a missing device or address is a failure.
+//!
+//! Each test listens on its own rdma_cm port (tests run in parallel); every wait is bounded.
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use trespass::{Config, Stream};
+
+/// The device's IPv4 address, or `None` (after printing why) when the test must be skipped.
+fn test_ip(test: &str) -> Option<IpAddr> {
+    match sideway::testing::test_device(test).unwrap_or_else(|e| panic!("{e}")) {
+        sideway::testing::TestDevice::Ready(_) => {}
+        sideway::testing::TestDevice::Skip(skip) => {
+            println!("{skip}");
+            return None;
+        }
+    }
+    match std::env::var("RDMA_TEST_IP") {
+        Ok(ip) if !ip.is_empty() => Some(
+            ip.parse()
+                .unwrap_or_else(|e| panic!("RDMA_TEST_IP={ip} is not an IP address: {e}")),
+        ),
+        _ if std::env::var_os("RDMA_TEST_DEVICE").is_some() => {
+            panic!("{test}: RDMA_TEST_DEVICE is set but RDMA_TEST_IP is not")
+        }
+        _ => {
+            println!("skipped: {test}: RDMA_TEST_IP is not set (the RDMA device's IPv4 address)");
+            None
+        }
+    }
+}
+
+/// Deterministic bytes, different at every offset of a long stream.
+fn pattern(offset: u64, len: usize) -> Vec<u8> {
+    (0..len as u64)
+        .map(|i| {
+            let x = (offset + i).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            (x >> 56) as u8
+        })
+        .collect()
+}
+
+fn small_config() -> Config {
+    let mut c = Config::new();
+    c.ring_size(64 * 1024)
+        .send_buffer(32 * 1024)
+        .recv_depth(16)
+        .send_depth(16)
+        .max_write(16 * 1024)
+        .connect_timeout(Duration::from_secs(10))
+        .linger(Duration::from_secs(10));
+    c
+}
+
+/// A listener on `port` and a client connected to it, with `config` on both sides.
+fn pair(ip: IpAddr, port: u16, config: &Config) -> (Stream, Stream) {
+    let addr = SocketAddr::new(ip, port);
+    let listener = config.bind(addr).expect("bind");
+    let cfg = config.clone();
+    let client = thread::spawn(move || cfg.connect(addr).expect("connect"));
+    let (server, peer) = listener.accept().expect("accept");
+    let client = client.join().expect("client thread");
+    assert_eq!(peer, client.local_addr().unwrap());
+    assert_eq!(server.local_addr().unwrap(), addr);
+    (server, client)
+}
+
+#[test]
+fn an_echo_round_trip_carries_every_byte() {
+    let Some(ip) = test_ip("an_echo_round_trip_carries_every_byte") else {
+        return;
+    };
+    let (mut server, mut client) = pair(ip, 7601, &Config::new());
+    let echo = thread::spawn(move || {
+        let mut buf = vec![0u8; 8192];
+        let mut total = 0;
+        loop {
+            let n = server.read(&mut buf).unwrap();
+            if n == 0 {
+                return total;
+            }
+            server.write_all(&buf[..n]).unwrap();
+            total += n;
+        }
+    });
+    for (i, size) in [1usize, 8, 64, 65, 4096, 100_000].into_iter().enumerate() {
+        let data = pattern(i as u64 * 1000, size);
+        client.write_all(&data).unwrap();
+        let mut back = vec![0u8; size];
+        client.read_exact(&mut back).unwrap();
+        assert_eq!(back, data, "size {size}");
+    }
+    client.shutdown(Shutdown::Write).unwrap();
+    let mut rest = Vec::new();
+    client.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty());
+    assert_eq!(echo.join().unwrap(), 1 + 8 + 64 + 65 + 4096 + 100_000);
+}
+
+#[test]
+fn a_slow_reader_gets_every_byte_of_a_stream_larger_than_its_ring() {
+    let Some(ip) = test_ip("a_slow_reader_gets_every_byte_of_a_stream_larger_than_its_ring")
+    else {
+        return;
+    };
+    const TOTAL: u64 = 16 << 20;
+    let (mut server, mut client) = pair(ip, 7602, &small_config());
+    let writer = thread::spawn(move || {
+        let mut sent = 0u64;
+        let mut sizes = [1usize, 7, 4096, 65536, 333, 20000].iter().cycle();
+        while sent < TOTAL {
+            let n = (*sizes.next().unwrap() as u64).min(TOTAL - sent) as usize;
+            client.write_all(&pattern(sent, n)).unwrap();
+            sent += n as u64;
+        }
+        client.shutdown(Shutdown::Write).unwrap();
+        client
+    });
+    let mut got = 0u64;
+    let mut buf = vec![0u8; 50_000];
+    let mut reads = 0u32;
+    loop {
+        let want = 1 + (reads as usize * 7919) % buf.len();
+        let n = server.read(&mut buf[..want]).unwrap();
+        if n == 0 {
+            break;
+        }
+        assert_eq!(buf[..n], pattern(got, n)[..], "at byte {got}");
+        got += n as u64;
+        reads += 1;
+        if reads % 64 == 0 {
+            // The reader sleeps now and then: the writer must block, not overrun.
+            thread::sleep(Duration::from_millis(2));
+        }
+    }
+    assert_eq!(got, TOTAL);
+    drop(writer.join().unwrap());
+}
+
+#[test]
+fn messages_keep_their_boundaries_including_empty_and_larger_than_the_ring() {
+    let Some(ip) =
+        test_ip("messages_keep_their_boundaries_including_empty_and_larger_than_the_ring")
+    else {
+        return;
+    };
+    let sizes = [0usize, 1, 100, 0, 16 * 1024, 200_000, 3, 64 * 1024, 1 << 20];
+    let (mut server, mut client) = pair(ip, 7603, &small_config());
+    let sender = thread::spawn(move || {
+        for (i, &size) in sizes.iter().enumerate() {
+            client.send_msg(&pattern(i as u64, size)).unwrap();
+        }
+        client.shutdown(Shutdown::Write).unwrap();
+        client
+    });
+    let mut buf = Vec::new();
+    for (i, &size) in sizes.iter().enumerate() {
+        let n = server.recv_msg(&mut buf).unwrap().expect("a message");
+        assert_eq!(n, size, "message {i}");
+        assert_eq!(buf, pattern(i as u64, size), "message {i}");
+    }
+    assert_eq!(server.recv_msg(&mut buf).unwrap(), None, "end of stream");
+    drop(sender.join().unwrap());
+}
+
+#[test]
+fn a_message_larger_than_the_peer_accepts_is_refused_before_sending() {
+    let Some(ip) = test_ip("a_message_larger_than_the_peer_accepts_is_refused_before_sending")
+    else {
+        return;
+    };
+    let mut config = small_config();
+    config.max_message(1000);
+    let (_server, mut client) = pair(ip, 7604, &config);
+    let err = client.send_msg(&[0u8; 1001]).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
+    assert!(err.to_string().contains("1000"), "{err}");
+    client.send_msg(&[0u8; 1000]).unwrap();
+}
+
+#[test]
+fn nonblocking_reads_would_block_and_the_fd_wakes_poll() {
+    let Some(ip) = test_ip("nonblocking_reads_would_block_and_the_fd_wakes_poll") else {
+        return;
+    };
+    let (mut server, mut client) = pair(ip, 7605, &Config::new());
+    server.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 16];
+    let err = server.read(&mut buf).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+    let fd = server.as_raw_fd();
+    let writer = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(200));
+        client.write_all(b"wake up").unwrap();
+        client
+    });
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let t0 = Instant::now();
+    loop {
+        // SAFETY: one valid pollfd, for the duration of the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, 10_000) };
+        assert!(n > 0, "poll timed out or failed: {n}");
+        match server.read(&mut buf) {
+            Ok(n) => {
+                assert_eq!(&buf[..n], &b"wake up"[..n]);
+                break;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                assert!(t0.elapsed() < Duration::from_secs(10), "no data after 10 s");
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    drop(writer.join().unwrap());
+}
+
+#[test]
+fn a_read_timeout_ends_a_read_with_timed_out() {
+    let Some(ip) = test_ip("a_read_timeout_ends_a_read_with_timed_out") else {
+        return;
+    };
+    let (mut server, _client) = pair(ip, 7606, &Config::new());
+    server
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let t0 = Instant::now();
+    let err = server.read(&mut [0u8; 4]).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
+    let took = t0.elapsed();
+    assert!(took >= Duration::from_millis(300), "{took:?}");
+    assert!(
+        server.set_read_timeout(Some(Duration::ZERO)).is_err(),
+        "a zero timeout is refused, as TcpStream does"
+    );
+}
+
+#[test]
+fn connecting_where_nobody_listens_is_refused_in_time() {
+    let Some(ip) = test_ip("connecting_where_nobody_listens_is_refused_in_time") else {
+        return;
+    };
+    let t0 = Instant::now();
+    let err = Stream::connect_timeout(&SocketAddr::new(ip, 7607), Duration::from_secs(5))
+        .unwrap_err();
+    println!("no listener: {err}");
+    assert!(
+        matches!(
+            err.kind(),
+            io::ErrorKind::ConnectionRefused | io::ErrorKind::TimedOut
+        ),
+        "{err:?}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(8));
+}
+
+#[test]
+fn a_dropped_peer_reads_as_end_of_stream_after_its_last_bytes() {
+    let Some(ip) = test_ip("a_dropped_peer_reads_as_end_of_stream_after_its_last_bytes") else {
+        return;
+    };
+    let (mut server, mut client) = pair(ip, 7608, &small_config());
+    let data = pattern(5, 200_000);
+    let expect = data.clone();
+    let writer = thread::spawn(move || {
+        client.write_all(&data).unwrap();
+        // Dropping closes gracefully: the bytes, then end of stream.
+    });
+    let mut got = Vec::new();
+    server.read_to_end(&mut got).unwrap();
+    assert_eq!(got.len(), expect.len());
+    assert!(got == expect);
+    writer.join().unwrap();
+    // Writing to a peer that left fails, and keeps failing.
+    let mut failed = None;
+    for _ in 0..100 {
+        match server.write(b"anyone?") {
+            Ok(_) => thread::sleep(Duration::from_millis(20)),
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    let e = failed.expect("a write to a departed peer fails");
+    println!("write after the peer left: {e}");
+    assert!(server.write(b"again").is_err(), "the error is sticky");
+}
+
+#[test]
+fn many_connect_transfer_close_cycles_leak_no_fd() {
+    let Some(ip) = test_ip("many_connect_transfer_close_cycles_leak_no_fd") else {
+        return;
+    };
+    let cycles: usize = std::env::var("TRESPASS_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let addr = SocketAddr::new(ip, 7609);
+    let mut config = small_config();
+    config.keepalive(None);
+    let listener = config.bind(addr).unwrap();
+    let fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+    let mut before = 0;
+    let cfg = config.clone();
+    let server = thread::spawn(move || {
+        for _ in 0..cycles {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 64];
+            let n = s.read(&mut buf).unwrap();
+            s.write_all(&buf[..n]).unwrap();
+        }
+    });
+    for i in 0..cycles {
+        if i == 5 {
+            before = fds();
+        }
+        let mut c = cfg.connect(addr).unwrap();
+        c.write_all(&pattern(i as u64, 64)).unwrap();
+        let mut back = [0u8; 64];
+        c.read_exact(&mut back).unwrap();
+        assert_eq!(back[..], pattern(i as u64, 64)[..]);
+    }
+    server.join().unwrap();
+    let after = fds();
+    println!("{cycles} cycles: {before} fds after 5, {after} at the end");
+    assert!(after <= before + 2, "fds grew from {before} to {after}");
+}
