@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use sideway::queue_pair::SendFlags;
 use sideway::rdmacm::{CmId, ConnParam, EventChannel, EventType};
 use sideway::{
-    AccessFlags, CompletionChannel, CompletionQueue, DeviceReadOnly, ProtectionDomain,
-    QueuePair, RegisteredBuffer, WcStatus, WorkCompletion,
+    AccessFlags, CompletionChannel, CompletionQueue, DeviceReadOnly, ProtectionDomain, QueuePair,
+    RegisteredBuffer, WcStatus, WorkCompletion,
 };
 
 use crate::config::Config;

@@ -28,7 +28,10 @@ impl Readiness {
     /// An epoll instance watching `fds` (and a fresh eventfd) for readability.
     pub(crate) fn new(fds: &[RawFd]) -> io::Result<Readiness> {
         // SAFETY: epoll_create1 takes no pointers; the fd it returns is ours alone.
-        let epoll = check(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) }, "epoll_create1")?;
+        let epoll = check(
+            unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) },
+            "epoll_create1",
+        )?;
         // SAFETY: epoll is a fresh descriptor nobody else owns.
         let epoll = unsafe { OwnedFd::from_raw_fd(epoll) };
         // SAFETY: eventfd takes no pointers; the fd it returns is ours alone.
@@ -47,9 +50,7 @@ impl Readiness {
             // SAFETY: both fds are open (the caller's live for this call, ours owned); ev is
             // a valid epoll_event the kernel copies.
             check(
-                unsafe {
-                    libc::epoll_ctl(r.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev)
-                },
+                unsafe { libc::epoll_ctl(r.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) },
                 "epoll_ctl",
             )?;
         }
@@ -62,10 +63,7 @@ impl Readiness {
         let ms = match timeout {
             None => -1,
             // Round up, so a short wait does not become a busy loop of zero-length waits.
-            Some(t) => t
-                .as_micros()
-                .div_ceil(1000)
-                .min(libc::c_int::MAX as u128) as libc::c_int,
+            Some(t) => t.as_micros().div_ceil(1000).min(libc::c_int::MAX as u128) as libc::c_int,
         };
         let mut ev = libc::epoll_event { events: 0, u64: 0 };
         // SAFETY: the epoll fd is open; ev has room for the one event asked for.

@@ -34,7 +34,11 @@ fn left(deadline: Instant) -> Duration {
 
 /// Connects to `addr`: resolves it and its route through rdma_cm, makes the connection's
 /// resources, and connects with this side's hello; the peer's hello comes back on accept.
-pub(crate) fn connect(config: &Config, addr: SocketAddr, timeout: Duration) -> Result<Stream, Error> {
+pub(crate) fn connect(
+    config: &Config,
+    addr: SocketAddr,
+    timeout: Duration,
+) -> Result<Stream, Error> {
     let deadline = Instant::now() + timeout;
     let timed_out = |e: CmError, what| match e {
         CmError::Timeout { .. } => Error::ConnectTimeout { addr, timeout },
@@ -499,10 +503,28 @@ impl Stream {
         if nonblocking {
             d.pump_fast(Instant::now());
             write_check(&d)?;
-            if d.conn.send_free() < msg.len() as u64 || d.conn.send_window().1 == 0 && !msg.is_empty() || !d.conn.is_writable() {
+            if d.conn.send_free() < msg.len() as u64
+                || d.conn.send_window().1 == 0 && !msg.is_empty()
+                || !d.conn.is_writable()
+            {
                 return Err(self.would_block(&mut d));
             }
         }
+        write_check(&d)?;
+        while !d.conn.is_writable() {
+            let readiness = &self.shared.readiness;
+            if !d
+                .wait_until(readiness, deadline, |c| c.is_writable())
+                .map_err(io_err)?
+            {
+                return Err(io_err(Error::Timeout {
+                    which: "write",
+                    timeout: self.write_timeout.unwrap_or_default(),
+                }));
+            }
+            write_check(&d)?;
+        }
+        d.conn.begin_message().map_err(|e| io_err(e.into()))?;
         let mut sent = 0;
         loop {
             write_check(&d)?;
@@ -516,7 +538,9 @@ impl Stream {
                 }
                 sent += n;
                 let last = sent == msg.len();
-                d.conn.commit_send(n as u32, last).map_err(|e| io_err(e.into()))?;
+                d.conn
+                    .commit_send(n as u32, last)
+                    .map_err(|e| io_err(e.into()))?;
                 d.flush_posts();
                 if last {
                     return Ok(());
@@ -528,6 +552,12 @@ impl Stream {
                 .wait_until(readiness, deadline, |c| c.is_writable())
                 .map_err(io_err)?
             {
+                // The message is open in the send buffer and cannot be finished or taken
+                // back: the connection cannot carry anything further.
+                d.conn.on_local_error(format!(
+                    "send_msg timed out after {sent} of {} bytes; the message cannot be completed",
+                    msg.len()
+                ));
                 return Err(io_err(Error::Timeout {
                     which: "write",
                     timeout: self.write_timeout.unwrap_or_default(),

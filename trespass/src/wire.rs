@@ -36,8 +36,8 @@ pub const MIN_RECV_DEPTH: u16 = 8;
 /// credit return can always be sent and the two sides never wait on each other.
 pub const CONTROL_RESERVE: u32 = 4;
 
-/// The largest length a data immediate carries (29 bits).
-pub const MAX_DATA_LEN: u32 = (1 << 29) - 1;
+/// The largest length a data immediate carries (28 bits).
+pub const MAX_DATA_LEN: u32 = (1 << 28) - 1;
 
 /// Cumulative counters travel modulo 2^30.
 pub const COUNTER_MASK: u32 = (1 << 30) - 1;
@@ -48,6 +48,7 @@ const KIND_CREDIT_BYTES: u32 = 1;
 const KIND_CREDIT_RECVS: u32 = 2;
 const KIND_CONTROL: u32 = 3;
 const EOM_BIT: u32 = 1 << 29;
+const MSG_BIT: u32 = 1 << 28;
 
 /// A control message's operation (the low byte of a control immediate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,18 +75,22 @@ impl Control {
 /// What one RDMA WRITE with immediate says, decoded from its 32-bit immediate.
 ///
 /// Layout (bit 31 first): 2 bits of kind, then 30 bits of value.
-/// - kind 0, data: bit 29 ends a message, bits 28..0 the byte count written at the
-///   receiver's ring tail.
+/// - kind 0, data: bit 29 ends a message, bit 28 marks the bytes as part of a message
+///   (not of the byte stream), bits 27..0 the byte count written at the receiver's ring
+///   tail. Bit 29 without bit 28 is malformed.
 /// - kind 1, byte credit: the receiver's consumed-bytes counter, modulo 2^30.
 /// - kind 2, receive credit: the count of receives the receiver has posted again, modulo 2^30.
 /// - kind 3, control: bits 7..0 the operation, bits 29..8 zero.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Imm {
-    /// `len` bytes were written at the ring's tail; `eom` ends a message.
+    /// `len` bytes were written at the ring's tail; `msg` when they belong to a message,
+    /// `eom` when they end it.
     Data {
         /// Bytes written (at most [`MAX_DATA_LEN`]).
         len: u32,
-        /// The last piece of a message.
+        /// A piece of a message (not stream bytes).
+        msg: bool,
+        /// The last piece of a message (only with `msg`).
         eom: bool,
     },
     /// The reader has consumed this many bytes in all (modulo 2^30).
@@ -103,6 +108,9 @@ pub enum WireError {
     /// A control immediate with an unknown operation or non-zero reserved bits.
     #[error("unknown control message {0:#010x}")]
     UnknownControl(u32),
+    /// A data immediate that ends a message without being part of one.
+    #[error("a data immediate {0:#010x} ends a message but is not part of one")]
+    EndWithoutMessage(u32),
     /// Private data shorter than a hello.
     #[error("private data of {len} bytes is shorter than a hello ({HELLO_LEN} bytes)")]
     ShortHello {
@@ -137,9 +145,12 @@ impl Imm {
     /// The immediate's 32 bits.
     pub fn encode(self) -> u32 {
         match self {
-            Imm::Data { len, eom } => {
+            Imm::Data { len, msg, eom } => {
                 debug_assert!(len <= MAX_DATA_LEN);
-                (KIND_DATA << KIND_SHIFT) | if eom { EOM_BIT } else { 0 } | (len & MAX_DATA_LEN)
+                (KIND_DATA << KIND_SHIFT)
+                    | if eom { EOM_BIT } else { 0 }
+                    | if msg { MSG_BIT } else { 0 }
+                    | (len & MAX_DATA_LEN)
             }
             Imm::CreditBytes(v) => (KIND_CREDIT_BYTES << KIND_SHIFT) | (v & COUNTER_MASK),
             Imm::CreditRecvs(v) => (KIND_CREDIT_RECVS << KIND_SHIFT) | (v & COUNTER_MASK),
@@ -151,14 +162,22 @@ impl Imm {
     ///
     /// # Errors
     ///
-    /// [`WireError::UnknownControl`] for a control immediate this version does not define.
+    /// [`WireError::UnknownControl`] for a control immediate this version does not define,
+    /// [`WireError::EndWithoutMessage`] for a malformed data immediate.
     pub fn decode(raw: u32) -> Result<Imm, WireError> {
         let value = raw & COUNTER_MASK;
         Ok(match raw >> KIND_SHIFT {
-            KIND_DATA => Imm::Data {
-                len: raw & MAX_DATA_LEN,
-                eom: raw & EOM_BIT != 0,
-            },
+            KIND_DATA => {
+                let (msg, eom) = (raw & MSG_BIT != 0, raw & EOM_BIT != 0);
+                if eom && !msg {
+                    return Err(WireError::EndWithoutMessage(raw));
+                }
+                Imm::Data {
+                    len: raw & MAX_DATA_LEN,
+                    msg,
+                    eom,
+                }
+            }
             KIND_CREDIT_BYTES => Imm::CreditBytes(value),
             KIND_CREDIT_RECVS => Imm::CreditRecvs(value),
             _ => Imm::Control(match value {
@@ -228,7 +247,11 @@ impl Hello {
         let u32_at = |i: usize| u32::from_be_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
         let flags = u16_at(6);
         if flags != 0 {
-            return Err(field("flags", flags.into(), "0 (none defined in version 1)"));
+            return Err(field(
+                "flags",
+                flags.into(),
+                "0 (none defined in version 1)",
+            ));
         }
         let reserved = u16_at(26);
         if reserved != 0 {
@@ -248,7 +271,11 @@ impl Hello {
                 "4096..=268435456 bytes",
             ));
         }
-        if hello.ring_addr.checked_add(hello.ring_size.into()).is_none() {
+        if hello
+            .ring_addr
+            .checked_add(hello.ring_size.into())
+            .is_none()
+        {
             return Err(field(
                 "ring_addr",
                 hello.ring_addr,
@@ -366,7 +393,11 @@ mod tests {
 
     #[test]
     fn out_of_range_fields_are_refused() {
-        for (at, value, name) in [(20, 0u8, "ring_size"), (24, 0, "recv_depth"), (6, 1, "flags")] {
+        for (at, value, name) in [
+            (20, 0u8, "ring_size"),
+            (24, 0, "recv_depth"),
+            (6, 1, "flags"),
+        ] {
             let mut bytes = hello().encode();
             bytes[at..at + 2].fill(value);
             if name == "flags" {
@@ -381,13 +412,19 @@ mod tests {
         wraps.ring_addr = u64::MAX - 10;
         assert!(matches!(
             Hello::decode(&wraps.encode()),
-            Err(WireError::Field { field: "ring_addr", .. })
+            Err(WireError::Field {
+                field: "ring_addr",
+                ..
+            })
         ));
     }
 
     #[test]
     fn short_or_foreign_private_data_is_refused() {
-        assert!(matches!(Hello::decode(&[]), Err(WireError::NotTrespass { .. })));
+        assert!(matches!(
+            Hello::decode(&[]),
+            Err(WireError::NotTrespass { .. })
+        ));
         assert!(matches!(
             Hello::decode(b"TRSP\0\x01"),
             Err(WireError::ShortHello { len: 6 })
@@ -401,9 +438,19 @@ mod tests {
     #[test]
     fn immediates_round_trip() {
         for imm in [
-            Imm::Data { len: 0, eom: true },
+            Imm::Data {
+                len: 0,
+                msg: true,
+                eom: true,
+            },
             Imm::Data {
                 len: MAX_DATA_LEN,
+                msg: false,
+                eom: false,
+            },
+            Imm::Data {
+                len: 5,
+                msg: true,
                 eom: false,
             },
             Imm::CreditBytes(COUNTER_MASK),
@@ -419,6 +466,10 @@ mod tests {
             Err(WireError::UnknownControl(0xc000_0000))
         );
         assert_eq!(
+            Imm::decode(EOM_BIT | 4),
+            Err(WireError::EndWithoutMessage(EOM_BIT | 4))
+        );
+        assert_eq!(
             Imm::decode(0xc000_0101),
             Err(WireError::UnknownControl(0xc000_0101))
         );
@@ -426,7 +477,11 @@ mod tests {
 
     #[test]
     fn refusals_round_trip_and_name_the_version() {
-        for r in [Refusal::BadHello, Refusal::NoResources, Refusal::Unknown(77)] {
+        for r in [
+            Refusal::BadHello,
+            Refusal::NoResources,
+            Refusal::Unknown(77),
+        ] {
             assert_eq!(Refusal::decode(&r.encode()), Ok(r));
         }
         let mut old = Refusal::BadHello.encode();

@@ -105,8 +105,7 @@ fn an_echo_round_trip_carries_every_byte() {
 
 #[test]
 fn a_slow_reader_gets_every_byte_of_a_stream_larger_than_its_ring() {
-    let Some(ip) = test_ip("a_slow_reader_gets_every_byte_of_a_stream_larger_than_its_ring")
-    else {
+    let Some(ip) = test_ip("a_slow_reader_gets_every_byte_of_a_stream_larger_than_its_ring") else {
         return;
     };
     const TOTAL: u64 = 16 << 20;
@@ -250,8 +249,8 @@ fn connecting_where_nobody_listens_is_refused_in_time() {
         return;
     };
     let t0 = Instant::now();
-    let err = Stream::connect_timeout(&SocketAddr::new(ip, 7607), Duration::from_secs(5))
-        .unwrap_err();
+    let err =
+        Stream::connect_timeout(&SocketAddr::new(ip, 7607), Duration::from_secs(5)).unwrap_err();
     println!("no listener: {err}");
     assert!(
         matches!(

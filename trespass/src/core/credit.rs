@@ -53,7 +53,11 @@ mod tests {
         let mut c = Cumulative((1 << 30) - 2);
         assert_eq!(c.advance(3, u64::MAX), Ok(5));
         assert_eq!(c.get(), (1 << 30) + 3);
-        assert_eq!(c.advance(3, u64::MAX), Ok(0), "a repeated report grants nothing");
+        assert_eq!(
+            c.advance(3, u64::MAX),
+            Ok(0),
+            "a repeated report grants nothing"
+        );
     }
 
     #[test]

@@ -140,8 +140,9 @@ pub struct Connection {
     app_tail: u64,
     posted: u64,
     completed: u64,
-    /// Send-buffer positions where messages end that are not yet posted.
-    msg_ends: VecDeque<u64>,
+    /// Messages not yet wholly posted, as send-buffer (start, end) positions; `end` is
+    /// `u64::MAX` while the message is still being written.
+    msgs: VecDeque<(u64, u64)>,
     nodelay: bool,
     flush: bool,
 
@@ -166,6 +167,8 @@ pub struct Connection {
     boundaries: VecDeque<u64>,
     /// Bytes of the message being received so far.
     msg_bytes: u64,
+    /// A message's first piece arrived and its last has not.
+    msg_open: bool,
     recvs_due: u32,
     reposted: u64,
     reposted_reported: u64,
@@ -203,7 +206,7 @@ impl Connection {
             app_tail: 0,
             posted: 0,
             completed: 0,
-            msg_ends: VecDeque::with_capacity(usize::from(peer.recv_depth)),
+            msgs: VecDeque::with_capacity(usize::from(peer.recv_depth)),
             nodelay: true,
             flush: false,
             peer_consumed: Cumulative::default(),
@@ -218,6 +221,7 @@ impl Connection {
             credited: 0,
             boundaries: VecDeque::with_capacity(depth),
             msg_bytes: 0,
+            msg_open: false,
             recvs_due: 0,
             reposted: 0,
             reposted_reported: 0,
@@ -365,10 +369,16 @@ impl Connection {
         let free = size - (self.app_tail - self.completed);
         let offset = self.app_tail % size;
         let len = free.min(size - offset);
-        if self.msg_ends.len() >= usize::from(self.peer.recv_depth) {
+        if self.msgs_full() {
             return (offset as u32, 0);
         }
         (offset as u32, len as u32)
+    }
+
+    /// As many messages wait unposted as the peer has receives: no new one may start.
+    fn msgs_full(&self) -> bool {
+        let open = self.msgs.back().is_some_and(|&(_, end)| end == u64::MAX);
+        !open && self.msgs.len() >= usize::from(self.peer.recv_depth)
     }
 
     /// Free bytes in the send buffer in all (not only contiguous).
@@ -376,8 +386,30 @@ impl Connection {
         u64::from(self.limits.send_buffer) - (self.app_tail - self.completed)
     }
 
-    /// Records that the application copied `n` bytes into the send window; `ends_message`
-    /// marks the last of them (or, with `n` 0, an empty message) as a message's end.
+    /// Starts a message at the next committed byte: what is committed from here up to a
+    /// commit with `ends_message` is one message. Without it, a commit with `ends_message`
+    /// is a message on its own.
+    ///
+    /// # Errors
+    ///
+    /// The connection's error; [`ConnError::Local`] when a message is already open or as
+    /// many messages wait as the peer has receives (check [`send_window`](Self::send_window)
+    /// first).
+    pub fn begin_message(&mut self) -> Result<(), ConnError> {
+        self.check()?;
+        if self.msgs_full() || self.msgs.back().is_some_and(|&(_, e)| e == u64::MAX) {
+            return Err(ConnError::Local(
+                "a message begun while another is open, or too many waiting".into(),
+            ));
+        }
+        self.msgs.push_back((self.app_tail, u64::MAX));
+        Ok(())
+    }
+
+    /// Records that the application copied `n` bytes into the send window: stream bytes,
+    /// or the next piece of the message begun with [`begin_message`](Self::begin_message).
+    /// `ends_message` marks the last of them (or, with `n` 0, an empty message) as a
+    /// message's end.
     ///
     /// # Errors
     ///
@@ -386,15 +418,19 @@ impl Connection {
     pub fn commit_send(&mut self, n: u32, ends_message: bool) -> Result<(), ConnError> {
         self.check()?;
         let (_, room) = self.send_window();
-        if n > room || (ends_message && self.msg_ends.len() >= usize::from(self.peer.recv_depth))
-        {
+        let open = self.msgs.back().is_some_and(|&(_, e)| e == u64::MAX);
+        if n > room || (ends_message && !open && self.msgs_full()) {
             return Err(ConnError::Local(format!(
                 "committed {n} bytes into a send window of {room}"
             )));
         }
+        let start = self.app_tail;
         self.app_tail += u64::from(n);
         if ends_message {
-            self.msg_ends.push_back(self.app_tail);
+            match self.msgs.back_mut() {
+                Some((_, end)) if *end == u64::MAX => *end = self.app_tail,
+                _ => self.msgs.push_back((start, self.app_tail)),
+            }
         }
         Ok(())
     }
@@ -538,7 +574,7 @@ impl Connection {
             ));
         }
         match imm {
-            Imm::Data { len, eom } => self.on_data(len, byte_len, eom),
+            Imm::Data { len, msg, eom } => self.on_data(len, byte_len, msg, eom),
             Imm::CreditBytes(v) => {
                 if let Err(e) = self.peer_consumed.advance(v, self.posted) {
                     return self.protocol(format!(
@@ -561,7 +597,7 @@ impl Connection {
                 if self.peer_fin {
                     return self.protocol("a second FIN".into());
                 }
-                if self.msg_bytes != 0 {
+                if self.msg_open {
                     return self.protocol(format!(
                         "a FIN in the middle of a message ({} bytes into it)",
                         self.msg_bytes
@@ -584,7 +620,7 @@ impl Connection {
         }
     }
 
-    fn on_data(&mut self, len: u32, byte_len: u32, eom: bool) {
+    fn on_data(&mut self, len: u32, byte_len: u32, msg: bool, eom: bool) {
         if self.peer_fin {
             return self.protocol(format!("{len} bytes after its FIN"));
         }
@@ -607,11 +643,18 @@ impl Connection {
                 "a write of {len} bytes at ring offset {offset} runs past the ring's end ({size} bytes)"
             ));
         }
-        self.msg_bytes += len64;
-        if self.msg_bytes > u64::from(self.limits.max_message) {
+        if msg {
+            self.msg_bytes += len64;
+            if self.msg_bytes > u64::from(self.limits.max_message) {
+                return self.protocol(format!(
+                    "a message of more than {} bytes, the most this side accepts",
+                    self.limits.max_message
+                ));
+            }
+        } else if self.msg_open {
             return self.protocol(format!(
-                "a message of more than {} bytes, the most this side accepts",
-                self.limits.max_message
+                "{len} stream bytes in the middle of a message ({} bytes into it)",
+                self.msg_bytes
             ));
         }
         self.tail += len64;
@@ -621,7 +664,9 @@ impl Connection {
             }
             self.boundaries.push_back(self.tail);
             self.msg_bytes = 0;
+            self.msg_open = false;
         } else {
+            self.msg_open = msg;
             self.recvs_due += 1;
         }
     }
@@ -743,18 +788,28 @@ impl Connection {
 
     fn data_transmit(&mut self) -> Option<Transmit> {
         let pending = self.app_tail - self.posted;
-        let next_end = self.msg_ends.front().copied();
-        let ends_here = next_end == Some(self.posted);
+        // Where the next piece must stop: the next message's start (stream bytes before
+        // it), or the current message's end.
+        let (stop, msg) = match self.msgs.front() {
+            Some(&(start, _)) if self.posted < start => (start, false),
+            Some(&(_, end)) => (end, true),
+            None => (u64::MAX, false),
+        };
+        let ends_here = msg && stop == self.posted;
         if pending == 0 && !ends_here {
             self.flush = false;
             return None;
         }
-        if !self.nodelay && !self.flush && !self.fin_wanted && next_end.is_none() && pending < COALESCE_BYTES
+        if !self.nodelay
+            && !self.flush
+            && !self.fin_wanted
+            && stop == u64::MAX
+            && pending < COALESCE_BYTES
         {
             return None;
         }
-        // The piece: up to the next message end, the peer's credit, the end of either ring,
-        // and the largest write.
+        // The piece: up to that stop, the peer's credit, the end of either ring, and the
+        // largest write.
         let peer_size = u64::from(self.peer.ring_size);
         let peer_free = peer_size - (self.posted - self.peer_consumed.get());
         let remote_offset = self.posted % peer_size;
@@ -766,23 +821,22 @@ impl Connection {
             .min(send_size - local_offset)
             .min(u64::from(self.limits.max_write));
         let mut eom = false;
-        if let Some(end) = next_end {
-            if end - self.posted <= len {
-                len = end - self.posted;
-                eom = true;
-            }
+        if stop != u64::MAX && stop - self.posted <= len {
+            len = stop - self.posted;
+            eom = msg;
         }
         if len == 0 && !eom {
             return None;
         }
         self.posted += len;
         if eom {
-            self.msg_ends.pop_front();
+            self.msgs.pop_front();
         }
         let used_after = self.app_tail - self.completed;
         let signal = used_after >= send_size / 2;
         let imm = Imm::Data {
             len: len as u32,
+            msg,
             eom,
         }
         .encode();
