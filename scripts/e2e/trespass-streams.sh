@@ -5,12 +5,20 @@
 # by the survivor's blocked read within a stated bound. Runs where scripts/softroce runs
 # commands; every program runs under `timeout`.
 #
-# EXAMPLES_BIN: where cargo put the example binaries (default target/debug/examples).
+# TRESPASS_BIN: where cargo put trespass's example binaries (scripts/test passes the release
+# build's target/release/examples, which moves the GiB about twice as fast in the emulated
+# guest as the debug build; default: that, else target/debug/examples).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${RDMA_TEST_IP:?RDMA_TEST_IP is not set; run this through scripts/softroce run}"
-bin=${EXAMPLES_BIN:-target/debug/examples}/stream_check
-[ -x "$bin" ] || { echo "FAIL: no $bin (build with cargo build -p trespass --examples)" >&2; exit 1; }
+dir=${TRESPASS_BIN:-}
+if [ -z "$dir" ]; then
+    dir=target/release/examples
+    [ -x "$dir/stream_check" ] || dir=target/debug/examples
+fi
+bin=$dir/stream_check
+[ -x "$bin" ] || { echo "FAIL: no $bin (build with cargo build --release -p trespass --examples)" >&2; exit 1; }
+echo "stream_check: $bin"
 bytes=${TRESPASS_CHECK_BYTES:-1073741824}
 work=$(mktemp -d)
 status=0
