@@ -51,7 +51,9 @@ impl Sum {
     }
 
     fn word(&mut self, w: u64) {
-        self.hash = (self.hash ^ w).wrapping_mul(0x0000_0100_0000_01b3).rotate_left(5);
+        self.hash = (self.hash ^ w)
+            .wrapping_mul(0x0000_0100_0000_01b3)
+            .rotate_left(5);
     }
 
     fn finish(mut self) -> (u64, u64) {
@@ -86,7 +88,9 @@ fn config(args: &[String]) -> Result<Config, String> {
 }
 
 fn serve(addr: &str, args: &[String]) -> Result<ExitCode, String> {
-    let listener = config(args)?.bind(addr).map_err(|e| format!("bind {addr}: {e}"))?;
+    let listener = config(args)?
+        .bind(addr)
+        .map_err(|e| format!("bind {addr}: {e}"))?;
     println!("listening on {addr}");
     let (mut s, peer) = listener.accept().map_err(|e| format!("accept: {e}"))?;
     println!("connection from {peer}");
@@ -126,7 +130,9 @@ fn serve(addr: &str, args: &[String]) -> Result<ExitCode, String> {
 }
 
 fn send(addr: &str, total: u64, args: &[String]) -> Result<ExitCode, String> {
-    let mut s = config(args)?.connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+    let mut s = config(args)?
+        .connect(addr)
+        .map_err(|e| format!("connect {addr}: {e}"))?;
     let mut sum = Sum::default();
     let mut buf = vec![0u8; 1 << 20];
     let mut sent = 0u64;
@@ -135,20 +141,26 @@ fn send(addr: &str, total: u64, args: &[String]) -> Result<ExitCode, String> {
         let n = (buf.len() as u64).min(total - sent) as usize;
         fill(&mut buf[..n], sent);
         sum.update(&buf[..n]);
-        s.write_all(&buf[..n]).map_err(|e| format!("write at byte {sent}: {e}"))?;
+        s.write_all(&buf[..n])
+            .map_err(|e| format!("write at byte {sent}: {e}"))?;
         sent += n as u64;
         if last_report.elapsed() > Duration::from_secs(10) {
             println!("sent {} MiB of {}", sent >> 20, total >> 20);
             last_report = Instant::now();
         }
     }
-    s.shutdown(Shutdown::Write).map_err(|e| format!("shutdown: {e}"))?;
+    s.shutdown(Shutdown::Write)
+        .map_err(|e| format!("shutdown: {e}"))?;
     let mut answer = String::new();
-    s.read_to_string(&mut answer).map_err(|e| format!("reading the answer: {e}"))?;
+    s.read_to_string(&mut answer)
+        .map_err(|e| format!("reading the answer: {e}"))?;
     let (bytes, hash) = sum.finish();
     let expected = format!("{bytes} {hash:016x}");
     if answer.trim() != expected {
-        println!("MISMATCH: sent {expected}, the server received {}", answer.trim());
+        println!(
+            "MISMATCH: sent {expected}, the server received {}",
+            answer.trim()
+        );
         return Ok(ExitCode::from(1));
     }
     println!("sent {bytes} bytes, checksum {hash:016x}: the server received the same");
@@ -156,7 +168,9 @@ fn send(addr: &str, total: u64, args: &[String]) -> Result<ExitCode, String> {
 }
 
 fn idle(addr: &str, args: &[String]) -> Result<ExitCode, String> {
-    let _s = config(args)?.connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+    let _s = config(args)?
+        .connect(addr)
+        .map_err(|e| format!("connect {addr}: {e}"))?;
     println!("connected to {addr}; idle until killed");
     loop {
         std::thread::sleep(Duration::from_secs(3600));

@@ -1,6 +1,6 @@
 //! trespass: socket-like byte streams and messages over RDMA.
 //!
-//! A [`Stream`] is what a `TcpStream` is, over an RDMA reliable connection: [`Read`] and
+//! A [`Stream`] is what a `TcpStream` is, over an RDMA reliable connection: [`Read`](std::io::Read) and
 //! [`Write`](std::io::Write), half-close with [`Stream::shutdown`], timeouts, non-blocking
 //! mode and a pollable fd ([`AsFd`](std::os::fd::AsFd)); and, on the same connection,
 //! messages with boundaries ([`Stream::send_msg`], [`Stream::recv_msg`]). [`Listener`]

@@ -35,10 +35,8 @@ impl Readiness {
         // SAFETY: epoll is a fresh descriptor nobody else owns.
         let epoll = unsafe { OwnedFd::from_raw_fd(epoll) };
         // SAFETY: eventfd takes no pointers; the fd it returns is ours alone.
-        let notify = check(
-            unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) },
-            "eventfd",
-        )?;
+        let notify = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        let notify = check(notify, "eventfd")?;
         // SAFETY: notify is a fresh descriptor nobody else owns.
         let notify = unsafe { OwnedFd::from_raw_fd(notify) };
         let r = Readiness { epoll, notify };
@@ -47,12 +45,11 @@ impl Readiness {
                 events: libc::EPOLLIN as u32,
                 u64: fd as u64,
             };
+            let epfd = r.epoll.as_raw_fd();
             // SAFETY: both fds are open (the caller's live for this call, ours owned); ev is
             // a valid epoll_event the kernel copies.
-            check(
-                unsafe { libc::epoll_ctl(r.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) },
-                "epoll_ctl",
-            )?;
+            let ret = unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+            check(ret, "epoll_ctl")?;
         }
         Ok(r)
     }

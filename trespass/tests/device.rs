@@ -282,7 +282,7 @@ fn a_dropped_peer_reads_as_end_of_stream_after_its_last_bytes() {
     // Writing to a peer that left fails, and keeps failing.
     let mut failed = None;
     for _ in 0..100 {
-        match server.write(b"anyone?") {
+        match server.write_all(b"anyone?") {
             Ok(_) => thread::sleep(Duration::from_millis(20)),
             Err(e) => {
                 failed = Some(e);

@@ -33,7 +33,8 @@ use credit::{wire_value, Cumulative};
 
 use crate::wire::{Control, Hello, Imm, CONTROL_RESERVE};
 
-/// Coalescing threshold with `nodelay` off: held bytes go out once this many are pending.
+/// Coalescing threshold with `nodelay` off: held bytes go out once this many are pending
+/// (or half the send buffer, when that is less: a full buffer must always drain).
 pub const COALESCE_BYTES: u64 = 16 * 1024;
 
 /// The ring fraction at which consumed bytes are reported back: a byte credit goes out
@@ -413,11 +414,17 @@ impl Connection {
     ///
     /// # Errors
     ///
-    /// The connection's error, or [`ConnError::Local`] when `n` exceeds the window (a bug
-    /// in the caller).
+    /// The connection's error, or [`ConnError::Local`] when `n` exceeds the window or a
+    /// message is ended after [`shutdown_write`](Self::shutdown_write) (bugs in the caller).
     pub fn commit_send(&mut self, n: u32, ends_message: bool) -> Result<(), ConnError> {
         self.check()?;
         let (_, room) = self.send_window();
+        if ends_message && self.fin_wanted {
+            // It would go after the FIN, which the peer must refuse.
+            return Err(ConnError::Local(
+                "a message ended after shutdown_write".into(),
+            ));
+        }
         let open = self.msgs.back().is_some_and(|&(_, e)| e == u64::MAX);
         if n > room || (ends_message && !open && self.msgs_full()) {
             return Err(ConnError::Local(format!(
@@ -773,7 +780,9 @@ impl Connection {
                 return Some(t);
             }
         }
-        if self.fin_wanted && !self.fin_sent && self.posted == self.app_tail {
+        // A message end still to post (an empty message) goes before the FIN.
+        let end_unposted = self.msgs.front().is_some_and(|&(_, end)| end != u64::MAX);
+        if self.fin_wanted && !self.fin_sent && self.posted == self.app_tail && !end_unposted {
             self.fin_sent = true;
             let t = self.control(Imm::Control(Control::Fin), true);
             self.fin_wr = Some(t.wr_id);
@@ -804,7 +813,7 @@ impl Connection {
             && !self.flush
             && !self.fin_wanted
             && stop == u64::MAX
-            && pending < COALESCE_BYTES
+            && pending < COALESCE_BYTES.min(u64::from(self.limits.send_buffer) / 2)
         {
             return None;
         }
