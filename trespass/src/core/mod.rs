@@ -556,6 +556,14 @@ impl Connection {
         status: Completion,
         now: Instant,
     ) {
+        if status == Completion::RemoteAccess {
+            // The responder side of a refused access: the peer wrote outside the ring it
+            // was given (or with a wrong key). Its fault, not the network's.
+            return self.protocol(
+                "it wrote outside the ring it was given (this side's NIC refused the access)"
+                    .into(),
+            );
+        }
         if status != Completion::Ok {
             self.transport_failed(status, "a receive");
             return;

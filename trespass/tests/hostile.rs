@@ -1,0 +1,376 @@
+//! A hostile peer: a raw sideway program that connects to a trespass listener with a valid
+//! hello, then lies (lengths beyond its credit, writes past the ring's end, credits for
+//! bytes never sent, a second FIN, data after FIN, messages beyond the limit, writes outside
+//! the ring). Each lie must end that connection with a typed error on the trespass side, never
+//! a panic or a hang, and leave a second, honest connection to the same listener untouched.
+//!
+//! Device tests: they skip without a device, and fail with `RDMA_TEST_DEVICE` set and none.
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use sideway::connection::CompletionWaiter;
+use sideway::queue_pair::SendFlags;
+use sideway::rdmacm::{CmId, ConnParam, EventChannel, EventType, PortSpace};
+use sideway::{AccessFlags, CompletionQueue, QueuePair, RegisteredBuffer, SendData};
+use trespass::wire::{Control, Hello, Imm};
+use trespass::{Config, Listener, Stream};
+
+const WAIT: Option<Duration> = Some(Duration::from_secs(10));
+const RING: u32 = 16 * 1024;
+
+fn test_ip(test: &str) -> Option<IpAddr> {
+    match sideway::testing::test_device(test).unwrap_or_else(|e| panic!("{e}")) {
+        sideway::testing::TestDevice::Ready(_) => {}
+        sideway::testing::TestDevice::Skip(skip) => {
+            println!("{skip}");
+            return None;
+        }
+    }
+    match std::env::var("RDMA_TEST_IP") {
+        Ok(ip) if !ip.is_empty() => Some(ip.parse().expect("RDMA_TEST_IP is an IP address")),
+        _ if std::env::var_os("RDMA_TEST_DEVICE").is_some() => {
+            panic!("{test}: RDMA_TEST_DEVICE is set but RDMA_TEST_IP is not")
+        }
+        _ => {
+            println!("skipped: {test}: RDMA_TEST_IP is not set");
+            None
+        }
+    }
+}
+
+/// A peer that speaks trespass's handshake and then writes whatever it is told to.
+struct Liar {
+    _channel: Arc<EventChannel>,
+    _id: Arc<CmId>,
+    _cq: Arc<CompletionQueue>,
+    qp: QueuePair,
+    waiter: CompletionWaiter,
+    buf: RegisteredBuffer,
+    _ring: RegisteredBuffer,
+    peer: Hello,
+    next: u64,
+}
+
+impl Liar {
+    fn connect(addr: SocketAddr) -> Liar {
+        let channel = EventChannel::new().unwrap();
+        let id = channel.create_id(PortSpace::Tcp).unwrap();
+        id.resolve_addr(None, addr, Duration::from_secs(2)).unwrap();
+        channel.wait_for(EventType::AddrResolved, WAIT).unwrap();
+        id.resolve_route(Duration::from_secs(2)).unwrap();
+        channel.wait_for(EventType::RouteResolved, WAIT).unwrap();
+        let ctx = id.device_context().unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq_builder().cqe(256).build().unwrap();
+        let mut qp = id
+            .create_qp(
+                pd.create_qp_builder()
+                    .send_cq(&cq)
+                    .recv_cq(&cq)
+                    .max_send_wr(32)
+                    .max_recv_wr(64),
+            )
+            .unwrap();
+        let ring = pd
+            .reg_buffer(
+                RING as usize,
+                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+            )
+            .unwrap();
+        let buf = pd
+            .reg_buffer(4 * RING as usize, AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        // Receives for whatever the honest side sends back (credits, a FIN).
+        let mut batch = qp.start_post_recv();
+        for i in 0..64 {
+            let _ = batch.recv(1 << 40 | i, &[]);
+        }
+        batch.post().unwrap();
+        let hello = Hello {
+            ring_addr: ring.addr(),
+            ring_rkey: ring.rkey(),
+            ring_size: RING,
+            recv_depth: 64,
+            max_message: 1 << 20,
+        };
+        let mut param = ConnParam::new();
+        param
+            .private_data(&hello.encode())
+            .retry_count(7)
+            .rnr_retry_count(0);
+        id.connect(&param).unwrap();
+        let est = channel.wait_for(EventType::Established, WAIT).unwrap();
+        let peer = Hello::decode(est.private_data()).unwrap();
+        drop(est);
+        let waiter = CompletionWaiter::new(&cq, Duration::from_secs(10));
+        Liar {
+            _channel: channel,
+            _id: id,
+            _cq: cq,
+            qp,
+            waiter,
+            buf,
+            _ring: ring,
+            peer,
+            next: 0,
+        }
+    }
+
+    /// Writes `len` bytes with immediate `imm` at `offset` of the peer's ring, and waits
+    /// for the completion; returns whether it succeeded.
+    fn write(&mut self, offset: u64, len: usize, imm: u32) -> bool {
+        let id = self.next;
+        self.next += 1;
+        let data = if len == 0 {
+            SendData::Empty
+        } else {
+            SendData::Sge(self.buf.sge(0..len).unwrap())
+        };
+        let mut batch = self.qp.start_post_send();
+        let _ = batch.wr(id, SendFlags::SIGNALED).rdma_write_with_imm(
+            self.peer.ring_rkey,
+            self.peer.ring_addr + offset,
+            imm,
+            data,
+        );
+        batch.post().unwrap();
+        match self.waiter.wait(id) {
+            Ok(wc) => wc.is_success(),
+            Err(_) => false,
+        }
+    }
+
+    fn data(&mut self, offset: u64, len: u32) -> bool {
+        let imm = Imm::Data {
+            len,
+            msg: false,
+            eom: false,
+        }
+        .encode();
+        self.write(offset, len as usize, imm)
+    }
+
+    fn control(&mut self, imm: Imm) -> bool {
+        self.write(0, 0, imm.encode())
+    }
+}
+
+/// Runs `lie` against a listener on `port` while an honest connection to the same listener
+/// moves data; returns the error the lied-to stream's reads end with (after `read_first`
+/// bytes, read before the lie's second part if any).
+fn lied_to(
+    port: u16,
+    read_first: usize,
+    lie: impl FnOnce(&mut Liar) + Send + 'static,
+) -> io::Error {
+    let ip = std::env::var("RDMA_TEST_IP")
+        .unwrap()
+        .parse::<IpAddr>()
+        .unwrap();
+    let addr = SocketAddr::new(ip, port);
+    let mut config = Config::new();
+    config.ring_size(RING).keepalive(None);
+    let listener: Listener = config.bind(addr).unwrap();
+    // The honest connection first.
+    let honest_cfg = config.clone();
+    let honest = thread::spawn(move || honest_cfg.connect(addr).unwrap());
+    let (mut honest_server, _) = listener.accept().unwrap();
+    let mut honest_client: Stream = honest.join().unwrap();
+    // Then the liar.
+    let liar = thread::spawn(move || {
+        let mut liar = Liar::connect(addr);
+        lie(&mut liar);
+        liar
+    });
+    let (mut victim, _) = listener.accept().unwrap();
+    victim
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = vec![0u8; 4 * RING as usize];
+    // What the lie needs read before its second part; then the whole lie is told (its writes
+    // are in this side's memory and completion queue) before anything else is read.
+    victim.read_exact(&mut buf[..read_first]).unwrap();
+    let _liar = liar.join().unwrap();
+    let err = loop {
+        match victim.read(&mut buf) {
+            Ok(0) => panic!("the lie read as end of stream"),
+            Ok(_) => {}
+            Err(e) => break e,
+        }
+    };
+    // The same error again: it is sticky.
+    let again = victim.read(&mut buf).unwrap_err();
+    assert_eq!(again.kind(), err.kind());
+    // The honest connection is untouched.
+    honest_client.write_all(b"still here").unwrap();
+    let mut back = [0u8; 10];
+    honest_server.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"still here");
+    println!("port {port}: {err}");
+    err
+}
+
+fn protocol_error(err: &io::Error, says: &str) {
+    assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+    assert!(
+        err.to_string().contains(says),
+        "{err:?} does not say {says:?}"
+    );
+    let inner = err
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<trespass::Error>());
+    assert_eq!(
+        inner.map(trespass::Error::fault),
+        Some(trespass::Fault::Peer),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_peer_that_writes_beyond_its_credit_is_cut_off() {
+    if test_ip("a_peer_that_writes_beyond_its_credit_is_cut_off").is_none() {
+        return;
+    }
+    let err = lied_to(7621, 0, |l| {
+        assert!(l.data(0, RING));
+        // The ring is full and nothing was credited: more is a lie.
+        l.data(0, 100);
+    });
+    protocol_error(&err, "more than its credit");
+}
+
+#[test]
+fn a_peer_that_writes_past_the_ring_end_is_cut_off() {
+    if test_ip("a_peer_that_writes_past_the_ring_end_is_cut_off").is_none() {
+        return;
+    }
+    let err = lied_to(7622, RING as usize - 10, |l| {
+        assert!(l.data(0, RING - 10));
+        // Give the victim time to read those, so the next lie is not about credit: the
+        // ring is empty, its tail 10 bytes before the end.
+        thread::sleep(Duration::from_millis(500));
+        // 20 bytes (written anywhere inside the ring) announced at that tail: they would
+        // run past the end, which no honest sender does (it splits the write).
+        l.data(0, 20);
+    });
+    protocol_error(&err, "past the ring's end");
+}
+
+#[test]
+fn credits_for_bytes_never_sent_are_a_lie() {
+    if test_ip("credits_for_bytes_never_sent_are_a_lie").is_none() {
+        return;
+    }
+    let err = lied_to(7623, 0, |l| {
+        l.control(Imm::CreditBytes(1000));
+    });
+    protocol_error(&err, "only 0 were written");
+    let err = lied_to(7624, 0, |l| {
+        l.control(Imm::CreditRecvs(1 << 20));
+    });
+    protocol_error(&err, "receives posted again");
+}
+
+#[test]
+fn a_second_fin_and_data_after_fin_are_lies() {
+    if test_ip("a_second_fin_and_data_after_fin_are_lies").is_none() {
+        return;
+    }
+    let err = lied_to(7625, 0, |l| {
+        l.control(Imm::Control(Control::Fin));
+        l.control(Imm::Control(Control::Fin));
+    });
+    // The first FIN ends the stream: the reader sees end of stream unless the second
+    // arrives first; either way the lie is caught before anything is delivered wrongly.
+    protocol_error(&err, "second FIN");
+    let err = lied_to(7626, 0, |l| {
+        l.control(Imm::Control(Control::Fin));
+        l.data(0, 10);
+    });
+    protocol_error(&err, "after its FIN");
+}
+
+#[test]
+fn unknown_control_and_unasked_answers_are_lies() {
+    if test_ip("unknown_control_and_unasked_answers_are_lies").is_none() {
+        return;
+    }
+    let err = lied_to(7627, 0, |l| {
+        l.write(0, 0, 0xc000_00ff);
+    });
+    protocol_error(&err, "unknown control");
+    let err = lied_to(7628, 0, |l| {
+        l.control(Imm::Control(Control::Pong));
+    });
+    protocol_error(&err, "nobody asked for");
+    let err = lied_to(7629, 0, |l| {
+        // Announces 100 bytes, writes 10.
+        let imm = Imm::Data {
+            len: 100,
+            msg: false,
+            eom: false,
+        }
+        .encode();
+        l.write(0, 10, imm);
+    });
+    protocol_error(&err, "announced as 100");
+}
+
+#[test]
+fn a_message_longer_than_advertised_is_a_lie() {
+    if test_ip("a_message_longer_than_advertised_is_a_lie").is_none() {
+        return;
+    }
+    let ip: IpAddr = std::env::var("RDMA_TEST_IP").unwrap().parse().unwrap();
+    let addr = SocketAddr::new(ip, 7630);
+    let mut config = Config::new();
+    config.ring_size(RING).max_message(1000).keepalive(None);
+    let listener = config.bind(addr).unwrap();
+    let liar = thread::spawn(move || {
+        let mut l = Liar::connect(addr);
+        assert_eq!(l.peer.max_message, 1000, "the limit travels in the hello");
+        for i in 0..2 {
+            let imm = Imm::Data {
+                len: 600,
+                msg: true,
+                eom: i == 1,
+            }
+            .encode();
+            l.write(600 * i, 600, imm);
+        }
+        l
+    });
+    let (mut victim, _) = listener.accept().unwrap();
+    victim
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut msg = Vec::new();
+    let err = victim.recv_msg(&mut msg).unwrap_err();
+    protocol_error(&err, "more than 1000 bytes");
+    drop(liar.join().unwrap());
+}
+
+#[test]
+fn a_write_outside_the_ring_fails_at_the_liar_and_ends_only_that_connection() {
+    if test_ip("a_write_outside_the_ring_fails_at_the_liar_and_ends_only_that_connection").is_none()
+    {
+        return;
+    }
+    let err = lied_to(7631, 0, |l| {
+        // The victim's NIC refuses: the ring's registration ends at RING.
+        let ok = l.data(u64::from(RING) - 4, 100);
+        assert!(!ok, "a write past the registration must fail");
+    });
+    // The refused write broke the queue pair; the victim's NIC reported the refused access
+    // (a remote access error on its receive): the peer's fault, typed as such. A provider
+    // that reports only a flush gives a reset instead.
+    match err.kind() {
+        io::ErrorKind::InvalidData => protocol_error(&err, "outside the ring"),
+        io::ErrorKind::ConnectionReset => println!("reset only: {err}"),
+        _ => panic!("{err:?}"),
+    }
+}
