@@ -1,0 +1,129 @@
+//! Zero heap allocations per message in steady state: a counting global allocator around
+//! ping-pongs over a byte stream and over messages (device test; both sides in this
+//! process). A deterministic gate, unlike any timing.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+
+use trespass::Config;
+
+/// Counts every allocation and reallocation in the process.
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards every call to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract for `alloc` is passed on as it is.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: ptr came from System.alloc with this layout (every allocation goes there).
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as for dealloc; the caller's contract for realloc is passed on.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const WARM_UP: usize = 100;
+
+fn test_ip(test: &str) -> Option<IpAddr> {
+    match sideway::testing::test_device(test).unwrap_or_else(|e| panic!("{e}")) {
+        sideway::testing::TestDevice::Ready(_) => {}
+        sideway::testing::TestDevice::Skip(skip) => {
+            println!("{skip}");
+            return None;
+        }
+    }
+    match std::env::var("RDMA_TEST_IP") {
+        Ok(ip) if !ip.is_empty() => Some(ip.parse().expect("RDMA_TEST_IP is an IP address")),
+        _ if std::env::var_os("RDMA_TEST_DEVICE").is_some() => {
+            panic!("{test}: RDMA_TEST_DEVICE is set but RDMA_TEST_IP is not")
+        }
+        _ => {
+            println!("skipped: {test}: RDMA_TEST_IP is not set");
+            None
+        }
+    }
+}
+
+/// Runs `WARM_UP` then `measured` ping-pongs of `size` bytes, streams or messages, and
+/// returns the allocations the measured ones made (both sides together).
+fn allocations_per_run(ip: IpAddr, port: u16, size: usize, messages: bool, measured: usize) -> u64 {
+    let addr = SocketAddr::new(ip, port);
+    let mut config = Config::new();
+    // No keep-alive thread: its first pass allocates its list, which is not per message.
+    config.keepalive(None);
+    let listener = config.bind(addr).unwrap();
+    let cfg = config.clone();
+    let server = thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = vec![0u8; size];
+        let mut msg = Vec::with_capacity(size);
+        for _ in 0..WARM_UP + measured {
+            if messages {
+                s.recv_msg(&mut msg).unwrap().unwrap();
+                s.send_msg(&msg).unwrap();
+            } else {
+                s.read_exact(&mut buf).unwrap();
+                s.write_all(&buf).unwrap();
+            }
+        }
+        s
+    });
+    let mut c = cfg.connect(addr).unwrap();
+    let out = vec![7u8; size];
+    let mut back = vec![0u8; size];
+    let mut msg = Vec::with_capacity(size);
+    let mut start = 0;
+    for i in 0..WARM_UP + measured {
+        if i == WARM_UP {
+            start = ALLOCATIONS.load(Ordering::SeqCst);
+        }
+        if messages {
+            c.send_msg(&out).unwrap();
+            c.recv_msg(&mut msg).unwrap().unwrap();
+        } else {
+            c.write_all(&out).unwrap();
+            c.read_exact(&mut back).unwrap();
+        }
+    }
+    let used = ALLOCATIONS.load(Ordering::SeqCst) - start;
+    let s = server.join().unwrap();
+    drop((c, s));
+    used
+}
+
+#[test]
+fn steady_state_ping_pong_allocates_nothing() {
+    let Some(ip) = test_ip("steady_state_ping_pong_allocates_nothing") else {
+        return;
+    };
+    // Sizes below and above the inline limit, and above the ring's quarter (a message in
+    // several writes, credits returned on the way).
+    for (port, size, messages, measured) in [
+        (7640, 8, false, 1000),
+        (7641, 4096, false, 500),
+        (7642, 100_000, false, 100),
+        (7643, 8, true, 1000),
+        (7644, 100_000, true, 100),
+    ] {
+        let n = allocations_per_run(ip, port, size, messages, measured);
+        let kind = if messages { "messages" } else { "stream" };
+        println!("{kind} of {size} bytes: {n} allocations in {measured} round trips");
+        assert_eq!(n, 0, "{kind} of {size} bytes allocated {n} times");
+    }
+}
