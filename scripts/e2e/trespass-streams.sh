@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
-# trespass streams end to end (trespass/examples/stream_check.rs): TRESPASS_CHECK_BYTES (1 GiB)
-# streamed through a reader that sleeps at random, checked byte for byte by checksum; a peer
-# killed with SIGKILL, and one stopped with SIGSTOP past its keep-alive period, each noticed
-# by the survivor's blocked read within a stated bound. Runs where scripts/softroce runs
-# commands; every program runs under `timeout`.
+# trespass streams end to end (trespass/examples/stream_check.rs): TRESPASS_CHECK_BYTES (1 GiB
+# on one device, 64 MiB across two hosts) streamed through a reader that sleeps at random,
+# checked byte for byte by checksum; a peer killed with SIGKILL, and one stopped with SIGSTOP
+# past its keep-alive period, each noticed by the survivor's blocked read within a stated
+# bound; a connection over IPv6. Runs where scripts/softroce runs commands; every program
+# runs under a time limit.
+#
+# Under `scripts/softroce run --hosts 2` the servers run on the peer host, on its address,
+# and the clients here, across the link.
 #
 # TRESPASS_BIN: where cargo put trespass's example binaries (scripts/test passes the release
 # build's target/release/examples, which moves the GiB about twice as fast in the emulated
 # guest as the debug build; default: that, else target/debug/examples).
+# e2e-hosts: 1 2
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${RDMA_TEST_IP:?RDMA_TEST_IP is not set; run this through scripts/softroce run}"
+. scripts/lib/peers.sh
 dir=${TRESPASS_BIN:-}
 if [ -z "$dir" ]; then
     dir=target/release/examples
@@ -18,8 +24,12 @@ if [ -z "$dir" ]; then
 fi
 bin=$dir/stream_check
 [ -x "$bin" ] || { echo "FAIL: no $bin (build with cargo build --release -p trespass --examples)" >&2; exit 1; }
-echo "stream_check: $bin"
-bytes=${TRESPASS_CHECK_BYTES:-1073741824}
+if [ "${RDMA_TEST_HOSTS:-1}" = 2 ]; then
+    bytes=${TRESPASS_CHECK_BYTES:-67108864}
+else
+    bytes=${TRESPASS_CHECK_BYTES:-1073741824}
+fi
+echo "stream_check: $bin; server at $SERVER_IP"
 work=$(mktemp -d)
 status=0
 trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
@@ -38,36 +48,41 @@ wait_exit() {
     return "$rc"
 }
 
+# serve PORT ARGS...: a stream_check server on the server's host, in the background (SRV),
+# once its rdma_cm id listens.
+serve() {
+    local port=$1
+    shift
+    timeout -k 5 900 "${SERVER_ON[@]}" "$bin" serve "$SERVER_IP:$port" "$@" >"$work/s$port.log" 2>&1 &
+    SRV=$!
+    wait_cm_listen "$port" 30 || fail "the server on port $port never listened"
+}
+
 echo "1. $bytes bytes through a reader that sleeps at random"
-addr=$RDMA_TEST_IP:7700
-timeout 900 "$bin" serve "$addr" --sleepy >"$work/serve.log" 2>&1 &
-server=$!
-sleep 1
+serve 7700 --sleepy
 t0=$SECONDS
-if timeout 900 "$bin" send "$addr" "$bytes" >"$work/send.log" 2>&1; then
+if timeout -k 5 900 "$bin" send "$SERVER_IP:7700" "$bytes" >"$work/send.log" 2>&1; then
     echo "  ok: $(tail -n1 "$work/send.log") ($((SECONDS - t0)) s)"
 else
     fail "the stream check failed"
     cat "$work/send.log"
 fi
-wait_exit "$server" 30 || { fail "the server did not finish cleanly"; }
-grep received "$work/serve.log" | sed 's/^/  server: /'
+wait_exit "$SRV" 30 || fail "the server did not finish cleanly"
+grep received "$work/s7700.log" | sed 's/^/  server: /'
 
-# peer_dies SIGNAL PORT LIMIT PATTERN: a server blocked in read, its idle client sent SIGNAL;
-# the server's read must fail within LIMIT seconds with a message matching PATTERN.
+# peer_dies SIGNAL PORT LIMIT PATTERN: a server blocked in read, its idle client (here) sent
+# SIGNAL; the server's read must fail within LIMIT seconds with a message matching PATTERN.
 peer_dies() {
     local sig=$1 port=$2 limit=$3 pattern=$4 rc=0
-    timeout 120 "$bin" serve "$RDMA_TEST_IP:$port" --keepalive 1 >"$work/s$port.log" 2>&1 &
-    local srv=$!
-    sleep 1
+    serve "$port" --keepalive 1
     # Not under timeout: the signal must reach the program itself (the trap and the kill
     # below end it).
-    "$bin" idle "$RDMA_TEST_IP:$port" --keepalive 1 >"$work/c$port.log" 2>&1 &
+    "$bin" idle "$SERVER_IP:$port" --keepalive 1 >"$work/c$port.log" 2>&1 &
     local cli=$!
     sleep 2
     local t0=$SECONDS
     kill "-$sig" "$cli"
-    wait_exit "$srv" "$limit" || rc=$?
+    wait_exit "$SRV" "$limit" || rc=$?
     kill -9 "$cli" 2>/dev/null
     wait "$cli" 2>/dev/null
     if [ "$rc" -eq 3 ] && grep -Eq "$pattern" "$work/s$port.log"; then
@@ -82,4 +97,26 @@ echo "2. a peer killed (SIGKILL): the blocked reader sees a reset"
 peer_dies KILL 7701 10 "reset|disconnected"
 echo "3. a peer stopped (SIGSTOP) past the keep-alive period of 1 s: a keep-alive error within 2 periods"
 peer_dies STOP 7702 10 "keep-alive"
+
+if [ "${RDMA_TEST_HOSTS:-1}" = 1 ]; then
+    # 2001:2::/48 is IPv6's benchmarking range (RFC 5180); it exists only in this guest.
+    echo "4. a stream over IPv6 (2001:2::1 on ${RDMA_TEST_NETDEV:-dummy0})"
+    netdev=${RDMA_TEST_NETDEV:-dummy0}
+    if ip -6 addr add 2001:2::1/64 dev "$netdev" nodad 2>"$work/ip6.err"; then
+        sleep 1
+        timeout -k 5 120 "$bin" serve "[2001:2::1]:7703" >"$work/s6.log" 2>&1 &
+        SRV=$!
+        sleep 1
+        if timeout -k 5 120 "$bin" send "[2001:2::1]:7703" 1048576 >"$work/c6.log" 2>&1; then
+            echo "  ok: $(tail -n1 "$work/c6.log")"
+        else
+            fail "the IPv6 stream failed"
+            cat "$work/c6.log" "$work/s6.log"
+        fi
+        wait_exit "$SRV" 30 || fail "the IPv6 server did not finish cleanly"
+        ip -6 addr del 2001:2::1/64 dev "$netdev" 2>/dev/null
+    else
+        fail "could not add an IPv6 address to $netdev: $(cat "$work/ip6.err")"
+    fi
+fi
 exit "$status"

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# trespass across a faulty link (two hosts, netem through scripts/link): for each fault a
+# stream of TRESPASS_FAULT_BYTES (4 MiB) from here to a server on the peer host arrives byte
+# for byte (checksum), within a time limit; the table at the end gives each fault's time.
+# Then the link goes down under an idle connection with keep-alive 1 s: both sides' blocked
+# reads end with a typed error (keep-alive, unreachable or reset) within 10 s, while the link
+# is still down.
+# e2e-hosts: 2
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+if [ "${RDMA_TEST_HOSTS:-1}" != 2 ]; then
+    echo "skipped: link faults need two hosts ('scripts/softroce run --hosts 2')"
+    exit 0
+fi
+. scripts/lib/peers.sh
+dir=${TRESPASS_BIN:-}
+if [ -z "$dir" ]; then
+    dir=target/release/examples
+    [ -x "$dir/stream_check" ] || dir=target/debug/examples
+fi
+bin=$dir/stream_check
+[ -x "$bin" ] || { echo "FAIL: no $bin (build with cargo build --release -p trespass --examples)" >&2; exit 1; }
+bytes=${TRESPASS_FAULT_BYTES:-4194304}
+limit=${TRESPASS_FAULT_TIMEOUT:-120}
+work=$(mktemp -d)
+status=0
+trap 'kill -9 $(jobs -p) 2>/dev/null; scripts/link up >/dev/null 2>&1; scripts/link clear >/dev/null 2>&1; rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; status=1; }
+rows=()
+port=7710
+
+# under NAME NETEM-ARGS...: the stream with the link faulted so (no ARGS: a clean link).
+under() {
+    local name=$1
+    shift
+    port=$((port + 1))
+    scripts/link clear >/dev/null 2>&1
+    if [ $# -gt 0 ] && ! scripts/link fault "$@" >/dev/null; then
+        fail "$name: could not set netem $*"
+        return
+    fi
+    timeout -k 5 "$limit" "${SERVER_ON[@]}" "$bin" serve "$SERVER_IP:$port" >"$work/s$port.log" 2>&1 &
+    local srv=$!
+    wait_cm_listen "$port" 30 || { fail "$name: the server never listened"; return; }
+    local t0=$SECONDS verdict=ok
+    if ! timeout -k 5 "$limit" "$bin" send "$SERVER_IP:$port" "$bytes" >"$work/c$port.log" 2>&1; then
+        verdict=FAILED
+        fail "$name: the stream did not arrive intact within $limit s"
+        cat "$work/c$port.log" "$work/s$port.log"
+    fi
+    wait "$srv" 2>/dev/null
+    rows+=("$(printf '%-28s %-22s %5d s  %s' "$name" "${*:-none}" $((SECONDS - t0)) "$verdict")")
+    echo "  $name: $verdict ($((SECONDS - t0)) s)"
+}
+
+echo "1. $bytes bytes under each fault"
+under "clean link"
+under "loss 1%" loss 1%
+under "loss 5%" loss 5%
+under "delay 10 ms, jitter 5 ms" delay 10ms 5ms
+under "reordering" delay 5ms reorder 25% 50%
+under "duplication 1%" duplicate 1%
+scripts/link clear >/dev/null 2>&1
+
+echo "2. the link goes down under an idle connection (keep-alive 1 s)"
+port=$((port + 1))
+timeout -k 5 60 "${SERVER_ON[@]}" "$bin" serve "$SERVER_IP:$port" --keepalive 1 >"$work/down-s.log" 2>&1 &
+srv=$!
+wait_cm_listen "$port" 30 || fail "the server never listened"
+# The client here waits in a read too: `serve` on this host would need a listener, so the
+# idle client's own failure is seen through its exit (it exits 1 with the error).
+timeout -k 5 60 "$bin" idle "$SERVER_IP:$port" --keepalive 1 >"$work/down-c.log" 2>&1 &
+cli=$!
+sleep 2
+scripts/link down >/dev/null || fail "scripts/link down failed"
+t0=$SECONDS
+while kill -0 "$srv" 2>/dev/null && [ $((SECONDS - t0)) -lt 10 ]; do sleep 0.2; done
+if kill -0 "$srv" 2>/dev/null; then
+    fail "the server's read did not end within 10 s of the link going down"
+    cat "$work/down-s.log"
+elif grep -Eq "read failed .*(keep-alive|unreachable|reset)" "$work/down-s.log"; then
+    echo "  ok: server: $(grep 'read failed' "$work/down-s.log") ($((SECONDS - t0)) s after the link went down)"
+else
+    fail "the server ended without the expected error"
+    cat "$work/down-s.log"
+fi
+scripts/link up >/dev/null 2>&1
+kill -9 "$cli" 2>/dev/null
+wait "$cli" "$srv" 2>/dev/null
+
+printf '\n%-28s %-22s %7s  %s\n' fault netem time verdict
+printf '%s\n' "${rows[@]}"
+exit "$status"
