@@ -483,7 +483,13 @@ impl Connection {
     /// Records that the application read `n` bytes of a message; `ends_message` when they
     /// end it (as [`recv_window`](Self::recv_window) said).
     pub fn consume_message(&mut self, n: u32, ends_message: bool) {
-        self.advance_head(n);
+        // Never past the message's end: the head would pass its boundary, which then stays
+        // first for good (and `end - head` underflows in `recv_window`).
+        let to_end = self
+            .boundaries
+            .front()
+            .map_or(u64::MAX, |&end| end - self.head);
+        self.advance_head(n.min(u32::try_from(to_end).unwrap_or(u32::MAX)));
         if ends_message && self.boundaries.front() == Some(&self.head) {
             self.boundaries.pop_front();
             self.recvs_due += 1;
