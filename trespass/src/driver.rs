@@ -227,7 +227,18 @@ impl Driver {
             progress = true;
         }
         progress |= self.post();
+        self.disconnect_if_failed();
         progress
+    }
+
+    /// A connection that failed (the peer lied, keep-alive ran out, a verb failed) is
+    /// disconnected at once, so the peer learns it without waiting for this side to drop
+    /// the stream.
+    fn disconnect_if_failed(&mut self) {
+        if self.conn.error().is_some() && !self.disconnected {
+            self.disconnected = true;
+            let _ = self.res.id.disconnect();
+        }
     }
 
     fn poll_cq(&mut self, now: Instant) -> bool {
@@ -334,12 +345,12 @@ impl Driver {
                     }
                 }
             };
-            let _ = batch.wr(t.wr_id, flags).rdma_write_with_imm(
-                rkey,
-                raddr + u64::from(t.remote_offset),
-                t.imm,
-                data,
-            );
+            let wr = batch.wr(t.wr_id, flags);
+            let _ = if t.plain {
+                wr.rdma_write(rkey, raddr, data)
+            } else {
+                wr.rdma_write_with_imm(rkey, raddr + u64::from(t.remote_offset), t.imm, data)
+            };
             count += 1;
         }
         if count > 0 {
@@ -356,6 +367,7 @@ impl Driver {
     pub(crate) fn pump_fast(&mut self, now: Instant) -> bool {
         let mut progress = self.poll_cq(now);
         progress |= self.post();
+        self.disconnect_if_failed();
         progress
     }
 

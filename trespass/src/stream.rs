@@ -287,6 +287,7 @@ pub struct Stream {
     local: Option<SocketAddr>,
     remote: Option<SocketAddr>,
     peer_max_message: u32,
+    max_message: u32,
     send_buffer: u32,
 }
 
@@ -312,9 +313,9 @@ impl Stream {
             driver: Mutex::new(driver),
             readiness,
         });
-        if config.keepalive.is_some() {
-            crate::keeper::register(&shared);
-        }
+        // Every connection, keep-alive on or not: the peer's may be on, and its probes must
+        // be answered while this application is busy elsewhere.
+        crate::keeper::register(&shared);
         Ok(Stream {
             shared,
             nonblocking: false,
@@ -326,6 +327,7 @@ impl Stream {
             local,
             remote,
             peer_max_message: peer.max_message,
+            max_message: config.max_message,
             send_buffer: config.send_buffer,
         })
     }
@@ -387,7 +389,8 @@ impl Stream {
             self.read_shut = true;
             self.partial.clear();
             let mut d = self.lock();
-            discard(&mut d);
+            d.conn.shutdown_read();
+            d.flush_posts();
         }
         if matches!(how, Shutdown::Write | Shutdown::Both) {
             self.lock().shutdown_write();
@@ -503,10 +506,11 @@ impl Stream {
         if nonblocking {
             d.pump_fast(Instant::now());
             write_check(&d)?;
-            if d.conn.send_free() < msg.len() as u64
-                || d.conn.send_window().1 == 0 && !msg.is_empty()
-                || !d.conn.is_writable()
-            {
+            if d.conn.send_free() < msg.len() as u64 || !d.conn.is_writable() {
+                // The room frees as the writes in flight complete: make sure the newest
+                // asks for its completion, or nothing would wake the caller.
+                d.conn.request_signal();
+                d.flush_posts();
                 return Err(self.would_block(&mut d));
             }
         }
@@ -606,6 +610,19 @@ impl Stream {
             let w = d.conn.recv_window();
             if w.len > 0 || w.ends_message {
                 let at = partial.len();
+                if (at + w.len as usize) as u64 > u64::from(self.max_message) {
+                    // Stream bytes before a message (the peer mixed the two) count too: no
+                    // peer makes this side hold more than it advertised.
+                    let e = ConnError::Protocol(format!(
+                        "a message of more than {} bytes (stream bytes before it included)",
+                        self.max_message
+                    ));
+                    d.conn.on_peer_fault(format!(
+                        "a message of more than {} bytes (stream bytes before it included)",
+                        self.max_message
+                    ));
+                    return Err(io_err(Error::Connection(e)));
+                }
                 partial.resize(at + w.len as usize, 0);
                 d.ring()
                     .read_at(w.offset as usize, &mut partial[at..])
@@ -681,27 +698,12 @@ fn read_end(d: &Driver) -> Option<io::Result<()>> {
     None
 }
 
-/// Throws away everything unread (after a read shutdown).
-fn discard(d: &mut Driver) {
-    loop {
-        let w = d.conn.recv_window();
-        if w.len == 0 && !w.ends_message {
-            break;
-        }
-        d.conn.consume(w.len);
-    }
-    d.flush_posts();
-}
-
 impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
         }
         if self.read_shut {
-            let mut d = self.lock();
-            d.pump(Instant::now());
-            discard(&mut d);
             return Ok(0);
         }
         if !self.partial.is_empty() {

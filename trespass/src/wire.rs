@@ -36,6 +36,12 @@ pub const MIN_RECV_DEPTH: u16 = 8;
 /// credit return can always be sent and the two sides never wait on each other.
 pub const CONTROL_RESERVE: u32 = 4;
 
+/// Ring bytes a message's end costs on top of its bytes, in the sender's credit and the
+/// receiver's accounting (no bytes are written for it). It bounds the unread messages a
+/// ring holds (an empty message would otherwise cost nothing) to `ring_size / MSG_CHARGE`,
+/// and it comes back with the byte credit once the message is read.
+pub const MSG_CHARGE: u32 = 64;
+
 /// The largest length a data immediate carries (28 bits).
 pub const MAX_DATA_LEN: u32 = (1 << 28) - 1;
 

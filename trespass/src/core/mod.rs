@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use credit::{wire_value, Cumulative};
 
-use crate::wire::{Control, Hello, Imm, CONTROL_RESERVE};
+use crate::wire::{Control, Hello, Imm, CONTROL_RESERVE, MSG_CHARGE};
 
 /// Coalescing threshold with `nodelay` off: held bytes go out once this many are pending
 /// (or half the send buffer, when that is less: a full buffer must always drain).
@@ -117,6 +117,9 @@ pub struct Transmit {
     pub imm: u32,
     /// Ask for a completion.
     pub signaled: bool,
+    /// A zero-length RDMA WRITE without immediate (it uses no receive at the peer): posted
+    /// only to be signalled, so that the requests before it complete.
+    pub plain: bool,
 }
 
 /// What the read side holds next: `len` contiguous bytes at `offset` in the ring, and
@@ -147,7 +150,9 @@ pub struct Connection {
     nodelay: bool,
     flush: bool,
 
-    // The peer's ring: this side has written `posted` bytes into it; it has consumed:
+    // The peer's ring: this side has written `posted` bytes and ended `msgs_sent` messages
+    // into it (`charged`); it has consumed (in the same units):
+    msgs_sent: u64,
     peer_consumed: Cumulative,
     // The peer's receives: this side has used `imm_sent`, it has posted again:
     imm_sent: u64,
@@ -159,13 +164,19 @@ pub struct Connection {
     wr_done: u64,
     signaled: VecDeque<(u64, u64)>,
     unsignaled_run: u32,
+    /// A signalled request is wanted after the unsignalled ones in flight.
+    signal_wanted: bool,
 
-    // Receive ring: [head, tail) holds unread bytes; `credited` was last reported.
+    // Receive ring: [head, tail) holds unread bytes. Credit counts ring bytes plus
+    // MSG_CHARGE per message read (`consumed_units`); `credited` is what was last reported.
     tail: u64,
     head: u64,
     credited: u64,
-    /// Ring positions where messages end; each holds its receive until it is read.
+    msgs_read: u64,
+    /// Ring positions where unread messages end (each costs MSG_CHARGE of ring credit).
     boundaries: VecDeque<u64>,
+    /// Arrivals are thrown away (the read side is shut down).
+    discard: bool,
     /// Bytes of the message being received so far.
     msg_bytes: u64,
     /// A message's first piece arrived and its last has not.
@@ -210,6 +221,7 @@ impl Connection {
             msgs: VecDeque::with_capacity(usize::from(peer.recv_depth)),
             nodelay: true,
             flush: false,
+            msgs_sent: 0,
             peer_consumed: Cumulative::default(),
             imm_sent: 0,
             peer_reposted: Cumulative::default(),
@@ -217,10 +229,13 @@ impl Connection {
             wr_done: 0,
             signaled: VecDeque::with_capacity(limits.send_depth as usize),
             unsignaled_run: 0,
+            signal_wanted: false,
             tail: 0,
             head: 0,
             credited: 0,
+            msgs_read: 0,
             boundaries: VecDeque::with_capacity(depth),
+            discard: false,
             msg_bytes: 0,
             msg_open: false,
             recvs_due: 0,
@@ -476,7 +491,7 @@ impl Connection {
         self.advance_head(n);
         while self.boundaries.front().is_some_and(|&end| end <= self.head) {
             self.boundaries.pop_front();
-            self.recvs_due += 1;
+            self.msgs_read += 1;
         }
     }
 
@@ -492,7 +507,43 @@ impl Connection {
         self.advance_head(n.min(u32::try_from(to_end).unwrap_or(u32::MAX)));
         if ends_message && self.boundaries.front() == Some(&self.head) {
             self.boundaries.pop_front();
-            self.recvs_due += 1;
+            self.msgs_read += 1;
+        }
+    }
+
+    /// Ring credit units consumed so far: bytes read, plus [`MSG_CHARGE`] per message end
+    /// passed.
+    fn consumed_units(&self) -> u64 {
+        self.head + u64::from(MSG_CHARGE) * self.msgs_read
+    }
+
+    /// Ring credit units the peer used so far: bytes written, plus [`MSG_CHARGE`] per
+    /// message ended.
+    fn charged(&self) -> u64 {
+        self.posted + u64::from(MSG_CHARGE) * self.msgs_sent
+    }
+
+    /// Shuts the read side down: what is unread and what arrives from now on is thrown
+    /// away as it comes (its credit returns at once), so the peer is never blocked by a
+    /// reader that stopped reading.
+    pub fn shutdown_read(&mut self) {
+        self.discard = true;
+        self.discard_unread();
+    }
+
+    fn discard_unread(&mut self) {
+        self.head = self.tail;
+        while self.boundaries.pop_front().is_some() {
+            self.msgs_read += 1;
+        }
+    }
+
+    /// Asks for the newest request in flight to be signalled (a zero-length write without
+    /// immediate follows it if it was not), so that its completion frees the send buffer:
+    /// for a writer about to wait for more room than a signal is due at.
+    pub fn request_signal(&mut self) {
+        if self.unsignaled_run > 0 {
+            self.signal_wanted = true;
         }
     }
 
@@ -597,7 +648,8 @@ impl Connection {
         match imm {
             Imm::Data { len, msg, eom } => self.on_data(len, byte_len, msg, eom),
             Imm::CreditBytes(v) => {
-                if let Err(e) = self.peer_consumed.advance(v, self.posted) {
+                let charged = self.charged();
+                if let Err(e) = self.peer_consumed.advance(v, charged) {
                     return self.protocol(format!(
                         "it credited {} bytes read, but only {} were written to it",
                         e.claimed, e.limit
@@ -652,8 +704,10 @@ impl Connection {
         }
         let size = u64::from(self.limits.ring_size);
         let len64 = u64::from(len);
-        let free = size - (self.tail - self.head);
-        if len64 > free {
+        let charge = if eom { u64::from(MSG_CHARGE) } else { 0 };
+        let used = (self.tail - self.head) + u64::from(MSG_CHARGE) * self.boundaries.len() as u64;
+        let free = size.saturating_sub(used);
+        if len64 + charge > free {
             return self.protocol(format!(
                 "it wrote {len} bytes into a ring with {free} bytes free (more than its credit)"
             ));
@@ -679,16 +733,17 @@ impl Connection {
             ));
         }
         self.tail += len64;
+        // The receive goes back at once: unread messages are bounded by their ring charge.
+        self.recvs_due += 1;
         if eom {
-            if self.boundaries.len() >= usize::from(self.limits.recv_depth) {
-                return self.protocol("more messages than receives".into());
-            }
             self.boundaries.push_back(self.tail);
             self.msg_bytes = 0;
             self.msg_open = false;
         } else {
             self.msg_open = msg;
-            self.recvs_due += 1;
+        }
+        if self.discard {
+            self.discard_unread();
         }
     }
 
@@ -701,6 +756,12 @@ impl Connection {
                 "the peer disconnected without shutting down its write side".into(),
             ));
         }
+    }
+
+    /// The peer broke the protocol in a way only the application side sees (a message
+    /// longer than advertised, counting stream bytes before it).
+    pub fn on_peer_fault(&mut self, what: String) {
+        self.protocol(what);
     }
 
     /// A local failure the driver met (a verb failed).
@@ -763,6 +824,13 @@ impl Connection {
 
     /// The next work request to post, or `None`.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        match self.poll_imm_transmit() {
+            Some(t) => Some(t),
+            None => self.signal_transmit(),
+        }
+    }
+
+    fn poll_imm_transmit(&mut self) -> Option<Transmit> {
         if self.error.is_some() || self.broken.is_some() || self.sq_free() == 0 {
             return None;
         }
@@ -781,9 +849,10 @@ impl Connection {
             return None;
         }
         let ring = u64::from(self.limits.ring_size);
-        if self.head - self.credited >= ring / BYTE_CREDIT_DIVISOR {
-            self.credited = self.head;
-            return Some(self.control(Imm::CreditBytes(wire_value(self.head)), false));
+        let consumed = self.consumed_units();
+        if consumed - self.credited >= ring / BYTE_CREDIT_DIVISOR {
+            self.credited = consumed;
+            return Some(self.control(Imm::CreditBytes(wire_value(consumed)), false));
         }
         if self.pong_due {
             self.pong_due = false;
@@ -807,6 +876,31 @@ impl Connection {
             return Some(self.control(Imm::Control(Control::Ping), true));
         }
         None
+    }
+
+    /// A signalled zero-length write without immediate, when one was asked for and the
+    /// newest request is unsignalled; it uses no receive at the peer and no credit.
+    fn signal_transmit(&mut self) -> Option<Transmit> {
+        if !self.signal_wanted || self.error.is_some() || self.broken.is_some() {
+            return None;
+        }
+        self.signal_wanted = false;
+        if self.unsignaled_run == 0 || self.sq_free() == 0 {
+            return None;
+        }
+        let wr_id = self.wr_next;
+        self.wr_next += 1;
+        self.unsignaled_run = 0;
+        self.signaled.push_back((wr_id, self.posted));
+        Some(Transmit {
+            wr_id,
+            local_offset: 0,
+            len: 0,
+            remote_offset: 0,
+            imm: 0,
+            signaled: true,
+            plain: true,
+        })
     }
 
     fn data_transmit(&mut self) -> Option<Transmit> {
@@ -834,7 +928,7 @@ impl Connection {
         // The piece: up to that stop, the peer's credit, the end of either ring, and the
         // largest write.
         let peer_size = u64::from(self.peer.ring_size);
-        let peer_free = peer_size - (self.posted - self.peer_consumed.get());
+        let peer_free = peer_size.saturating_sub(self.charged() - self.peer_consumed.get());
         let remote_offset = self.posted % peer_size;
         let send_size = u64::from(self.limits.send_buffer);
         let local_offset = self.posted % send_size;
@@ -845,8 +939,11 @@ impl Connection {
             .min(u64::from(self.limits.max_write));
         let mut eom = false;
         if stop != u64::MAX && stop - self.posted <= len {
-            len = stop - self.posted;
-            eom = msg;
+            let rest = stop - self.posted;
+            len = rest;
+            // A message's end costs MSG_CHARGE of the peer's ring on top of its bytes:
+            // without room for both, its bytes go now and the end follows later.
+            eom = msg && rest + u64::from(MSG_CHARGE) <= peer_free;
         }
         if len == 0 && !eom {
             return None;
@@ -854,6 +951,7 @@ impl Connection {
         self.posted += len;
         if eom {
             self.msgs.pop_front();
+            self.msgs_sent += 1;
         }
         let used_after = self.app_tail - self.completed;
         let signal = used_after >= send_size / 2;
@@ -895,6 +993,7 @@ impl Connection {
             remote_offset: 0,
             imm,
             signaled,
+            plain: false,
         }
     }
 

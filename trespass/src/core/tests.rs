@@ -6,9 +6,11 @@
 //!
 //! The simulated network is strict where RDMA is: a write's bytes are copied out of the
 //! sender's send buffer when it lands (so a sender that reused its buffer before the
-//! completion would deliver wrong bytes), landing consumes one of the receiver's posted
-//! receives (none posted is an RNR: an assertion), and a write lands exactly at the
-//! receiver's ring tail, inside the ring's free space.
+//! completion would deliver wrong bytes), a write with immediate consumes one of the
+//! receiver's posted receives (none posted is an RNR: an assertion), and a write lands
+//! exactly at the receiver's ring tail, inside the ring's free space (its unread bytes plus
+//! [`MSG_CHARGE`] per unread message end). A plain write (no immediate, posted only to be
+//! signalled) consumes no receive and completes only at the sender.
 
 use std::collections::VecDeque;
 use std::sync::OnceLock;
@@ -18,7 +20,10 @@ use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
 
 use super::*;
-use crate::wire::{Control, Hello, Imm};
+use crate::wire::{Control, Hello, Imm, MSG_CHARGE};
+
+/// [`MSG_CHARGE`] as the core counts it.
+const CHARGE: u64 = MSG_CHARGE as u64;
 
 const A: usize = 0;
 const B: usize = 1;
@@ -139,6 +144,8 @@ struct Side {
     recvs_posted: u64,
     /// Bytes landed in the ring in all (the NIC's tail).
     landed: u64,
+    /// Message ends landed in the ring in all.
+    landed_msgs: u64,
     /// Completions waiting in this side's CQ.
     send_cq: VecDeque<(u64, Completion)>,
     recv_cq: VecDeque<(Option<u32>, u32, Completion)>,
@@ -174,6 +181,7 @@ impl Side {
             send_buf: vec![0; mine.send_buffer as usize],
             recvs_posted: u64::from(mine.recv_depth),
             landed: 0,
+            landed_msgs: 0,
             send_cq: VecDeque::new(),
             recv_cq: VecDeque::new(),
             sq: VecDeque::new(),
@@ -190,11 +198,28 @@ impl Side {
         }
     }
 
-    /// The immediates posted, decoded.
+    /// The immediates posted, decoded (plain writes carry none and are left out).
     fn imms(&self) -> Vec<Imm> {
         self.log
             .iter()
+            .filter(|t| !t.plain)
             .map(|t| Imm::decode(t.imm).expect("posted immediates decode"))
+            .collect()
+    }
+
+    /// The plain (signal-only) writes posted.
+    fn plains(&self) -> Vec<Transmit> {
+        self.log.iter().filter(|t| t.plain).copied().collect()
+    }
+
+    /// The data writes posted: (len, msg, eom) each.
+    fn data_writes(&self) -> Vec<(u32, bool, bool)> {
+        self.imms()
+            .into_iter()
+            .filter_map(|i| match i {
+                Imm::Data { len, msg, eom } => Some((len, msg, eom)),
+                _ => None,
+            })
             .collect()
     }
 }
@@ -250,9 +275,22 @@ impl Pair {
         let peer_ring = self.sides[1 - s].ring.len() as u64;
         let side = &mut self.sides[s];
         let l = *side.conn.limits();
-        let imm = Imm::decode(t.imm).expect("the core posts only immediates it can decode");
+        if t.plain {
+            // A signal-only write: nothing to write, nothing to tell the peer.
+            assert!(
+                t.signaled,
+                "a plain write is posted only to be signalled: {t:?}"
+            );
+            assert_eq!(t.len, 0, "a plain write carries no bytes: {t:?}");
+        }
+        let imm = if t.plain {
+            None
+        } else {
+            Some(Imm::decode(t.imm).expect("the core posts only immediates it can decode"))
+        };
         match imm {
-            Imm::Data { len, .. } => {
+            None => {}
+            Some(Imm::Data { len, .. }) => {
                 assert_eq!(len, t.len, "a data immediate announces its length");
                 assert!(
                     u64::from(t.local_offset) + u64::from(t.len) <= u64::from(l.send_buffer),
@@ -269,7 +307,7 @@ impl Pair {
                     l.max_write
                 );
             }
-            _ => assert_eq!(t.len, 0, "control messages carry no bytes: {t:?}"),
+            Some(_) => assert_eq!(t.len, 0, "control messages carry no bytes: {t:?}"),
         }
         assert_eq!(t.wr_id, side.next_wr, "work request ids are consecutive");
         side.next_wr += 1;
@@ -331,29 +369,39 @@ impl Pair {
         let to = 1 - from;
         let [a, b] = &mut self.sides;
         let (src, dst) = if from == A { (a, b) } else { (b, a) };
-        assert!(
-            dst.recvs_posted > 0,
-            "RNR: {t:?} landed with no receive posted (posted without credit)"
-        );
-        dst.recvs_posted -= 1;
-        if let Ok(Imm::Data { len, .. }) = Imm::decode(t.imm) {
+        if !t.plain {
+            assert!(
+                dst.recvs_posted > 0,
+                "RNR: {t:?} landed with no receive posted (posted without credit)"
+            );
+            dst.recvs_posted -= 1;
+        }
+        if let (false, Ok(Imm::Data { len, eom, .. })) = (t.plain, Imm::decode(t.imm)) {
             let ring = dst.ring.len() as u64;
             assert_eq!(
                 u64::from(t.remote_offset),
                 dst.landed % ring,
                 "side {from}'s write does not land at side {to}'s ring tail"
             );
+            // What the ring holds as the NIC sees it: bytes not yet consumed, and message
+            // ends landed and not yet read (or discarded), MSG_CHARGE each.
             let unread = dst.landed - dst.conn.head;
+            let unread_msgs = dst.landed_msgs - dst.conn.msgs_read;
+            let charge = if eom { CHARGE } else { 0 };
             assert!(
-                unread + u64::from(len) <= ring,
-                "side {from}'s write of {len} bytes overwrites unread data ({unread} of {ring} unread)"
+                unread + CHARGE * unread_msgs + u64::from(len) + charge <= ring,
+                "side {from}'s write of {len} bytes (end: {eom}) is beyond its credit: \
+                 {unread} bytes and {unread_msgs} messages unread in a ring of {ring}"
             );
             let (l, r) = (t.local_offset as usize, t.remote_offset as usize);
             let n = len as usize;
             dst.ring[r..r + n].copy_from_slice(&src.send_buf[l..l + n]);
             dst.landed += u64::from(len);
+            dst.landed_msgs += u64::from(eom);
         }
-        dst.recv_cq.push_back((Some(t.imm), t.len, Completion::Ok));
+        if !t.plain {
+            dst.recv_cq.push_back((Some(t.imm), t.len, Completion::Ok));
+        }
         if t.signaled {
             let status = self.fail_next_send[from].take().unwrap_or(Completion::Ok);
             src.send_cq.push_back((t.wr_id, status));
@@ -482,22 +530,59 @@ impl Pair {
             // The send buffer: [completed, posted, app_tail) in order, within its size.
             assert!(c.completed <= c.posted && c.posted <= c.app_tail);
             assert!(c.app_tail - c.completed <= u64::from(l.send_buffer));
-            // Byte credit: never more consumed than the reader read, so the sender's view
-            // of the peer's free space never exceeds the real one (nor the ring).
+            // Byte credit, in units (bytes plus MSG_CHARGE per message end): never more
+            // consumed than the reader consumed, so the sender's view of the peer's free
+            // space never exceeds the real one (nor the ring).
+            let ring = peer.ring.len() as u64;
+            assert_eq!(u64::from(c.peer.ring_size), ring);
             assert!(
-                c.peer_consumed.get() <= peer.conn.head,
-                "side {s} believes {} bytes were read, the reader read {}",
+                c.peer_consumed.get() <= peer.conn.consumed_units(),
+                "side {s} believes {} units were consumed, the reader consumed {}",
                 c.peer_consumed.get(),
-                peer.conn.head
+                peer.conn.consumed_units()
             );
-            let in_peer_ring = c.posted - c.peer_consumed.get();
-            assert!(in_peer_ring <= u64::from(c.peer.ring_size));
+            assert!(c.msgs_sent * CHARGE + c.posted == c.charged());
+            assert!(
+                c.charged() - c.peer_consumed.get() <= ring,
+                "side {s} charged {} units to a ring of {ring} with {} consumed",
+                c.charged(),
+                c.peer_consumed.get()
+            );
             assert!(peer.conn.tail <= peer.landed && peer.landed <= c.posted);
-            assert!(peer.landed - peer.conn.head <= peer.ring.len() as u64);
+            assert!(peer.conn.msgs_read <= peer.landed_msgs && peer.landed_msgs <= c.msgs_sent);
+            assert!(peer.conn.consumed_units() <= c.charged());
+            // The ring as the NIC sees it, and as the reader counts it: unread bytes plus
+            // MSG_CHARGE per unread message end, never more than the ring.
+            let unread_msgs = peer.landed_msgs - peer.conn.msgs_read;
+            assert!(
+                peer.landed - peer.conn.head + CHARGE * unread_msgs <= ring,
+                "side {s}'s peer holds {} bytes and {unread_msgs} messages in a ring of {ring}",
+                peer.landed - peer.conn.head
+            );
+            let pc = &peer.conn;
+            assert!(pc.tail - pc.head + CHARGE * pc.boundaries.len() as u64 <= ring);
+            assert!(pc.boundaries.len() as u64 <= ring / CHARGE);
+            // Every unit charged landed, or is on its way.
+            if !me.dead {
+                let on_wire: u64 = self.wire[s]
+                    .iter()
+                    .filter(|t| !t.plain)
+                    .map(|t| match Imm::decode(t.imm) {
+                        Ok(Imm::Data { len, eom, .. }) => u64::from(len) + CHARGE * u64::from(eom),
+                        _ => 0,
+                    })
+                    .sum();
+                assert_eq!(
+                    peer.landed + CHARGE * peer.landed_msgs + on_wire,
+                    c.charged(),
+                    "side {s}'s charged units do not add up"
+                );
+            }
             // Receive credit: the receives side `s` believes free are really posted, less
-            // the writes already on their way.
+            // the writes with immediate already on their way (plain writes use none).
             if !me.dead && !peer.dead {
-                let real = peer.recvs_posted as i64 - self.wire[s].len() as i64;
+                let imm_on_wire = self.wire[s].iter().filter(|t| !t.plain).count();
+                let real = peer.recvs_posted as i64 - imm_on_wire as i64;
                 assert!(
                     c.peer_recvs_free() as i64 <= real,
                     "side {s} believes {} receives free at its peer, {} are",
@@ -505,13 +590,11 @@ impl Pair {
                     real
                 );
             }
-            assert!(peer.conn.boundaries.len() <= usize::from(peer.conn.limits.recv_depth));
-            // Receives add up: each one used is posted again, or held by an unread
-            // message, or due to the driver, or its completion is still in the CQ.
+            // Receives add up: each one used is posted again, or due to the driver, or its
+            // completion is still in the CQ. No unread message holds one.
             if !me.dead && me.conn.error().is_none() {
                 let used = u64::from(c.limits.recv_depth) - me.recvs_posted;
-                let held =
-                    c.boundaries.len() as u64 + u64::from(c.recvs_due) + me.recv_cq.len() as u64;
+                let held = u64::from(c.recvs_due) + me.recv_cq.len() as u64;
                 assert_eq!(used, held, "side {s}'s receives do not add up");
             }
         }
@@ -847,29 +930,207 @@ fn messages_larger_than_the_ring_and_empty_messages_arrive_whole() {
 }
 
 #[test]
-fn messages_wait_for_receives_and_hold_one_each_until_read() {
+fn unread_messages_are_bounded_by_ring_credit_not_by_receives() {
+    // The reader's 4 KiB ring holds ring / MSG_CHARGE = 64 unread empty messages; it has
+    // only 8 receives, and holds none of them.
     let la = limits(65536, 65536, 8, 32, 65536);
-    let lb = limits(65536, 65536, 8, 32, 65536);
-    let mut p = Pair::new(la, lb);
-    for i in 0..10u8 {
-        p.send_msg(A, vec![i; 3]);
-    }
-    p.run();
-    // The reader holds one receive per unread message; the writer keeps CONTROL_RESERVE.
-    assert_eq!(
-        p.conn(B).boundaries.len(),
-        usize::from(lb.recv_depth) - CONTROL_RESERVE as usize
-    );
-    assert_eq!(p.conn(A).peer_recvs_free(), u64::from(CONTROL_RESERVE));
-    let mut got = Vec::new();
-    for _ in 0..20 {
-        while let Some(m) = p.recv_msg(B) {
-            got.push(m);
+    let lb = limits(4096, 65536, 8, 32, 65536);
+    let ring = u64::from(lb.ring_size);
+    let quarter = ring / BYTE_CREDIT_DIVISOR;
+    for size in [0usize, 3] {
+        let cost = size as u64 + CHARGE;
+        let most = ring / cost;
+        let total = most + 40;
+        let mut p = Pair::new(la, lb);
+        let want: Vec<Vec<u8>> = (0..total).map(|i| vec![i as u8; size]).collect();
+        for m in &want {
+            p.send_msg(A, m.clone());
         }
         p.run();
+        // The writer stops when the ring's credit is spent...
+        assert_eq!(p.conn(B).boundaries.len() as u64, most, "size {size}");
+        assert_eq!(p.conn(A).msgs_sent, most);
+        assert!(p.conn(A).charged() - p.conn(A).peer_consumed.get() > ring - cost);
+        // ...not when the receives are: each went back as soon as its write arrived.
+        assert_eq!(p.sides[B].recvs_posted, u64::from(lb.recv_depth));
+        assert!(p.conn(A).peer_recvs_free() > u64::from(CONTROL_RESERVE));
+        assert!(p.conn(B).is_readable(false));
+
+        // Reading: less than a quarter of the ring's units returns nothing...
+        let per_credit = quarter.div_ceil(cost);
+        let mut got = Vec::new();
+        for _ in 0..per_credit - 1 {
+            got.push(p.recv_msg(B).expect("a message waits"));
+        }
+        p.run();
+        assert_eq!(p.conn(A).msgs_sent, most, "size {size}: no credit yet");
+        // ...one more message's worth, and the writer resumes.
+        got.push(p.recv_msg(B).expect("a message waits"));
+        p.run();
+        assert!(
+            p.conn(A).msgs_sent > most,
+            "size {size}: the writer resumed"
+        );
+        // The rest at the reader's pace: all arrive, in order.
+        for _ in 0..1000 {
+            while let Some(m) = p.recv_msg(B) {
+                got.push(m);
+            }
+            p.run();
+            if got.len() as u64 == total {
+                break;
+            }
+        }
+        assert_eq!(got, want, "size {size}");
+        assert!(p.sides[A].msgs_out.is_empty());
+        assert_eq!(p.conn(B).consumed_units(), p.conn(A).charged());
     }
-    let want: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 3]).collect();
-    assert_eq!(got, want);
+}
+
+#[test]
+fn unread_messages_do_not_stop_their_holder_returning_byte_credit() {
+    // The deadlock of holding a receive per unread message: with 16 receives (a credit
+    // report every 4) and 4 kept for control, a reader holding 16 - 16/4 unread messages
+    // left its peer 4 receives for credit returns, used 3 of them and never heard that
+    // they were posted again (3 < 4): its byte credits stopped, and with them a large
+    // stream the other way. Now receives go back at once and the messages wait in ring
+    // credit: the stream flows while the messages stay unread.
+    let la = limits(8192, 65536, 16, 32, 4096);
+    let lb = limits(65536, 65536, 16, 32, 4096);
+    let mut p = Pair::new(la, lb);
+    let msgs: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 3]).collect();
+    for m in &msgs {
+        p.send_msg(A, m.clone());
+    }
+    p.run();
+    let held = usize::from(lb.recv_depth) - usize::from(lb.recv_depth) / 4;
+    assert!(
+        p.conn(B).boundaries.len() >= held,
+        "the scenario: B holds unread messages"
+    );
+    assert_eq!(p.conn(B).boundaries.len(), msgs.len());
+
+    // B streams to A through A's small ring: A must return byte credit again and again.
+    let total = 1 << 20;
+    let mut rng = Rng(17);
+    for _ in 0..100_000 {
+        if p.sides[A].inp == total {
+            break;
+        }
+        let left = total - p.sides[B].out;
+        p.write_stream(B, left.min(rng.below(20_000)));
+        p.run();
+        p.read_stream(A, rng.below(6000));
+        p.run();
+    }
+    assert_eq!(
+        p.sides[A].inp, total,
+        "the stream stalled behind unread messages"
+    );
+    let credits = p.sides[A]
+        .imms()
+        .into_iter()
+        .filter(|i| matches!(i, Imm::CreditBytes(_)))
+        .count() as u64;
+    assert!(
+        credits >= total / u64::from(la.ring_size),
+        "{credits} byte credits"
+    );
+    // The messages waited all along, and are all there.
+    assert_eq!(p.conn(B).boundaries.len(), msgs.len());
+    let got: Vec<Vec<u8>> = std::iter::from_fn(|| p.recv_msg(B)).collect();
+    assert_eq!(got, msgs);
+    assert!(p.conn(A).error().is_none() && p.conn(B).error().is_none());
+}
+
+#[test]
+fn byte_credit_counts_a_message_charge_per_message_read() {
+    // A quarter of a 4 KiB ring is 1024 units: 16 empty messages read.
+    let la = limits(65536, 65536, 16, 32, 65536);
+    let lb = limits(4096, 65536, 16, 32, 65536);
+    let mut p = Pair::new(la, lb);
+    for _ in 0..40 {
+        p.send_msg(A, Vec::new());
+    }
+    p.send_msg(A, vec![7; 100]);
+    p.run();
+    let byte_credits = |p: &Pair| -> Vec<Imm> {
+        p.sides[B]
+            .imms()
+            .into_iter()
+            .filter(|i| matches!(i, Imm::CreditBytes(_)))
+            .collect()
+    };
+    for _ in 0..15 {
+        assert_eq!(p.recv_msg(B), Some(Vec::new()));
+    }
+    p.run();
+    assert!(byte_credits(&p).is_empty());
+    assert_eq!(p.recv_msg(B), Some(Vec::new()));
+    p.run();
+    assert_eq!(byte_credits(&p), vec![Imm::CreditBytes(16 * MSG_CHARGE)]);
+    assert_eq!(p.conn(A).peer_consumed.get(), 16 * CHARGE);
+    // A stream reader passes over message ends and is charged for them the same way.
+    assert_eq!(p.read(B, 1 << 20), vec![7; 100]);
+    p.run();
+    assert_eq!(p.conn(B).consumed_units(), 100 + 41 * CHARGE);
+    assert_eq!(
+        byte_credits(&p).last(),
+        Some(&Imm::CreditBytes(100 + 41 * MSG_CHARGE))
+    );
+    assert_eq!(p.conn(A).peer_consumed.get(), p.conn(A).charged());
+}
+
+#[test]
+fn a_message_end_without_room_for_its_charge_follows_its_bytes() {
+    // A 4 KiB ring, writes as large as it: (stream bytes before, message length) -> the
+    // message's writes before anything is read, then after.
+    let la = limits(65536, 65536, 16, 32, 65536);
+    let lb = limits(4096, 65536, 16, 32, 65536);
+    type Writes = &'static [(u32, bool, bool)];
+    let cases: [(u64, usize, Writes, Writes); 6] = [
+        // Its bytes and its charge fill the ring exactly: one write with the end.
+        (0, 4032, &[(4032, true, true)], &[]),
+        (4000, 32, &[(32, true, true)], &[]),
+        // Room for its bytes, not for its end: the end follows as a zero-length write.
+        (0, 4033, &[(4033, true, false)], &[(0, true, true)]),
+        (0, 4096, &[(4096, true, false)], &[(0, true, true)]),
+        (4000, 33, &[(33, true, false)], &[(0, true, true)]),
+        // Longer than the ring: its end goes with its last bytes, where it fits.
+        (0, 5000, &[(4096, true, false)], &[(904, true, true)]),
+    ];
+    for (i, (before, len, first, then)) in cases.into_iter().enumerate() {
+        let mut p = Pair::new(la, lb);
+        assert_eq!(p.write_stream(A, before), before);
+        let m = Rng(21 + i as u64).bytes(len);
+        p.send_msg(A, m.clone());
+        p.run();
+        let msg_writes = |p: &Pair| -> Vec<(u32, bool, bool)> {
+            p.sides[A]
+                .data_writes()
+                .into_iter()
+                .filter(|w| w.1)
+                .collect()
+        };
+        assert_eq!(msg_writes(&p), first, "case {i}: before reading");
+        let ended = first.last().is_some_and(|w| w.2);
+        assert_eq!(p.conn(A).msgs_sent, u64::from(ended), "case {i}");
+        assert_eq!(p.conn(B).msg_open, !ended, "case {i}");
+        assert!(p.conn(A).charged() - p.conn(A).peer_consumed.get() <= 4096);
+        // The reader reads: credit goes back, the rest of the message follows.
+        assert_eq!(p.read(B, before as usize).len() as u64, before);
+        let mut got = None;
+        for _ in 0..10 {
+            got = p.recv_msg(B);
+            if got.is_some() {
+                break;
+            }
+            p.run();
+        }
+        assert_eq!(got, Some(m), "case {i}");
+        assert_eq!(msg_writes(&p), [first, then].concat(), "case {i}: in all");
+        assert_eq!(p.conn(A).msgs_sent, 1);
+    }
 }
 
 #[test]
@@ -882,8 +1143,11 @@ fn a_stream_reader_passes_over_message_ends() {
     assert_eq!(p.read(B, 100), b"abcd");
     assert!(!p.conn(B).has_unread());
     p.run();
-    // Every receive went back to the writer in the end.
+    // Every message end was passed over and charged for.
     assert!(p.conn(B).boundaries.is_empty());
+    assert_eq!(p.conn(B).msgs_read, 3);
+    assert_eq!(p.conn(B).consumed_units(), 4 + 3 * CHARGE);
+    assert_eq!(p.conn(B).consumed_units(), p.conn(A).charged());
 }
 
 #[test]
@@ -1033,6 +1297,186 @@ fn a_full_send_buffer_is_signalled_so_it_empties() {
 }
 
 #[test]
+fn request_signal_posts_one_plain_signalled_write_when_the_newest_is_unsignalled() {
+    // A large send buffer and a deep queue: small writes go unsignalled.
+    let la = limits(65536, 65536, 16, 64, 65536);
+    let mut p = Pair::new(la, la);
+    // Nothing in flight: nothing to signal.
+    p.conn_mut(A).request_signal();
+    p.run();
+    assert!(p.sides[A].log.is_empty());
+
+    p.write_stream(A, 100);
+    p.run();
+    assert_eq!(p.sides[A].log.len(), 1);
+    assert!(!p.sides[A].log[0].signaled);
+    assert_eq!(
+        p.conn(A).unacknowledged(),
+        100,
+        "no completion comes for it"
+    );
+    assert_eq!(p.conn(A).in_flight(), 1);
+
+    let recvs_free = p.conn(A).peer_recvs_free();
+    let (imm_sent, charged) = (p.conn(A).imm_sent, p.conn(A).charged());
+    p.conn_mut(A).request_signal();
+    p.hold_wire[A] = true;
+    p.pump(A);
+    let plains = p.sides[A].plains();
+    assert_eq!(plains.len(), 1, "exactly one");
+    let t = plains[0];
+    assert!(t.plain && t.signaled && t.len == 0, "{t:?}");
+    assert_eq!(p.sides[A].log.last(), Some(&t));
+    // It uses none of the peer's receives and no ring credit.
+    assert_eq!(p.conn(A).peer_recvs_free(), recvs_free);
+    assert_eq!(p.conn(A).imm_sent, imm_sent);
+    assert_eq!(p.conn(A).charged(), charged);
+    // Asking again: the newest request is signalled now.
+    p.conn_mut(A).request_signal();
+    assert!(p.conn_mut(A).poll_transmit().is_none());
+    // It lands: no receive consumed at the peer, no receive completion there.
+    let at_b = |p: &Pair| (p.sides[B].recvs_posted, p.sides[B].recv_cq.len());
+    let before = at_b(&p);
+    assert!(p.land(A));
+    assert_eq!(at_b(&p), before);
+    p.hold_wire[A] = false;
+    p.run();
+    assert_eq!(
+        p.conn(A).unacknowledged(),
+        0,
+        "its completion frees what came before"
+    );
+    assert_eq!(p.conn(A).in_flight(), 0);
+    assert!(
+        p.sides[B].log.is_empty(),
+        "the peer noticed nothing to answer"
+    );
+    assert_eq!(p.read_stream(B, 1000), 100);
+
+    // Asked for while more waits to be posted: it goes after the newest write.
+    p.write_stream(A, 10);
+    p.run();
+    p.write_stream(A, 20);
+    p.conn_mut(A).request_signal();
+    p.run();
+    let log = &p.sides[A].log[2..];
+    assert_eq!(log.len(), 3);
+    assert!(log[..2].iter().all(|t| !t.plain && !t.signaled));
+    assert_eq!((log[0].len, log[1].len), (10, 20));
+    assert!(log[2].plain && log[2].signaled);
+    assert_eq!(p.conn(A).unacknowledged(), 0);
+
+    // The newest request signalled (a write filling half the buffer): none.
+    p.write_stream(A, 40_000);
+    p.run();
+    assert!(p.sides[A].log.last().unwrap().signaled);
+    let n = p.sides[A].log.len();
+    p.conn_mut(A).request_signal();
+    p.run();
+    assert_eq!(p.sides[A].log.len(), n, "nothing to signal");
+    assert_eq!(p.sides[A].plains().len(), 2);
+    assert_eq!(p.conn(A).unacknowledged(), 0);
+    assert_eq!(p.read_stream(B, 1 << 20), 40_030);
+    assert!(p.conn(A).error().is_none() && p.conn(B).error().is_none());
+}
+
+#[test]
+fn request_signal_acknowledges_what_was_posted_while_the_rest_waits_for_credit() {
+    // The writer waits for the peer's ring credit with its posted bytes unsignalled: the
+    // plain write goes out anyway (it needs no credit) and they complete.
+    let la = limits(65536, 65536, 16, 64, 65536);
+    let lb = limits(4096, 65536, 16, 64, 65536);
+    let mut p = Pair::new(la, lb);
+    p.write_stream(A, 8192);
+    p.run();
+    assert_eq!(p.conn(A).posted, 4096);
+    assert!(p.sides[A].log.iter().all(|t| !t.signaled));
+    assert_eq!(p.conn(A).unacknowledged(), 8192);
+    p.conn_mut(A).request_signal();
+    p.run();
+    assert_eq!(p.sides[A].plains().len(), 1);
+    assert_eq!(
+        p.conn(A).unacknowledged(),
+        4096,
+        "only what waits for credit"
+    );
+    p.read_stream(B, 1 << 20);
+    p.run();
+    p.read_stream(B, 1 << 20);
+    p.run();
+    assert_eq!(p.sides[B].inp, 8192);
+}
+
+#[test]
+fn shutdown_read_discards_and_returns_credit_so_a_blocked_writer_resumes() {
+    let la = limits(4096, 65536, 16, 32, 65536);
+    let lb = limits(4096, 4096, 16, 32, 4096);
+    let ring = u64::from(lb.ring_size);
+    let mut p = Pair::new(la, lb);
+    // Unread messages, a message half arrived, then a stream that fills the writer's
+    // buffer: the reader's ring is full and the writer blocked.
+    p.send_msg(A, b"one".to_vec());
+    p.send_msg(A, Vec::new());
+    p.send_msg(A, vec![9; 10_000]);
+    p.run();
+    while p.write_stream(A, 1 << 20) > 0 {
+        p.run();
+    }
+    p.run();
+    assert!(!p.conn(A).is_writable());
+    assert_eq!(p.conn(A).charged() - p.conn(A).peer_consumed.get(), ring);
+    assert_eq!(p.conn(B).boundaries.len(), 2);
+    assert!(p.conn(B).msg_open);
+
+    p.conn_mut(B).shutdown_read();
+    assert!(!p.conn(B).has_unread());
+    assert!(p.conn(B).boundaries.is_empty());
+    assert_eq!(p.conn(B).recv_window().len, 0);
+    assert_eq!(
+        p.conn(B).consumed_units(),
+        p.conn(A).charged(),
+        "all of it consumed at once"
+    );
+    p.run();
+    assert!(p.conn(A).is_writable(), "the credit came back");
+
+    // The reader never reads again: ten rings of stream and messages go out, and are thrown
+    // away as they arrive.
+    let target = p.sides[A].out + 10 * ring;
+    for i in 0..1000u32 {
+        if p.sides[A].out >= target {
+            break;
+        }
+        p.write_stream(A, target - p.sides[A].out);
+        if i % 3 == 0 {
+            p.send_msg(A, vec![i as u8; (i as usize * 37) % 700]);
+        }
+        p.run();
+    }
+    p.run();
+    assert!(
+        p.sides[A].out >= target,
+        "the writer blocked on a reader that left"
+    );
+    assert!(p.sides[A].msgs_out.is_empty());
+    p.conn_mut(A).request_signal();
+    p.run();
+    assert_eq!(p.conn(A).posted, p.conn(A).app_tail);
+    assert_eq!(p.conn(A).unacknowledged(), 0);
+    assert!(!p.conn(B).has_unread());
+    assert_eq!(p.read(B, 1 << 20), Vec::<u8>::new());
+    assert_eq!(p.recv_msg(B), None);
+    // The end of the stream still arrives; the other direction is untouched.
+    p.conn_mut(A).shutdown_write();
+    assert_eq!(p.write(B, b"still here"), 10);
+    p.run();
+    assert!(p.conn(B).is_eof());
+    assert_eq!(p.read(A, 100), b"still here");
+    assert!(p.conn(A).error().is_none(), "{:?}", p.conn(A).error());
+    assert!(p.conn(B).error().is_none(), "{:?}", p.conn(B).error());
+}
+
+#[test]
 fn nodelay_off_holds_small_writes_until_flush_or_a_message_end() {
     let la = limits(65536, 65536, 16, 16, 65536);
     let mut p = Pair::new(la, la);
@@ -1091,8 +1535,11 @@ fn counters_wrap_past_two_to_the_thirty() {
     let la = limits(4096, 4096, 8, 16, 1500);
     let lb = limits(6000, 5000, 8, 16, 4000);
     let mut p = Pair::new(la, lb);
-    // Both directions start just below 2^30 bytes and 2^30 receives.
-    let bytes = (1u64 << 30) - 3000;
+    // Both directions start just below 2^30 credit units (bytes, and message ends read)
+    // and 2^30 receives.
+    let bytes = (1u64 << 30) - 4000;
+    let msgs = 20;
+    let units = bytes + msgs * CHARGE;
     let imms = (1u64 << 30) - 5;
     for from in [A, B] {
         let [a, b] = &mut p.sides;
@@ -1100,9 +1547,10 @@ fn counters_wrap_past_two_to_the_thirty() {
         s.conn.app_tail = bytes;
         s.conn.posted = bytes;
         s.conn.completed = bytes;
+        s.conn.msgs_sent = msgs;
         s.conn
             .peer_consumed
-            .advance(wire_value(bytes), bytes)
+            .advance(wire_value(units), units)
             .unwrap();
         s.conn.imm_sent = imms;
         s.conn
@@ -1112,28 +1560,43 @@ fn counters_wrap_past_two_to_the_thirty() {
         s.out = bytes;
         r.conn.tail = bytes;
         r.conn.head = bytes;
-        r.conn.credited = bytes;
+        r.conn.msgs_read = msgs;
+        r.conn.credited = units;
         r.conn.reposted = imms;
         r.conn.reposted_reported = imms;
         r.landed = bytes;
+        r.landed_msgs = msgs;
         r.inp = bytes;
     }
+    p.check();
+    // Stream bytes with empty messages among them (a stream reader passes over them).
     let total = 100_000;
     let mut rng = Rng(13);
+    let mut empties = [0u64; 2];
     while p.sides[A].inp < bytes + total || p.sides[B].inp < bytes + total {
         for s in [A, B] {
             let left = bytes + total - p.sides[s].out;
             p.write_stream(s, left.min(rng.below(7000)));
+            if rng.below(3) == 0 {
+                p.send_msg(s, Vec::new());
+                empties[s] += 1;
+            }
         }
         p.run();
         p.read_stream(A, rng.below(5000));
         p.read_stream(B, rng.below(5000));
     }
-    p.run();
+    for _ in 0..10 {
+        p.run();
+        p.read_stream(A, u64::MAX);
+        p.read_stream(B, u64::MAX);
+    }
     for s in [A, B] {
         assert!(p.conn(s).error().is_none(), "{:?}", p.conn(s).error());
         assert!(p.conn(s).peer_consumed.get() > 1 << 30);
         assert!(p.conn(s).peer_reposted.get() > 1 << 30);
+        assert_eq!(p.conn(1 - s).msgs_read, msgs + empties[s]);
+        assert_eq!(p.conn(1 - s).consumed_units(), p.conn(s).charged());
     }
 }
 
@@ -1337,13 +1800,25 @@ fn a_completion_for_a_request_not_in_flight_is_a_local_error() {
     assert!(matches!(p.conn(A).error(), Some(ConnError::Local(_))));
 }
 
+/// Where the FIN and the last message end are in side `s`'s log.
+fn fin_and_last_end(p: &Pair, s: usize) -> (Option<usize>, Option<usize>) {
+    let imms = p.sides[s].imms();
+    let fin = imms.iter().position(|i| *i == Imm::Control(Control::Fin));
+    let end = imms
+        .iter()
+        .rposition(|i| matches!(i, Imm::Data { eom: true, .. }));
+    (fin, end)
+}
+
 #[test]
 fn an_empty_message_before_shutdown_goes_before_the_fin() {
-    // The reader holds its receives (unread messages): the writer is down to the control
-    // reserve when the empty message and the shutdown come.
+    // The reader's completions wait (its receives are not posted again): the writer is down
+    // to the control reserve when the empty message and the shutdown come. The FIN, a
+    // control message, could go; it must wait for the message.
     let la = limits(65536, 65536, 8, 32, 65536);
     let lb = limits(65536, 65536, 8, 32, 65536);
     let mut p = Pair::new(la, lb);
+    p.hold_recv_cq[B] = true;
     for i in 0..4u8 {
         p.send_msg(A, vec![i]);
     }
@@ -1352,6 +1827,8 @@ fn an_empty_message_before_shutdown_goes_before_the_fin() {
     p.send_msg(A, Vec::new());
     p.conn_mut(A).shutdown_write();
     p.run();
+    assert_eq!(fin_and_last_end(&p, A).0, None, "no FIN before the message");
+    p.hold_recv_cq[B] = false;
     let mut got = Vec::new();
     for _ in 0..20 {
         while let Some(m) = p.recv_msg(B) {
@@ -1362,6 +1839,34 @@ fn an_empty_message_before_shutdown_goes_before_the_fin() {
     assert!(p.conn(B).error().is_none(), "{:?}", p.conn(B).error());
     assert_eq!(got, vec![vec![0], vec![1], vec![2], vec![3], vec![]]);
     assert!(p.conn(B).is_eof());
+    let (fin, end) = fin_and_last_end(&p, A);
+    assert!(
+        end < fin,
+        "the message end ({end:?}) before the FIN ({fin:?})"
+    );
+}
+
+#[test]
+fn a_message_end_waiting_for_ring_credit_goes_before_the_fin() {
+    // Stream bytes leave the reader's ring 32 units free: an empty message's end (64) must
+    // wait for credit, the FIN (no ring units) could go, and must wait for the end.
+    let la = limits(65536, 65536, 16, 32, 65536);
+    let lb = limits(4096, 65536, 16, 32, 65536);
+    let mut p = Pair::new(la, lb);
+    assert_eq!(p.write_stream(A, 4096 - 32), 4096 - 32);
+    p.send_msg(A, Vec::new());
+    p.conn_mut(A).shutdown_write();
+    p.run();
+    assert_eq!(fin_and_last_end(&p, A), (None, None), "both wait");
+    assert!(!p.conn(B).is_eof());
+    assert_eq!(p.read_stream(B, 1 << 20), 4096 - 32);
+    p.run();
+    let (fin, end) = fin_and_last_end(&p, A);
+    assert!(end.is_some() && end < fin, "end {end:?}, FIN {fin:?}");
+    assert!(!p.conn(B).is_eof(), "the empty message is unread");
+    assert_eq!(p.recv_msg(B), Some(Vec::new()));
+    assert!(p.conn(B).is_eof());
+    assert!(p.conn(B).error().is_none(), "{:?}", p.conn(B).error());
 }
 
 #[test]
@@ -1565,15 +2070,76 @@ fn a_lying_peer_gets_a_protocol_error_and_nothing_else() {
             |c| feed(c, piece(1001, true), 1001),
         ),
         (
-            "more message ends than receives",
-            "more messages than receives",
+            "message ends beyond ring credit",
+            "more than its credit",
             |c| {
-                for _ in 0..8 {
+                // 4096 / MSG_CHARGE = 64 unread empty messages fill the ring; receives
+                // (8) do not bound them.
+                for _ in 0..4096 / MSG_CHARGE {
                     feed(c, piece(0, true), 0);
                 }
-                assert!(c.error().is_none(), "one message per receive is fine");
+                assert!(c.error().is_none(), "as many as the ring's credit is fine");
+                assert_eq!(c.poll_recvs(), 4096 / MSG_CHARGE, "each receive goes back");
                 feed(c, piece(0, true), 0);
             },
+        ),
+        (
+            "a message's bytes and end beyond the free ring",
+            "more than its credit",
+            |c| feed(c, piece(4096 - MSG_CHARGE + 1, true), 4096 - MSG_CHARGE + 1),
+        ),
+        (
+            "a message end into a ring its bytes filled",
+            "more than its credit",
+            |c| {
+                let mut exact = lone(1 << 20);
+                feed(&mut exact, piece(4000, false), 4000);
+                feed(&mut exact, piece(96 - MSG_CHARGE, true), 96 - MSG_CHARGE);
+                assert!(
+                    exact.error().is_none(),
+                    "bytes and end exactly fill the ring"
+                );
+                feed(&mut exact, data(0), 0);
+                assert!(exact.error().is_none(), "a zero-length write costs nothing");
+                feed(c, piece(4000, false), 4000);
+                feed(c, piece(97 - MSG_CHARGE, true), 97 - MSG_CHARGE);
+            },
+        ),
+        (
+            "stream bytes into a ring full of message charges",
+            "more than its credit",
+            |c| {
+                for _ in 0..4096 / MSG_CHARGE - 1 {
+                    feed(c, piece(0, true), 0);
+                }
+                feed(c, data(MSG_CHARGE), MSG_CHARGE);
+                assert!(c.error().is_none(), "the last 64 bytes are free");
+                feed(c, data(1), 1);
+            },
+        ),
+        (
+            "byte credit for a message end never sent",
+            "credited",
+            |c| {
+                c.commit_send(100, true).unwrap();
+                let t = c.poll_transmit().unwrap();
+                assert_eq!(
+                    Imm::decode(t.imm),
+                    Ok(Imm::Data {
+                        len: 100,
+                        msg: true,
+                        eom: true
+                    })
+                );
+                feed(c, Imm::CreditBytes(100 + MSG_CHARGE).encode(), 0);
+                assert!(c.error().is_none(), "its bytes and its end may be credited");
+                feed(c, Imm::CreditBytes(101 + MSG_CHARGE).encode(), 0);
+            },
+        ),
+        (
+            "a fault only the application side sees",
+            "longer than advertised",
+            |c| c.on_peer_fault("a message longer than advertised".into()),
         ),
     ];
     for (case, mentions, lie) in cases {
@@ -1673,6 +2239,15 @@ enum Op {
     Flush {
         side: usize,
     },
+    /// The application sends an empty message (a stream reader passes over its end; it
+    /// costs MSG_CHARGE of the peer's ring until then).
+    EmptyMsg {
+        side: usize,
+    },
+    /// A writer about to wait asks for the newest request to be signalled.
+    RequestSignal {
+        side: usize,
+    },
 }
 
 fn op_strategy() -> impl Strategy<Value = Op> {
@@ -1687,6 +2262,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => Just(Op::Run),
         1 => (side(), any::<bool>()).prop_map(|(side, on)| Op::Nodelay { side, on }),
         1 => side().prop_map(|side| Op::Flush { side }),
+        1 => side().prop_map(|side| Op::EmptyMsg { side }),
+        1 => side().prop_map(|side| Op::RequestSignal { side }),
     ]
 }
 
@@ -1722,6 +2299,8 @@ impl Pair {
             Op::Run => self.run(),
             Op::Nodelay { side, on } => self.conn_mut(side).set_nodelay(on),
             Op::Flush { side } => self.conn_mut(side).flush(),
+            Op::EmptyMsg { side } => self.send_msg(side, Vec::new()),
+            Op::RequestSignal { side } => self.conn_mut(side).request_signal(),
         }
     }
 
@@ -1770,6 +2349,7 @@ enum MsgOp {
     DeliverSend { side: usize, n: u8 },
     DeliverRecv { side: usize, n: u8 },
     Run,
+    RequestSignal { side: usize },
 }
 
 fn msg_size_strategy() -> impl Strategy<Value = usize> {
@@ -1791,6 +2371,7 @@ fn msg_op_strategy() -> impl Strategy<Value = MsgOp> {
         2 => (side(), 1u8..16).prop_map(|(side, n)| MsgOp::DeliverSend { side, n }),
         2 => (side(), 1u8..16).prop_map(|(side, n)| MsgOp::DeliverRecv { side, n }),
         1 => Just(MsgOp::Run),
+        1 => side().prop_map(|side| MsgOp::RequestSignal { side }),
     ]
 }
 
@@ -1852,6 +2433,9 @@ enum Fuzz {
     Disconnected,
     Nodelay(bool),
     Flush,
+    ShutdownRead,
+    RequestSignal,
+    PeerFault,
 }
 
 fn status_of(code: u8) -> Completion {
@@ -1891,6 +2475,9 @@ fn fuzz_strategy() -> impl Strategy<Value = Fuzz> {
         1 => Just(Fuzz::Disconnected),
         1 => any::<bool>().prop_map(Fuzz::Nodelay),
         1 => Just(Fuzz::Flush),
+        1 => Just(Fuzz::ShutdownRead),
+        1 => Just(Fuzz::RequestSignal),
+        1 => Just(Fuzz::PeerFault),
     ]
 }
 
@@ -1918,6 +2505,13 @@ proptest! {
         prop_assert_eq!(p.sides[A].inp, p.sides[B].out);
         for s in [A, B] {
             prop_assert!(p.conn(s).error().is_none(), "{:?}", p.conn(s).error());
+            let empties = ops
+                .iter()
+                .filter(|op| matches!(op, Op::EmptyMsg { side } if *side == s))
+                .count() as u64;
+            prop_assert!(p.sides[s].msgs_out.is_empty());
+            prop_assert_eq!(p.conn(1 - s).msgs_read, empties);
+            prop_assert_eq!(p.conn(1 - s).consumed_units(), p.conn(s).charged());
             p.conn_mut(s).shutdown_write();
         }
         p.run();
@@ -1970,6 +2564,60 @@ proptest! {
         }
     }
 
+    /// A reader that shuts its read side down at a random step: nothing it held or gets
+    /// afterwards blocks its peer (which writes three of its rings more and empty messages
+    /// without a read), the other direction loses nothing, and both streams end cleanly.
+    #[test]
+    fn a_reader_that_shuts_down_never_blocks_its_peer(
+        la in limits_strategy(),
+        lb in limits_strategy(),
+        ops in prop::collection::vec(op_strategy(), 1..120),
+        at in any::<prop::sample::Index>(),
+    ) {
+        let mut p = Pair::new(la, lb);
+        let at = at.index(ops.len());
+        for (i, op) in ops.iter().enumerate() {
+            if i == at {
+                p.conn_mut(B).shutdown_read();
+                prop_assert!(!p.conn(B).has_unread());
+            }
+            p.apply(op);
+            p.check();
+        }
+        p.drain_streams();
+        let more = p.sides[A].out + 3 * u64::from(lb.ring_size);
+        for i in 0..10_000 {
+            if p.sides[A].out >= more && p.sides[A].msgs_out.is_empty() {
+                break;
+            }
+            p.write_stream(A, more.saturating_sub(p.sides[A].out));
+            if i < 50 {
+                p.send_msg(A, Vec::new());
+            }
+            p.conn_mut(A).flush();
+            p.run();
+        }
+        prop_assert!(p.sides[A].out >= more, "the writer is blocked");
+        prop_assert!(p.sides[A].msgs_out.is_empty());
+        p.conn_mut(A).request_signal();
+        p.run();
+        prop_assert_eq!(p.conn(A).posted, p.conn(A).app_tail);
+        prop_assert_eq!(p.conn(A).unacknowledged(), 0);
+        prop_assert_eq!(p.conn(B).consumed_units(), p.conn(A).charged());
+        prop_assert!(!p.conn(B).has_unread());
+        prop_assert!(p.sides[B].inp <= p.sides[A].out);
+        prop_assert_eq!(p.sides[A].inp, p.sides[B].out);
+        for s in [A, B] {
+            p.conn_mut(s).shutdown_write();
+        }
+        p.run();
+        for s in [A, B] {
+            prop_assert!(p.conn(s).error().is_none(), "{:?}", p.conn(s).error());
+            prop_assert!(p.conn(s).is_eof());
+            prop_assert!(p.conn(s).fin_done());
+        }
+    }
+
     /// Random message sizes, including empty ones and ones larger than the peer's ring and
     /// the sender's buffer, both ways: exactly the messages sent arrive, in order, with
     /// their boundaries.
@@ -2012,6 +2660,7 @@ proptest! {
                     }
                 }
                 MsgOp::Run => p.run(),
+                MsgOp::RequestSignal { side } => p.conn_mut(side).request_signal(),
             }
             p.check();
         }
@@ -2030,6 +2679,10 @@ proptest! {
             prop_assert!(p.conn(s).error().is_none(), "{:?}", p.conn(s).error());
             prop_assert_eq!(model.received[s], model.sent[s].len());
             prop_assert!(p.sides[s].msgs_out.is_empty());
+            // Every unit charged was consumed: the ring holds nothing, and charges nothing.
+            prop_assert_eq!(p.conn(1 - s).consumed_units(), p.conn(s).charged());
+            prop_assert_eq!(p.conn(s).msgs_sent, model.sent[s].len() as u64);
+            prop_assert!(p.conn(1 - s).boundaries.is_empty());
         }
     }
 }
@@ -2065,7 +2718,11 @@ proptest! {
                     while let Some(t) = c.poll_transmit() {
                         prop_assert!(c.error().is_none());
                         prop_assert!(c.in_flight() <= u64::from(c.limits().send_depth));
-                        prop_assert!(Imm::decode(t.imm).is_ok());
+                        if t.plain {
+                            prop_assert!(t.signaled && t.len == 0, "{:?}", t);
+                        } else {
+                            prop_assert!(Imm::decode(t.imm).is_ok());
+                        }
                     }
                 }
                 Fuzz::Recvs => {
@@ -2082,7 +2739,27 @@ proptest! {
                 Fuzz::Disconnected => c.on_disconnected(),
                 Fuzz::Nodelay(on) => c.set_nodelay(on),
                 Fuzz::Flush => c.flush(),
+                Fuzz::ShutdownRead => {
+                    c.shutdown_read();
+                    prop_assert!(!c.has_unread());
+                }
+                Fuzz::RequestSignal => c.request_signal(),
+                Fuzz::PeerFault => {
+                    let before = c.error().cloned();
+                    c.on_peer_fault("fuzzed".into());
+                    match before {
+                        Some(e) => prop_assert_eq!(c.error(), Some(&e), "sticky"),
+                        None => prop_assert!(matches!(c.error(), Some(ConnError::Protocol(_)))),
+                    }
+                }
             }
+            // Whatever the peer sent, the ring never holds more than its size in units,
+            // and the peer is never credited more than it was charged.
+            let ring = u64::from(c.limits().ring_size);
+            prop_assert!(c.tail - c.head + CHARGE * c.boundaries.len() as u64 <= ring);
+            prop_assert!(c.credited <= c.consumed_units());
+            prop_assert!(c.peer_consumed.get() <= c.charged());
+            prop_assert!(c.charged() - c.peer_consumed.get() <= ring);
             // What the application sees stays consistent whatever happened.
             let w = c.recv_window();
             prop_assert!(u64::from(w.offset) + u64::from(w.len) <= u64::from(c.limits().ring_size));
