@@ -177,7 +177,26 @@ fn idle(addr: &str, args: &[String]) -> Result<ExitCode, String> {
     }
 }
 
+/// Prints trespass's diagnostics (the `log` facade) on stderr when TRESPASS_LOG is set.
+struct Stderr;
+
+impl log::Log for Stderr {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        eprintln!("{} {}: {}", record.level(), record.target(), record.args());
+    }
+    fn flush(&self) {}
+}
+
+static LOGGER: Stderr = Stderr;
+
 fn main() -> ExitCode {
+    if std::env::var_os("TRESPASS_LOG").is_some() {
+        let _ = log::set_logger(&LOGGER);
+        log::set_max_level(log::LevelFilter::Debug);
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match (args.first().map(String::as_str), args.get(1)) {
         (Some("serve"), Some(addr)) => serve(addr, &args[2..]),

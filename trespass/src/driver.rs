@@ -275,6 +275,14 @@ impl Driver {
                 Ok(None) => return progress,
                 Ok(Some(ev)) => {
                     progress = true;
+                    log::debug!(
+                        target: "trespass",
+                        "{:?} -> {:?}: rdma_cm event {:?} (status {})",
+                        self.local,
+                        self.remote,
+                        ev.event_type(),
+                        ev.status()
+                    );
                     match ev.event_type() {
                         EventType::Disconnected => {
                             // Completions that landed before the disconnect count first.

@@ -65,6 +65,12 @@ pub(crate) fn connect(
         Ok(ev) => ev,
         Err(e) => return Err(timed_out(e, "waiting for the peer to accept")),
     };
+    log::debug!(
+        target: "trespass",
+        "connecting to {addr}: rdma_cm event {:?} (status {})",
+        event.event_type(),
+        event.status()
+    );
     let peer = match event.event_type() {
         EventType::Established => Hello::decode(event.private_data())
             .map_err(|source| Error::Handshake { addr, source })?,
