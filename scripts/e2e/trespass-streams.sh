@@ -58,6 +58,21 @@ serve() {
     wait_cm_listen "$port" 30 || fail "the server on port $port never listened"
 }
 
+echo "0. the README's Getting Started: echo_server and echo_client"
+timeout -k 5 120 "${SERVER_ON[@]}" "$dir/echo_server" "$SERVER_IP:7699" >"$work/echo-s.log" 2>&1 &
+SRV=$!
+wait_cm_listen 7699 30 || fail "echo_server never listened"
+for msg in "hello over RDMA" "$(head -c 3000 /dev/zero | tr '\0' x)"; do
+    if out=$(timeout -k 5 60 "$dir/echo_client" "$SERVER_IP:7699" "$msg" 2>&1) && [ "$out" = "$msg" ]; then
+        echo "  ok: echo_client got its ${#msg} bytes back"
+    else
+        fail "echo_client: $out"
+    fi
+done
+kill "$SRV" 2>/dev/null
+wait "$SRV" 2>/dev/null
+grep -q "echoed 15 bytes" "$work/echo-s.log" || fail "echo_server did not report its echo: $(cat "$work/echo-s.log")"
+
 echo "1. $bytes bytes through a reader that sleeps at random"
 serve 7700 --sleepy
 t0=$SECONDS

@@ -374,3 +374,85 @@ fn a_write_outside_the_ring_fails_at_the_liar_and_ends_only_that_connection() {
         _ => panic!("{err:?}"),
     }
 }
+
+#[test]
+fn a_peer_of_another_protocol_version_is_refused_with_a_message_saying_so() {
+    let Some(ip) =
+        test_ip("a_peer_of_another_protocol_version_is_refused_with_a_message_saying_so")
+    else {
+        return;
+    };
+    // A client speaking version 9 to a trespass listener: rejected, with the listener's
+    // version in the refusal; the listener goes on serving.
+    let addr = SocketAddr::new(ip, 7632);
+    let mut config = Config::new();
+    config.keepalive(None);
+    let listener = config.bind(addr).unwrap();
+    let server = thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 2];
+        s.read_exact(&mut buf).unwrap();
+        buf
+    });
+    let channel = EventChannel::new().unwrap();
+    let id = channel.create_id(PortSpace::Tcp).unwrap();
+    id.resolve_addr(None, addr, Duration::from_secs(2)).unwrap();
+    channel.wait_for(EventType::AddrResolved, WAIT).unwrap();
+    id.resolve_route(Duration::from_secs(2)).unwrap();
+    channel.wait_for(EventType::RouteResolved, WAIT).unwrap();
+    let ctx = id.device_context().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq_builder().build().unwrap();
+    let _qp = id
+        .create_qp(pd.create_qp_builder().send_cq(&cq).recv_cq(&cq))
+        .unwrap();
+    let mut future = Hello {
+        ring_addr: 0x1000,
+        ring_rkey: 1,
+        ring_size: RING,
+        recv_depth: 16,
+        max_message: 100,
+    }
+    .encode();
+    future[5] = 9;
+    let mut param = ConnParam::new();
+    param.private_data(&future);
+    id.connect(&param).unwrap();
+    let ev = channel.get_event(WAIT).unwrap();
+    assert_eq!(ev.event_type(), EventType::Rejected);
+    let refusal = trespass::wire::Refusal::decode(ev.private_data());
+    assert_eq!(refusal, Ok(trespass::wire::Refusal::BadHello), "{ev:?}");
+    assert_eq!(
+        &ev.private_data()[4..6],
+        &trespass::wire::VERSION.to_be_bytes()
+    );
+    drop(ev);
+    // An honest client after it is served.
+    let mut c = config.connect(addr).unwrap();
+    c.write_all(b"ok").unwrap();
+    assert_eq!(&server.join().unwrap(), b"ok");
+
+    // A trespass client refused by a listener of version 7: the error names both versions.
+    let addr = SocketAddr::new(ip, 7633);
+    let lch = EventChannel::new().unwrap();
+    let lid = lch.create_id(PortSpace::Tcp).unwrap();
+    lid.bind_addr(addr).unwrap();
+    lid.listen(4).unwrap();
+    let refuser = thread::spawn(move || {
+        let req = lch.wait_for(EventType::ConnectRequest, WAIT).unwrap();
+        let mut refusal = trespass::wire::Refusal::BadHello.encode();
+        refusal[5] = 7;
+        req.id().reject(&refusal).unwrap();
+        drop(req);
+        lid
+    });
+    let err = config.connect(addr).unwrap_err();
+    drop(refuser.join().unwrap());
+    println!("refused by version 7: {err}");
+    assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused, "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("version 7") && text.contains("version 1"),
+        "{text}"
+    );
+}
