@@ -80,8 +80,9 @@ impl Config {
         self
     }
 
-    /// Receives posted for the peer's writes (8 to 65535): how many writes may be in flight
-    /// towards this side, and how many unread messages it holds.
+    /// Receives posted for the peer's writes (8 to 65535): how many writes with immediate
+    /// may be in flight towards this side. (Unread messages are bounded by the ring: each
+    /// costs 64 bytes of it besides its bytes.)
     pub fn recv_depth(&mut self, n: u16) -> &mut Self {
         self.recv_depth = n;
         self

@@ -19,7 +19,8 @@ use crate::wire::WireError;
 pub enum Error {
     /// Setting up a connection failed in rdma_cm: the address has no RDMA device, the route
     /// cannot be resolved, the peer is unreachable. (`ConnectionRefused` when the peer
-    /// refused, `AddrNotAvailable` when the address has no RDMA device, else `Other`.)
+    /// rejected or is unreachable, `AddrNotAvailable` when the address has no RDMA device,
+    /// `TimedOut` when a step timed out, else `Other`.)
     #[error("{what}: {source}")]
     Cm {
         /// The step that failed.
@@ -38,7 +39,7 @@ pub enum Error {
         reason: String,
     },
     /// The peer speaks another trespass version, or is not trespass at all.
-    /// (`ConnectionRefused` when connecting, `InvalidData` otherwise.)
+    /// (`ConnectionRefused`.)
     #[error("cannot talk to {addr}: {source}")]
     Handshake {
         /// The peer.
@@ -56,7 +57,7 @@ pub enum Error {
         timeout: Duration,
     },
     /// Making the connection's verbs resources (PD, CQ, QP, registered memory) or a verb on
-    /// the data path failed. (`Other`, or `OutOfMemory` for ENOMEM.)
+    /// the data path failed. (`Other`.)
     #[error("{what}: {source}")]
     Verbs {
         /// What was being done.

@@ -1,5 +1,5 @@
 //! The keep-alive helper: one process-wide thread that, every [`TICK`], pumps each
-//! connection with keep-alive on that no thread is using at that moment (its lock is free),
+//! connection that no thread is using at that moment (its lock is free), keep-alive on or not,
 //! so that probes are answered, credits returned and a dead peer noticed while the
 //! application is busy elsewhere. When a pump made progress it pokes the connection's
 //! readiness fd, so a poll/epoll user wakes up and calls in.

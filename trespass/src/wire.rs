@@ -17,7 +17,7 @@ pub const MAGIC: [u8; 4] = *b"TRSP";
 /// Bytes of the hello in private data (the transport may pad it with zeros).
 pub const HELLO_LEN: usize = 32;
 
-/// Bytes of a refusal's private data: magic, version, reason.
+/// Bytes of a refusal's private data: magic, version, a reserved byte, reason.
 pub const REFUSAL_LEN: usize = 8;
 
 /// The smallest receive ring a peer may advertise.

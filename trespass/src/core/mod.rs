@@ -996,14 +996,6 @@ impl Connection {
             plain: false,
         }
     }
-
-    /// Makes sure the newest request in flight is signalled, so that waiting for the send
-    /// buffer or the send queue ends: true when a signalled no-op is needed (there is
-    /// unsignalled work in flight and nothing else to post). Used by drivers that are about
-    /// to sleep while the send buffer is full.
-    pub fn needs_signal(&self) -> bool {
-        self.unsignaled_run > 0 && self.signaled.is_empty()
-    }
 }
 
 #[cfg(test)]
