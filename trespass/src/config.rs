@@ -34,6 +34,7 @@ pub struct Config {
     pub(crate) max_inline: u32,
     pub(crate) keepalive: Option<Duration>,
     pub(crate) busy_poll: Duration,
+    pub(crate) busy_poll_max: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) linger: Duration,
     pub(crate) retry_count: u8,
@@ -51,6 +52,7 @@ impl Default for Config {
             max_inline: 64,
             keepalive: Some(Duration::from_secs(30)),
             busy_poll: Duration::from_micros(20),
+            busy_poll_max: Duration::from_micros(250),
             connect_timeout: Duration::from_secs(10),
             linger: Duration::from_secs(10),
             retry_count: 7,
@@ -125,9 +127,20 @@ impl Config {
     }
 
     /// How long a blocking call spins polling the completion queue before it sleeps on the
-    /// completion channel (0: sleep at once).
+    /// completion channel, at least (0: sleep at once unless the adaptive spin says
+    /// otherwise; see [`busy_poll_max`](Self::busy_poll_max)).
     pub fn busy_poll(&mut self, d: Duration) -> &mut Self {
         self.busy_poll = d;
+        self
+    }
+
+    /// The adaptive spin's limit. A connection tracks how long its waits take (a moving
+    /// average); while they typically end within half of this, a wait spins up to twice
+    /// that average before sleeping, since waking from the completion channel costs more
+    /// than the wait itself. Longer waits (an idle peer) spin only [`busy_poll`](Self::busy_poll).
+    /// Default 250 µs; `Duration::ZERO` turns the adaptation off.
+    pub fn busy_poll_max(&mut self, d: Duration) -> &mut Self {
+        self.busy_poll_max = d;
         self
     }
 

@@ -23,6 +23,7 @@ use crate::config::Config;
 use crate::core::{Completion, Connection, Limits};
 use crate::error::Error;
 use crate::readiness::Readiness;
+use crate::spin::Spin;
 use crate::wire::Hello;
 
 /// The wr_id of every receive: sends count up from 0 and never reach it.
@@ -144,7 +145,7 @@ impl Resources {
             conn,
             peer,
             wcs: vec![WorkCompletion::default(); POLL_BATCH],
-            busy_poll: config.busy_poll,
+            spin: Spin::new(config.busy_poll, config.busy_poll_max),
             disconnected: false,
             local,
             remote,
@@ -185,7 +186,7 @@ pub(crate) struct Driver {
     pub(crate) conn: Connection,
     peer: Hello,
     wcs: Vec<WorkCompletion>,
-    busy_poll: Duration,
+    spin: Spin,
     disconnected: bool,
     pub(crate) local: Option<SocketAddr>,
     pub(crate) remote: Option<SocketAddr>,
@@ -214,7 +215,7 @@ impl Driver {
     }
 
     pub(crate) fn set_busy_poll(&mut self, d: Duration) {
-        self.busy_poll = d;
+        self.spin.set_min(d);
     }
 
     /// One round: every completion and rdma_cm event that is waiting, the timers, then the
@@ -408,16 +409,18 @@ impl Driver {
         ready: impl Fn(&Connection) -> bool,
     ) -> Result<bool, Error> {
         let done = |c: &Connection| ready(c) || c.error().is_some() || c.broken().is_some();
-        self.pump(Instant::now());
+        let started = Instant::now();
+        self.pump(started);
         loop {
             if done(&self.conn) {
+                self.spin.record(started.elapsed());
                 return Ok(true);
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 return Ok(false);
             }
-            let spin_end = now + self.busy_poll;
+            let spin_end = now + self.spin.time();
             let mut progressed = false;
             while Instant::now() < spin_end {
                 if self.pump_fast(Instant::now()) {

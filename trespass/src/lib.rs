@@ -49,6 +49,7 @@ mod driver;
 mod error;
 mod keeper;
 mod readiness;
+mod spin;
 mod stream;
 pub mod wire;
 
