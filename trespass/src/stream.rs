@@ -418,13 +418,7 @@ impl Stream {
     ///
     /// `InvalidInput` for a zero duration, as `TcpStream`.
     pub fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
-        if timeout == Some(Duration::ZERO) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "a zero read timeout; use None for no limit",
-            ));
-        }
-        self.read_timeout = timeout;
+        self.read_timeout = nonzero_timeout(timeout, "read")?;
         Ok(())
     }
 
@@ -434,13 +428,7 @@ impl Stream {
     ///
     /// `InvalidInput` for a zero duration.
     pub fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
-        if timeout == Some(Duration::ZERO) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "a zero write timeout; use None for no limit",
-            ));
-        }
-        self.write_timeout = timeout;
+        self.write_timeout = nonzero_timeout(timeout, "write")?;
         Ok(())
     }
 
@@ -673,6 +661,17 @@ impl Stream {
     pub fn has_unread(&self) -> bool {
         self.lock().conn.has_unread()
     }
+}
+
+/// `timeout`, unless it is zero (refused, as `TcpStream` refuses it).
+fn nonzero_timeout(timeout: Option<Duration>, which: &str) -> io::Result<Option<Duration>> {
+    if timeout == Some(Duration::ZERO) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("a zero {which} timeout; use None for no limit"),
+        ));
+    }
+    Ok(timeout)
 }
 
 /// Fails when nothing more can be written.

@@ -2,6 +2,8 @@
 //! ping-pongs over a byte stream and over messages (device test; both sides in this
 //! process). A deterministic gate, unlike any timing.
 
+mod common;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr};
@@ -39,26 +41,6 @@ unsafe impl GlobalAlloc for Counting {
 static GLOBAL: Counting = Counting;
 
 const WARM_UP: usize = 100;
-
-fn test_ip(test: &str) -> Option<IpAddr> {
-    match sideway::testing::test_device(test).unwrap_or_else(|e| panic!("{e}")) {
-        sideway::testing::TestDevice::Ready(_) => {}
-        sideway::testing::TestDevice::Skip(skip) => {
-            println!("{skip}");
-            return None;
-        }
-    }
-    match std::env::var("RDMA_TEST_IP") {
-        Ok(ip) if !ip.is_empty() => Some(ip.parse().expect("RDMA_TEST_IP is an IP address")),
-        _ if std::env::var_os("RDMA_TEST_DEVICE").is_some() => {
-            panic!("{test}: RDMA_TEST_DEVICE is set but RDMA_TEST_IP is not")
-        }
-        _ => {
-            println!("skipped: {test}: RDMA_TEST_IP is not set");
-            None
-        }
-    }
-}
 
 /// Runs `WARM_UP` then `measured` ping-pongs of `size` bytes, streams or messages, and
 /// returns the allocations the measured ones made (both sides together).
@@ -109,7 +91,7 @@ fn allocations_per_run(ip: IpAddr, port: u16, size: usize, messages: bool, measu
 
 #[test]
 fn steady_state_ping_pong_allocates_nothing() {
-    let Some(ip) = test_ip("steady_state_ping_pong_allocates_nothing") else {
+    let Some(ip) = common::test_ip("steady_state_ping_pong_allocates_nothing") else {
         return;
     };
     // Sizes below and above the inline limit, and above the ring's quarter (a message in

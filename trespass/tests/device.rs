@@ -4,6 +4,8 @@
 //!
 //! Each test listens on its own rdma_cm port (tests run in parallel); every wait is bounded.
 
+mod common;
+
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr};
 use std::os::fd::AsRawFd;
@@ -11,30 +13,6 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use trespass::{Config, Stream};
-
-/// The device's IPv4 address, or `None` (after printing why) when the test must be skipped.
-fn test_ip(test: &str) -> Option<IpAddr> {
-    match sideway::testing::test_device(test).unwrap_or_else(|e| panic!("{e}")) {
-        sideway::testing::TestDevice::Ready(_) => {}
-        sideway::testing::TestDevice::Skip(skip) => {
-            println!("{skip}");
-            return None;
-        }
-    }
-    match std::env::var("RDMA_TEST_IP") {
-        Ok(ip) if !ip.is_empty() => Some(
-            ip.parse()
-                .unwrap_or_else(|e| panic!("RDMA_TEST_IP={ip} is not an IP address: {e}")),
-        ),
-        _ if std::env::var_os("RDMA_TEST_DEVICE").is_some() => {
-            panic!("{test}: RDMA_TEST_DEVICE is set but RDMA_TEST_IP is not")
-        }
-        _ => {
-            println!("skipped: {test}: RDMA_TEST_IP is not set (the RDMA device's IPv4 address)");
-            None
-        }
-    }
-}
 
 /// Deterministic bytes, different at every offset of a long stream.
 fn pattern(offset: u64, len: usize) -> Vec<u8> {
@@ -73,7 +51,7 @@ fn pair(ip: IpAddr, port: u16, config: &Config) -> (Stream, Stream) {
 
 #[test]
 fn an_echo_round_trip_carries_every_byte() {
-    let Some(ip) = test_ip("an_echo_round_trip_carries_every_byte") else {
+    let Some(ip) = common::test_ip("an_echo_round_trip_carries_every_byte") else {
         return;
     };
     let (mut server, mut client) = pair(ip, 7601, &Config::new());
@@ -105,7 +83,9 @@ fn an_echo_round_trip_carries_every_byte() {
 
 #[test]
 fn a_slow_reader_gets_every_byte_of_a_stream_larger_than_its_ring() {
-    let Some(ip) = test_ip("a_slow_reader_gets_every_byte_of_a_stream_larger_than_its_ring") else {
+    let Some(ip) =
+        common::test_ip("a_slow_reader_gets_every_byte_of_a_stream_larger_than_its_ring")
+    else {
         return;
     };
     const TOTAL: u64 = 16 << 20;
@@ -145,7 +125,7 @@ fn a_slow_reader_gets_every_byte_of_a_stream_larger_than_its_ring() {
 #[test]
 fn messages_keep_their_boundaries_including_empty_and_larger_than_the_ring() {
     let Some(ip) =
-        test_ip("messages_keep_their_boundaries_including_empty_and_larger_than_the_ring")
+        common::test_ip("messages_keep_their_boundaries_including_empty_and_larger_than_the_ring")
     else {
         return;
     };
@@ -170,7 +150,8 @@ fn messages_keep_their_boundaries_including_empty_and_larger_than_the_ring() {
 
 #[test]
 fn a_message_larger_than_the_peer_accepts_is_refused_before_sending() {
-    let Some(ip) = test_ip("a_message_larger_than_the_peer_accepts_is_refused_before_sending")
+    let Some(ip) =
+        common::test_ip("a_message_larger_than_the_peer_accepts_is_refused_before_sending")
     else {
         return;
     };
@@ -185,7 +166,7 @@ fn a_message_larger_than_the_peer_accepts_is_refused_before_sending() {
 
 #[test]
 fn nonblocking_reads_would_block_and_the_fd_wakes_poll() {
-    let Some(ip) = test_ip("nonblocking_reads_would_block_and_the_fd_wakes_poll") else {
+    let Some(ip) = common::test_ip("nonblocking_reads_would_block_and_the_fd_wakes_poll") else {
         return;
     };
     let (mut server, mut client) = pair(ip, 7605, &Config::new());
@@ -225,7 +206,7 @@ fn nonblocking_reads_would_block_and_the_fd_wakes_poll() {
 
 #[test]
 fn a_read_timeout_ends_a_read_with_timed_out() {
-    let Some(ip) = test_ip("a_read_timeout_ends_a_read_with_timed_out") else {
+    let Some(ip) = common::test_ip("a_read_timeout_ends_a_read_with_timed_out") else {
         return;
     };
     let (mut server, _client) = pair(ip, 7606, &Config::new());
@@ -245,7 +226,7 @@ fn a_read_timeout_ends_a_read_with_timed_out() {
 
 #[test]
 fn connecting_where_nobody_listens_is_refused_in_time() {
-    let Some(ip) = test_ip("connecting_where_nobody_listens_is_refused_in_time") else {
+    let Some(ip) = common::test_ip("connecting_where_nobody_listens_is_refused_in_time") else {
         return;
     };
     let t0 = Instant::now();
@@ -264,7 +245,8 @@ fn connecting_where_nobody_listens_is_refused_in_time() {
 
 #[test]
 fn a_dropped_peer_reads_as_end_of_stream_after_its_last_bytes() {
-    let Some(ip) = test_ip("a_dropped_peer_reads_as_end_of_stream_after_its_last_bytes") else {
+    let Some(ip) = common::test_ip("a_dropped_peer_reads_as_end_of_stream_after_its_last_bytes")
+    else {
         return;
     };
     let (mut server, mut client) = pair(ip, 7608, &small_config());
@@ -321,7 +303,8 @@ fn rdma_resources() -> Option<std::collections::BTreeMap<String, u64>> {
 
 #[test]
 fn many_connect_transfer_close_cycles_leak_no_fd_and_no_rdma_object() {
-    let Some(ip) = test_ip("many_connect_transfer_close_cycles_leak_no_fd_and_no_rdma_object")
+    let Some(ip) =
+        common::test_ip("many_connect_transfer_close_cycles_leak_no_fd_and_no_rdma_object")
     else {
         return;
     };

@@ -6,6 +6,8 @@
 //!
 //! Device tests: they skip without a device, and fail with `RDMA_TEST_DEVICE` set and none.
 
+mod common;
+
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -21,26 +23,6 @@ use trespass::{Config, Listener, Stream};
 
 const WAIT: Option<Duration> = Some(Duration::from_secs(10));
 const RING: u32 = 16 * 1024;
-
-fn test_ip(test: &str) -> Option<IpAddr> {
-    match sideway::testing::test_device(test).unwrap_or_else(|e| panic!("{e}")) {
-        sideway::testing::TestDevice::Ready(_) => {}
-        sideway::testing::TestDevice::Skip(skip) => {
-            println!("{skip}");
-            return None;
-        }
-    }
-    match std::env::var("RDMA_TEST_IP") {
-        Ok(ip) if !ip.is_empty() => Some(ip.parse().expect("RDMA_TEST_IP is an IP address")),
-        _ if std::env::var_os("RDMA_TEST_DEVICE").is_some() => {
-            panic!("{test}: RDMA_TEST_DEVICE is set but RDMA_TEST_IP is not")
-        }
-        _ => {
-            println!("skipped: {test}: RDMA_TEST_IP is not set");
-            None
-        }
-    }
-}
 
 /// A peer that speaks trespass's handshake and then writes whatever it is told to.
 struct Liar {
@@ -232,7 +214,7 @@ fn protocol_error(err: &io::Error, says: &str) {
 
 #[test]
 fn a_peer_that_writes_beyond_its_credit_is_cut_off() {
-    if test_ip("a_peer_that_writes_beyond_its_credit_is_cut_off").is_none() {
+    if common::test_ip("a_peer_that_writes_beyond_its_credit_is_cut_off").is_none() {
         return;
     }
     let err = lied_to(7621, 0, |l| {
@@ -245,7 +227,7 @@ fn a_peer_that_writes_beyond_its_credit_is_cut_off() {
 
 #[test]
 fn a_peer_that_writes_past_the_ring_end_is_cut_off() {
-    if test_ip("a_peer_that_writes_past_the_ring_end_is_cut_off").is_none() {
+    if common::test_ip("a_peer_that_writes_past_the_ring_end_is_cut_off").is_none() {
         return;
     }
     let err = lied_to(7622, RING as usize - 10, |l| {
@@ -262,7 +244,7 @@ fn a_peer_that_writes_past_the_ring_end_is_cut_off() {
 
 #[test]
 fn credits_for_bytes_never_sent_are_a_lie() {
-    if test_ip("credits_for_bytes_never_sent_are_a_lie").is_none() {
+    if common::test_ip("credits_for_bytes_never_sent_are_a_lie").is_none() {
         return;
     }
     let err = lied_to(7623, 0, |l| {
@@ -277,7 +259,7 @@ fn credits_for_bytes_never_sent_are_a_lie() {
 
 #[test]
 fn a_second_fin_and_data_after_fin_are_lies() {
-    if test_ip("a_second_fin_and_data_after_fin_are_lies").is_none() {
+    if common::test_ip("a_second_fin_and_data_after_fin_are_lies").is_none() {
         return;
     }
     let err = lied_to(7625, 0, |l| {
@@ -296,7 +278,7 @@ fn a_second_fin_and_data_after_fin_are_lies() {
 
 #[test]
 fn unknown_control_and_unasked_answers_are_lies() {
-    if test_ip("unknown_control_and_unasked_answers_are_lies").is_none() {
+    if common::test_ip("unknown_control_and_unasked_answers_are_lies").is_none() {
         return;
     }
     let err = lied_to(7627, 0, |l| {
@@ -322,7 +304,7 @@ fn unknown_control_and_unasked_answers_are_lies() {
 
 #[test]
 fn a_message_longer_than_advertised_is_a_lie() {
-    if test_ip("a_message_longer_than_advertised_is_a_lie").is_none() {
+    if common::test_ip("a_message_longer_than_advertised_is_a_lie").is_none() {
         return;
     }
     let ip: IpAddr = std::env::var("RDMA_TEST_IP").unwrap().parse().unwrap();
@@ -356,7 +338,8 @@ fn a_message_longer_than_advertised_is_a_lie() {
 
 #[test]
 fn a_write_outside_the_ring_fails_at_the_liar_and_ends_only_that_connection() {
-    if test_ip("a_write_outside_the_ring_fails_at_the_liar_and_ends_only_that_connection").is_none()
+    if common::test_ip("a_write_outside_the_ring_fails_at_the_liar_and_ends_only_that_connection")
+        .is_none()
     {
         return;
     }
@@ -378,7 +361,7 @@ fn a_write_outside_the_ring_fails_at_the_liar_and_ends_only_that_connection() {
 #[test]
 fn a_peer_of_another_protocol_version_is_refused_with_a_message_saying_so() {
     let Some(ip) =
-        test_ip("a_peer_of_another_protocol_version_is_refused_with_a_message_saying_so")
+        common::test_ip("a_peer_of_another_protocol_version_is_refused_with_a_message_saying_so")
     else {
         return;
     };
