@@ -32,7 +32,9 @@ pub(crate) fn register(shared: &Arc<Shared>) {
 }
 
 fn run() {
-    let mut live: Vec<Arc<Shared>> = Vec::new();
+    // Room for the connections of a pass, made once: a pass allocates nothing until a
+    // process has more connections than ever before.
+    let mut live: Vec<Arc<Shared>> = Vec::with_capacity(64);
     loop {
         std::thread::sleep(TICK);
         {
