@@ -23,7 +23,7 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// The verbs to measure, and the plot tool.
+/// The verbs to measure, trespass's streams, and the plot tool.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// SEND/RECV.
@@ -36,17 +36,21 @@ pub enum Command {
     Atomic(RunArgs),
     /// Plot results: bandwidth or latency against message size, one line per JSON file.
     Plot(PlotArgs),
+    /// trespass byte streams and messages over RDMA (rdma_cm), measured like the verbs:
+    /// `stream lat` a ping-pong (one round trip / 2, as ib_send_lat), `stream bw` one-way
+    /// streaming.
+    Stream(crate::stream_bench::StreamArgs),
 }
 
 impl Command {
-    /// The verb and its arguments, or `None` for `plot`.
+    /// The verb and its arguments, or `None` for `plot` and `stream`.
     pub fn run_args(&self) -> Option<(Verb, &RunArgs)> {
         match self {
             Command::Send(a) => Some((Verb::Send, a)),
             Command::Write(a) => Some((Verb::Write, a)),
             Command::Read(a) => Some((Verb::Read, a)),
             Command::Atomic(a) => Some((Verb::Atomic, a)),
-            Command::Plot(_) => None,
+            Command::Plot(_) | Command::Stream(_) => None,
         }
     }
 }

@@ -27,3 +27,5 @@ pub mod post_clock;
 pub mod preflight;
 pub mod progress;
 pub mod report;
+pub mod stream_bench;
+pub mod trespass_compare;

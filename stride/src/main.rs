@@ -42,6 +42,7 @@ fn main() -> ExitCode {
         Command::Plot(a) => plot::plot_files(&a.inputs, &a.output, a.intervals)
             .map(|()| println!("wrote {}", a.output.display()))
             .map_err(RunError::new),
+        Command::Stream(a) => stride::stream_bench::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
