@@ -410,17 +410,23 @@ impl Driver {
     ) -> Result<bool, Error> {
         let done = |c: &Connection| ready(c) || c.error().is_some() || c.broken().is_some();
         let started = Instant::now();
+        let mut slept = false;
         self.pump(started);
         loop {
             if done(&self.conn) {
-                self.spin.record(started.elapsed());
+                self.spin.record(started.elapsed(), slept);
                 return Ok(true);
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 return Ok(false);
             }
-            let spin_end = now + self.spin.time();
+            let spin_end = now
+                + if slept {
+                    Duration::ZERO
+                } else {
+                    self.spin.time()
+                };
             let mut progressed = false;
             while Instant::now() < spin_end {
                 if self.pump_fast(Instant::now()) {
@@ -440,6 +446,7 @@ impl Driver {
                 (a, b) => a.or(b),
             };
             let timeout = until.map(|u| u.saturating_duration_since(Instant::now()));
+            slept = true;
             readiness
                 .wait(timeout)
                 .map_err(|e| Error::verbs("waiting for the connection", e))?;

@@ -1,18 +1,35 @@
 //! How long a wait spins before it sleeps: an adaptive busy-poll. Waking from the completion
 //! channel costs a system call and a scheduler round trip; when the peer typically answers
 //! sooner than that, spinning is both faster and cheaper.
+//!
+//! The policy learns only from waits that ended while spinning (a wait that slept measures
+//! the wake-up, not the peer): while such waits come, it spins up to twice their average,
+//! within the limit; after [`MISSES_TO_IDLE`] waits in a row that slept it spins only the
+//! minimum, except every [`PROBE_EVERY`]th wait, which spins the whole limit to find out
+//! whether the peer has become quick again.
 
 use std::time::Duration;
+
+/// Waits in a row that had to sleep before the policy stops spinning long.
+pub(crate) const MISSES_TO_IDLE: u32 = 8;
+
+/// While idle, one wait in this many spins the whole limit.
+pub(crate) const PROBE_EVERY: u32 = 16;
 
 /// The spin policy of one connection.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Spin {
     /// Always spin at least this long.
     min: Duration,
-    /// Adapt while typical waits are under half of this (zero: never adapt).
+    /// Never spin longer than this (zero: never adapt).
     max: Duration,
-    /// Moving average (weight 1/8) of the waits that ended, in nanoseconds.
-    avg_ns: u64,
+    /// Moving average (weight 1/8) of the waits that ended while spinning, in nanoseconds;
+    /// 0 until one did.
+    caught_ns: u64,
+    /// Waits in a row that slept.
+    misses: u32,
+    /// Waits so far (for the probes).
+    waits: u32,
 }
 
 impl Spin {
@@ -20,7 +37,9 @@ impl Spin {
         Spin {
             min,
             max,
-            avg_ns: 0,
+            caught_ns: 0,
+            misses: 0,
+            waits: 0,
         }
     }
 
@@ -28,21 +47,36 @@ impl Spin {
         self.min = min;
     }
 
-    /// How long the next wait spins: twice the typical wait while that is at most half the
-    /// limit, the minimum otherwise (an idle peer is not worth spinning for).
+    /// How long the next wait spins.
     pub(crate) fn time(&self) -> Duration {
-        let avg = Duration::from_nanos(self.avg_ns);
-        if !self.max.is_zero() && avg <= self.max / 2 {
-            (avg * 2).max(self.min)
-        } else {
-            self.min
+        if self.max <= self.min {
+            return self.min;
         }
+        if self.misses >= MISSES_TO_IDLE || self.caught_ns == 0 {
+            // Idle, or nothing learned yet: probe now and then.
+            return if self.waits % PROBE_EVERY == 0 {
+                self.max
+            } else {
+                self.min
+            };
+        }
+        (Duration::from_nanos(self.caught_ns) * 2).clamp(self.min, self.max)
     }
 
-    /// A wait ended after `took`.
-    pub(crate) fn record(&mut self, took: Duration) {
+    /// A wait ended after `took`; `slept` when it slept on the completion channel.
+    pub(crate) fn record(&mut self, took: Duration, slept: bool) {
+        self.waits = self.waits.wrapping_add(1);
+        if slept {
+            self.misses = self.misses.saturating_add(1);
+            return;
+        }
+        self.misses = 0;
         let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
-        self.avg_ns = (self.avg_ns.saturating_mul(7) / 8).saturating_add(ns / 8);
+        self.caught_ns = if self.caught_ns == 0 {
+            ns.max(1)
+        } else {
+            (self.caught_ns.saturating_mul(7) / 8).saturating_add(ns / 8)
+        };
     }
 }
 
@@ -53,40 +87,57 @@ mod tests {
     const US: Duration = Duration::from_micros(1);
 
     #[test]
-    fn short_waits_raise_the_spin_to_twice_their_average() {
-        let mut s = Spin::new(20 * US, 250 * US);
-        assert_eq!(s.time(), 20 * US, "nothing measured yet: the minimum");
-        for _ in 0..64 {
-            s.record(90 * US);
-        }
-        let t = s.time();
-        assert!(t > 170 * US && t <= 180 * US, "{t:?}");
+    fn the_first_wait_probes_the_whole_limit() {
+        let s = Spin::new(20 * US, 250 * US);
+        assert_eq!(s.time(), 250 * US);
     }
 
     #[test]
-    fn long_waits_fall_back_to_the_minimum() {
+    fn waits_caught_while_spinning_set_the_spin_to_twice_their_average() {
         let mut s = Spin::new(20 * US, 250 * US);
         for _ in 0..64 {
-            s.record(90 * US);
+            s.record(90 * US, false);
         }
-        // An idle stretch: one wait of a second moves the average past half the limit.
-        s.record(Duration::from_secs(1));
-        assert_eq!(s.time(), 20 * US);
+        assert_eq!(s.time(), 180 * US);
+        // Faster than half the minimum: the minimum.
+        let mut fast = Spin::new(20 * US, 250 * US);
+        fast.record(3 * US, false);
+        assert_eq!(fast.time(), 20 * US);
+        // Slower than half the limit: the limit.
+        let mut slow = Spin::new(20 * US, 250 * US);
+        slow.record(200 * US, false);
+        assert_eq!(slow.time(), 250 * US);
     }
 
     #[test]
-    fn a_zero_limit_turns_adaptation_off() {
+    fn a_few_sleeps_do_not_forget_a_quick_peer_but_many_do() {
+        let mut s = Spin::new(20 * US, 250 * US);
+        s.record(90 * US, false);
+        for _ in 0..MISSES_TO_IDLE - 1 {
+            s.record(Duration::from_millis(5), true);
+        }
+        assert_eq!(s.time(), 180 * US, "still spinning for the quick peer");
+        s.record(Duration::from_millis(5), true);
+        // Idle now: the minimum, with a probe of the whole limit every PROBE_EVERY waits.
+        let spins: Vec<Duration> = (0..PROBE_EVERY)
+            .map(|_| {
+                let t = s.time();
+                s.record(Duration::from_millis(5), true);
+                t
+            })
+            .collect();
+        assert_eq!(spins.iter().filter(|&&t| t == 250 * US).count(), 1);
+        assert_eq!(spins.iter().filter(|&&t| t == 20 * US).count(), 15);
+        // A probe that catches the peer ends the idle mode.
+        s.record(60 * US, false);
+        assert!(s.time() > 150 * US, "{:?}", s.time());
+    }
+
+    #[test]
+    fn a_limit_at_or_below_the_minimum_turns_adaptation_off() {
         let mut s = Spin::new(5 * US, Duration::ZERO);
-        s.record(50 * US);
         assert_eq!(s.time(), 5 * US);
-    }
-
-    #[test]
-    fn waits_below_the_minimum_keep_the_minimum() {
-        let mut s = Spin::new(20 * US, 250 * US);
-        for _ in 0..64 {
-            s.record(2 * US);
-        }
-        assert_eq!(s.time(), 20 * US);
+        s.record(2 * US, false);
+        assert_eq!(s.time(), 5 * US);
     }
 }
