@@ -134,11 +134,13 @@ impl Config {
         self
     }
 
-    /// The adaptive spin's limit. A connection tracks how long its waits take (a moving
-    /// average); while they typically end within half of this, a wait spins up to twice
-    /// that average before sleeping, since waking from the completion channel costs more
-    /// than the wait itself. Longer waits (an idle peer) spin only [`busy_poll`](Self::busy_poll).
-    /// Default 250 µs; `Duration::ZERO` turns the adaptation off.
+    /// The adaptive spin's limit. A connection learns how long its waits take when they end
+    /// while it spins; while they keep doing so, a wait spins up to twice their average
+    /// (within this limit) before sleeping, since waking from the completion channel costs
+    /// more than such a wait. After 8 waits in a row that had to sleep (an idle or slow
+    /// peer) it spins only [`busy_poll`](Self::busy_poll), and one wait in 16 spins the whole
+    /// limit to see whether the peer is quick again. Default 250 µs; a limit at or below
+    /// `busy_poll` turns the adaptation off.
     pub fn busy_poll_max(&mut self, d: Duration) -> &mut Self {
         self.busy_poll_max = d;
         self
