@@ -1,0 +1,112 @@
+//! 1000 connect/transfer/close cycles leak no fd and no RDMA object (`rdma resource show`,
+//! which counts the whole machine's objects: this binary holds this one test, so nothing else
+//! of the process runs beside it; the SoftRoCE run runs test binaries one at a time).
+//!
+//! Device test: it skips without a device, and fails with `RDMA_TEST_DEVICE` set and none.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use trespass::Config;
+
+/// Deterministic bytes, different at every offset.
+fn pattern(offset: u64, len: usize) -> Vec<u8> {
+    (0..len as u64)
+        .map(|i| ((offset + i).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as u8)
+        .collect()
+}
+
+/// `rdma resource show`'s counts of this machine's RDMA objects (pd, cq, qp, cm_id, mr, ctx,
+/// summed over devices), or `None` when the `rdma` tool is not there.
+fn rdma_resources() -> Option<std::collections::BTreeMap<String, u64>> {
+    let out = std::process::Command::new("rdma")
+        .args(["resource", "show"])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let mut counts = std::collections::BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        for pair in words.windows(2) {
+            if let (name, Ok(n)) = (pair[0], pair[1].parse::<u64>()) {
+                if ["pd", "cq", "qp", "cm_id", "mr", "ctx", "srq"].contains(&name) {
+                    *counts.entry(name.to_string()).or_insert(0) += n;
+                }
+            }
+        }
+    }
+    Some(counts)
+}
+
+#[test]
+fn many_connect_transfer_close_cycles_leak_no_fd_and_no_rdma_object() {
+    let Some(ip) =
+        common::test_ip("many_connect_transfer_close_cycles_leak_no_fd_and_no_rdma_object")
+    else {
+        return;
+    };
+    // 1000 on a device the rig names (about half a minute under emulation), TRESPASS_CYCLES
+    // to choose.
+    let cycles: usize = std::env::var("TRESPASS_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let addr = SocketAddr::new(ip, 7609);
+    let mut config = Config::new();
+    config.ring_size(64 * 1024).send_buffer(32 * 1024);
+    config.keepalive(None);
+    let listener = config.bind(addr).unwrap();
+    let fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+    let mut before = (0, None);
+    let cfg = config.clone();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let server = thread::spawn(move || {
+        for _ in 0..cycles {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 64];
+            let n = s.read(&mut buf).unwrap();
+            s.write_all(&buf[..n]).unwrap();
+            // The client reads to end of stream: this side's drop ends it.
+        }
+        done_rx.recv().ok();
+    });
+    let t0 = Instant::now();
+    for i in 0..cycles {
+        if i == 5 {
+            // The keep-alive thread may hold a closed connection for one of its passes.
+            thread::sleep(Duration::from_millis(300));
+            before = (fds(), rdma_resources());
+        }
+        let mut c = cfg.connect(addr).unwrap();
+        c.write_all(&pattern(i as u64, 64)).unwrap();
+        let mut back = Vec::new();
+        c.read_to_end(&mut back).unwrap();
+        assert_eq!(back[..], pattern(i as u64, 64)[..]);
+    }
+    thread::sleep(Duration::from_millis(300));
+    let (after_fds, after_rdma) = (fds(), rdma_resources());
+    done_tx.send(()).unwrap();
+    server.join().unwrap();
+    println!(
+        "{cycles} cycles in {:.1} s: {} fds after 5 cycles, {after_fds} at the end; rdma objects {:?} then {:?}",
+        t0.elapsed().as_secs_f64(),
+        before.0,
+        before.1,
+        after_rdma
+    );
+    assert!(
+        after_fds <= before.0,
+        "fds grew from {} to {after_fds}",
+        before.0
+    );
+    match (before.1, after_rdma) {
+        (Some(b), Some(a)) => assert_eq!(a, b, "RDMA objects leaked"),
+        _ => println!("skipped: the rdma tool is not installed: RDMA object counts not compared"),
+    }
+}
