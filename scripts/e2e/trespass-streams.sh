@@ -7,7 +7,8 @@
 # runs under a time limit.
 #
 # Under `scripts/softroce run --hosts 2` the servers run on the peer host, on its address,
-# and the clients here, across the link.
+# and the clients here, across the link, and then the link's faults run
+# (scripts/lib/trespass-faults.sh: loss, jitter, reordering, duplication, the link down).
 #
 # TRESPASS_BIN: where cargo put trespass's example binaries (scripts/test passes the release
 # build's target/release/examples, which moves the GiB about twice as fast in the emulated
@@ -133,5 +134,9 @@ if [ "${RDMA_TEST_HOSTS:-1}" = 1 ]; then
     else
         fail "could not add an IPv6 address to $netdev: $(cat "$work/ip6.err")"
     fi
+fi
+if [ "${RDMA_TEST_HOSTS:-1}" = 2 ]; then
+    echo "5. the link's faults (scripts/lib/trespass-faults.sh)"
+    TRESPASS_BIN=$dir bash scripts/lib/trespass-faults.sh || fail "the link fault checks failed"
 fi
 exit "$status"
