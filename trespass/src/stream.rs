@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use sideway::rdmacm::{CmError, CmId, EventChannel, EventType, PortSpace};
 
 use crate::config::{first_addr, Config};
-use crate::core::ConnError;
+use crate::core::{ConnError, Connection};
 use crate::driver::{Driver, Resources};
 use crate::error::Error;
 use crate::readiness::Readiness;
@@ -471,6 +471,62 @@ impl Stream {
         io::ErrorKind::WouldBlock.into()
     }
 
+    /// Waits until `ready`, or fails with `TimedOut` once `deadline` passed (the `which`
+    /// timeout, `timeout`, set it).
+    fn wait(
+        &self,
+        d: &mut Driver,
+        deadline: Option<Instant>,
+        which: &'static str,
+        timeout: Option<Duration>,
+        ready: impl Fn(&Connection) -> bool,
+    ) -> io::Result<()> {
+        if d.wait_until(&self.shared.readiness, deadline, ready)
+            .map_err(io_err)?
+        {
+            return Ok(());
+        }
+        Err(io_err(Error::Timeout {
+            which,
+            timeout: timeout.unwrap_or_default(),
+        }))
+    }
+
+    /// Nothing is readable yet: in non-blocking mode `WouldBlock` (after arming the fd)
+    /// unless something turned up meanwhile; else waits for bytes, a message or the end
+    /// (posting bytes held back by coalescing first, since the peer may be waiting for
+    /// them). `Ok` means: look again.
+    fn wait_readable(&self, d: &mut Driver, deadline: Option<Instant>) -> io::Result<()> {
+        if self.nonblocking {
+            let e = self.would_block(d);
+            if d.conn.has_unread() || read_end(d).is_some() {
+                return Ok(());
+            }
+            return Err(e);
+        }
+        if !d.conn.nodelay() {
+            d.conn.flush();
+        }
+        self.wait(d, deadline, "read", self.read_timeout, |c| {
+            c.has_unread() || c.is_eof()
+        })
+    }
+
+    /// The send buffer is full: in non-blocking mode `WouldBlock` (after arming the fd)
+    /// unless room turned up meanwhile; else waits for room. `Ok` means: look again.
+    fn wait_writable(&self, d: &mut Driver, deadline: Option<Instant>) -> io::Result<()> {
+        if self.nonblocking {
+            let e = self.would_block(d);
+            if d.conn.is_writable() {
+                return Ok(());
+            }
+            return Err(e);
+        }
+        self.wait(d, deadline, "write", self.write_timeout, |c| {
+            c.is_writable()
+        })
+    }
+
     /// Sends `msg` as one message: the peer's [`recv_msg`](Self::recv_msg) returns exactly
     /// these bytes. A message larger than the peer's ring is carried in pieces.
     ///
@@ -510,16 +566,9 @@ impl Stream {
         }
         write_check(&d)?;
         while !d.conn.is_writable() {
-            let readiness = &self.shared.readiness;
-            if !d
-                .wait_until(readiness, deadline, |c| c.is_writable())
-                .map_err(io_err)?
-            {
-                return Err(io_err(Error::Timeout {
-                    which: "write",
-                    timeout: self.write_timeout.unwrap_or_default(),
-                }));
-            }
+            self.wait(&mut d, deadline, "write", self.write_timeout, |c| {
+                c.is_writable()
+            })?;
             write_check(&d)?;
         }
         d.conn.begin_message().map_err(|e| io_err(e.into()))?;
@@ -545,21 +594,18 @@ impl Stream {
                 }
                 continue;
             }
-            let readiness = &self.shared.readiness;
-            if !d
-                .wait_until(readiness, deadline, |c| c.is_writable())
-                .map_err(io_err)?
-            {
-                // The message is open in the send buffer and cannot be finished or taken
-                // back: the connection cannot carry anything further.
-                d.conn.on_local_error(format!(
-                    "send_msg timed out after {sent} of {} bytes; the message cannot be completed",
-                    msg.len()
-                ));
-                return Err(io_err(Error::Timeout {
-                    which: "write",
-                    timeout: self.write_timeout.unwrap_or_default(),
-                }));
+            if let Err(e) = self.wait(&mut d, deadline, "write", self.write_timeout, |c| {
+                c.is_writable()
+            }) {
+                if e.kind() == io::ErrorKind::TimedOut {
+                    // The message is open in the send buffer and cannot be finished or
+                    // taken back: the connection cannot carry anything further.
+                    d.conn.on_local_error(format!(
+                        "send_msg timed out after {sent} of {} bytes; the message cannot be completed",
+                        msg.len()
+                    ));
+                }
+                return Err(e);
             }
         }
     }
@@ -634,26 +680,7 @@ impl Stream {
             if d.pump_fast(Instant::now()) {
                 continue;
             }
-            if self.nonblocking {
-                let e = self.would_block(&mut d);
-                if d.conn.has_unread() || d.conn.error().is_some() {
-                    continue;
-                }
-                return Err(e);
-            }
-            if !d.conn.nodelay() {
-                d.conn.flush();
-            }
-            let readiness = &self.shared.readiness;
-            if !d
-                .wait_until(readiness, deadline, |c| c.has_unread() || c.is_eof())
-                .map_err(io_err)?
-            {
-                return Err(io_err(Error::Timeout {
-                    which: "read",
-                    timeout: self.read_timeout.unwrap_or_default(),
-                }));
-            }
+            self.wait_readable(&mut d, deadline)?;
         }
     }
 
@@ -748,26 +775,7 @@ impl Read for Stream {
             if d.pump_fast(Instant::now()) {
                 continue;
             }
-            if self.nonblocking {
-                let e = self.would_block(&mut d);
-                if d.conn.has_unread() || read_end(&d).is_some() {
-                    continue;
-                }
-                return Err(e);
-            }
-            if !d.conn.nodelay() {
-                d.conn.flush();
-            }
-            let readiness = &self.shared.readiness;
-            if !d
-                .wait_until(readiness, deadline, |c| c.has_unread() || c.is_eof())
-                .map_err(io_err)?
-            {
-                return Err(io_err(Error::Timeout {
-                    which: "read",
-                    timeout: self.read_timeout.unwrap_or_default(),
-                }));
-            }
+            self.wait_readable(&mut d, deadline)?;
         }
     }
 }
@@ -796,23 +804,7 @@ impl Write for Stream {
             if d.pump_fast(Instant::now()) {
                 continue;
             }
-            if self.nonblocking {
-                let e = self.would_block(&mut d);
-                if d.conn.is_writable() {
-                    continue;
-                }
-                return Err(e);
-            }
-            let readiness = &self.shared.readiness;
-            if !d
-                .wait_until(readiness, deadline, |c| c.is_writable())
-                .map_err(io_err)?
-            {
-                return Err(io_err(Error::Timeout {
-                    which: "write",
-                    timeout: self.write_timeout.unwrap_or_default(),
-                }));
-            }
+            self.wait_writable(&mut d, deadline)?;
         }
     }
 
