@@ -143,7 +143,6 @@ impl Resources {
         let driver = Driver {
             res: self,
             conn,
-            peer,
             wcs: vec![WorkCompletion::default(); POLL_BATCH],
             spin: Spin::new(config.busy_poll, config.busy_poll_max),
             disconnected: false,
@@ -184,7 +183,6 @@ fn completion(status: WcStatus) -> Completion {
 pub(crate) struct Driver {
     res: Resources,
     pub(crate) conn: Connection,
-    peer: Hello,
     wcs: Vec<WorkCompletion>,
     spin: Spin,
     disconnected: bool,
@@ -198,7 +196,7 @@ impl std::fmt::Debug for Driver {
             .field("local", &self.local)
             .field("remote", &self.remote)
             .field("qp_num", &self.res.qp.qp_num())
-            .field("peer", &self.peer)
+            .field("peer", self.conn.peer())
             .finish()
     }
 }
@@ -324,7 +322,8 @@ impl Driver {
             }
         }
         let max_inline = self.res.max_inline;
-        let (rkey, raddr) = (self.peer.ring_rkey, self.peer.ring_addr);
+        let peer = self.conn.peer();
+        let (rkey, raddr) = (peer.ring_rkey, peer.ring_addr);
         let conn = &mut self.conn;
         let Resources { qp, staging, .. } = &mut self.res;
         let mut batch = qp.start_post_send();
