@@ -27,6 +27,7 @@
 //! }
 //! ```
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::verbs::device::{open_device, DeviceContext, DeviceError, LinkLayer};
@@ -37,10 +38,30 @@ pub const DEVICE_ENV: &str = "RDMA_TEST_DEVICE";
 /// The variable that names the GID index a test must use.
 pub const GID_INDEX_ENV: &str = "RDMA_TEST_GID_INDEX";
 
-/// Why no device could be opened for a test that must not skip.
+/// The variable that holds the IPv4 address of the test device's network interface, for
+/// tests that connect through rdma_cm.
+pub const IP_ENV: &str = "RDMA_TEST_IP";
+
+/// Why no device (or no address) could be had for a test that must not skip.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TestDeviceError {
+    /// `RDMA_TEST_DEVICE` is set, so the test must run, but `RDMA_TEST_IP` is not.
+    #[error("{test}: RDMA_TEST_DEVICE is set but RDMA_TEST_IP is not")]
+    IpMissing {
+        /// The test's name.
+        test: String,
+    },
+    /// `RDMA_TEST_IP` is not an IP address.
+    #[error("{test}: RDMA_TEST_IP={value} is not an IP address: {source}")]
+    IpInvalid {
+        /// The test's name.
+        test: String,
+        /// The variable's value.
+        value: String,
+        /// Why it does not parse.
+        source: std::net::AddrParseError,
+    },
     /// `RDMA_TEST_DEVICE` names a device that did not open.
     #[error("{test}: RDMA_TEST_DEVICE={name} is set but: {source}")]
     Required {
@@ -148,9 +169,67 @@ pub fn gid_index(ctx: &DeviceContext) -> u8 {
     }
 }
 
+/// What an rdma_cm test runs on: from [`test_ip`].
+#[derive(Debug)]
+pub enum TestIp {
+    /// The device's address to listen on and connect to.
+    Ready(IpAddr),
+    /// The test is skipped: print this line (`skipped: <test>: <reason>`), then end the
+    /// test.
+    Skip(String),
+}
+
+/// The address `test` connects through rdma_cm on: `RDMA_TEST_IP`, once a device is there
+/// ([`test_device`]). Skipped when there is no device, or no address and `RDMA_TEST_DEVICE`
+/// does not ask for one; an error when the rig named a device but no (valid) address.
+/// Prints nothing.
+pub fn test_ip(test: &str) -> Result<TestIp, TestDeviceError> {
+    if let TestDevice::Skip(skip) = test_device(test)? {
+        return Ok(TestIp::Skip(skip.to_string()));
+    }
+    match std::env::var(IP_ENV) {
+        Ok(value) if !value.is_empty() => match value.parse() {
+            Ok(ip) => Ok(TestIp::Ready(ip)),
+            Err(source) => Err(TestDeviceError::IpInvalid {
+                test: test.to_owned(),
+                value,
+                source,
+            }),
+        },
+        _ if std::env::var_os(DEVICE_ENV).is_some() => Err(TestDeviceError::IpMissing {
+            test: test.to_owned(),
+        }),
+        _ => Ok(TestIp::Skip(format!(
+            "skipped: {test}: {IP_ENV} is not set (the IPv4 address of the RDMA device's network interface)"
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rig_without_an_address_or_with_a_bad_one_says_which_variable() {
+        let e = TestDeviceError::IpMissing {
+            test: "echo".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "echo: RDMA_TEST_DEVICE is set but RDMA_TEST_IP is not"
+        );
+        let source = "198.18.0".parse::<IpAddr>().unwrap_err();
+        let e = TestDeviceError::IpInvalid {
+            test: "echo".into(),
+            value: "198.18.0".into(),
+            source,
+        };
+        assert!(
+            e.to_string()
+                .starts_with("echo: RDMA_TEST_IP=198.18.0 is not an IP address: "),
+            "{e}"
+        );
+    }
 
     #[test]
     fn a_required_device_that_does_not_open_names_the_variable_and_the_cause() {

@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -25,27 +25,6 @@ const WAIT: Option<Duration> = Some(Duration::from_secs(10));
 const RESOLVE: Duration = Duration::from_secs(2);
 /// Room for the GRH in front of every UD receive.
 const GRH: usize = 40;
-
-/// The device's IPv4 address, or `None` (after printing why) when the test must be skipped.
-fn test_ip(test: &str) -> Option<IpAddr> {
-    common::device_or_skip(test)?;
-    match std::env::var("RDMA_TEST_IP") {
-        Ok(ip) if !ip.is_empty() => Some(
-            ip.parse()
-                .unwrap_or_else(|e| panic!("RDMA_TEST_IP={ip} is not an IP address: {e}")),
-        ),
-        _ if std::env::var_os("RDMA_TEST_DEVICE").is_some() => {
-            panic!("{test}: RDMA_TEST_DEVICE is set but RDMA_TEST_IP is not")
-        }
-        _ => {
-            println!(
-                "skipped: {test}: RDMA_TEST_IP is not set (the IPv4 address of the RDMA \
-                 device's network interface)"
-            );
-            None
-        }
-    }
-}
 
 /// Bytes with no zero among them, so the zero padding after them is telling.
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -244,7 +223,8 @@ fn connect_accept(addr: SocketAddr, connect_data: &[u8], accept_data: &[u8]) {
 
 #[test]
 fn private_data_of_one_byte_arrives_on_connect_and_accept() {
-    let Some(ip) = test_ip("private_data_of_one_byte_arrives_on_connect_and_accept") else {
+    let Some(ip) = common::ip_or_skip("private_data_of_one_byte_arrives_on_connect_and_accept")
+    else {
         return;
     };
     connect_accept(SocketAddr::new(ip, 7471), &[0xa5], &[0x5a]);
@@ -252,7 +232,8 @@ fn private_data_of_one_byte_arrives_on_connect_and_accept() {
 
 #[test]
 fn private_data_of_the_maximum_length_arrives_on_connect_and_accept() {
-    let Some(ip) = test_ip("private_data_of_the_maximum_length_arrives_on_connect_and_accept")
+    let Some(ip) =
+        common::ip_or_skip("private_data_of_the_maximum_length_arrives_on_connect_and_accept")
     else {
         return;
     };
@@ -286,7 +267,7 @@ fn reject_with(addr: SocketAddr, data: &[u8]) {
 
 #[test]
 fn an_id_without_a_qp_connects_with_establish() {
-    let Some(ip) = test_ip("an_id_without_a_qp_connects_with_establish") else {
+    let Some(ip) = common::ip_or_skip("an_id_without_a_qp_connects_with_establish") else {
         return;
     };
     let addr = SocketAddr::new(ip, 7482);
@@ -316,7 +297,8 @@ fn an_id_without_a_qp_connects_with_establish() {
 
 #[test]
 fn reject_carries_its_reason_and_one_byte_of_private_data() {
-    let Some(ip) = test_ip("reject_carries_its_reason_and_one_byte_of_private_data") else {
+    let Some(ip) = common::ip_or_skip("reject_carries_its_reason_and_one_byte_of_private_data")
+    else {
         return;
     };
     reject_with(SocketAddr::new(ip, 7473), &[0x42]);
@@ -324,7 +306,7 @@ fn reject_carries_its_reason_and_one_byte_of_private_data() {
 
 #[test]
 fn reject_carries_the_maximum_private_data() {
-    let Some(ip) = test_ip("reject_carries_the_maximum_private_data") else {
+    let Some(ip) = common::ip_or_skip("reject_carries_the_maximum_private_data") else {
         return;
     };
     reject_with(
@@ -335,7 +317,7 @@ fn reject_carries_the_maximum_private_data() {
 
 #[test]
 fn too_long_private_data_is_an_error_before_sending() {
-    let Some(ip) = test_ip("too_long_private_data_is_an_error_before_sending") else {
+    let Some(ip) = common::ip_or_skip("too_long_private_data_is_an_error_before_sending") else {
         return;
     };
     let addr = SocketAddr::new(ip, 7475);
@@ -390,7 +372,8 @@ fn too_long_private_data_is_an_error_before_sending() {
 
 #[test]
 fn connecting_where_nobody_listens_is_a_typed_error_in_time() {
-    let Some(ip) = test_ip("connecting_where_nobody_listens_is_a_typed_error_in_time") else {
+    let Some(ip) = common::ip_or_skip("connecting_where_nobody_listens_is_a_typed_error_in_time")
+    else {
         return;
     };
     let addr = SocketAddr::new(ip, 7476);
@@ -417,7 +400,7 @@ fn connecting_where_nobody_listens_is_a_typed_error_in_time() {
 
 #[test]
 fn an_unroutable_address_says_so() {
-    let Some(_ip) = test_ip("an_unroutable_address_says_so") else {
+    let Some(_ip) = common::ip_or_skip("an_unroutable_address_says_so") else {
         return;
     };
     // 192.0.2.0/24 (TEST-NET-1) is routed nowhere in the rig, and normally nowhere else.
@@ -468,7 +451,9 @@ fn get_event_with_a_timeout_and_no_events_times_out() {
 
 #[test]
 fn polling_the_channel_fd_from_another_thread_wakes_on_an_event() {
-    let Some(ip) = test_ip("polling_the_channel_fd_from_another_thread_wakes_on_an_event") else {
+    let Some(ip) =
+        common::ip_or_skip("polling_the_channel_fd_from_another_thread_wakes_on_an_event")
+    else {
         return;
     };
     let ch = EventChannel::new().unwrap();
@@ -566,7 +551,7 @@ fn completion(cq: &CompletionQueue, what: &str) -> WorkCompletion {
 
 #[test]
 fn ud_ids_exchange_datagrams() {
-    let Some(ip) = test_ip("ud_ids_exchange_datagrams") else {
+    let Some(ip) = common::ip_or_skip("ud_ids_exchange_datagrams") else {
         return;
     };
     let addr = SocketAddr::new(ip, 7479);
@@ -657,7 +642,7 @@ fn ud_ids_exchange_datagrams() {
 
 #[test]
 fn multicast_join_sends_and_receives() {
-    let Some(ip) = test_ip("multicast_join_sends_and_receives") else {
+    let Some(ip) = common::ip_or_skip("multicast_join_sends_and_receives") else {
         return;
     };
     let group: SocketAddr = "239.255.74.80:0".parse().unwrap();
@@ -703,7 +688,8 @@ fn multicast_join_sends_and_receives() {
 
 #[test]
 fn dropping_an_unanswered_request_or_its_listener_refuses_the_peer() {
-    let Some(ip) = test_ip("dropping_an_unanswered_request_or_its_listener_refuses_the_peer")
+    let Some(ip) =
+        common::ip_or_skip("dropping_an_unanswered_request_or_its_listener_refuses_the_peer")
     else {
         return;
     };
@@ -768,7 +754,7 @@ fn own_qp(id: &Arc<CmId>, states: &[QpTargetState]) -> (Arc<ProtectionDomain>, Q
 
 #[test]
 fn own_qps_follow_the_connection_through_init_qp_attr() {
-    let Some(ip) = test_ip("own_qps_follow_the_connection_through_init_qp_attr") else {
+    let Some(ip) = common::ip_or_skip("own_qps_follow_the_connection_through_init_qp_attr") else {
         return;
     };
     use QpTargetState::{Init, Rtr, Rts};
@@ -999,7 +985,7 @@ fn client_one(addr: SocketAddr, n: u8) -> Result<(), String> {
 /// and each exchanges a WRITE and a SEND each way with its server thread.
 #[test]
 fn many_clients_are_accepted_at_once_on_migrated_ids() {
-    let Some(ip) = test_ip("many_clients_are_accepted_at_once_on_migrated_ids") else {
+    let Some(ip) = common::ip_or_skip("many_clients_are_accepted_at_once_on_migrated_ids") else {
         return;
     };
     let addr = SocketAddr::new(ip, 7490);
@@ -1053,7 +1039,7 @@ fn many_clients_are_accepted_at_once_on_migrated_ids() {
 /// and a builder of the wrong type for the port space is refused with the type to set.
 #[test]
 fn an_id_takes_one_qp_of_its_type_at_a_time() {
-    let Some(ip) = test_ip("an_id_takes_one_qp_of_its_type_at_a_time") else {
+    let Some(ip) = common::ip_or_skip("an_id_takes_one_qp_of_its_type_at_a_time") else {
         return;
     };
     let addr = SocketAddr::new(ip, 7491);

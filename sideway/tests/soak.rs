@@ -15,7 +15,7 @@ mod common;
 mod pairs;
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -148,21 +148,6 @@ fn verbs_cycle(ctx: &Arc<DeviceContext>, i: u32) {
     assert_eq!(into.to_vec(0..4).unwrap(), i.to_le_bytes(), "cycle {i}");
 }
 
-/// The device's IPv4 address for rdma_cm, or `None` (after printing why) to skip.
-fn test_ip(test: &str) -> Option<IpAddr> {
-    common::device_or_skip(test)?;
-    match std::env::var("RDMA_TEST_IP") {
-        Ok(ip) if !ip.is_empty() => Some(ip.parse().expect("RDMA_TEST_IP is an IP address")),
-        _ if std::env::var_os("RDMA_TEST_DEVICE").is_some() => {
-            panic!("{test}: RDMA_TEST_DEVICE is set but RDMA_TEST_IP is not")
-        }
-        _ => {
-            println!("skipped: {test}: RDMA_TEST_IP is not set");
-            None
-        }
-    }
-}
-
 /// A QP on the id, with its own PD and CQ (which the QP holds).
 fn qp_on(id: &Arc<CmId>) -> sideway::QueuePair {
     let ctx = id.device_context().unwrap();
@@ -183,7 +168,7 @@ fn qp_on(id: &Arc<CmId>) -> sideway::QueuePair {
 /// and every id, QP and channel is dropped; every cycle. The listener stays.
 #[test]
 fn rdmacm_connect_cycles_leave_nothing_behind() {
-    let Some(ip) = test_ip("rdmacm_connect_cycles_leave_nothing_behind") else {
+    let Some(ip) = common::ip_or_skip("rdmacm_connect_cycles_leave_nothing_behind") else {
         return;
     };
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());

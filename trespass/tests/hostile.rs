@@ -145,14 +145,11 @@ impl Liar {
 /// moves data; returns the error the lied-to stream's reads end with (after `read_first`
 /// bytes, read before the lie's second part if any).
 fn lied_to(
+    ip: IpAddr,
     port: u16,
     read_first: usize,
     lie: impl FnOnce(&mut Liar) + Send + 'static,
 ) -> io::Error {
-    let ip = std::env::var("RDMA_TEST_IP")
-        .unwrap()
-        .parse::<IpAddr>()
-        .unwrap();
     let addr = SocketAddr::new(ip, port);
     let mut config = Config::new();
     config.ring_size(RING).keepalive(None);
@@ -214,10 +211,10 @@ fn protocol_error(err: &io::Error, says: &str) {
 
 #[test]
 fn a_peer_that_writes_beyond_its_credit_is_cut_off() {
-    if common::test_ip("a_peer_that_writes_beyond_its_credit_is_cut_off").is_none() {
+    let Some(ip) = common::test_ip("a_peer_that_writes_beyond_its_credit_is_cut_off") else {
         return;
-    }
-    let err = lied_to(7621, 0, |l| {
+    };
+    let err = lied_to(ip, 7621, 0, |l| {
         assert!(l.data(0, RING));
         // The ring is full and nothing was credited: more is a lie.
         l.data(0, 100);
@@ -227,10 +224,10 @@ fn a_peer_that_writes_beyond_its_credit_is_cut_off() {
 
 #[test]
 fn a_peer_that_writes_past_the_ring_end_is_cut_off() {
-    if common::test_ip("a_peer_that_writes_past_the_ring_end_is_cut_off").is_none() {
+    let Some(ip) = common::test_ip("a_peer_that_writes_past_the_ring_end_is_cut_off") else {
         return;
-    }
-    let err = lied_to(7622, RING as usize - 10, |l| {
+    };
+    let err = lied_to(ip, 7622, RING as usize - 10, |l| {
         assert!(l.data(0, RING - 10));
         // Give the victim time to read those, so the next lie is not about credit: the
         // ring is empty, its tail 10 bytes before the end.
@@ -244,14 +241,14 @@ fn a_peer_that_writes_past_the_ring_end_is_cut_off() {
 
 #[test]
 fn credits_for_bytes_never_sent_are_a_lie() {
-    if common::test_ip("credits_for_bytes_never_sent_are_a_lie").is_none() {
+    let Some(ip) = common::test_ip("credits_for_bytes_never_sent_are_a_lie") else {
         return;
-    }
-    let err = lied_to(7623, 0, |l| {
+    };
+    let err = lied_to(ip, 7623, 0, |l| {
         l.control(Imm::CreditBytes(1000));
     });
     protocol_error(&err, "only 0 were written");
-    let err = lied_to(7624, 0, |l| {
+    let err = lied_to(ip, 7624, 0, |l| {
         l.control(Imm::CreditRecvs(1 << 20));
     });
     protocol_error(&err, "receives posted again");
@@ -259,17 +256,17 @@ fn credits_for_bytes_never_sent_are_a_lie() {
 
 #[test]
 fn a_second_fin_and_data_after_fin_are_lies() {
-    if common::test_ip("a_second_fin_and_data_after_fin_are_lies").is_none() {
+    let Some(ip) = common::test_ip("a_second_fin_and_data_after_fin_are_lies") else {
         return;
-    }
-    let err = lied_to(7625, 0, |l| {
+    };
+    let err = lied_to(ip, 7625, 0, |l| {
         l.control(Imm::Control(Control::Fin));
         l.control(Imm::Control(Control::Fin));
     });
     // The first FIN ends the stream: the reader sees end of stream unless the second
     // arrives first; either way the lie is caught before anything is delivered wrongly.
     protocol_error(&err, "second FIN");
-    let err = lied_to(7626, 0, |l| {
+    let err = lied_to(ip, 7626, 0, |l| {
         l.control(Imm::Control(Control::Fin));
         l.data(0, 10);
     });
@@ -278,18 +275,18 @@ fn a_second_fin_and_data_after_fin_are_lies() {
 
 #[test]
 fn unknown_control_and_unasked_answers_are_lies() {
-    if common::test_ip("unknown_control_and_unasked_answers_are_lies").is_none() {
+    let Some(ip) = common::test_ip("unknown_control_and_unasked_answers_are_lies") else {
         return;
-    }
-    let err = lied_to(7627, 0, |l| {
+    };
+    let err = lied_to(ip, 7627, 0, |l| {
         l.write(0, 0, 0xc000_00ff);
     });
     protocol_error(&err, "unknown control");
-    let err = lied_to(7628, 0, |l| {
+    let err = lied_to(ip, 7628, 0, |l| {
         l.control(Imm::Control(Control::Pong));
     });
     protocol_error(&err, "nobody asked for");
-    let err = lied_to(7629, 0, |l| {
+    let err = lied_to(ip, 7629, 0, |l| {
         // Announces 100 bytes, writes 10.
         let imm = Imm::Data {
             len: 100,
@@ -304,10 +301,9 @@ fn unknown_control_and_unasked_answers_are_lies() {
 
 #[test]
 fn a_message_longer_than_advertised_is_a_lie() {
-    if common::test_ip("a_message_longer_than_advertised_is_a_lie").is_none() {
+    let Some(ip) = common::test_ip("a_message_longer_than_advertised_is_a_lie") else {
         return;
-    }
-    let ip: IpAddr = std::env::var("RDMA_TEST_IP").unwrap().parse().unwrap();
+    };
     let addr = SocketAddr::new(ip, 7630);
     let mut config = Config::new();
     config.ring_size(RING).max_message(1000).keepalive(None);
@@ -338,12 +334,12 @@ fn a_message_longer_than_advertised_is_a_lie() {
 
 #[test]
 fn a_write_outside_the_ring_fails_at_the_liar_and_ends_only_that_connection() {
-    if common::test_ip("a_write_outside_the_ring_fails_at_the_liar_and_ends_only_that_connection")
-        .is_none()
-    {
+    let Some(ip) =
+        common::test_ip("a_write_outside_the_ring_fails_at_the_liar_and_ends_only_that_connection")
+    else {
         return;
-    }
-    let err = lied_to(7631, 0, |l| {
+    };
+    let err = lied_to(ip, 7631, 0, |l| {
         // The victim's NIC refuses: the ring's registration ends at RING.
         let ok = l.data(u64::from(RING) - 4, 100);
         assert!(!ok, "a write past the registration must fail");

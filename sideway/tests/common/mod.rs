@@ -23,6 +23,18 @@ pub(crate) fn device_or_skip(test: &str) -> Option<Arc<DeviceContext>> {
     }
 }
 
+/// The device's IPv4 address for rdma_cm tests, or `None` (after printing why) when the
+/// test must be skipped.
+pub(crate) fn ip_or_skip(test: &str) -> Option<std::net::IpAddr> {
+    match sideway::testing::test_ip(test).unwrap_or_else(|e| panic!("{e}")) {
+        sideway::testing::TestIp::Ready(ip) => Some(ip),
+        sideway::testing::TestIp::Skip(line) => {
+            println!("{line}");
+            None
+        }
+    }
+}
+
 /// The GID index tests use: `RDMA_TEST_GID_INDEX`, else 1 on RoCE ports and 0 elsewhere.
 pub(crate) fn gid_index(ctx: &DeviceContext) -> u8 {
     sideway::testing::gid_index(ctx)
