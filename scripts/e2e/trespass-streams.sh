@@ -10,21 +10,13 @@
 # and the clients here, across the link, and then the link's faults run
 # (scripts/lib/trespass-faults.sh: loss, jitter, reordering, duplication, the link down).
 #
-# TRESPASS_BIN: where cargo put trespass's example binaries (scripts/test passes the release
-# build's target/release/examples, which moves the GiB about twice as fast in the emulated
-# guest as the debug build; default: that, else target/debug/examples).
+# TRESPASS_BIN: where cargo put trespass's example binaries (scripts/lib/trespass.sh).
 # e2e-hosts: 1 2
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${RDMA_TEST_IP:?RDMA_TEST_IP is not set; run this through scripts/softroce run}"
-. scripts/lib/peers.sh
-dir=${TRESPASS_BIN:-}
-if [ -z "$dir" ]; then
-    dir=target/release/examples
-    [ -x "$dir/stream_check" ] || dir=target/debug/examples
-fi
-bin=$dir/stream_check
-[ -x "$bin" ] || { echo "FAIL: no $bin (build with cargo build --release -p trespass --examples)" >&2; exit 1; }
+# shellcheck source=../lib/trespass.sh
+. scripts/lib/trespass.sh
 if [ "${RDMA_TEST_HOSTS:-1}" = 2 ]; then
     bytes=${TRESPASS_CHECK_BYTES:-67108864}
 else

@@ -17,14 +17,8 @@ if [ "${RDMA_TEST_HOSTS:-1}" != 2 ]; then
     echo "skipped: link faults need two hosts ('scripts/softroce run --hosts 2')"
     exit 0
 fi
-. scripts/lib/peers.sh
-dir=${TRESPASS_BIN:-}
-if [ -z "$dir" ]; then
-    dir=target/release/examples
-    [ -x "$dir/stream_check" ] || dir=target/debug/examples
-fi
-bin=$dir/stream_check
-[ -x "$bin" ] || { echo "FAIL: no $bin (build with cargo build --release -p trespass --examples)" >&2; exit 1; }
+# shellcheck source=trespass.sh
+. scripts/lib/trespass.sh
 bytes=${TRESPASS_FAULT_BYTES:-1048576}
 limit=${TRESPASS_FAULT_TIMEOUT:-120}
 work=$(mktemp -d)
