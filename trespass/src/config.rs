@@ -117,8 +117,9 @@ impl Config {
     }
 
     /// Keep-alive period: after this long without a word from the peer, a probe goes out,
-    /// and if the peer answers nothing within another period the connection fails with a
-    /// keep-alive error. A process-wide helper thread answers probes for connections no
+    /// and if the peer answers nothing within another period after its NIC acknowledged
+    /// the probe, the connection fails with a keep-alive error (a probe the NIC never
+    /// acknowledges ends as unreachable when the transport's retries run out). A process-wide helper thread answers probes for connections no
     /// thread is using. `None` turns it off (a stopped peer is then noticed only by a
     /// write that its NIC does not acknowledge, or never).
     pub fn keepalive(&mut self, period: Option<Duration>) -> &mut Self {

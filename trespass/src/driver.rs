@@ -257,7 +257,7 @@ impl Driver {
                     self.conn
                         .on_recv_completion(wc.imm_data(), wc.byte_len(), status, now);
                 } else {
-                    self.conn.on_send_completion(wc.wr_id(), status);
+                    self.conn.on_send_completion(wc.wr_id(), status, now);
                 }
             }
             progress |= n > 0;

@@ -194,6 +194,8 @@ pub struct Connection {
     pong_due: bool,
     ping_wanted: bool,
     ping_outstanding: bool,
+    /// The outstanding probe's work request, until the peer's NIC acknowledged it.
+    ping_wr: Option<u64>,
 
     // Keep-alive.
     keepalive: Option<Duration>,
@@ -249,6 +251,7 @@ impl Connection {
             pong_due: false,
             ping_wanted: false,
             ping_outstanding: false,
+            ping_wr: None,
             keepalive: None,
             last_heard: None,
             ping_deadline: None,
@@ -287,8 +290,12 @@ impl Connection {
     }
 
     /// Probes the peer after `period` without hearing from it, and fails the connection
-    /// with [`ConnError::KeepAlive`] when another `period` passes without an answer.
-    /// `None` turns keep-alive off. Takes effect from `now`.
+    /// with [`ConnError::KeepAlive`] when another `period` passes without an answer after
+    /// the peer's NIC acknowledged the probe. Until that acknowledgement the transport's
+    /// own retries bound the wait (a lossy link delays the probe behind retransmissions;
+    /// a link that is down exhausts the retries and fails the connection as unreachable),
+    /// so the probe judges only whether the peer's process answers. `None` turns
+    /// keep-alive off. Takes effect from `now`.
     pub fn set_keepalive(&mut self, period: Option<Duration>, now: Instant) {
         self.keepalive = period;
         self.last_heard = Some(now);
@@ -555,7 +562,7 @@ impl Connection {
     // ---------------------------------------------------------------- events
 
     /// A send completion for `wr_id`.
-    pub fn on_send_completion(&mut self, wr_id: u64, status: Completion) {
+    pub fn on_send_completion(&mut self, wr_id: u64, status: Completion, now: Instant) {
         match status {
             Completion::Ok => {}
             other => {
@@ -580,6 +587,15 @@ impl Connection {
         self.wr_done = wr_id + 1;
         if self.fin_wr.is_some_and(|fin| fin <= wr_id) {
             self.fin_done = true;
+        }
+        if self.ping_wr.is_some_and(|ping| ping <= wr_id) {
+            // The peer's NIC has the probe: from now on only its process can be late.
+            self.ping_wr = None;
+            if self.ping_outstanding {
+                if let Some(period) = self.keepalive {
+                    self.ping_deadline = Some(now + period);
+                }
+            }
         }
     }
 
@@ -688,6 +704,7 @@ impl Connection {
                     return self.protocol("a keep-alive answer that nobody asked for".into());
                 }
                 self.ping_outstanding = false;
+                self.ping_deadline = None;
                 self.recvs_due += 1;
             }
         }
@@ -777,6 +794,9 @@ impl Connection {
         }
         match self.ping_deadline {
             Some(deadline) => Some(deadline),
+            // The probe is on the wire: its send completion (or the transport running out of
+            // retries) comes next, not a clock.
+            None if self.ping_wr.is_some() => None,
             None => self.last_heard.map(|t| t + period),
         }
     }
@@ -800,7 +820,12 @@ impl Connection {
                 self.ping_outstanding = true;
                 self.ping_wanted = true;
             }
-            self.ping_deadline = Some(now + period);
+            // A probe on the wire gets its deadline when its send completes; one not yet
+            // posted (the peer returns no receive credit, or the send queue is full) or one
+            // already acknowledged gets it now.
+            if self.ping_wr.is_none() {
+                self.ping_deadline = Some(now + period);
+            }
         }
     }
 
@@ -873,7 +898,10 @@ impl Connection {
         }
         if self.ping_wanted {
             self.ping_wanted = false;
-            return Some(self.control(Imm::Control(Control::Ping), true));
+            let t = self.control(Imm::Control(Control::Ping), true);
+            self.ping_wr = Some(t.wr_id);
+            self.ping_deadline = None;
+            return Some(t);
         }
         None
     }

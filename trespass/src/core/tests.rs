@@ -415,7 +415,9 @@ impl Pair {
         let Some((wr, status)) = side.send_cq.pop_front() else {
             return false;
         };
-        side.conn.on_send_completion(wr, status);
+        let now = self.now;
+        let side = &mut self.sides[s];
+        side.conn.on_send_completion(wr, status, now);
         while side.sq.front().is_some_and(|&id| id <= wr) {
             side.sq.pop_front();
         }
@@ -1625,7 +1627,11 @@ fn keepalive_probes_after_a_quiet_period_and_the_peer_answers() {
     assert_eq!(log.len(), 1);
     assert_eq!(imm_of(&log[0]), Imm::Control(Control::Ping));
     assert!(log[0].signaled);
-    assert_eq!(p.conn(A).poll_timeout(), Some(t0 + 2 * period));
+    assert_eq!(
+        p.conn(A).poll_timeout(),
+        None,
+        "a probe on the wire waits for its send completion, not for a clock"
+    );
 
     // The peer answers a little later.
     p.advance(10 * ms);
@@ -1656,12 +1662,21 @@ fn keepalive_fails_when_the_peer_stays_silent() {
     let mut p = Pair::new(small(), small());
     let t0 = p.now;
     p.conn_mut(A).set_keepalive(Some(period), t0);
+    // The peer's NIC acknowledges the probe; its process never looks (stopped, hung).
+    p.hold_recv_cq[B] = true;
     p.hold_wire[A] = true;
     p.advance(period);
     p.timeout(A);
     p.run();
     assert_eq!(p.sides[A].imms(), vec![Imm::Control(Control::Ping)]);
-    assert_eq!(p.conn(A).poll_timeout(), Some(t0 + 2 * period));
+    assert_eq!(p.conn(A).poll_timeout(), None, "not acknowledged yet");
+    // The acknowledgement comes 30 ms later (retransmissions on a lossy link): the
+    // deadline counts from it.
+    p.advance(30 * ms);
+    p.hold_wire[A] = false;
+    p.run();
+    let acked = t0 + period + 30 * ms;
+    assert_eq!(p.conn(A).poll_timeout(), Some(acked + period));
     p.advance(period - ms);
     p.timeout(A);
     assert!(p.conn(A).error().is_none());
@@ -1698,6 +1713,82 @@ fn keepalive_stays_quiet_while_the_peer_talks() {
     let now = p.now;
     p.conn_mut(A).set_keepalive(None, now);
     assert_eq!(p.conn(A).poll_timeout(), None);
+}
+
+#[test]
+fn keepalive_leaves_a_probe_stuck_in_the_transport_to_the_transport() {
+    // A lossy link holds the probe behind retransmissions for many periods: that is not
+    // the peer's process failing to answer, and the transport's retries bound it.
+    let period = Duration::from_millis(100);
+    let mut p = Pair::new(small(), small());
+    let t0 = p.now;
+    p.conn_mut(A).set_keepalive(Some(period), t0);
+    p.hold_wire[A] = true;
+    p.advance(period);
+    p.timeout(A);
+    p.run();
+    assert_eq!(p.sides[A].imms(), vec![Imm::Control(Control::Ping)]);
+    for _ in 0..10 {
+        p.advance(period);
+        p.timeout(A);
+        p.run();
+        assert!(p.conn(A).error().is_none(), "no keep-alive failure while unacknowledged");
+        assert_eq!(p.conn(A).poll_timeout(), None);
+    }
+    assert_eq!(p.sides[A].imms().len(), 1, "one probe at a time");
+    // The link finally delivers: the peer answers, all is well.
+    p.hold_wire[A] = false;
+    p.run();
+    assert!(!p.conn(A).ping_outstanding);
+    assert!(p.conn(A).error().is_none());
+    assert_eq!(p.conn(A).poll_timeout(), Some(p.now + period));
+}
+
+#[test]
+fn keepalive_with_a_probe_the_transport_gives_up_on_is_unreachable() {
+    let period = Duration::from_millis(100);
+    let mut p = Pair::new(small(), small());
+    let t0 = p.now;
+    p.conn_mut(A).set_keepalive(Some(period), t0);
+    p.hold_wire[A] = true;
+    p.advance(period);
+    p.timeout(A);
+    p.run();
+    p.advance(5 * period);
+    p.retry_exceeded(A);
+    p.deliver_all();
+    assert!(
+        matches!(p.conn(A).broken(), Some(ConnError::Unreachable(_))),
+        "{:?}",
+        p.conn(A).broken()
+    );
+    assert!(p.conn(A).error().is_none(), "not a keep-alive failure");
+    assert_eq!(p.conn(A).poll_timeout(), None);
+}
+
+#[test]
+fn keepalive_fails_when_the_probe_cannot_even_be_posted() {
+    // Every send queue entry is taken by writes the peer's NIC never acknowledges: the
+    // probe never reaches the wire, so its deadline runs from when it was wanted.
+    let period = Duration::from_millis(100);
+    let mut p = Pair::new(limits(8192, 4096, 16, 8, 1500), small());
+    let t0 = p.now;
+    p.conn_mut(A).set_keepalive(Some(period), t0);
+    p.hold_wire[A] = true;
+    for _ in 0..8 {
+        p.send_msg(A, vec![1]);
+        p.run();
+    }
+    assert_eq!(p.conn(A).sq_free(), 0);
+    let sent = p.sides[A].log.len();
+    p.advance(period);
+    p.timeout(A);
+    p.run();
+    assert_eq!(p.sides[A].log.len(), sent, "no room for the probe");
+    assert_eq!(p.conn(A).poll_timeout(), Some(t0 + 2 * period));
+    p.advance(period);
+    p.timeout(A);
+    assert_eq!(p.conn(A).error(), Some(&ConnError::KeepAlive(period)));
 }
 
 // ------------------------------------------------------------------------- failures
@@ -1796,7 +1887,7 @@ fn a_cq_overrun_is_a_local_error() {
 #[test]
 fn a_completion_for_a_request_not_in_flight_is_a_local_error() {
     let mut p = Pair::new(small(), small());
-    p.conn_mut(A).on_send_completion(7, Completion::Ok);
+    p.conn_mut(A).on_send_completion(7, Completion::Ok, Instant::now());
     assert!(matches!(p.conn(A).error(), Some(ConnError::Local(_))));
 }
 
@@ -2708,7 +2799,9 @@ proptest! {
                     let imm = Imm::Data { len, msg: msg || eom, eom }.encode();
                     c.on_recv_completion(Some(imm), len, Completion::Ok, now)
                 }
-                Fuzz::Send { wr_id, status } => c.on_send_completion(wr_id, status_of(status)),
+                Fuzz::Send { wr_id, status } => {
+                    c.on_send_completion(wr_id, status_of(status), now)
+                }
                 Fuzz::Consume(n) => c.consume(n),
                 Fuzz::ConsumeMessage(n, e) => c.consume_message(n, e),
                 Fuzz::Commit(n, e) => {
