@@ -65,10 +65,17 @@ stride_killed() {
 }
 
 echo "stride-perf"
-stride_killed "server killed during write bw" server write bw -D 30 -s 4096
-stride_killed "server killed during read bw" server read bw -D 30 -s 4096
+# Every verb and test with its server killed: each measuring loop has its own wait, and a
+# rewrite of one must not lose the dead-peer check (read and atomic lat once did: their wait
+# reported progress on every turn, so the watchdog never ran).
+for verb in write read send atomic; do
+    for test in lat bw; do
+        size=(-s 4096)
+        [ "$verb" = atomic ] && size=()
+        stride_killed "server killed during $verb $test" server "$verb" "$test" -D 30 "${size[@]}"
+    done
+done
 stride_killed "client killed during read bw" client read bw -D 30 -s 4096
-stride_killed "server killed during send lat" server send lat -D 30
 
 echo "rc_pingpong"
 stride_port=$((stride_port + 1))

@@ -147,14 +147,18 @@ impl PingPong<'_> {
         let mut have = false;
         loop {
             let reaped = self.reap_send()?;
-            if !have {
+            // Whether `ready` turned true on this turn: progress, like a reaped send. A wait
+            // whose `ready` holds from the start (READ, atomic) still goes through the
+            // watchdog below while its send is outstanding: a dead peer must be noticed.
+            let came = !have && {
                 have = ready(self)?;
-            }
+                have
+            };
             if have && !self.outstanding {
                 self.progress += 1;
                 return Ok(Waited::Came);
             }
-            if !reaped && !have {
+            if !reaped && !came {
                 let spoke = self.watch.idle(oob, self.progress)?;
                 if spoke && self.duration_mode {
                     self.drain(oob)?;

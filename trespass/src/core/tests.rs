@@ -1732,7 +1732,10 @@ fn keepalive_leaves_a_probe_stuck_in_the_transport_to_the_transport() {
         p.advance(period);
         p.timeout(A);
         p.run();
-        assert!(p.conn(A).error().is_none(), "no keep-alive failure while unacknowledged");
+        assert!(
+            p.conn(A).error().is_none(),
+            "no keep-alive failure while unacknowledged"
+        );
         assert_eq!(p.conn(A).poll_timeout(), None);
     }
     assert_eq!(p.sides[A].imms().len(), 1, "one probe at a time");
@@ -1887,7 +1890,8 @@ fn a_cq_overrun_is_a_local_error() {
 #[test]
 fn a_completion_for_a_request_not_in_flight_is_a_local_error() {
     let mut p = Pair::new(small(), small());
-    p.conn_mut(A).on_send_completion(7, Completion::Ok, Instant::now());
+    p.conn_mut(A)
+        .on_send_completion(7, Completion::Ok, Instant::now());
     assert!(matches!(p.conn(A).error(), Some(ConnError::Local(_))));
 }
 
