@@ -213,6 +213,7 @@ pub use completion_queue::{
 pub use device::{open_device, Device, DeviceContext, DeviceError, DeviceList};
 pub use device_memory::{DeviceMemory, DeviceMemoryError};
 pub use gid::{Gid, ParseGidError};
+pub use macros::UnknownValue;
 pub use memory_region::{
     leaked_memory, AccessFlags, BufferAccess, BufferError, DeviceReadOnly, DeviceWritable,
     LeakedMemory, MemoryRegion, MemoryRegionError, Plain, RegisteredBuffer,

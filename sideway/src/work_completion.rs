@@ -339,9 +339,9 @@ mod tests {
     #[test]
     fn unknown_status_and_opcode_do_not_panic() {
         assert_eq!(WcStatus::from(12), WcStatus::RetryExcErr);
-        assert_eq!(WcStatus::from(999), WcStatus::Unknown(999));
+        assert!(matches!(WcStatus::from(999), WcStatus::Unknown(v) if v.get() == 999));
         assert_eq!(WcOpcode::from(128), WcOpcode::Recv);
-        assert_eq!(WcOpcode::from(200), WcOpcode::Unknown(200));
+        assert!(matches!(WcOpcode::from(200), WcOpcode::Unknown(v) if v.get() == 200));
     }
 
     #[test]

@@ -21,9 +21,19 @@ fn ud_qp(
     pd: &Arc<sideway::ProtectionDomain>,
     extended: bool,
 ) -> (QueuePair, Arc<CompletionQueue>) {
+    ud_qp_of_type(ctx, pd, extended, QpType::Ud)
+}
+
+/// A QP of `qp_type` (a UD one, however spelled) moved to RTS with [`QKEY`].
+fn ud_qp_of_type(
+    ctx: &Arc<DeviceContext>,
+    pd: &Arc<sideway::ProtectionDomain>,
+    extended: bool,
+    qp_type: QpType,
+) -> (QueuePair, Arc<CompletionQueue>) {
     let cq = ctx.create_cq_builder().cqe(64).build().unwrap();
     let mut b = pd.create_qp_builder();
-    b.qp_type(QpType::Ud)
+    b.qp_type(qp_type)
         .send_cq(&cq)
         .recv_cq(&cq)
         .max_send_wr(16)
@@ -141,6 +151,59 @@ fn ud_send_recv_with_grh_classic() {
 #[test]
 fn ud_send_recv_with_grh_extended() {
     ud_round_trip("ud_send_recv_with_grh_extended", true);
+}
+
+/// A UD QP whose type is given as C's raw value (the only spelling left besides `QpType::Ud`:
+/// `QpType::Unknown` cannot be written) is a UD QP to the posting guard: a SEND without an
+/// address is refused before the provider could read its NULL address handle (rxe and mlx5
+/// would), and one with an address arrives.
+fn raw_ud_type_posts_as_ud(test: &str, extended: bool) {
+    let Some(ctx) = common::device_or_skip(test) else {
+        return;
+    };
+    let pd = ctx.alloc_pd().unwrap();
+    let raw_ud = QpType::from(sideway::sys::ibv_qp_type::IBV_QPT_UD);
+    let (mut a, cq_a) = ud_qp_of_type(&ctx, &pd, extended, raw_ud);
+    let (mut b, cq_b) = ud_qp_of_type(&ctx, &pd, extended, raw_ud);
+    assert_eq!(a.qp_type(), QpType::Ud);
+
+    let mut s = a.start_post_send();
+    s.wr(1, SendFlags::SIGNALED).send(b"no address");
+    match s.post() {
+        Err(PostError::Invalid {
+            reason: InvalidWorkRequest::MissingUdAddress,
+            ..
+        }) => {}
+        other => panic!("expected MissingUdAddress, got {other:?}"),
+    }
+
+    let mut buf_a = pd.reg_buffer(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let buf_b = pd.reg_buffer(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let mut r = b.start_post_recv();
+    r.recv(7, &[buf_b.sge(0..GRH_LEN + 64).unwrap()]);
+    r.post().unwrap();
+    let ah = pd.create_ah(&pairs::loopback_av(&ctx)).unwrap();
+    buf_a.write_at(0, b"addressed").unwrap();
+    let mut s = a.start_post_send();
+    s.wr(2, SendFlags::SIGNALED)
+        .ud_addr(&ah, b.qp_num(), QKEY)
+        .send(buf_a.sge(0..9).unwrap());
+    s.post().unwrap();
+    pairs::wait_for(&cq_a, 1)[0].ok().unwrap();
+    let wc = pairs::wait_for(&cq_b, 1)[0];
+    wc.ok().unwrap();
+    assert_eq!(wc.wr_id(), 7);
+    assert_eq!(&common::bytes(&buf_b)[GRH_LEN..GRH_LEN + 9], b"addressed");
+}
+
+#[test]
+fn raw_ud_type_posts_as_ud_classic() {
+    raw_ud_type_posts_as_ud("raw_ud_type_posts_as_ud_classic", false);
+}
+
+#[test]
+fn raw_ud_type_posts_as_ud_extended() {
+    raw_ud_type_posts_as_ud("raw_ud_type_posts_as_ud_extended", true);
 }
 
 #[test]

@@ -46,7 +46,7 @@ fn socket_addresses_round_trip_through_c() {
 #[test]
 fn unknown_event_types_and_reasons_survive() {
     assert_eq!(EventType::from(9), EventType::Established);
-    assert_eq!(EventType::from(99), EventType::Unknown(99));
+    assert!(matches!(EventType::from(99), EventType::Unknown(v) if v.get() == 99));
     let r = RejectReason { status: 28 };
     assert!(r.is_consumer_reject());
     assert_eq!(r.ib_reason(), Some(IbRejectReason::ConsumerDefined));
@@ -103,7 +103,7 @@ fn timeouts_name_the_step_the_addresses_and_the_wait() {
     assert_eq!(e.to_string(), "no rdma_cm event arrived within 1 s");
     let e = CmError::Timeout {
         timeout: Duration::from_secs(1),
-        waiting_for: Some(EventType::Unknown(77)),
+        waiting_for: Some(EventType::from(77)),
         endpoints: Endpoints::default(),
     };
     assert_eq!(

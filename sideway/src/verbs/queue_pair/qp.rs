@@ -457,6 +457,8 @@ impl<T: Threading> QueuePairBuilder<T> {
     /// ([`WorkRequestBuilder::xrc_remote_srqn`](crate::queue_pair::WorkRequestBuilder::xrc_remote_srqn));
     /// an XRC receive QP is made on its XRC domain
     /// ([`XrcDomain::create_recv_qp`](crate::xrc_domain::XrcDomain::create_recv_qp)).
+    /// A raw C value goes through `QpType::from(raw)`; the QP's type is read back from the
+    /// created QP, and sends on a type this crate does not know are refused.
     pub fn qp_type(&mut self, qp_type: QpType) -> &mut Self {
         self.qp_type = qp_type;
         self
@@ -539,7 +541,9 @@ impl<T: Threading> QueuePairBuilder<T> {
         // initialised and the verb writes the granted sizes back into init.cap.
         let qp = fresh(|| unsafe { ffi::ibv_create_qp(self.pd.as_raw(), &mut init) });
         let raw = non_null(qp).map_err(|e| self.create_err("ibv_create_qp", e))?;
-        Ok(self.wrap(raw, None, init.cap.into(), send_cq, recv_cq))
+        // SAFETY: raw is the live QP just created.
+        let qp_type = unsafe { created_type(raw) };
+        Ok(self.wrap(raw, qp_type, None, init.cap.into(), send_cq, recv_cq))
     }
 
     /// Creates an extended QP (`ibv_create_qp_ex` with `IBV_QP_INIT_ATTR_PD |
@@ -565,7 +569,9 @@ impl<T: Threading> QueuePairBuilder<T> {
                 return Err(self.create_err("ibv_qp_to_qp_ex", e));
             }
         };
-        Ok(self.wrap(raw, Some(ex), init.cap.into(), send_cq, recv_cq))
+        // SAFETY: raw is the live QP just created.
+        let qp_type = unsafe { created_type(raw) };
+        Ok(self.wrap(raw, qp_type, Some(ex), init.cap.into(), send_cq, recv_cq))
     }
 
     /// `struct ibv_qp_init_attr_ex` as [`build_ex`](Self::build_ex) passes it (comp_mask
@@ -612,6 +618,8 @@ impl<T: Threading> QueuePairBuilder<T> {
     /// Wraps a QP of a context made by [`DeviceContext::from_raw_parts`]
     /// (a test double's) with this builder's settings, as if it had granted exactly the
     /// builder's capabilities: an extended QP when `ex` is given, a classic one otherwise.
+    /// The QP is taken to be of the builder's type, whatever `raw->qp_type` says (a double
+    /// may serve several types from one object), and posts are checked as for that type.
     /// Dropping it calls no destroy verb.
     ///
     /// # Safety
@@ -634,12 +642,15 @@ impl<T: Threading> QueuePairBuilder<T> {
         ex: Option<NonNull<ffi::ibv_qp_ex>>,
     ) -> Result<QueuePair<T>, QueuePairError> {
         let (send_cq, recv_cq) = self.cqs()?;
-        Ok(self.wrap(raw, ex, self.asked_cap(), send_cq, recv_cq))
+        Ok(self.wrap(raw, self.qp_type, ex, self.asked_cap(), send_cq, recv_cq))
     }
 
+    /// The QP over `raw`, of type `qp_type`: what the C object is, which decides what every
+    /// request posted on it must carry (a UD send's address, an XRC send's remote SRQ).
     fn wrap(
         &self,
         raw: NonNull<ffi::ibv_qp>,
+        qp_type: QpType,
         ex: Option<NonNull<ffi::ibv_qp_ex>>,
         granted: QpCapabilities,
         send_cq: Arc<CompletionQueue>,
@@ -661,10 +672,10 @@ impl<T: Threading> QueuePairBuilder<T> {
             // SAFETY: raw is the live QP being wrapped, of an open context.
             posts: unsafe { super::work_request::ProviderPosts::of(raw) },
             ex,
-            qp_type: self.qp_type,
+            qp_type,
             // Batches are sized by what was asked: a larger batch could not be outstanding.
             send: super::work_request::SendStorage::new(
-                self.qp_type,
+                qp_type,
                 asked.max_send_wr.min(cap.max_send_wr),
                 cap.max_send_sge,
                 cap.max_inline_data,
@@ -743,7 +754,9 @@ impl QueuePairBuilder {
         recv_cq: Arc<CompletionQueue>,
         destroy: ForeignDestroy,
     ) -> QueuePair {
-        let mut qp = self.wrap(raw, None, granted.into(), send_cq, recv_cq);
+        // SAFETY: raw is a live QP (the caller's promise).
+        let qp_type = unsafe { created_type(raw) };
+        let mut qp = self.wrap(raw, qp_type, None, granted.into(), send_cq, recv_cq);
         qp.foreign = Some(destroy);
         qp
     }
@@ -771,7 +784,9 @@ impl QueuePairBuilder {
         send_cq: Arc<CompletionQueue>,
         recv_cq: Arc<CompletionQueue>,
     ) -> QueuePair {
-        self.wrap(raw, ex, granted.into(), send_cq, recv_cq)
+        // SAFETY: raw is a live QP (the caller's promise).
+        let qp_type = unsafe { created_type(raw) };
+        self.wrap(raw, qp_type, ex, granted.into(), send_cq, recv_cq)
     }
 
     /// Whether the builder names a shared receive queue.
@@ -779,6 +794,18 @@ impl QueuePairBuilder {
     pub(crate) fn has_srq(&self) -> bool {
         self.srq.is_some()
     }
+}
+
+/// The type of a QP the C library made, as it recorded it (`ibv_qp::qp_type`): the type the
+/// provider posts by, read back rather than trusted from the builder.
+///
+/// # Safety
+///
+/// `raw` is a live QP.
+unsafe fn created_type(raw: NonNull<ffi::ibv_qp>) -> QpType {
+    // SAFETY: the caller's promise: raw is live; libibverbs sets qp_type at creation and
+    // never changes it.
+    QpType::from(unsafe { (*raw.as_ptr()).qp_type })
 }
 
 /// A queue pair, classic or extended. Holds its protection domain and completion queues;
@@ -1278,6 +1305,28 @@ impl ConnectOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The QP's type is what the C object records, in its one spelling: a UD QP is `Ud`
+    /// whatever the builder held, so its sends are checked for an address.
+    #[test]
+    fn a_created_qp_has_the_type_the_library_recorded() {
+        // SAFETY: ibv_qp is a C struct of integers, raw pointers and a mutex and condition
+        // variable of plain bytes, for all of which all-zero bits are valid.
+        let mut raw: ffi::ibv_qp = unsafe { std::mem::MaybeUninit::zeroed().assume_init() };
+        for (c_type, want) in [
+            (ffi::ibv_qp_type::IBV_QPT_UD, QpType::Ud),
+            (ffi::ibv_qp_type::IBV_QPT_RC, QpType::Rc),
+            (ffi::ibv_qp_type::IBV_QPT_XRC_SEND, QpType::XrcSend),
+        ] {
+            raw.qp_type = c_type;
+            // SAFETY: raw is a live (if idle) ibv_qp, read once.
+            assert_eq!(unsafe { created_type(NonNull::from(&mut raw)) }, want);
+        }
+        raw.qp_type = 77;
+        // SAFETY: as above.
+        let unknown = unsafe { created_type(NonNull::from(&mut raw)) };
+        assert!(matches!(unknown, QpType::Unknown(v) if v.get() == 77));
+    }
 
     fn einval() -> io::Error {
         io::Error::from_raw_os_error(libc::EINVAL)

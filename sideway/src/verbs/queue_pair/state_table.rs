@@ -269,7 +269,7 @@ mod tests {
             MaskDiagnosis::Unknown
         );
         assert_eq!(
-            diagnose(QpType::Rc, QpState::Unknown(42), QpState::Rtr, M::STATE),
+            diagnose(QpType::Rc, QpState::from(42), QpState::Rtr, M::STATE),
             MaskDiagnosis::Unknown
         );
         // Any state may go to Error or Reset, with nothing more.

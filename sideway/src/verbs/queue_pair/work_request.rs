@@ -394,7 +394,13 @@ impl Op {
                     | Op::BindMw { .. }
             ))
             .then_some("SEND and RDMA WRITE, with or without immediate, only"),
-            _ => None,
+            QpType::Rc | QpType::XrcSend | QpType::RawPacket => None,
+            // A DC initiator's requests need a DC address, which only its provider's guard
+            // can give (`dv::mlx5::DcInitiator`).
+            QpType::Driver => Some("none: post through its provider's guard in sideway::dv"),
+            // A type this crate does not know (from a newer rdma-core) may need a destination
+            // the guard cannot name, which the provider would read anyway: refuse, never guess.
+            _ => Some("none: this crate does not know what its requests must carry"),
         }
     }
 }
@@ -982,6 +988,18 @@ mod tests {
         assert!(write.refused_by(QpType::Ud).is_some());
         assert!(Op::Send.refused_by(QpType::Ud).is_none());
         assert!(read.refused_by(QpType::Rc).is_none());
+        // What the guard cannot address it refuses whole: a DC initiator (its provider's
+        // guard carries the DC address) and any type this crate does not know.
+        let ops = [Op::Send, Op::SendImm(1), write, read, Op::LocalInv(1)];
+        for qp_type in [QpType::Driver, QpType::from(77), QpType::from(u32::MAX)] {
+            for op in ops {
+                assert!(
+                    op.refused_by(qp_type).is_some(),
+                    "{} on {qp_type}",
+                    op.name()
+                );
+            }
+        }
         let e = InvalidWorkRequest::NotForQpType {
             op: read.name(),
             qp_type: QpType::Uc,
