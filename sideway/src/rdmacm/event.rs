@@ -4,10 +4,9 @@
 use std::ffi::c_void;
 use std::fmt;
 use std::io;
-use std::mem::ManuallyDrop;
 use std::os::fd::AsRawFd;
 use std::ptr::{self, NonNull};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdma_mummy_sys as ffi;
@@ -17,7 +16,7 @@ use super::channel::{millis, EventChannel};
 use super::conn_param::{PeerConnParam, PortSpace};
 use super::error::CmError;
 use super::event_type::{EventType, RejectReason};
-use super::id::CmId;
+use super::id::{CmId, ContextRef};
 use super::ud::UdParam;
 use crate::errno::{fresh, from_ret};
 
@@ -171,21 +170,17 @@ impl EventChannel {
 ///
 /// # Safety
 ///
-/// `raw` is a live id of this crate whose context, when non-NULL, came from
-/// `Weak::into_raw` of a `CmId` (kept alive until after `rdma_destroy_id`).
+/// `raw` is a live id of this crate whose context, when non-NULL, is its `CmId`'s
+/// `ContextRef` (released only after `rdma_destroy_id`).
 unsafe fn id_of(raw: *mut ffi::rdma_cm_id) -> Option<Arc<CmId>> {
     if raw.is_null() {
         return None;
     }
     // SAFETY: raw is a live id (caller); context is a plain field.
-    let ctx = unsafe { (*raw).context } as *const CmId;
-    if ctx.is_null() {
-        return None;
-    }
-    // SAFETY: ctx came from Weak::into_raw, and that weak reference is only reclaimed after
-    // the id is destroyed; ManuallyDrop leaves it in place.
-    let weak = ManuallyDrop::new(unsafe { Weak::from_raw(ctx) });
-    weak.upgrade()
+    let ctx = unsafe { (*raw).context };
+    // SAFETY: ctx is NULL or CmId::adopt's ContextRef, released only after the id is
+    // destroyed.
+    unsafe { ContextRef::<CmId>::upgrade(ctx) }
 }
 
 /// An rdma_cm event, with everything it carried copied out; librdmacm's event was already

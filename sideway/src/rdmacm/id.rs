@@ -60,10 +60,13 @@ pub struct CmId {
     channel: Mutex<Arc<EventChannel>>,
     port_space: PortSpace,
     groups: Mutex<Vec<SocketAddr>>,
+    /// The weak reference `raw`'s `context` holds, given back in `Drop`.
+    context: ContextRef<CmId>,
 }
 
 // SAFETY: every call on the id and every read of its fields runs under its channel's lock
-// (see the module documentation); librdmacm ids may be used from any thread.
+// (see the module documentation); librdmacm ids may be used from any thread. `context` is an
+// address: dereferenced only through `Weak` (atomic counts), released once, in `Drop`.
 unsafe impl Send for CmId {}
 // SAFETY: as above.
 unsafe impl Sync for CmId {}
@@ -99,15 +102,77 @@ impl Drop for CmId {
             Ok(()) => {
                 // The id is gone, so no event can name this object any more: give back the
                 // weak reference its context held.
-                // SAFETY: adopt() leaked exactly this weak reference with Weak::into_raw; the
-                // allocation is alive (we are inside its value's drop).
-                drop(unsafe { Weak::from_raw(self as *const CmId) });
+                // SAFETY: rdma_destroy_id succeeded, so librdmacm hands the context to no one
+                // again, and this is the one release.
+                unsafe { self.context.release() };
             }
             Err(e) => {
                 // The id may live on and its events may still name this allocation: keep the
                 // weak reference (and so the allocation) alive rather than risk a dangling one.
                 crate::diagnostics::report_drop_failure("rdma_destroy_id", "an rdma_cm id", &e);
             }
+        }
+    }
+}
+
+/// The weak reference to a value in an `Arc` that a C object's `context` field holds, so
+/// that a callback or event naming the C object finds the value: leaked with
+/// `Weak::into_raw` when the `Arc` is made, upgraded (never consumed) for each event, and
+/// given back once by the value's `Drop`, after the C object is gone. Never given back
+/// otherwise: when the C object may outlive the value (its destroy failed), the allocation
+/// leaks rather than its context dangling.
+///
+/// The pointer kept is the one `Weak::into_raw` returned, which may reach the whole `Arc`
+/// allocation (the counts beside the value). One made from `&mut self` in `Drop` may reach
+/// only the value, and `Weak::from_raw` steps back from it to the counts: undefined
+/// behaviour, which Miri's stacked borrows reports.
+pub(super) struct ContextRef<T> {
+    /// From `Weak::into_raw`; NULL once released.
+    ptr: *const T,
+}
+
+impl<T> ContextRef<T> {
+    /// Leaks one weak reference of `me` (from `Arc::new_cyclic`, or `Arc::downgrade`).
+    pub(super) fn new(me: &Weak<T>) -> Self {
+        ContextRef {
+            ptr: Weak::into_raw(Weak::clone(me)),
+        }
+    }
+
+    /// The pointer for the C object's `context` field.
+    pub(super) fn as_context(&self) -> *mut c_void {
+        self.ptr.cast_mut().cast()
+    }
+
+    /// The value a `context` field names, while any `Arc` of it is alive; `None` for NULL.
+    ///
+    /// # Safety
+    ///
+    /// `context` is NULL or the [`as_context`](Self::as_context) of a `ContextRef<T>` not
+    /// yet released.
+    pub(super) unsafe fn upgrade(context: *mut c_void) -> Option<Arc<T>> {
+        if context.is_null() {
+            return None;
+        }
+        // SAFETY: the caller's promise: context came from Weak::into_raw and its weak
+        // reference is still leaked; ManuallyDrop leaves it so.
+        let weak = std::mem::ManuallyDrop::new(unsafe { Weak::from_raw(context.cast::<T>()) });
+        weak.upgrade()
+    }
+
+    /// Gives the weak reference back; does nothing the second time.
+    ///
+    /// # Safety
+    ///
+    /// No one will pass this reference's [`as_context`](Self::as_context) to
+    /// [`upgrade`](Self::upgrade) again: the C object is gone, or its context cleared.
+    pub(super) unsafe fn release(&mut self) {
+        let ptr = std::mem::replace(&mut self.ptr, ptr::null());
+        if !ptr.is_null() {
+            // SAFETY: ptr came from Weak::into_raw (new) and has not been given back (the
+            // field is cleared on the first release); its pointer, not one made from a
+            // reference to the value, so it may reach the counts.
+            drop(unsafe { Weak::from_raw(ptr) });
         }
     }
 }
@@ -124,16 +189,16 @@ impl CmId {
         channel: Arc<EventChannel>,
         port_space: PortSpace,
     ) -> Arc<CmId> {
-        let id = Arc::new(CmId {
+        let id = Arc::new_cyclic(|me| CmId {
             raw,
             channel: Mutex::new(channel),
             port_space,
             groups: Mutex::new(Vec::new()),
+            context: ContextRef::new(me),
         });
-        let weak = Weak::into_raw(Arc::downgrade(&id));
         // SAFETY: raw is live and ours; context is a user field librdmacm hands back in
-        // events. The weak reference is reclaimed in Drop after rdma_destroy_id.
-        unsafe { (*raw.as_ptr()).context = weak as *mut c_void };
+        // events. The weak reference is given back in Drop after rdma_destroy_id.
+        unsafe { (*raw.as_ptr()).context = id.context.as_context() };
         id
     }
 
