@@ -112,10 +112,16 @@ pub(crate) fn chain_index<T>(base: *const T, bad: *const T, count: usize) -> Opt
 
 /// Where receive batches are built, for a QP's receive queue and for an SRQ alike;
 /// allocated once, with the queue, so posting receives allocates nothing.
+///
+/// `Vec`, not `Box<[_]>`: each receive's `next` and `sg_list` point into this storage, and
+/// `Vec::as_mut_ptr` makes no reference to the whole buffer, so the pointers stored by
+/// earlier receives stay valid while later ones are written (a `Box<[_]>`'s `as_mut_ptr`
+/// reborrows the whole slice uniquely and invalidates them: Miri's stacked borrows reports
+/// a read through them).
 pub struct RecvStorage {
-    wrs: Box<[ffi::ibv_recv_wr]>,
+    wrs: Vec<ffi::ibv_recv_wr>,
     /// `max_sge` entries per request, request `i` at `i * max_sge`.
-    sges: Box<[ffi::ibv_sge]>,
+    sges: Vec<ffi::ibv_sge>,
     max_sge: usize,
     /// The receives one batch may hold: `wrs.len()`, and `capacity * max_sge <=
     /// sges.len()`.
@@ -132,8 +138,8 @@ impl RecvStorage {
             sg_list: std::ptr::null_mut(),
             num_sge: 0,
         };
-        let wrs = vec![wr; max_wr].into_boxed_slice();
-        let sges = vec![ffi::ibv_sge::default(); max_wr.saturating_mul(max_sge)].into_boxed_slice();
+        let wrs = vec![wr; max_wr];
+        let sges = vec![ffi::ibv_sge::default(); max_wr.saturating_mul(max_sge)];
         RecvStorage {
             capacity: slots(wrs.len(), sges.len(), max_sge),
             wrs,

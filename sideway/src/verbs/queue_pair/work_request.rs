@@ -458,10 +458,13 @@ unsafe extern "C" fn post_unsupported<W>(
     libc::EOPNOTSUPP
 }
 
+/// `wrs` and `sges` are `Vec`s for the reason [`RecvStorage`](crate::receive_batch::RecvStorage)'s
+/// are: the `next` and `sg_list` pointers stored in them stay valid while later requests are
+/// written.
 pub(super) struct SendStorage {
-    pub(super) wrs: Box<[ffi::ibv_send_wr]>,
+    pub(super) wrs: Vec<ffi::ibv_send_wr>,
     /// `max_sge` entries per request, request `i` at `i * max_sge`.
-    pub(super) sges: Box<[ffi::ibv_sge]>,
+    pub(super) sges: Vec<ffi::ibv_sge>,
     /// An extended QP's inline-list scratch (`max_inline_data` bytes): a list is gathered
     /// here and set with one `ibv_wr_set_inline_data`, because rxe's
     /// `ibv_wr_set_inline_data_list` (rdma-core 56 and older) reports a length of 0.
@@ -501,8 +504,8 @@ impl SendStorage {
         let dest_kind = dest_kind(qp_type);
         if let Some(ex) = ex {
             return SendStorage {
-                wrs: Box::new([]),
-                sges: Box::new([]),
+                wrs: Vec::new(),
+                sges: Vec::new(),
                 inline: vec![0; max_inline as usize].into_boxed_slice(),
                 max_sge,
                 capacity: usize::MAX,
@@ -510,8 +513,8 @@ impl SendStorage {
                 dest_kind,
             };
         }
-        let wrs = vec![zeroed_send_wr(); max_wr].into_boxed_slice();
-        let sges = vec![ffi::ibv_sge::default(); max_wr.saturating_mul(max_sge)].into_boxed_slice();
+        let wrs = vec![zeroed_send_wr(); max_wr];
+        let sges = vec![ffi::ibv_sge::default(); max_wr.saturating_mul(max_sge)];
         SendStorage {
             capacity: slots(wrs.len(), sges.len(), max_sge),
             wrs,
