@@ -587,15 +587,37 @@ mod tests {
         srq: ffi::ibv_srq,
     }
 
-    fn fake_srq(max_wr: u32) -> (Box<Fake>, SharedReceiveQueue) {
+    /// Owns the [`Fake`] through a raw pointer, so that moving the owner leaves the pointers
+    /// the wrappers hold valid (moving a `Box` would reassert its unique access and
+    /// invalidate them, as Miri reports); frees it on drop, after the wrappers (declared
+    /// after it).
+    struct FakeOwner(NonNull<Fake>);
+
+    impl Drop for FakeOwner {
+        fn drop(&mut self) {
+            // SAFETY: the pointer came from Box::leak in fake_srq and is freed only here.
+            drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+        }
+    }
+
+    fn fake_srq(max_wr: u32) -> (FakeOwner, SharedReceiveQueue) {
         // SAFETY: all three are C structs of pointers and integers, for which zero is valid.
-        let mut fake: Box<Fake> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
-        fake.ctx.ops.post_srq_recv = Some(post_one_then_fail);
-        fake.srq.context = &mut fake.ctx;
-        fake.srq.handle = 0x5;
-        let ctx_raw = NonNull::from(&mut fake.ctx);
-        let pd_raw = NonNull::from(&mut fake.pd);
-        let srq_raw = NonNull::from(&mut fake.srq);
+        let zeroed: Box<Fake> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
+        let fake = NonNull::from(Box::leak(zeroed));
+        let owner = FakeOwner(fake);
+        let fake = fake.as_ptr();
+        // SAFETY: fake is a live, unshared allocation (just made); every pointer below is
+        // derived from it, raw, so none invalidates another.
+        let (ctx_raw, pd_raw, srq_raw) = unsafe {
+            (*fake).ctx.ops.post_srq_recv = Some(post_one_then_fail);
+            (*fake).srq.context = std::ptr::addr_of_mut!((*fake).ctx);
+            (*fake).srq.handle = 0x5;
+            (
+                NonNull::new_unchecked(std::ptr::addr_of_mut!((*fake).ctx)),
+                NonNull::new_unchecked(std::ptr::addr_of_mut!((*fake).pd)),
+                NonNull::new_unchecked(std::ptr::addr_of_mut!((*fake).srq)),
+            )
+        };
         // SAFETY: the fake outlives the wrappers (the test drops them first); only the data
         // path (ibv_post_srq_recv through ops) and plain fields are used.
         let ctx = unsafe { DeviceContext::from_raw_parts(ctx_raw, "fake", Box::new(())) };
@@ -609,7 +631,7 @@ mod tests {
             xrc: None,
             pd,
         };
-        (fake, srq)
+        (owner, srq)
     }
 
     fn sge() -> crate::scatter_gather::Sge {
