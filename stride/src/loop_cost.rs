@@ -218,6 +218,409 @@ pub fn per_iteration(short: &Profile, long: &Profile, iterations: u64) -> Vec<Ob
     out
 }
 
+/// The tests `scripts/loop-instructions` runs, each a latency ping-pong whose one iteration
+/// is one round trip: the client sends one message and receives one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Test {
+    /// RDMA WRITE ping-pong: `ib_write_lat` against `stride-perf write lat`.
+    WriteLat,
+    /// SEND/RECV ping-pong: `ib_send_lat` against `stride-perf send lat`.
+    SendLat,
+    /// RDMA READ: `ib_read_lat` against `stride-perf read lat`.
+    ReadLat,
+    /// Atomics (8 bytes, no size flag): `ib_atomic_lat` against `stride-perf atomic lat`.
+    AtomicLat,
+    /// A byte-stream ping-pong: trespass (`stride-perf stream lat`, write_all + read_exact)
+    /// against rsocket (`rstream -S SIZE -C 1 -I ITERS`), both spinning on their waits.
+    StreamLat,
+    /// trespass's messages (`stride-perf stream lat --messages`, send_msg + recv_msg),
+    /// spinning on its waits; rsocket has no messages.
+    MessagesLat,
+    /// trespass's stream with its default, adaptive busy poll, which sleeps on the
+    /// completion channel when a wait outlasts the spin: how the sleeps change the count.
+    AdaptiveLat,
+}
+
+impl Test {
+    /// Every test, in the order `--help` lists them.
+    pub const ALL: [Test; 7] = [
+        Test::WriteLat,
+        Test::SendLat,
+        Test::ReadLat,
+        Test::AtomicLat,
+        Test::StreamLat,
+        Test::MessagesLat,
+        Test::AdaptiveLat,
+    ];
+
+    /// The name a row uses (`write_lat`, `stream_lat`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Test::WriteLat => "write_lat",
+            Test::SendLat => "send_lat",
+            Test::ReadLat => "read_lat",
+            Test::AtomicLat => "atomic_lat",
+            Test::StreamLat => "stream_lat",
+            Test::MessagesLat => "messages_lat",
+            Test::AdaptiveLat => "adaptive_lat",
+        }
+    }
+
+    /// The programs the row compares, each profiled twice.
+    pub fn tools(self) -> &'static [Tool] {
+        match self {
+            Test::WriteLat | Test::SendLat | Test::ReadLat | Test::AtomicLat => {
+                &[Tool::Perftest, Tool::Stride]
+            }
+            Test::StreamLat => &[Tool::Trespass, Tool::Rsocket],
+            Test::MessagesLat | Test::AdaptiveLat => &[Tool::Trespass],
+        }
+    }
+}
+
+/// The program one profile is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tool {
+    /// perftest's `ib_*_lat`.
+    Perftest,
+    /// `stride-perf` on the verbs.
+    Stride,
+    /// `stride-perf stream lat`: trespass.
+    Trespass,
+    /// rdma-core's `rstream`: rsocket.
+    Rsocket,
+}
+
+impl Tool {
+    /// The name in profile file names and labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tool::Perftest => "perftest",
+            Tool::Stride => "stride",
+            Tool::Trespass => "trespass",
+            Tool::Rsocket => "rsocket",
+        }
+    }
+}
+
+/// The busy poll the spinning trespass rows set on both sides, in microseconds: trespass's
+/// longest (one second), so that every wait ends in its spin and none sleeps, as rstream's
+/// non-blocking calls and the verbs programs do; the adaptation is turned off with it.
+pub const SPIN_BUSY_POLL_US: u64 = 1_000_000;
+
+/// One row of `scripts/loop-instructions`: `TEST:SIZE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Row {
+    /// What runs.
+    pub test: Test,
+    /// Message size in bytes (ignored by `atomic_lat`, whose size is 8).
+    pub size: u64,
+}
+
+/// The rows run when none are named.
+pub const DEFAULT_ROWS: &str = "write_lat:64 send_lat:64 read_lat:64 atomic_lat:8";
+
+impl std::str::FromStr for Row {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let names: Vec<&str> = Test::ALL.iter().map(|t| t.name()).collect();
+        let not_a_row = || {
+            format!(
+                "\"{s}\" is not TEST:SIZE with TEST one of {}",
+                names.join(", ")
+            )
+        };
+        let (test, size) = s.split_once(':').ok_or_else(not_a_row)?;
+        let test = *Test::ALL
+            .iter()
+            .find(|t| t.name() == test)
+            .ok_or_else(not_a_row)?;
+        let size = match size.parse::<u64>() {
+            Ok(n) if n > 0 && size.bytes().all(|b| b.is_ascii_digit()) => n,
+            _ => {
+                return Err(format!(
+                    "\"{s}\": the size must be a number of bytes above 0"
+                ))
+            }
+        };
+        Ok(Row { test, size })
+    }
+}
+
+impl fmt::Display for Row {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.test.name(), self.size)
+    }
+}
+
+/// Reads rows (`TEST:SIZE`, separated by white space); none: [`DEFAULT_ROWS`].
+pub fn parse_rows<S: AsRef<str>>(args: &[S]) -> Result<Vec<Row>, String> {
+    let mut words: Vec<&str> = args
+        .iter()
+        .flat_map(|a| a.as_ref().split_whitespace())
+        .collect();
+    if words.is_empty() {
+        words = DEFAULT_ROWS.split_whitespace().collect();
+    }
+    words.into_iter().map(str::parse).collect()
+}
+
+/// The name of one profile: `TOOL-TEST-SIZE-ITERS.out`.
+pub fn profile_name(row: Row, tool: Tool, iterations: u64) -> String {
+    format!(
+        "{}-{}-{}-{iterations}.out",
+        tool.name(),
+        row.test.name(),
+        row.size
+    )
+}
+
+/// The label of one row's tool in the report: `trespass stream_lat 64 B`.
+pub fn label(row: Row, tool: Tool) -> String {
+    format!("{} {} {} B", tool.name(), row.test.name(), row.size)
+}
+
+/// The devices and addresses of the two guest hosts (`RDMA_TEST_*`, `RDMA_TEST_PEER_*`)
+/// and the `stride-perf` to run: the client runs on this host, its server on the peer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hosts {
+    /// The `stride-perf` binary.
+    pub stride_perf: String,
+    /// This host's RDMA device.
+    pub device: String,
+    /// This host's GID index.
+    pub gid_index: String,
+    /// The peer host's RDMA device.
+    pub peer_device: String,
+    /// The peer host's GID index.
+    pub peer_gid_index: String,
+    /// The peer host's address, where the clients connect.
+    pub peer_ip: String,
+}
+
+/// How to tell that a server is ready for its client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ready {
+    /// Something listens on the TCP port (perftest's and stride-perf's side channel).
+    Tcp,
+    /// An rdma_cm id listens on the port (trespass, rsocket).
+    Cm,
+}
+
+/// One profiled run: a server on the peer host, and the client to profile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run {
+    /// The profile's file name ([`profile_name`]).
+    pub profile: String,
+    /// How to see that the server is ready.
+    pub ready: Ready,
+    /// The port both use.
+    pub port: u16,
+    /// The server's command line (run on the peer host).
+    pub server: Vec<String>,
+    /// The client's command line (run here, under callgrind).
+    pub client: Vec<String>,
+}
+
+impl Run {
+    /// The run as one line for the guest script: profile, `tcp` or `cm`, port, the
+    /// server's words and the client's words, separated by tabs (words by spaces).
+    pub fn line(&self) -> Result<String, String> {
+        for w in self.server.iter().chain(&self.client) {
+            if w.is_empty() || w.contains(char::is_whitespace) {
+                return Err(format!(
+                    "\"{w}\" in the command of {}: empty or with white space",
+                    self.profile
+                ));
+            }
+        }
+        let ready = match self.ready {
+            Ready::Tcp => "tcp",
+            Ready::Cm => "cm",
+        };
+        Ok(format!(
+            "{}\t{ready}\t{}\t{}\t{}",
+            self.profile,
+            self.port,
+            self.server.join(" "),
+            self.client.join(" ")
+        ))
+    }
+}
+
+/// Every run of `rows`: each row's tools, each with `short` and then `long` iterations, on
+/// ports from `first_port` up, one each.
+pub fn plan(rows: &[Row], short: u64, long: u64, first_port: u16, hosts: &Hosts) -> Vec<Run> {
+    let mut port = first_port;
+    let mut runs = Vec::new();
+    for &row in rows {
+        for &tool in row.test.tools() {
+            for n in [short, long] {
+                runs.push(command(row, tool, n, port, hosts));
+                port = port.wrapping_add(1);
+            }
+        }
+    }
+    runs
+}
+
+/// One tool's server and client for one row.
+fn command(row: Row, tool: Tool, n: u64, port: u16, h: &Hosts) -> Run {
+    let words = |v: &[&str]| v.iter().map(|w| (*w).to_owned()).collect::<Vec<String>>();
+    let (size, n_s, port_s) = (row.size.to_string(), n.to_string(), port.to_string());
+    let (server, client, ready) = match tool {
+        Tool::Perftest | Tool::Stride => {
+            let name = row.test.name();
+            let (verb, _) = name.split_once('_').unwrap_or((name, ""));
+            let mut program = match tool {
+                Tool::Perftest => vec![format!("ib_{name}")],
+                _ => words(&[&h.stride_perf, verb, "lat"]),
+            };
+            let mut common = words(&["-p", &port_s]);
+            if row.test != Test::AtomicLat {
+                common.extend(words(&["-s", &size]));
+            }
+            common.extend(words(&["-n", &n_s]));
+            let mut server = program.clone();
+            server.extend(words(&["-d", &h.peer_device, "-x", &h.peer_gid_index]));
+            server.extend(common.iter().cloned());
+            program.extend(words(&["-d", &h.device, "-x", &h.gid_index]));
+            program.extend(common);
+            program.push(h.peer_ip.clone());
+            (server, program, Ready::Tcp)
+        }
+        Tool::Trespass => {
+            let mut common = words(&["-s", &size, "-n", &n_s, "-p", &port_s]);
+            if row.test == Test::MessagesLat {
+                common.push("--messages".into());
+            }
+            if row.test != Test::AdaptiveLat {
+                let spin = SPIN_BUSY_POLL_US.to_string();
+                common.extend(words(&["--busy-poll-us", &spin, "--busy-poll-max-us", "0"]));
+            }
+            let mut server = words(&[&h.stride_perf, "stream", "lat", "--bind", &h.peer_ip]);
+            server.extend(common.iter().cloned());
+            let mut client = words(&[&h.stride_perf, "stream", "lat"]);
+            client.extend(common);
+            client.push(h.peer_ip.clone());
+            (server, client, Ready::Cm)
+        }
+        Tool::Rsocket => {
+            let common = words(&["-p", &port_s, "-S", &size, "-C", "1", "-I", &n_s]);
+            let mut server = words(&["rstream", "-b", &h.peer_ip]);
+            server.extend(common.iter().cloned());
+            let mut client = words(&["rstream", "-s", &h.peer_ip]);
+            client.extend(common);
+            (server, client, Ready::Cm)
+        }
+    };
+    Run {
+        profile: profile_name(row, tool, n),
+        ready,
+        port,
+        server,
+        client,
+    }
+}
+
+/// Where an object's instructions go in the comparison's table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Group {
+    /// The profiled program itself (for `stride-perf`: stride, trespass and sideway, linked
+    /// in).
+    Program,
+    /// libibverbs and its provider (`librxe-rdmav*.so`, any `lib*-rdmav*.so`).
+    Verbs,
+    /// librdmacm, where rsocket lives.
+    Rdmacm,
+    /// The C library.
+    Libc,
+    /// Everything else (the dynamic loader, libgcc, Valgrind's preloads, ...).
+    Other,
+}
+
+impl Group {
+    /// Every group, in the table's column order.
+    pub const ALL: [Group; 5] = [
+        Group::Program,
+        Group::Verbs,
+        Group::Rdmacm,
+        Group::Libc,
+        Group::Other,
+    ];
+
+    /// The table's column heading.
+    pub fn heading(self) -> &'static str {
+        match self {
+            Group::Program => "program",
+            Group::Verbs => "libibverbs + provider",
+            Group::Rdmacm => "librdmacm",
+            Group::Libc => "libc",
+            Group::Other => "other",
+        }
+    }
+}
+
+/// The group of `object` (a file name, as [`ObjectCost::object`]) when `program` (a file
+/// name too) is the profiled program.
+pub fn group_of(object: &str, program: &str) -> Group {
+    if object == program {
+        Group::Program
+    } else if object.starts_with("libibverbs.") || object.contains("-rdmav") {
+        Group::Verbs
+    } else if object.starts_with("librdmacm.") {
+        Group::Rdmacm
+    } else if object.starts_with("libc.so") || object.starts_with("libc-") {
+        Group::Libc
+    } else {
+        Group::Other
+    }
+}
+
+/// The program of a profiled command line: its first word's file name (`stride-perf` of
+/// `target/release/stride-perf stream lat ...`).
+pub fn program_of(command: &str) -> &str {
+    let first = command.split_whitespace().next().unwrap_or("");
+    first.rsplit('/').next().unwrap_or(first)
+}
+
+/// Instructions per iteration by [`Group`], in [`Group::ALL`]'s order.
+pub fn by_group(cost: &[ObjectCost], program: &str) -> [u64; 5] {
+    let mut out = [0u64; 5];
+    for c in cost {
+        let g = group_of(&c.object, program);
+        let at = Group::ALL.iter().position(|x| *x == g).unwrap_or(4);
+        out[at] += c.per_iteration;
+    }
+    out
+}
+
+/// The crate a Rust function's name belongs to (`trespass` of
+/// `trespass::stream::Stream::read` or `<trespass::ring::Ring as core::fmt::Debug>::fmt`),
+/// `None` for a name that is not a Rust path (C code, an address).
+pub fn crate_of(function: &str) -> Option<&str> {
+    let name = function.trim_start_matches(['<', '&', '*']);
+    let name = name.strip_prefix("mut ").unwrap_or(name);
+    let (first, _) = name.split_once("::")?;
+    let is_ident =
+        !first.is_empty() && first.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    is_ident.then_some(first)
+}
+
+/// A program's instructions per iteration by crate ([`crate_of`]; `(other)` for the rest),
+/// most first.
+pub fn by_crate(cost: &ObjectCost) -> Vec<(String, u64)> {
+    let mut crates: BTreeMap<String, u64> = BTreeMap::new();
+    for (f, n) in &cost.functions {
+        let c = crate_of(f).unwrap_or("(other)");
+        *crates.entry(c.to_owned()).or_default() += n;
+    }
+    let mut out: Vec<(String, u64)> = crates.into_iter().collect();
+    out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,5 +696,222 @@ mod tests {
         assert!(per_iteration(&p, &p, 0).is_empty());
         assert!(per_iteration(&p, &p, 1000).is_empty());
         assert_eq!(p.total(), 1000 + 1000 + 2000 + 5 + 1 + 3000);
+    }
+
+    fn hosts() -> Hosts {
+        Hosts {
+            stride_perf: "target/release/stride-perf".into(),
+            device: "rxe0".into(),
+            gid_index: "1".into(),
+            peer_device: "rxe1".into(),
+            peer_gid_index: "3".into(),
+            peer_ip: "10.0.0.2".into(),
+        }
+    }
+
+    #[test]
+    fn rows_are_read_and_bad_ones_refused_with_the_choices() {
+        let rows = parse_rows(&["stream_lat:64 messages_lat:4096", "atomic_lat:8"]).unwrap();
+        assert_eq!(
+            rows,
+            vec![
+                Row {
+                    test: Test::StreamLat,
+                    size: 64
+                },
+                Row {
+                    test: Test::MessagesLat,
+                    size: 4096
+                },
+                Row {
+                    test: Test::AtomicLat,
+                    size: 8
+                },
+            ]
+        );
+        assert_eq!(rows[0].to_string(), "stream_lat:64");
+        let defaults = parse_rows::<&str>(&[]).unwrap();
+        assert_eq!(defaults.len(), 4);
+        assert_eq!(
+            defaults[0],
+            Row {
+                test: Test::WriteLat,
+                size: 64
+            }
+        );
+        let e = parse_rows(&["write_bw:64"]).unwrap_err();
+        assert!(e.contains("\"write_bw:64\" is not TEST:SIZE"), "{e}");
+        assert!(
+            e.contains("stream_lat") && e.contains("adaptive_lat"),
+            "{e}"
+        );
+        assert!(parse_rows(&["stream_lat"])
+            .unwrap_err()
+            .contains("is not TEST:SIZE"));
+        for bad in [
+            "stream_lat:",
+            "stream_lat:0",
+            "stream_lat:+4",
+            "stream_lat:4k",
+        ] {
+            let e = parse_rows(&[bad]).unwrap_err();
+            assert!(e.contains("number of bytes"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_plan_runs_each_tool_twice_with_its_server_on_the_peer() {
+        let rows = parse_rows(&["send_lat:64 atomic_lat:8 stream_lat:4096"]).unwrap();
+        let runs = plan(&rows, 1000, 2000, 19701, &hosts());
+        let names: Vec<&str> = runs.iter().map(|r| r.profile.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "perftest-send_lat-64-1000.out",
+                "perftest-send_lat-64-2000.out",
+                "stride-send_lat-64-1000.out",
+                "stride-send_lat-64-2000.out",
+                "perftest-atomic_lat-8-1000.out",
+                "perftest-atomic_lat-8-2000.out",
+                "stride-atomic_lat-8-1000.out",
+                "stride-atomic_lat-8-2000.out",
+                "trespass-stream_lat-4096-1000.out",
+                "trespass-stream_lat-4096-2000.out",
+                "rsocket-stream_lat-4096-1000.out",
+                "rsocket-stream_lat-4096-2000.out",
+            ]
+        );
+        let ports: Vec<u16> = runs.iter().map(|r| r.port).collect();
+        assert_eq!(ports, (19701..19713).collect::<Vec<u16>>());
+        assert_eq!(
+            runs[1].line().unwrap(),
+            "perftest-send_lat-64-2000.out\ttcp\t19702\t\
+             ib_send_lat -d rxe1 -x 3 -p 19702 -s 64 -n 2000\t\
+             ib_send_lat -d rxe0 -x 1 -p 19702 -s 64 -n 2000 10.0.0.2"
+        );
+        // Atomics take no size.
+        assert_eq!(
+            runs[6].client.join(" "),
+            "target/release/stride-perf atomic lat -d rxe0 -x 1 -p 19707 -n 1000 10.0.0.2"
+        );
+        assert_eq!(
+            runs[8].line().unwrap(),
+            "trespass-stream_lat-4096-1000.out\tcm\t19709\t\
+             target/release/stride-perf stream lat --bind 10.0.0.2 -s 4096 -n 1000 -p 19709 \
+             --busy-poll-us 1000000 --busy-poll-max-us 0\t\
+             target/release/stride-perf stream lat -s 4096 -n 1000 -p 19709 \
+             --busy-poll-us 1000000 --busy-poll-max-us 0 10.0.0.2"
+        );
+        assert_eq!(
+            runs[11].line().unwrap(),
+            "rsocket-stream_lat-4096-2000.out\tcm\t19712\t\
+             rstream -b 10.0.0.2 -p 19712 -S 4096 -C 1 -I 2000\t\
+             rstream -s 10.0.0.2 -p 19712 -S 4096 -C 1 -I 2000"
+        );
+    }
+
+    #[test]
+    fn messages_spin_and_adaptive_keeps_the_defaults() {
+        let rows = parse_rows(&["messages_lat:64 adaptive_lat:64"]).unwrap();
+        let runs = plan(&rows, 10, 20, 1, &hosts());
+        assert_eq!(runs.len(), 4);
+        let messages = runs[0].client.join(" ");
+        assert!(
+            messages.contains(" --messages --busy-poll-us 1000000"),
+            "{messages}"
+        );
+        let adaptive = runs[2].client.join(" ");
+        assert_eq!(
+            adaptive,
+            "target/release/stride-perf stream lat -s 64 -n 10 -p 3 10.0.0.2"
+        );
+        assert_eq!(runs[3].profile, "trespass-adaptive_lat-64-20.out");
+        assert_eq!(label(rows[1], Tool::Trespass), "trespass adaptive_lat 64 B");
+    }
+
+    #[test]
+    fn a_word_with_white_space_is_refused() {
+        let mut h = hosts();
+        h.stride_perf = "/tmp/my dir/stride-perf".into();
+        let runs = plan(&parse_rows(&["stream_lat:64"]).unwrap(), 1, 2, 1, &h);
+        assert!(runs[0].line().unwrap_err().contains("white space"));
+        // rstream's command does not name stride-perf.
+        assert!(runs[2].line().is_ok());
+    }
+
+    #[test]
+    fn objects_fall_into_groups_and_functions_into_crates() {
+        for (object, group) in [
+            ("stride-perf", Group::Program),
+            ("rstream", Group::Program),
+            ("libibverbs.so.1.14.50.0", Group::Verbs),
+            ("librxe-rdmav34.so", Group::Verbs),
+            ("librdmacm.so.1.3.50.0", Group::Rdmacm),
+            ("libc.so.6", Group::Libc),
+            ("ld-linux-x86-64.so.2", Group::Other),
+            ("vgpreload_core-amd64-linux.so", Group::Other),
+        ] {
+            let program = if object == "rstream" {
+                "rstream"
+            } else {
+                "stride-perf"
+            };
+            assert_eq!(group_of(object, program), group, "{object}");
+        }
+        assert_eq!(
+            program_of("target/release/stride-perf stream lat -s 64"),
+            "stride-perf"
+        );
+        assert_eq!(program_of("rstream -s 10.0.0.2"), "rstream");
+        assert_eq!(program_of(""), "");
+        let cost = ObjectCost {
+            object: "stride-perf".into(),
+            per_iteration: 0,
+            functions: vec![
+                ("trespass::stream::Stream::read_exact".into(), 300),
+                ("<trespass::ring::Ring as core::ops::Drop>::drop".into(), 20),
+                ("&mut sideway::ibverbs::cq::poll".into(), 100),
+                ("std::time::Instant::now".into(), 40),
+                ("memcpy".into(), 7),
+                ("0x0000000000012345".into(), 3),
+            ],
+        };
+        assert_eq!(
+            by_crate(&cost),
+            vec![
+                ("trespass".to_owned(), 320),
+                ("sideway".to_owned(), 100),
+                ("std".to_owned(), 40),
+                ("(other)".to_owned(), 10),
+            ]
+        );
+        let objects = vec![
+            ObjectCost {
+                object: "stride-perf".into(),
+                per_iteration: 500,
+                functions: vec![],
+            },
+            ObjectCost {
+                object: "librxe-rdmav34.so".into(),
+                per_iteration: 200,
+                functions: vec![],
+            },
+            ObjectCost {
+                object: "libibverbs.so.1".into(),
+                per_iteration: 30,
+                functions: vec![],
+            },
+            ObjectCost {
+                object: "libc.so.6".into(),
+                per_iteration: 90,
+                functions: vec![],
+            },
+            ObjectCost {
+                object: "ld-linux-x86-64.so.2".into(),
+                per_iteration: 4,
+                functions: vec![],
+            },
+        ];
+        assert_eq!(by_group(&objects, "stride-perf"), [500, 230, 0, 90, 4]);
     }
 }

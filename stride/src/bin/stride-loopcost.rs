@@ -1,52 +1,185 @@
-//! `stride-loopcost SHORT LONG ITERATIONS [LABEL]`: the instructions one iteration of a
-//! measured loop executes outside its waits, by object, from two callgrind profiles of the
-//! same run with ITERATIONS more iterations in LONG (see [`stride::loop_cost`]; made by
-//! `scripts/loop-instructions`).
+//! `stride-loopcost`: the instructions one iteration of a measured loop executes outside its
+//! waits, by object, from two callgrind profiles of the same run with ITERATIONS more
+//! iterations in LONG (see [`stride::loop_cost`]); and the runs of
+//! `scripts/loop-instructions`, whose rows it reads, plans and reports:
+//!
+//! ```text
+//! stride-loopcost SHORT_PROFILE LONG_PROFILE ITERATIONS [LABEL]   one comparison
+//! stride-loopcost rows [ROW...]                  the rows, checked (none: the defaults)
+//! stride-loopcost plan SHORT LONG [ROW...]       one line per run, for the guest script
+//! stride-loopcost report DIR SHORT LONG [ROW...] every row's comparison and a table
+//! ```
+//!
+//! `plan` reads the hosts from the guest's environment: `STRIDE_BIN`, `RDMA_TEST_DEVICE`,
+//! `RDMA_TEST_GID_INDEX`, `RDMA_TEST_PEER_DEVICE`, `RDMA_TEST_PEER_GID_INDEX`,
+//! `RDMA_TEST_PEER_IP`.
 
 use std::process::ExitCode;
 
-use stride::loop_cost::{per_iteration, Profile};
+use stride::loop_cost::{
+    by_crate, by_group, label, parse_rows, per_iteration, plan, profile_name, program_of, Group,
+    Hosts, ObjectCost, Profile, Row,
+};
 
 /// Functions listed per object.
 const TOP_FUNCTIONS: usize = 4;
+/// The port of the first run of a plan; each run takes the next.
+const FIRST_PORT: u16 = 19701;
+
+const USAGE: &str = concat!(
+    "usage: stride-loopcost SHORT_PROFILE LONG_PROFILE ITERATIONS [LABEL]\n",
+    "       stride-loopcost rows [ROW...]\n",
+    "       stride-loopcost plan SHORT_ITERS LONG_ITERS [ROW...]\n",
+    "       stride-loopcost report DIR SHORT_ITERS LONG_ITERS [ROW...]"
+);
+
+/// A failure: its message, and whether it was the caller's mistake (exit 2) or not (1).
+struct Failure(String, bool);
+
+fn usage(what: String) -> Failure {
+    Failure(what, true)
+}
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (short, long, iterations, label) = match args.as_slice() {
+    let result = match args.first().map(String::as_str) {
+        Some("rows") => rows(&args[1..]),
+        Some("plan") => plan_runs(&args[1..]),
+        Some("report") => report(&args[1..]),
+        _ => one(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure(e, caller)) => {
+            if e.starts_with("usage:") {
+                eprintln!("{e}");
+            } else {
+                eprintln!("stride-loopcost: {e}");
+            }
+            ExitCode::from(if caller { 2 } else { 1 })
+        }
+    }
+}
+
+fn one(args: &[String]) -> Result<(), Failure> {
+    let (short, long, iterations, label) = match args {
         [s, l, n] => (s, l, n, None),
         [s, l, n, label] => (s, l, n, Some(label.as_str())),
-        _ => {
-            eprintln!("usage: stride-loopcost SHORT_PROFILE LONG_PROFILE ITERATIONS [LABEL]");
-            return ExitCode::from(2);
-        }
+        _ => return Err(usage(USAGE.to_owned())),
     };
     let Ok(iterations) = iterations.parse::<u64>() else {
-        eprintln!("stride-loopcost: ITERATIONS must be a whole number, not \"{iterations}\"");
-        return ExitCode::from(2);
+        return Err(usage(format!(
+            "ITERATIONS must be a whole number, not \"{iterations}\""
+        )));
     };
-    match run(short, long, iterations, label) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("stride-loopcost: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn load(path: &str) -> Result<Profile, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("reading {path}: {e}"))?;
-    Profile::parse(&text).map_err(|e| format!("{path}: {e}"))
-}
-
-fn run(short: &str, long: &str, iterations: u64, label: Option<&str>) -> Result<(), String> {
     let (short, long) = (load(short)?, load(long)?);
     if iterations == 0 {
-        return Err("ITERATIONS must be above 0: the two runs must differ".into());
+        return Err(usage(
+            "ITERATIONS must be above 0: the two runs must differ".into(),
+        ));
     }
-    let cost = per_iteration(&short, &long, iterations);
+    print_cost(&short, &long, iterations, label);
+    Ok(())
+}
+
+fn rows(args: &[String]) -> Result<(), Failure> {
+    let rows = parse_rows(args).map_err(usage)?;
+    let words: Vec<String> = rows.iter().map(Row::to_string).collect();
+    println!("{}", words.join(" "));
+    Ok(())
+}
+
+/// SHORT LONG from `args`, checked: whole numbers, LONG the larger.
+fn iterations(short: &str, long: &str) -> Result<(u64, u64), Failure> {
+    match (short.parse::<u64>(), long.parse::<u64>()) {
+        (Ok(s), Ok(l)) if l > s => Ok((s, l)),
+        _ => Err(usage(format!(
+            "SHORT_ITERS and LONG_ITERS must be whole numbers, LONG_ITERS the larger (got \
+             {short} and {long})"
+        ))),
+    }
+}
+
+fn plan_runs(args: &[String]) -> Result<(), Failure> {
+    let [short, long, rest @ ..] = args else {
+        return Err(usage(USAGE.to_owned()));
+    };
+    let (short, long) = iterations(short, long)?;
+    let rows = parse_rows(rest).map_err(usage)?;
+    let var = |name: &str| {
+        std::env::var(name).map_err(|_| {
+            usage(format!(
+                "{name} is not set: plan runs in the two-host guest (scripts/loop-instructions)"
+            ))
+        })
+    };
+    let hosts = Hosts {
+        stride_perf: var("STRIDE_BIN")?,
+        device: var("RDMA_TEST_DEVICE")?,
+        gid_index: var("RDMA_TEST_GID_INDEX")?,
+        peer_device: var("RDMA_TEST_PEER_DEVICE")?,
+        peer_gid_index: var("RDMA_TEST_PEER_GID_INDEX")?,
+        peer_ip: var("RDMA_TEST_PEER_IP")?,
+    };
+    for run in plan(&rows, short, long, FIRST_PORT, &hosts) {
+        println!("{}", run.line().map_err(usage)?);
+    }
+    Ok(())
+}
+
+fn report(args: &[String]) -> Result<(), Failure> {
+    let [dir, short, long, rest @ ..] = args else {
+        return Err(usage(USAGE.to_owned()));
+    };
+    let (short_n, long_n) = iterations(short, long)?;
+    let rows = parse_rows(rest).map_err(usage)?;
+    let mut table = vec![format!(
+        "| row | instructions per iteration | {} |",
+        Group::ALL.map(Group::heading).join(" | ")
+    )];
+    table.push(format!("|{}", " --- |".repeat(2 + Group::ALL.len())));
+    for row in rows {
+        for &tool in row.test.tools() {
+            let path = |n| format!("{dir}/{}", profile_name(row, tool, n));
+            let (short, long) = (load(&path(short_n))?, load(&path(long_n))?);
+            let name = label(row, tool);
+            let cost = print_cost(&short, &long, long_n - short_n, Some(&name));
+            let program = program_of(&long.command);
+            let groups = by_group(&cost, program);
+            let cells: Vec<String> = groups.iter().map(u64::to_string).collect();
+            table.push(format!(
+                "| {name} | {} | {} |",
+                groups.iter().sum::<u64>(),
+                cells.join(" | ")
+            ));
+        }
+    }
+    println!("\nInstructions per iteration (one round trip), by object:\n");
+    for line in table {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+fn load(path: &str) -> Result<Profile, Failure> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure(format!("reading {path}: {e}"), false))?;
+    Profile::parse(&text).map_err(|e| Failure(format!("{path}: {e}"), false))
+}
+
+/// Prints one comparison: the total, and per object its functions; for a Rust program also
+/// its crates. Returns the costs by object.
+fn print_cost(
+    short: &Profile,
+    long: &Profile,
+    iterations: u64,
+    label: Option<&str>,
+) -> Vec<ObjectCost> {
+    let cost = per_iteration(short, long, iterations);
     let total: u64 = cost.iter().map(|c| c.per_iteration).sum();
     let label = label.unwrap_or(&long.command);
     println!("{label}: {total} instructions per iteration outside waits");
+    let program = program_of(&long.command);
     for c in &cost {
         let top: Vec<String> = c
             .functions
@@ -66,10 +199,14 @@ fn run(short: &str, long: &str, iterations: u64, label: Option<&str>) -> Result<
             c.object,
             top.join(", ")
         );
+        let crates = by_crate(c);
+        if c.object == program && crates.iter().any(|(k, _)| k != "(other)") {
+            let crates: Vec<String> = crates.iter().map(|(k, n)| format!("{k} {n}")).collect();
+            println!("  {:>6}  {:<28} (by crate: {})", "", "", crates.join(", "));
+        }
     }
-    Ok(())
+    cost
 }
-
 /// A function's name without its path and generic arguments: `run_size`, not
 /// `stride::engine::lat::run_size`; unnamed code (`0x2cc0`) as it is.
 fn short_name(f: &str) -> String {
