@@ -17,12 +17,12 @@
 use std::process::ExitCode;
 
 use stride::loop_cost::{
-    by_crate, by_group, label, parse_rows, per_iteration, plan, profile_name, program_of, Group,
-    Hosts, ObjectCost, Profile, Row,
+    by_crate, by_group, label, loose_by_group, loose_per_iteration, parse_rows, per_iteration,
+    plan, profile_name, program_of, Group, Hosts, LooseCost, ObjectCost, Profile, Row,
 };
 
 /// Functions listed per object.
-const TOP_FUNCTIONS: usize = 4;
+const TOP_FUNCTIONS: usize = 5;
 /// The port of the first run of a plan; each run takes the next.
 const FIRST_PORT: u16 = 19701;
 
@@ -134,27 +134,32 @@ fn report(args: &[String]) -> Result<(), Failure> {
     let (short_n, long_n) = iterations(short, long)?;
     let rows = parse_rows(rest).map_err(usage)?;
     let mut table = vec![format!(
-        "| row | instructions per iteration | {} |",
+        "| row | per iteration | {} |",
         Group::ALL.map(Group::heading).join(" | ")
     )];
-    table.push(format!("|{}", " --- |".repeat(2 + Group::ALL.len())));
+    table.push(format!("| --- |{}", " ---: |".repeat(1 + Group::ALL.len())));
     for row in rows {
         for &tool in row.test.tools() {
             let path = |n| format!("{dir}/{}", profile_name(row, tool, n));
             let (short, long) = (load(&path(short_n))?, load(&path(long_n))?);
             let name = label(row, tool);
-            let cost = print_cost(&short, &long, long_n - short_n, Some(&name));
+            let (cost, loose) = print_cost(&short, &long, long_n - short_n, Some(&name));
             let program = program_of(&long.command);
-            let groups = by_group(&cost, program);
-            let cells: Vec<String> = groups.iter().map(u64::to_string).collect();
+            let strict = by_group(&cost, program);
+            let loose = loose_by_group(&loose, program);
+            let cell = |s: u64, l: f64| format!("{s} / {l:.0}");
+            let cells: Vec<String> = strict.iter().zip(loose).map(|(&s, l)| cell(s, l)).collect();
             table.push(format!(
                 "| {name} | {} | {} |",
-                groups.iter().sum::<u64>(),
+                cell(strict.iter().sum(), loose.iter().sum()),
                 cells.join(" | ")
             ));
         }
     }
-    println!("\nInstructions per iteration (one round trip), by object:\n");
+    println!(
+        "\nInstructions per iteration (one round trip), by object: strict / loose \
+         (stride/src/loop_cost.rs: per_iteration, loose_per_iteration)\n"
+    );
     for line in table {
         println!("{line}");
     }
@@ -168,45 +173,59 @@ fn load(path: &str) -> Result<Profile, Failure> {
 }
 
 /// Prints one comparison: the total, and per object its functions; for a Rust program also
-/// its crates. Returns the costs by object.
+/// its crates; then the looser count likewise. Returns both counts by object.
 fn print_cost(
     short: &Profile,
     long: &Profile,
     iterations: u64,
     label: Option<&str>,
-) -> Vec<ObjectCost> {
+) -> (Vec<ObjectCost>, Vec<LooseCost>) {
     let cost = per_iteration(short, long, iterations);
+    let loose = loose_per_iteration(short, long, iterations);
     let total: u64 = cost.iter().map(|c| c.per_iteration).sum();
+    let loose_total: f64 = loose.iter().map(|c| c.per_iteration).sum();
     let label = label.unwrap_or(&long.command);
-    println!("{label}: {total} instructions per iteration outside waits");
+    println!(
+        "{label}: {total} instructions per iteration outside waits (strict); \
+         {loose_total:.0} loose"
+    );
     let program = program_of(&long.command);
     for c in &cost {
-        let top: Vec<String> = c
+        let functions: Vec<(String, f64)> = c
             .functions
             .iter()
-            .take(TOP_FUNCTIONS)
-            .map(|(f, n)| format!("{} {n}", short_name(f)))
+            .map(|(f, n)| (f.clone(), *n as f64))
             .collect();
-        let more = c.functions.len().saturating_sub(TOP_FUNCTIONS);
-        let more = if more > 0 {
-            format!(", {more} more")
-        } else {
-            String::new()
-        };
-        println!(
-            "  {:>6}  {:<28} ({}{more})",
-            c.per_iteration,
-            c.object,
-            top.join(", ")
-        );
+        print_object(&c.per_iteration.to_string(), &c.object, &functions);
         let crates = by_crate(c);
         if c.object == program && crates.iter().any(|(k, _)| k != "(other)") {
             let crates: Vec<String> = crates.iter().map(|(k, n)| format!("{k} {n}")).collect();
             println!("  {:>6}  {:<28} (by crate: {})", "", "", crates.join(", "));
         }
     }
-    cost
+    println!("  loose:");
+    for c in &loose {
+        print_object(&format!("{:.0}", c.per_iteration), &c.object, &c.functions);
+    }
+    (cost, loose)
 }
+
+/// One object's line: its count, its name, its first functions.
+fn print_object(count: &str, object: &str, functions: &[(String, f64)]) {
+    let top: Vec<String> = functions
+        .iter()
+        .take(TOP_FUNCTIONS)
+        .map(|(f, n)| format!("{} {n:.0}", short_name(f)))
+        .collect();
+    let more = functions.len().saturating_sub(TOP_FUNCTIONS);
+    let more = if more > 0 {
+        format!(", {more} more")
+    } else {
+        String::new()
+    };
+    println!("  {count:>6}  {object:<28} ({}{more})", top.join(", "));
+}
+
 /// A function's name without its path and generic arguments: `run_size`, not
 /// `stride::engine::lat::run_size`; unnamed code (`0x2cc0`) as it is.
 fn short_name(f: &str) -> String {
