@@ -695,6 +695,18 @@ pub fn by_crate(cost: &ObjectCost) -> Vec<(String, u64)> {
     out
 }
 
+/// [`by_crate`] of the looser count.
+pub fn loose_by_crate(cost: &LooseCost) -> Vec<(String, f64)> {
+    let mut crates: BTreeMap<String, f64> = BTreeMap::new();
+    for (f, n) in &cost.functions {
+        let c = crate_of(f).unwrap_or("(other)");
+        *crates.entry(c.to_owned()).or_default() += n;
+    }
+    let mut out: Vec<(String, f64)> = crates.into_iter().collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1015,5 +1027,23 @@ mod tests {
             [4.0, 0.0, 0.0, 0.0, loose[0].per_iteration]
         );
         assert!(loose_per_iteration(&short, &long, 0).is_empty());
+        let rust = LooseCost {
+            object: "stride-perf".into(),
+            per_iteration: 0.0,
+            functions: vec![
+                ("trespass::driver::Driver::pump".into(), 2.5),
+                ("core::slice::sort::quicksort".into(), 1.0),
+                ("trespass::core::Connection::on_data".into(), 1.0),
+                ("0x1234".into(), 0.5),
+            ],
+        };
+        assert_eq!(
+            loose_by_crate(&rust),
+            vec![
+                ("trespass".to_owned(), 3.5),
+                ("core".to_owned(), 1.0),
+                ("(other)".to_owned(), 0.5),
+            ]
+        );
     }
 }

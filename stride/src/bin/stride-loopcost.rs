@@ -17,8 +17,9 @@
 use std::process::ExitCode;
 
 use stride::loop_cost::{
-    by_crate, by_group, label, loose_by_group, loose_per_iteration, parse_rows, per_iteration,
-    plan, profile_name, program_of, Group, Hosts, LooseCost, ObjectCost, Profile, Row,
+    by_crate, by_group, label, loose_by_crate, loose_by_group, loose_per_iteration, parse_rows,
+    per_iteration, plan, profile_name, program_of, Group, Hosts, LooseCost, ObjectCost, Profile,
+    Row,
 };
 
 /// Functions listed per object.
@@ -206,6 +207,11 @@ fn print_cost(
     println!("  loose:");
     for c in &loose {
         print_object(&format!("{:.0}", c.per_iteration), &c.object, &c.functions);
+        let crates = loose_by_crate(c);
+        if c.object == program && crates.iter().any(|(k, _)| k != "(other)") {
+            let crates: Vec<String> = crates.iter().map(|(k, n)| format!("{k} {n:.0}")).collect();
+            println!("  {:>6}  {:<28} (by crate: {})", "", "", crates.join(", "));
+        }
     }
     (cost, loose)
 }
