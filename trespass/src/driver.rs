@@ -410,7 +410,12 @@ impl Driver {
         let done = |c: &Connection| ready(c) || c.error().is_some() || c.broken().is_some();
         let started = Instant::now();
         let mut slept = false;
-        self.pump(started);
+        // Completions only: rdma_cm's channel and the timers are looked at before sleeping
+        // (prepare_sleep) and after waking. Reading the channel costs a system call, an
+        // allocation and a free even when it is empty, on every wait of a ping-pong; a
+        // connection whose peer left stops making progress, so its wait reaches
+        // prepare_sleep within the busy-poll time and sees the event there.
+        self.pump_fast(started);
         loop {
             if done(&self.conn) {
                 self.spin.record(started.elapsed(), slept);
