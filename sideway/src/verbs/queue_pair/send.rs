@@ -21,8 +21,8 @@ use rdma_mummy_sys as ffi;
 
 use super::qp::{AnyThread, QueuePair, Threading};
 use super::work_request::{
-    batch_full, dest_mismatch, zeroed_send_wr, Dest, InvalidWorkRequest, Op, PostError, SendFlags,
-    UdAddr,
+    batch_full, dest_mismatch, not_for_qp_type, zeroed_send_wr, Dest, InvalidWorkRequest, Op,
+    PostError, SendFlags, UdAddr,
 };
 use crate::errno::from_post_ret;
 use crate::receive_batch::chain_index;
@@ -438,12 +438,8 @@ impl<'a, T: Threading> PostSendGuard<'a, T> {
     #[inline(always)]
     fn check(&self, op: Op, data: &SendData<'a>, dest: Dest) -> Result<(), InvalidWorkRequest> {
         let qp = &*self.qp;
-        if let Some(allowed) = op.refused_by(qp.qp_type) {
-            return Err(InvalidWorkRequest::NotForQpType {
-                op: op.name(),
-                qp_type: qp.qp_type,
-                allowed,
-            });
+        if !qp.send.allowed.contains(op.send_ops_flag()) {
+            return Err(not_for_qp_type(op, qp.qp_type));
         }
         // UD requests carry an address, XRC sends a remote SRQ, others neither: one compare.
         if dest.kind() != qp.send.dest_kind {

@@ -309,6 +309,59 @@ pub(super) fn dest_kind(qp_type: QpType) -> u8 {
     }
 }
 
+/// The operations a QP of `qp_type` allows ([`Op::refused_by`] of none of them), worked out
+/// once when the QP is wrapped so that each request is checked with one mask test.
+pub(super) fn allowed_ops(qp_type: QpType) -> SendOpsFlags {
+    // SAFETY: ibv_mw_bind_info is a C struct of integers and a pointer, for all of which
+    // all-zero bits are valid; the value is only matched on, never passed to C.
+    let info = unsafe { MaybeUninit::<ffi::ibv_mw_bind_info>::zeroed().assume_init() };
+    let every = [
+        Op::Send,
+        Op::SendImm(0),
+        Op::Write { rkey: 0, addr: 0 },
+        Op::WriteImm {
+            rkey: 0,
+            addr: 0,
+            imm: 0,
+        },
+        Op::Read { rkey: 0, addr: 0 },
+        Op::CmpSwp {
+            rkey: 0,
+            addr: 0,
+            compare: 0,
+            swap: 0,
+        },
+        Op::FetchAdd {
+            rkey: 0,
+            addr: 0,
+            add: 0,
+        },
+        Op::SendInv(0),
+        Op::LocalInv(0),
+        Op::BindMw {
+            mw: std::ptr::null_mut(),
+            rkey: 0,
+            info,
+        },
+    ];
+    every
+        .into_iter()
+        .filter(|op| op.refused_by(qp_type).is_none())
+        .fold(SendOpsFlags::empty(), |all, op| all | op.send_ops_flag())
+}
+
+/// Why `op` is not for a QP of `qp_type`; the slow path only.
+#[cold]
+pub(super) fn not_for_qp_type(op: Op, qp_type: QpType) -> InvalidWorkRequest {
+    InvalidWorkRequest::NotForQpType {
+        op: op.name(),
+        qp_type,
+        allowed: op
+            .refused_by(qp_type)
+            .unwrap_or("(internal error: the allowed set disagrees with the type)"),
+    }
+}
+
 /// Why a request's destination does not fit its QP (kinds as [`Dest::kind`]); the slow path
 /// only.
 #[cold]
@@ -480,6 +533,8 @@ pub(super) struct SendStorage {
     pub(super) ex: ExOps,
     /// The [`Dest`] kind every request needs ([`dest_kind`] of the QP's type).
     pub(super) dest_kind: u8,
+    /// The operations the QP's type allows ([`allowed_ops`]).
+    pub(super) allowed: SendOpsFlags,
 }
 
 #[inline]
@@ -502,6 +557,7 @@ impl SendStorage {
         let max_wr = max_wr as usize;
         let max_sge = max_sge as usize;
         let dest_kind = dest_kind(qp_type);
+        let allowed = allowed_ops(qp_type);
         if let Some(ex) = ex {
             return SendStorage {
                 wrs: Vec::new(),
@@ -511,6 +567,7 @@ impl SendStorage {
                 capacity: usize::MAX,
                 ex,
                 dest_kind,
+                allowed,
             };
         }
         let wrs = vec![zeroed_send_wr(); max_wr];
@@ -523,6 +580,7 @@ impl SendStorage {
             max_sge,
             ex: ExOps::none(),
             dest_kind,
+            allowed,
         }
     }
 }
@@ -991,6 +1049,15 @@ mod tests {
         assert!(write.refused_by(QpType::Ud).is_some());
         assert!(Op::Send.refused_by(QpType::Ud).is_none());
         assert!(read.refused_by(QpType::Rc).is_none());
+        // The mask the guard tests per request says the same as refused_by.
+        assert_eq!(
+            allowed_ops(QpType::Ud),
+            SendOpsFlags::SEND | SendOpsFlags::SEND_WITH_IMM
+        );
+        assert!(allowed_ops(QpType::Rc).contains(read.send_ops_flag()));
+        assert!(!allowed_ops(QpType::Uc).contains(read.send_ops_flag()));
+        assert_eq!(allowed_ops(QpType::Driver), SendOpsFlags::empty());
+        assert_eq!(allowed_ops(QpType::from(77)), SendOpsFlags::empty());
         // What the guard cannot address it refuses whole: a DC initiator (its provider's
         // guard carries the DC address) and any type this crate does not know.
         let ops = [Op::Send, Op::SendImm(1), write, read, Op::LocalInv(1)];
