@@ -1,5 +1,5 @@
 //! Device tests: device memory, enhanced connection establishment, importing a context, PD and
-//! MR, and the data-in-order query. On rxe (rdma-core's rxe provider has none of the first
+//! MR (and that an imported region makes no safe entry), and the data-in-order query. On rxe (rdma-core's rxe provider has none of the first
 //! three) each must be refused with its typed "not supported by this device" error, and the
 //! data-in-order query must answer "nothing guaranteed"; on a device that has them (mlx5),
 //! each must work end to end.
@@ -178,6 +178,75 @@ fn importing_works_or_is_refused_as_not_supported() {
     // The exporter's objects are untouched by the attempts.
     assert!(!pd.is_imported());
     assert!(!buf.mr().is_imported());
+}
+
+/// The program a review found: a process imports its own context, PD and regions (every
+/// step safe), among them an implicit on-demand region's, whose bounds hold every address.
+/// No imported region may make a safe entry, or a receive could land in any Rust object.
+#[test]
+fn a_self_imported_region_makes_no_safe_entry() {
+    let Some(ctx) = common::device_or_skip("a_self_imported_region_makes_no_safe_entry") else {
+        return;
+    };
+    let pd = ctx.alloc_pd().unwrap();
+    let buf = pd.reg_buffer(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let odp = match pd.reg_implicit_odp() {
+        Ok(odp) => Some(odp),
+        Err(e) => {
+            assert!(
+                e.is_not_supported(),
+                "reg_implicit_odp failed otherwise: {e}"
+            );
+            println!("{}: {e}", ctx.name());
+            None
+        }
+    };
+    let fd = ctx.cmd_fd().try_clone_to_owned().unwrap();
+    let imported = match DeviceContext::import_device(fd) {
+        Ok(imported) => imported,
+        Err(e) => {
+            assert!(
+                e.is_not_supported(),
+                "ibv_import_device failed otherwise: {e}"
+            );
+            assert!(!buf.mr().is_imported());
+            println!(
+                "{}: cannot import its own context ({e}): nothing imported, nothing to refuse",
+                ctx.name()
+            );
+            return;
+        }
+    };
+    let ipd = imported.import_pd(pd.handle()).unwrap();
+    let imr = ipd.import_mr(buf.mr().handle()).unwrap();
+    assert!(imr.is_imported());
+    assert!(
+        imr.sge(0..64).is_none(),
+        "a safe entry over an imported region"
+    );
+    // SAFETY: the entry is only compared, never posted.
+    let sge = unsafe { imr.imported_sge(0..64) }.expect("inside the region");
+    assert_eq!(sge, buf.sge(0..64).unwrap());
+    if let Some(odp) = &odp {
+        let implicit = ipd.import_mr(odp.mr().handle()).unwrap();
+        assert!(implicit.is_imported());
+        let object = Box::new([0u8; 64]);
+        let at = object.as_ptr() as usize;
+        assert!(
+            implicit.sge(at..at + 64).is_none(),
+            "a safe entry over a Rust object, through the implicit region's imported handle"
+        );
+        assert!(implicit.sge(0..4096).is_none());
+    }
+    println!(
+        "{}: imported its own regions{}; none made a safe entry",
+        ctx.name(),
+        if odp.is_some() {
+            ", the implicit one included"
+        } else {
+            ""
+        }
+    );
 }
 
 #[test]

@@ -75,12 +75,31 @@ fn child_against_the_fake() {
         (9, 0x109, 0x209, 0x700_0000, 4096)
     );
     assert_eq!(mr.access(), AccessFlags::empty());
-    // Its entries name the exporter's addresses; nothing here reads them.
-    let sge = mr.sge(16..48).unwrap();
+    // No safe entry: the exporter may be this process. The unsafe one names the exporter's
+    // addresses, inside the region's bounds.
+    assert!(mr.sge(16..48).is_none());
+    // SAFETY: the entry is only compared, never posted.
+    let sge = unsafe { mr.imported_sge(16..48) }.expect("inside the region");
     assert_eq!(
         (sge.addr(), sge.length(), sge.lkey()),
         (0x700_0010, 32, 0x109)
     );
+    // SAFETY: as above.
+    assert!(unsafe { mr.imported_sge(4090..4100) }.is_none());
+
+    // An implicit on-demand region's handle (the fake's handle 10: NULL, SIZE_MAX bytes), as
+    // a program that imports its own context, PD and implicit region would get: bounds that
+    // hold every address, and still no safe entry over any of them.
+    let implicit = pd.import_mr(10).expect("the fake imports MRs");
+    assert!(implicit.is_imported());
+    assert_eq!((implicit.addr(), implicit.len()), (0, usize::MAX));
+    let object = Box::new([0u8; 64]);
+    let at = object.as_ptr() as usize;
+    assert!(implicit.sge(at..at + 64).is_none());
+    assert!(implicit.sge(0..4096).is_none());
+    drop(object);
+    drop(implicit);
+
     let e = pd.import_mr(0).expect_err("handle 0 is refused");
     assert!(e.is_not_supported(), "{e}");
     assert_eq!(
@@ -89,6 +108,8 @@ fn child_against_the_fake() {
             "ibv_import_pd handle=7",
             "ibv_import_pd handle=0",
             "ibv_import_mr pd=7 handle=9",
+            "ibv_import_mr pd=7 handle=10",
+            "ibv_unimport_mr handle=10",
             "ibv_import_mr pd=7 handle=0",
         ]
     );

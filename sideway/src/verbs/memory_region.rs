@@ -29,6 +29,10 @@
 //!   owners. Memory the device can only read ([`RegisteredBuffer<DeviceReadOnly>`], from
 //!   [`reg_read_only_buffer`](ProtectionDomain::reg_read_only_buffer)) keeps safe slices.
 //!
+//! - An imported region ([`ProtectionDomain::import_mr`]) owns nothing: its memory is the
+//!   exporter's, and the exporter may be this process. It makes no safe scatter/gather
+//!   entry ([`MemoryRegion::sge`] is `None`; [`MemoryRegion::imported_sge`] is `unsafe`).
+//!
 //! [`ProtectionDomain::reg_mr`] registers memory nobody hands over; it is `unsafe`, and its
 //! caller keeps the rule by hand. [`ProtectionDomain::reg_dmabuf_mr`] registers a dma-buf
 //! (GPU memory exported by its driver) and is safe: no process memory is named.
@@ -254,8 +258,12 @@ pub struct MemoryRegion {
     /// The memory's owner, dropped after a successful deregistration, leaked after a failed
     /// one. `None` for [`ProtectionDomain::reg_mr`], whose caller owns the memory.
     owner: Option<Owner>,
-    /// Imported from another process's context (`ibv_import_mr`): released with
-    /// `ibv_unimport_mr`, never deregistered, and its memory is not this process's.
+    /// Imported (`ibv_import_mr`): released with `ibv_unimport_mr`, never deregistered. Its
+    /// memory is the exporter's: another process's, or this one's (a context may be
+    /// imported from this process's own [`cmd_fd`](crate::DeviceContext::cmd_fd)), and no
+    /// type tells which; its bounds may even be the whole address space (an implicit
+    /// on-demand region's handle). So no safe entry is made from its bounds
+    /// ([`MemoryRegion::sge`] refuses; [`MemoryRegion::imported_sge`] is `unsafe`).
     imported: bool,
 }
 
@@ -536,7 +544,7 @@ impl ProtectionDomain {
     }
 
     /// Wraps a region `ibv_import_mr` just returned: dropping it calls `ibv_unimport_mr`.
-    /// Its memory belongs to the exporting process: nothing of this process backs it.
+    /// Its memory is the exporter's, which may be this process: it makes no safe entries.
     ///
     /// # Safety
     ///
@@ -640,9 +648,10 @@ impl MemoryRegion {
         unsafe { (*self.raw.as_ptr()).handle }
     }
 
-    /// True for a region imported from another process (`ibv_import_mr`): its addresses are
-    /// that process's, and dropping it releases only this process's handle
-    /// (`ibv_unimport_mr`).
+    /// True for an imported region (`ibv_import_mr`): its addresses are the exporter's
+    /// (another process's, or this one's), it makes no safe scatter/gather entries
+    /// ([`sge`](Self::sge) is `None`, [`imported_sge`](Self::imported_sge) is `unsafe`), and
+    /// dropping it releases only this process's handle (`ibv_unimport_mr`).
     pub fn is_imported(&self) -> bool {
         self.imported
     }
@@ -654,15 +663,68 @@ impl MemoryRegion {
     }
 
     /// A scatter/gather entry for `range` (byte offsets into the region), or `None` when the
-    /// range does not lie inside it. Always `None` for an implicit on-demand region: every
-    /// address lies inside it, so its entries come only from the buffers it hands out
+    /// range does not lie inside it.
+    ///
+    /// Always `None` for an implicit on-demand region: every address lies inside it, so its
+    /// entries come only from the buffers it hands out
     /// ([`ImplicitOdpRegion::alloc_buffer`](crate::odp::ImplicitOdpRegion::alloc_buffer)).
+    ///
+    /// Always `None` for an imported region ([`is_imported`](Self::is_imported)): its memory
+    /// is the exporter's, which may be this very process (importing this process's own
+    /// context, PD and region is safe), and its bounds may be the whole address space (an
+    /// implicit region's handle imported): an entry from them could let a receive land in
+    /// any Rust object, live or freed. Entries over an imported region are
+    /// [`imported_sge`](Self::imported_sge), whose caller vouches for the memory.
+    ///
+    /// ```no_run
+    /// # fn f(ctx: &std::sync::Arc<sideway::DeviceContext>) -> Result<(), Box<dyn std::error::Error>> {
+    /// let pd = ctx.alloc_pd()?;
+    /// let odp = pd.reg_implicit_odp()?;
+    /// let imported = sideway::DeviceContext::import_device(ctx.cmd_fd().try_clone_to_owned()?)?;
+    /// let mr = imported.import_pd(pd.handle())?.import_mr(odp.mr().handle())?;
+    /// assert!(mr.sge(0x1000..0x2000).is_none()); // no entry from another registration's bounds
+    /// # Ok(()) }
+    /// ```
     pub fn sge(&self, range: Range<usize>) -> Option<Sge> {
-        if self.implicit || range.start > range.end || range.end > self.len() {
+        if self.implicit || self.imported {
+            return None;
+        }
+        self.sge_in_bounds(range)
+    }
+
+    /// A scatter/gather entry for `range` (byte offsets) of an imported region
+    /// ([`ProtectionDomain::import_mr`](crate::ProtectionDomain::import_mr)), or `None` when
+    /// the region is not imported (use [`sge`](Self::sge)) or the range does not lie inside
+    /// its bounds. The entry names the exporter's addresses, `addr() + range`, with the
+    /// region's local key.
+    ///
+    /// # Safety
+    ///
+    /// The exporter may be this process (a context imported from its own
+    /// [`cmd_fd`](crate::DeviceContext::cmd_fd)), and the bounds may be the whole address
+    /// space (an implicit on-demand region's handle), so the entry may name any memory of
+    /// this process. Where the memory it names is this process's, the caller vouches that it
+    /// stays valid (allocated, not freed) for as long as any work request naming the entry
+    /// may be outstanding (until its completion is polled, or its queue pair is destroyed),
+    /// and, where the request lets the device write it (a receive, an RDMA READ's
+    /// destination, an atomic's result), that no Rust reference, shared or mutable, covers it
+    /// for that long. Where it is another process's memory, this process's soundness does not
+    /// rest on it: that process's protocol does.
+    #[doc(alias = "ibv_import_mr")]
+    pub unsafe fn imported_sge(&self, range: Range<usize>) -> Option<Sge> {
+        if !self.imported {
+            return None;
+        }
+        self.sge_in_bounds(range)
+    }
+
+    /// The entry for `range` when it lies inside the region's bounds; no other check.
+    fn sge_in_bounds(&self, range: Range<usize>) -> Option<Sge> {
+        if range.start > range.end || range.end > self.len() {
             return None;
         }
         Some(Sge(ffi::ibv_sge {
-            addr: self.addr() + range.start as u64,
+            addr: self.addr().checked_add(range.start as u64)?,
             length: u32::try_from(range.end - range.start).ok()?,
             lkey: self.lkey(),
         }))

@@ -25,6 +25,13 @@
 //!   and freed only after the region is deregistered, so a receive still posted into a
 //!   dropped buffer never lands in freed memory. Dropping a buffer therefore does not give
 //!   its memory back: the region does, when it goes.
+//!   The region's handle ([`MemoryRegion::handle`]) does not reopen the hole: a region
+//!   imported from it ([`ProtectionDomain::import_mr`], which works within this process too,
+//!   through [`DeviceContext::cmd_fd`](crate::DeviceContext::cmd_fd) and
+//!   [`DeviceContext::import_device`](crate::DeviceContext::import_device)) has the same
+//!   whole-address-space bounds, but no imported region makes safe entries
+//!   ([`MemoryRegion::sge`] returns `None` for it too; [`MemoryRegion::imported_sge`] is
+//!   `unsafe`; see [`sharing`](crate::sharing)).
 //! - **A peer reaching any address.** [`ProtectionDomain::reg_implicit_odp`] grants local
 //!   access only (`LOCAL_WRITE | ON_DEMAND`): no remote access and no window binding, so the
 //!   region's remote key is useless to peers. Remote access over the whole address space

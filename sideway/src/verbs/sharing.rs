@@ -13,8 +13,12 @@
 //! let ctx = sideway::DeviceContext::import_device(cmd_fd)?; // the descriptor is the context's now
 //! let pd = ctx.import_pd(pd_handle)?;
 //! let mr = pd.import_mr(mr_handle)?;
-//! // Post with mr.sge(..) on QPs of `pd`: the addresses are the exporter's.
-//! # let _ = mr;
+//! assert!(mr.sge(0..64).is_none()); // no safe entry over the exporter's memory
+//! // SAFETY: the exporter is another process, which keeps the region's memory registered
+//! // and set aside for these requests (its protocol's promise).
+//! let sge = unsafe { mr.imported_sge(0..64) }.expect("inside the region");
+//! // Post with `sge` on QPs of `pd`: the addresses are the exporter's.
+//! # let _ = sge;
 //! # Ok(()) }
 //! ```
 //!
@@ -27,11 +31,23 @@
 //!
 //! # Soundness
 //!
-//! An imported region's memory belongs to the exporting process. The region is a plain
-//! [`MemoryRegion`], which never hands out a slice of any memory; its scatter/gather entries
-//! name the exporter's addresses, which only the device dereferences, checked against the
-//! region's bounds and access. Importing grants no access the exporter's registration did
-//! not.
+//! An imported region's memory belongs to the exporter, and the exporter may be this very
+//! process: [`DeviceContext::cmd_fd`], [`import_device`](DeviceContext::import_device),
+//! [`import_pd`](DeviceContext::import_pd) and [`import_mr`](ProtectionDomain::import_mr)
+//! are safe and work within one process, and no type can tell the two cases apart. Its
+//! bounds are the exporter's registration's, which may be the whole address space (the
+//! handle of an implicit on-demand region, [`crate::odp`]). So an imported region hands out
+//! nothing safe over its memory:
+//!
+//! - no slice or view: it is a plain [`MemoryRegion`], which has none;
+//! - no safe scatter/gather entry: [`MemoryRegion::sge`] is `None` for it, as for an
+//!   implicit region, since an entry from its bounds could let a receive land in any Rust
+//!   object of this process, live or freed. [`MemoryRegion::imported_sge`] makes the entry
+//!   and is `unsafe`: its caller vouches for the memory the entry names.
+//!
+//! Its keys stay readable ([`lkey`](MemoryRegion::lkey), [`rkey`](MemoryRegion::rkey)):
+//! they are the exporter's own keys, which grant no access the exporter's registration did
+//! not, and an entry made from the local key by hand is [`Sge::from_raw_parts`], `unsafe`.
 //!
 //! ```compile_fail,E0599
 //! # fn f(pd: &std::sync::Arc<sideway::ProtectionDomain>) {
@@ -39,6 +55,16 @@
 //! let bytes: &[u8] = unsafe { mr.view() }; // no view of another process's memory
 //! # }
 //! ```
+//!
+//! ```compile_fail,E0133
+//! // An entry over an imported region is the caller's promise, not the type's.
+//! # fn f(pd: &std::sync::Arc<sideway::ProtectionDomain>) {
+//! let mr = pd.import_mr(7).unwrap();
+//! let sge = mr.imported_sge(0..64);
+//! # }
+//! ```
+//!
+//! [`Sge::from_raw_parts`]: crate::memory_region::Sge::from_raw_parts
 
 use std::io;
 use std::os::fd::{BorrowedFd, IntoRawFd, OwnedFd};
@@ -101,6 +127,8 @@ impl DeviceContext {
     /// The context's command descriptor (`ibv_context.cmd_fd`), for another process to import
     /// the context: duplicate it (`try_clone_to_owned`) and send the duplicate over a Unix
     /// socket (`SCM_RIGHTS`), or hand it to [`import_device`](Self::import_device) here.
+    /// Regions imported through it make no safe scatter/gather entries, whichever process
+    /// imports them (see the [module's soundness](crate::sharing)).
     pub fn cmd_fd(&self) -> BorrowedFd<'_> {
         // SAFETY: the context is open for as long as self lives, and its cmd_fd with it;
         // reading a plain field.
@@ -158,9 +186,11 @@ impl DeviceContext {
 
 impl ProtectionDomain {
     /// Imports the memory region with kernel handle `mr_handle` of the exporting process
-    /// (`ibv_import_mr`) into this (imported) PD. Its addresses are the exporter's; this
-    /// process has no view of the memory (see the [module's soundness](self)). Dropping it
-    /// releases only this process's handle (`ibv_unimport_mr`). Its
+    /// (`ibv_import_mr`) into this (imported) PD. Its addresses are the exporter's, which may
+    /// be this process: it hands out no view of the memory and no safe scatter/gather entry
+    /// ([`MemoryRegion::sge`] is `None`; [`MemoryRegion::imported_sge`] is `unsafe`; see the
+    /// [module's soundness](self)). Dropping it releases only this process's handle
+    /// (`ibv_unimport_mr`). Its
     /// [`access`](MemoryRegion::access) reads empty: the verb does not say what the exporter
     /// registered it with.
     #[doc(alias = "ibv_import_mr")]

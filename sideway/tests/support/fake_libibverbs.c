@@ -13,8 +13,8 @@
  *   - ibv_alloc_pd / ibv_dealloc_pd, ibv_create_cq / ibv_destroy_cq, ibv_create_qp /
  *     ibv_destroy_qp: plain objects (QP numbers 0x100 + n), so a QP can be made;
  *   - ibv_import_pd(ctx, handle), ibv_import_mr(pd, handle): a PD, or a region at 0x7000000
- *     of 4096 bytes with lkey handle + 0x100 and rkey handle + 0x200; handle 0 fails with
- *     EOPNOTSUPP; ibv_unimport_pd / ibv_unimport_mr / ibv_dereg_mr free them;
+ *     of 4096 bytes with lkey handle + 0x100 and rkey handle + 0x200 (handle 10: an implicit
+ *     on-demand region's, at NULL of SIZE_MAX bytes); handle 0 fails with EOPNOTSUPP; ibv_unimport_pd / ibv_unimport_mr / ibv_dereg_mr free them;
  *   - ibv_query_ece: vendor 0x2c9, options 0x5; ibv_set_ece: options 0xdead fail with EINVAL;
  *   - ibv_query_qp_data_in_order: RDMA WRITE answers 3 with RETURN_CAPS and 1 without; other
  *     operations 0.
@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,8 +160,13 @@ struct ibv_mr *ibv_import_mr(struct ibv_pd *pd, uint32_t handle)
 	}
 	mr->context = pd->context;
 	mr->pd = pd;
-	mr->addr = (void *)0x7000000;
-	mr->length = 4096;
+	if (handle == 10) {
+		mr->addr = NULL;
+		mr->length = SIZE_MAX;
+	} else {
+		mr->addr = (void *)0x7000000;
+		mr->length = 4096;
+	}
 	mr->handle = handle;
 	mr->lkey = handle + 0x100;
 	mr->rkey = handle + 0x200;
