@@ -345,6 +345,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "calls libibverbs (ibv_wc_status_str), which Miri cannot run"
+    )]
     fn failed_completion_explains_itself() {
         let mut wc = WorkCompletion::default();
         wc.raw.status = ffi::ibv_wc_status::IBV_WC_RETRY_EXC_ERR;
@@ -362,6 +366,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "calls libibverbs (ibv_wc_status_str), which Miri cannot run"
+    )]
     fn size_mismatch_statuses_say_so() {
         for status in [
             WcStatus::LocLenErr,

@@ -294,6 +294,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "opens a TCP socket, which Miri isolates")]
     fn client_and_server_trade_lines_on_loopback() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -312,6 +313,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "opens a TCP socket, which Miri isolates")]
     fn a_refused_connect_says_so() {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
