@@ -62,16 +62,18 @@
 //! # Soundness
 //!
 //! Safe code built on this crate cannot cause undefined behaviour, whatever the device or
-//! the peer does. The rules that make it so, and the tests that would catch a breach:
+//! the peer does. The rules that make it so, and the tests that would catch a breach (the
+//! repository's `docs/soundness.md` gives each rule with the provider behaviour it assumes,
+//! and the items not yet carried):
 //!
 //! | rule | how it holds | checked by |
 //! | --- | --- | --- |
 //! | Registered memory outlives its registration. | A [`MemoryRegion`] owns its memory and frees it only after `ibv_dereg_mr` succeeded; clones of its `Arc` keep both. | `sideway/tests/soundness.rs`: `a_region_clone_keeps_the_memory_after_its_buffer_is_dropped` |
 //! | A failed deregistration never frees memory the device can reach. | The owner is leaked on purpose, reported, and counted by [`leaked_memory`]. | `a_failed_deregistration_leaks_instead_of_freeing` |
 //! | A registration outlives every window bound to it. | A [`MemoryWindow`] holds its region's `Arc` from the bind's posting until it is bound again or dropped. | `a_type1_window_keeps_its_region_alive`, `a_type2_window_keeps_its_region_alive` |
-//! | A posted request cannot reach memory after its region is gone. | The device checks every local and remote key; a deregistered key fails the request. | the same tests: the rkey of a dropped region is refused |
+//! | A posted request cannot reach memory after its region is gone. | The device checks every local and remote key; a deregistered key fails the request (a provider may hand the same key value to a later registration of the same shape, mlx5 does: that key then reaches only the new registration's memory, with its access; for implicit on-demand regions, whose shape is always the same, this is an open item in `docs/soundness.md`). | the same tests: the rkey of a dropped region is refused |
 //! | No safe `&[u8]`/`&mut [u8]` over memory the device may write. | [`RegisteredBuffer`] (device-writable) has copies, volatile reads, [`RegisteredBuffer::inline`] and an `unsafe` [`RegisteredBuffer::view`]; only `RegisteredBuffer<DeviceReadOnly>` has slices. | compile-fail doc tests in [`memory_region`] |
-//! | A `Sync` type is sound whatever the provider's locking mode. | Every CQ poll, classic or extended, takes the CQ's polling claim; posting needs `&mut QueuePair`; SRQ batches are behind a lock. | `benches/tests/polling.rs`: `a_claimed_cq_refuses_other_pollers_until_dropped`, `threads_sharing_a_classic_cq_poll_it_one_at_a_time` |
+//! | A `Sync` type is sound in the providers' default locking mode (mlx5's `MLX5_SINGLE_THREADED=1` drops locks that destroying a QP and reaping SRQ receives rely on: an open item in `docs/soundness.md`). | Every CQ poll, classic or extended, takes the CQ's polling claim; posting needs `&mut QueuePair`; SRQ batches are behind a lock. | `benches/tests/polling.rs`: `a_claimed_cq_refuses_other_pollers_until_dropped`, `threads_sharing_a_classic_cq_poll_it_one_at_a_time` |
 //! | A region over device memory or over another process's memory hands out no view. | [`ProtectionDomain::reg_dm_mr`] and [`ProtectionDomain::import_mr`] return a plain [`MemoryRegion`], which has no slice; device memory is reached by bounds-checked copies only. | compile-fail doc tests in [`device_memory`] and [`sharing`] |
 //! | Every C return convention reads right. | One rule in the `errno` module: `errno` cleared before each control-path verb; NULL, -1, positive and negative error numbers. | its unit tests (`a_stale_errno_is_not_read_as_the_cause_of_minus_eperm`) |
 //! | An implicit on-demand region (every address) reaches only memory the program owns. | [`ProtectionDomain::reg_implicit_odp`] grants local access only; [`MemoryRegion::sge`] is `None` on it; entries come from buffers it hands out, whose memory it frees only after its deregistration; remote access is the `unsafe` [`ProtectionDomain::reg_implicit_odp_with_access`]. | `benches/tests/odp.rs`: `an_implicit_region_makes_entries_only_over_the_memory_it_owns`; compile-fail doc test in [`odp`] |
