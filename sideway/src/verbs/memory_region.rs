@@ -17,9 +17,9 @@
 //! - A failed deregistration means the device may still reach the memory: the owner is then
 //!   leaked on purpose, never freed, and the failure is reported and counted
 //!   ([`leaked_memory`]).
-//! - A [`MemoryWindow`](crate::MemoryWindow) holds an `Arc` of the region it was bound to
-//!   until it is bound again or dropped, so a region with bound windows is never deregistered
-//!   (the kernel would refuse).
+//! - A [`MemoryWindow`](crate::MemoryWindow) holds an `Arc` of every region it was asked to
+//!   bind until it is dropped, so a region with bound windows is never deregistered (the
+//!   kernel would refuse).
 //! - A posted request names memory by local key: once the region is deregistered, the device
 //!   rejects the key (a protection-error completion) instead of touching the memory, so
 //!   requests need not keep it alive.

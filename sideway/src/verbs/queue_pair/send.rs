@@ -170,9 +170,14 @@ impl<'g, 'a, T: Threading> WorkRequestBuilder<'g, 'a, T> {
     /// `mr` with `access`, under the new rkey `rkey` (from
     /// [`MemoryWindow::next_rkey`](crate::memory_window::MemoryWindow::next_rkey)). The
     /// window and region are borrowed until posting; the bind's completion says whether it
-    /// took effect. `mr` must be registered with `AccessFlags::MW_BIND`. From this call on,
-    /// the window holds `mr` (an `Arc` clone) until it is bound again or dropped, so the
-    /// region outlives the binding (see [`crate::memory_window`]).
+    /// took effect. From this call on, the window holds `mr` (an `Arc` clone) until the
+    /// window is dropped, whether or not the bind is posted or takes effect, so the region
+    /// outlives any binding (see [`crate::memory_window`]).
+    ///
+    /// The batch refuses the request ([`InvalidWorkRequest::BindAccess`], reported by
+    /// `post`, which then posts nothing) when `access` asks for what `mr` does not allow:
+    /// `mr` must be registered with `AccessFlags::MW_BIND`, and with `LOCAL_WRITE` for a
+    /// window with remote write or remote atomic access.
     #[doc(alias = "ibv_wr_bind_mw")]
     #[inline]
     pub fn bind_mw(
@@ -183,11 +188,29 @@ impl<'g, 'a, T: Threading> WorkRequestBuilder<'g, 'a, T> {
         range: std::ops::Range<u64>,
         access: crate::verbs::memory_region::AccessFlags,
     ) -> PostSendChain<'g, 'a, T> {
+        let length = range.end.saturating_sub(range.start);
+        let missing = crate::verbs::memory_window::bind_access_missing(mr.access(), length, access);
+        if !missing.is_empty() {
+            // Refused like any request the batch cannot take: the first refusal is the one
+            // post reports.
+            if self.guard.limit != 0 {
+                let reason = InvalidWorkRequest::BindAccess {
+                    access,
+                    region_access: mr.access(),
+                    missing,
+                };
+                self.guard.refuse(self.wr_id, reason);
+            }
+            return PostSendChain { guard: self.guard };
+        }
+        // Held before the request can reach the device, and until the window is deallocated:
+        // should this bind never take effect, the window may be bound to a region held
+        // earlier.
         mw.hold(mr);
         let info = ffi::ibv_mw_bind_info {
             mr: mr.as_raw(),
             addr: range.start,
-            length: range.end.saturating_sub(range.start),
+            length,
             mw_access_flags: access.bits(),
         };
         self.add(

@@ -14,6 +14,7 @@ use rdma_mummy_sys as ffi;
 use super::attr::QpType;
 use crate::receive_batch::{slots, RecvRefusal};
 use crate::scatter_gather::SendData;
+use crate::verbs::memory_region::AccessFlags;
 
 bitflags! {
     /// Properties of one send work request (`ibv_send_flags`).
@@ -158,6 +159,18 @@ pub enum InvalidWorkRequest {
     XrcSrqnOnOtherQp {
         /// The QP's type.
         qp_type: QpType,
+    },
+    /// A memory window bind asked for access its region does not allow: see
+    /// [`bind_access_missing`](crate::memory_window::bind_access_missing).
+    #[error("a memory window bind with {access:?} to a region registered with {region_access:?}: the region lacks {missing:?} ({})",
+        crate::verbs::memory_window::BIND_ACCESS_RULE)]
+    BindAccess {
+        /// The window access asked for.
+        access: AccessFlags,
+        /// The region's access, as registered.
+        region_access: AccessFlags,
+        /// What the region lacks.
+        missing: AccessFlags,
     },
 }
 
