@@ -223,3 +223,137 @@ fn memory_window_type2_classic() {
 fn memory_window_type2_extended() {
     type2("memory_window_type2_extended", true);
 }
+
+/// A type 2 window bound to region A, a rebind to B aborted with its batch, and A's last
+/// handle dropped: the window, still bound to A, keeps A (registered, never leaked), and a
+/// peer's WRITE through the window still succeeds.
+#[test]
+fn memory_window_keeps_its_region_through_an_aborted_rebind() {
+    let test = "memory_window_keeps_its_region_through_an_aborted_rebind";
+    let Some(ctx) = common::device_or_skip(test) else {
+        return;
+    };
+    let pd = ctx.alloc_pd().unwrap();
+    if !supported(&ctx, MwType::Type2) {
+        println!("skipped: {test}: type 2 memory windows unsupported here");
+        return;
+    }
+    let mut rc = rc_pair(&ctx, &pd, false);
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND;
+    let a = pd.reg_buffer(4096, access).unwrap();
+    let b = pd.reg_buffer(4096, access).unwrap();
+    let src = pd.reg_buffer(64, AccessFlags::LOCAL_WRITE).unwrap();
+    let mw = pd.alloc_mw(MwType::Type2).unwrap();
+    let rkey = mw.next_rkey();
+    let (base, a_mr) = (a.addr(), Arc::clone(a.mr()));
+    let mut s = rc.a.start_post_send();
+    s.wr(1, SendFlags::SIGNALED).bind_mw(
+        &mw,
+        rkey,
+        a.mr(),
+        base..base + 256,
+        AccessFlags::REMOTE_WRITE,
+    );
+    s.post().unwrap();
+    pairs::wait_for(&rc.cq_a, 1)[0].ok().unwrap();
+
+    let mut s = rc.a.start_post_send();
+    s.wr(2, SendFlags::SIGNALED).bind_mw(
+        &mw,
+        sideway::memory_window::inc_rkey(rkey),
+        b.mr(),
+        b.addr()..b.addr() + 256,
+        AccessFlags::REMOTE_WRITE,
+    );
+    drop(s);
+
+    let leaked = sideway::leaked_memory();
+    let weak_a = Arc::downgrade(&a_mr);
+    drop((a, a_mr));
+    assert!(
+        weak_a.upgrade().is_some(),
+        "the region the window is bound to went with its buffer"
+    );
+    assert_eq!(
+        sideway::leaked_memory(),
+        leaked,
+        "a region was deregistered"
+    );
+    assert_eq!(
+        remote_write(&mut rc, &src, rkey, base + 8),
+        WcStatus::Success
+    );
+    drop(mw);
+    assert!(weak_a.upgrade().is_none(), "the window kept its region");
+    assert_eq!(sideway::leaked_memory(), leaked);
+}
+
+/// A bind asking for more than its region allows is refused before the provider: a window
+/// with remote write on a region without local write.
+#[test]
+fn memory_window_bind_beyond_the_regions_access_is_typed() {
+    let test = "memory_window_bind_beyond_the_regions_access_is_typed";
+    let Some(ctx) = common::device_or_skip(test) else {
+        return;
+    };
+    let pd = ctx.alloc_pd().unwrap();
+    let mut rc = rc_pair(&ctx, &pd, false);
+    let target = pd.reg_buffer(4096, AccessFlags::MW_BIND).unwrap();
+    let base = target.addr();
+    let mut checked = 0;
+    if supported(&ctx, MwType::Type1) {
+        let mw = pd.alloc_mw(MwType::Type1).unwrap();
+        let err = mw
+            .bind(
+                &mut rc.a,
+                1,
+                SendFlags::SIGNALED,
+                target.mr(),
+                base..base + 64,
+                AccessFlags::REMOTE_WRITE,
+            )
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                MemoryWindowError::BindAccess {
+                    missing: AccessFlags::LOCAL_WRITE,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(mw.held_regions().is_empty());
+        checked += 1;
+    }
+    if supported(&ctx, MwType::Type2) {
+        let mw = pd.alloc_mw(MwType::Type2).unwrap();
+        let mut s = rc.a.start_post_send();
+        s.wr(2, SendFlags::SIGNALED).bind_mw(
+            &mw,
+            mw.next_rkey(),
+            target.mr(),
+            base..base + 64,
+            AccessFlags::REMOTE_ATOMIC,
+        );
+        let err = s.post().unwrap_err();
+        assert!(
+            matches!(
+                err,
+                sideway::PostError::Invalid {
+                    reason: sideway::queue_pair::InvalidWorkRequest::BindAccess {
+                        missing: AccessFlags::LOCAL_WRITE,
+                        ..
+                    },
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(mw.held_regions().is_empty());
+        checked += 1;
+    }
+    if checked == 0 {
+        println!("skipped: {test}: no memory windows here");
+    }
+}
