@@ -526,6 +526,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "calls the C shim (ibv_inc_rkey), which Miri cannot run"
+    )]
     fn a_region_outlives_an_aborted_or_refused_type2_rebind_until_the_window_goes() {
         let Fake { mut qp, mw, a, b } = fake(MwType::Type2, ALL, ALL, 1);
         let rkey = mw.next_rkey();
@@ -573,6 +577,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "calls the C shim (ibv_bind_mw), which Miri cannot run")]
     fn a_region_outlives_a_failed_type1_rebind_until_the_window_goes() {
         let Fake { mut qp, mw, a, b } = fake(MwType::Type1, ALL, ALL, 4);
         let rkey = mw
@@ -648,6 +653,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "calls the C shim (ibv_bind_mw), which Miri cannot run")]
     fn a_type1_bind_beyond_the_regions_access_is_refused_before_the_provider() {
         // A lacks LOCAL_WRITE, B lacks MW_BIND.
         let Fake { mut qp, mw, a, b } = fake(
@@ -716,6 +722,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "calls the C shim (ibv_inc_rkey), which Miri cannot run"
+    )]
     fn a_type2_bind_beyond_the_regions_access_is_refused_by_the_batch() {
         let Fake { mut qp, mw, a, .. } = fake(
             MwType::Type2,
