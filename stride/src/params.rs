@@ -10,6 +10,20 @@ use crate::cli::{AtomicType, Connection, RateUnit, RunArgs, Test, Verb};
 /// The largest size of an `-a` sweep: 8 MiB.
 pub const MAX_SWEEP_SIZE: u64 = 8 << 20;
 
+/// The most memory a counted run (`-n`) may set aside for its per-message timestamps:
+/// 2 GiB. A latency test keeps one 8-byte stamp per round trip; a bandwidth test keeps
+/// [`BW_STAMP_BYTES`] per message and QP, twice with `-b`. All of it is allocated before the
+/// run, so a larger `-n` is refused rather than left to fail the allocation.
+pub const MAX_STAMP_BYTES: u64 = 2 << 30;
+
+/// The bytes a bandwidth test records per message and direction: the post time and the
+/// completion's (index, time).
+pub const BW_STAMP_BYTES: u64 =
+    (std::mem::size_of::<f64>() + std::mem::size_of::<(usize, f64)>()) as u64;
+
+/// The bytes a latency test records per round trip: one post stamp.
+pub const LAT_STAMP_BYTES: u64 = std::mem::size_of::<u64>() as u64;
+
 /// Everything that defines a run, resolved.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TestParams {
@@ -152,6 +166,31 @@ const UD_UC_MAX_RX_DEPTH: u32 = 16_000;
 
 fn bail<T>(msg: impl Into<String>) -> Result<T, ParamError> {
     Err(ParamError(msg.into()))
+}
+
+/// Refuses a counted run whose per-message timestamps would take more than
+/// [`MAX_STAMP_BYTES`], naming `-n`, its largest value for this run and `-D`.
+fn check_stamp_memory(
+    iterations: u64,
+    qps: u32,
+    bw: bool,
+    bidirectional: bool,
+) -> Result<(), ParamError> {
+    let per_iteration = if bw {
+        BW_STAMP_BYTES * u64::from(qps.max(1)) * if bidirectional { 2 } else { 1 }
+    } else {
+        LAT_STAMP_BYTES
+    };
+    let most = MAX_STAMP_BYTES / per_iteration;
+    if iterations > most {
+        bail(format!(
+            "-n {iterations} is more than stride-perf records: each iteration keeps \
+             {per_iteration} bytes of timestamps, allocated before the run, and it allows \
+             {} GiB (at most -n {most} here); use a smaller -n, or -D SECONDS for a longer run",
+            MAX_STAMP_BYTES >> 30
+        ))?;
+    }
+    Ok(())
 }
 
 impl TestParams {
@@ -336,6 +375,9 @@ impl TestParams {
         });
         if iterations == 0 {
             bail("-n must be at least 1")?;
+        }
+        if a.duration.is_none() && !a.run_infinitely {
+            check_stamp_memory(iterations, a.qps, bw, a.bidirectional)?;
         }
         if !bw && a.duration.is_none() && iterations < 3 {
             bail("latency statistics need at least 3 iterations (-n 3)")?;
@@ -645,6 +687,41 @@ mod tests {
             let err = params(args).unwrap_err().to_string();
             assert!(err.contains(want), "{args:?}: {err}");
         }
+    }
+
+    #[test]
+    fn an_iteration_count_whose_timestamps_cannot_fit_is_refused() {
+        // Once a 'capacity overflow' panic and an 8 GB allocation that aborted.
+        for args in [
+            &["write", "lat", "-n", "9223372036854775808"][..],
+            &["write", "lat", "-n", "1000000000"][..],
+            &["write", "bw", "-n", "18446744073709551615"][..],
+            &["send", "bw", "-n", "100000000", "-q", "4"][..],
+        ] {
+            let err = params(args).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("-n {} ", args[3])),
+                "{args:?}: {err}"
+            );
+            assert!(
+                err.contains("at most -n") && err.contains("-D"),
+                "{args:?}: {err}"
+            );
+        }
+        // The bound is exact, and counts QPs and both directions.
+        let lat_most = MAX_STAMP_BYTES / LAT_STAMP_BYTES;
+        assert_eq!(lat_most, 1 << 28);
+        assert!(params(&["send", "lat", "-n", &lat_most.to_string()]).is_ok());
+        let err = params(&["send", "lat", "-n", &(lat_most + 1).to_string()]).unwrap_err();
+        assert!(err.0.contains(&format!("at most -n {lat_most} ")), "{err}");
+        let bw_most = MAX_STAMP_BYTES / (BW_STAMP_BYTES * 2 * 2);
+        let n = bw_most.to_string();
+        assert!(params(&["write", "bw", "-q", "2", "-b", "-n", &n]).is_ok());
+        let n = (bw_most + 1).to_string();
+        let err = params(&["write", "bw", "-q", "2", "-b", "-n", &n]).unwrap_err();
+        assert!(err.0.contains(&format!("at most -n {bw_most} ")), "{err}");
+        // Timed runs keep bounded timestamps for bandwidth and are not counted in -n.
+        assert!(params(&["write", "bw", "-D", "5"]).is_ok());
     }
 
     #[test]

@@ -199,6 +199,21 @@ impl Plan {
                  drop the two largest samples, as perftest's)"
             ));
         }
+        let connections = a.connections.unwrap_or(1);
+        if a.test == Test::Lat {
+            // Each round trip keeps its post stamp and then its sample, per connection, all
+            // allocated before the run: refuse what cannot fit rather than fail to allocate.
+            let per_iteration = 16 * u64::from(connections.max(1));
+            let most = crate::params::MAX_STAMP_BYTES / per_iteration;
+            if iterations > most {
+                return Err(format!(
+                    "-n {iterations} is more than stride-perf records: each round trip keeps \
+                     {per_iteration} bytes of timestamps and samples, and it allows {} GiB \
+                     (at most -n {most} here); use a smaller -n",
+                    crate::params::MAX_STAMP_BYTES >> 30
+                ));
+            }
+        }
         let sizes = if a.all_sizes {
             all_sizes()
         } else {
@@ -213,7 +228,7 @@ impl Plan {
             } else {
                 Transfer::Stream
             },
-            connections: a.connections.unwrap_or(1),
+            connections,
             all_sizes: a.all_sizes,
         })
     }
@@ -1336,6 +1351,20 @@ mod tests {
         let e = Plan::client(&args(&["lat", "-n", "2", "h"]).unwrap()).unwrap_err();
         assert!(e.contains("at least 3"), "{e}");
         assert!(Plan::client(&args(&["bw", "-n", "1", "h"]).unwrap()).is_ok());
+        // -n whose timestamps cannot fit: refused, not a 'capacity overflow' panic.
+        let e =
+            Plan::client(&args(&["lat", "-n", "9223372036854775808", "h"]).unwrap()).unwrap_err();
+        assert!(
+            e.starts_with("-n 9223372036854775808 ") && e.contains("at most -n"),
+            "{e}"
+        );
+        let most = (crate::params::MAX_STAMP_BYTES / 16).to_string();
+        assert!(Plan::client(&args(&["lat", "-n", &most, "h"]).unwrap()).is_ok());
+        let more = (crate::params::MAX_STAMP_BYTES / 32 + 1).to_string();
+        let e = Plan::client(&args(&["lat", "-n", &more, "--connections", "2", "h"]).unwrap())
+            .unwrap_err();
+        assert!(e.contains("at most -n"), "{e}");
+        assert!(Plan::client(&args(&["bw", "-n", "9223372036854775808", "h"]).unwrap()).is_ok());
         let e = Plan::client(&args(&["lat", "--bind", "1.2.3.4", "h"]).unwrap()).unwrap_err();
         assert!(e.contains("--bind"), "{e}");
         assert!(check_server(&args(&["lat", "--bind", "1.2.3.4"]).unwrap()).is_ok());
