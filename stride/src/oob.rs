@@ -232,7 +232,26 @@ pub enum OobError {
         /// The buffer's length in bytes (the same on both sides).
         len: u64,
     },
+    /// A number in a peer endpoint that no QP may have: a QP number, PSN or DCT number
+    /// over 24 bits, an MTU that is not a path MTU.
+    #[error("the peer's QP {qp} sent {field} {value} ({value:#x}), {rule}: the peer is broken; run the same stride-perf version on both sides")]
+    EndpointField {
+        /// The QP's index in the peer's list.
+        qp: usize,
+        /// Which number: "QP number", "PSN", "DCT number", "MTU".
+        field: &'static str,
+        /// The number the peer sent.
+        value: u32,
+        /// What it breaks.
+        rule: &'static str,
+    },
 }
+
+/// The largest QP number, PSN and DCT number: they have 24 bits on the wire.
+pub const MAX_24_BITS: u32 = (1 << 24) - 1;
+
+/// The path MTUs in bytes, the only values a port's active MTU takes.
+pub const PATH_MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
 
 /// A wait's length as a person reads it: "15 s", "200 ms".
 fn show_wait(d: Duration) -> String {
@@ -273,6 +292,29 @@ pub fn check_endpoints(
         });
     }
     for (qp, ep) in theirs.iter().enumerate() {
+        let over_24_bits = "over 24 bits (at most 16777215)";
+        let mut fields = vec![("QP number", ep.qpn), ("PSN", ep.psn)];
+        if let Some(dc) = ep.dc {
+            fields.push(("DCT number", dc.dctn));
+        }
+        for (field, value) in fields {
+            if value > MAX_24_BITS {
+                return Err(OobError::EndpointField {
+                    qp,
+                    field,
+                    value,
+                    rule: over_24_bits,
+                });
+            }
+        }
+        if !PATH_MTUS.contains(&ep.mtu) {
+            return Err(OobError::EndpointField {
+                qp,
+                field: "MTU",
+                value: ep.mtu,
+                rule: "which is not a path MTU (256, 512, 1024, 2048 or 4096)",
+            });
+        }
         if ep.addr.checked_add(buffer_len).is_none() {
             return Err(OobError::EndpointAddress {
                 qp,
@@ -1080,6 +1122,49 @@ mod tests {
         assert!(trade(ours.clone(), theirs, 128).is_err());
         let theirs = vec![endpoint(3, 0x1000), endpoint(4, u64::MAX - 128)];
         assert_eq!(trade(ours, theirs, 128), Ok(2));
+    }
+
+    #[test]
+    fn a_peer_number_no_qp_may_have_is_refused_as_the_peers() {
+        let ours = vec![endpoint(1, 0x1000), endpoint(2, 0x1000)];
+        let ok = vec![endpoint(3, 0x1000), endpoint(MAX_24_BITS, 0x1000)];
+        assert_eq!(trade(ours.clone(), ok.clone(), 128), Ok(2));
+        let with = |f: &dyn Fn(&mut QpEndpoint)| {
+            let mut theirs = ok.clone();
+            f(&mut theirs[1]);
+            trade(ours.clone(), theirs, 128).unwrap_err()
+        };
+        let e = with(&|ep| ep.qpn = u32::MAX);
+        assert!(
+            e.contains("the peer's QP 1 sent QP number 4294967295 (0xffffffff), over 24 bits"),
+            "{e}"
+        );
+        let e = with(&|ep| ep.qpn = 1 << 24);
+        assert!(
+            e.contains("QP number 16777216 (0x1000000), over 24 bits"),
+            "{e}"
+        );
+        let e = with(&|ep| ep.psn = 1 << 24);
+        assert!(e.contains("the peer's QP 1 sent PSN 16777216"), "{e}");
+        let e = with(&|ep| {
+            ep.dc = Some(DcEndpoint {
+                dctn: u32::MAX,
+                key: 1,
+            })
+        });
+        assert!(e.contains("sent DCT number 4294967295"), "{e}");
+        let e = with(&|ep| ep.mtu = 0);
+        assert!(
+            e.contains("the peer's QP 1 sent MTU 0 (0x0), which is not a path MTU"),
+            "{e}"
+        );
+        let e = with(&|ep| ep.mtu = 1500);
+        assert!(e.contains("sent MTU 1500"), "{e}");
+        for mtu in PATH_MTUS {
+            let mut theirs = ok.clone();
+            theirs[0].mtu = mtu;
+            assert_eq!(trade(ours.clone(), theirs, 128), Ok(2), "MTU {mtu}");
+        }
     }
 
     /// Calls `peer_spoke` every few milliseconds until it fails, checking that no call

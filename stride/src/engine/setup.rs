@@ -865,10 +865,14 @@ pub(crate) fn sleep_on(
 
 /// The path MTU: `-m` when given, else the smaller of the two ports' active MTUs.
 pub(crate) fn path_mtu(params: &TestParams, ours: u32, theirs: u32) -> Result<Mtu, RunError> {
-    let bytes = params.mtu.unwrap_or(ours.min(theirs));
+    let (bytes, whose) = match params.mtu {
+        Some(m) => (m, "-m"),
+        None if theirs < ours => (theirs, "the peer's active MTU"),
+        None => (ours, "this port's active MTU"),
+    };
     Mtu::from_bytes(bytes).ok_or_else(|| {
         RunError::new(format!(
-            "{bytes} is not a path MTU (256, 512, 1024, 2048 or 4096)"
+            "{whose} {bytes} is not a path MTU (256, 512, 1024, 2048 or 4096)"
         ))
     })
 }
@@ -939,6 +943,18 @@ mod tests {
         assert!(perftest_posts_with_wr(0x1d0f, 0xefa1), "EFA");
         assert!(!perftest_posts_with_wr(0, 0), "rxe");
         assert!(!perftest_posts_with_wr(0x8086, 0x1593), "irdma");
+    }
+
+    #[test]
+    fn a_path_mtu_that_is_not_one_names_whose_it_is() {
+        let p = crate::params::from_args(&["write", "bw"]).unwrap();
+        assert_eq!(path_mtu(&p, 4096, 1024).unwrap(), Mtu::Mtu1024);
+        let e = path_mtu(&p, 1024, 0).unwrap_err().to_string();
+        assert!(e.starts_with("the peer's active MTU 0 is not"), "{e}");
+        let e = path_mtu(&p, 100, 1024).unwrap_err().to_string();
+        assert!(e.starts_with("this port's active MTU 100 is not"), "{e}");
+        let p = crate::params::from_args(&["write", "bw", "-m", "512"]).unwrap();
+        assert_eq!(path_mtu(&p, 1024, 0).unwrap(), Mtu::Mtu512);
     }
 
     #[test]
