@@ -232,6 +232,14 @@ pub enum OobError {
         /// The buffer's length in bytes (the same on both sides).
         len: u64,
     },
+    /// The peer's results carry a number that no run measures.
+    #[error("the peer at {peer} sent results with {source}: the peer is broken; run the same stride-perf version on both sides")]
+    PeerNumber {
+        /// The peer's address.
+        peer: String,
+        /// Which number, and why.
+        source: crate::report::BadNumber,
+    },
     /// A number in a peer endpoint that no QP may have: a QP number, PSN or DCT number
     /// over 24 bits, an MTU that is not a path MTU.
     #[error("the peer's QP {qp} sent {field} {value} ({value:#x}), {rule}: the peer is broken; run the same stride-perf version on both sides")]
@@ -840,7 +848,15 @@ impl OobChannel {
             report: ours.for_peer(),
         })?;
         match self.recv("results")? {
-            Message::Results { report } => Ok(report.printable()),
+            Message::Results { report } => {
+                report
+                    .check_numbers()
+                    .map_err(|source| OobError::PeerNumber {
+                        peer: self.peer.clone(),
+                        source,
+                    })?;
+                Ok(report.printable())
+            }
             other => Err(OobError::Unexpected {
                 expected: "results",
                 got: other.name(),
@@ -873,6 +889,50 @@ mod tests {
         let client = thread::spawn(move || OobChannel::connect("127.0.0.1", port, t).unwrap());
         let (s, _) = listener.accept().unwrap();
         (client.join().unwrap(), OobChannel::wrap(s, t).unwrap())
+    }
+
+    #[test]
+    fn a_peers_results_with_a_number_no_run_measures_are_refused() {
+        let report = |avg: f64| SideReport {
+            role: "server".into(),
+            device: "rxe0".into(),
+            gid_index: 0,
+            buffer: None,
+            memory_regions: None,
+            clock: None,
+            posting: None,
+            polling: None,
+            results: vec![crate::report::SizeResult::Bandwidth(
+                crate::bandwidth::BandwidthResult {
+                    bytes: 65536,
+                    iterations: 5000,
+                    peak_bytes_per_sec: None,
+                    avg_bytes_per_sec: avg,
+                    msg_rate_mpps: 0.016,
+                    intervals: None,
+                    cpu_util_percent: None,
+                },
+            )],
+            intervals: vec![],
+        };
+        for (avg, want) in [
+            (1e300, "of 1e300, more than"),
+            (-2.0, "of -2.0, which is negative"),
+        ] {
+            let (mut c, mut s) = pair();
+            let ours = report(1e9);
+            let peer = thread::spawn(move || s.exchange_results(&report(avg)).map(|_| ()));
+            let e = c.exchange_results(&ours).unwrap_err().to_string();
+            assert!(
+                e.starts_with("the peer at 127.0.0.1:")
+                    && e.contains(&format!(
+                        "sent results with the 65536-byte row's average bandwidth (bytes/s) {want}"
+                    )),
+                "{e}"
+            );
+            // The honest side's numbers pass.
+            peer.join().unwrap().unwrap();
+        }
     }
 
     #[test]

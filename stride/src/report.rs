@@ -131,6 +131,122 @@ impl SideReport {
     }
 }
 
+/// The most bytes per second a peer's bandwidth may claim: 10^15 (8 Pb/s), far above any
+/// link.
+pub const PEER_MAX_BYTES_PER_SEC: f64 = 1e15;
+/// The most millions of messages per second a peer may claim: 10^6 (a trillion a second).
+pub const PEER_MAX_MPPS: f64 = 1e6;
+/// The longest latency a peer may claim, in microseconds: 10^12 (about 11.6 days).
+pub const PEER_MAX_LATENCY_US: f64 = 1e12;
+/// The latest time a peer's interval may name, in seconds: 10^9 (about 31.7 years).
+pub const PEER_MAX_SECONDS: f64 = 1e9;
+
+/// A number in the peer's results that no measurement gives: not finite, negative, or past
+/// its bound (a forged average of 1e300 once printed a 300-digit bandwidth).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{what} of {value:?}, {rule}")]
+pub struct BadNumber {
+    /// Which number, and of which row: `the 65536-byte row's average bandwidth (bytes/s)`.
+    pub what: String,
+    /// What the peer sent (printed in Rust's short form: `1e300`, `NaN`, `-5.0`).
+    pub value: f64,
+    /// What it breaks.
+    pub rule: String,
+}
+
+/// Checks one number: finite, at least 0, at most `max`.
+fn check_number(what: impl FnOnce() -> String, value: f64, max: f64) -> Result<(), BadNumber> {
+    let rule = if !value.is_finite() {
+        "which is not a finite number".to_owned()
+    } else if value < 0.0 {
+        "which is negative".to_owned()
+    } else if value > max {
+        format!("more than the most any run measures ({max:e})")
+    } else {
+        return Ok(());
+    };
+    Err(BadNumber {
+        what: what(),
+        value,
+        rule,
+    })
+}
+
+impl SideReport {
+    /// Checks every number of a report that came from the peer before it is printed or
+    /// written: finite, not negative, and within the bounds above ([`PEER_MAX_BYTES_PER_SEC`]
+    /// and the rest; percentages at most 100).
+    pub fn check_numbers(&self) -> Result<(), BadNumber> {
+        for r in &self.results {
+            let row = |what: &str| format!("the {}-byte row's {what}", r.bytes());
+            match r {
+                SizeResult::Bandwidth(b) => {
+                    let bw = PEER_MAX_BYTES_PER_SEC;
+                    check_number(
+                        || row("average bandwidth (bytes/s)"),
+                        b.avg_bytes_per_sec,
+                        bw,
+                    )?;
+                    if let Some(peak) = b.peak_bytes_per_sec {
+                        check_number(|| row("peak bandwidth (bytes/s)"), peak, bw)?;
+                    }
+                    check_number(
+                        || row("message rate (Mpps)"),
+                        b.msg_rate_mpps,
+                        PEER_MAX_MPPS,
+                    )?;
+                    if let Some(cpu) = b.cpu_util_percent {
+                        check_number(|| row("CPU utilization (%)"), cpu, 100.0)?;
+                    }
+                    if let Some(iv) = &b.intervals {
+                        for (name, value, max) in [
+                            ("slowest interval (bytes/s)", iv.min_bytes_per_sec, bw),
+                            ("median interval (bytes/s)", iv.median_bytes_per_sec, bw),
+                            ("fastest interval (bytes/s)", iv.max_bytes_per_sec, bw),
+                            ("slowest interval (Mpps)", iv.min_mpps, PEER_MAX_MPPS),
+                            ("median interval (Mpps)", iv.median_mpps, PEER_MAX_MPPS),
+                            ("fastest interval (Mpps)", iv.max_mpps, PEER_MAX_MPPS),
+                        ] {
+                            check_number(|| row(name), value, max)?;
+                        }
+                    }
+                }
+                SizeResult::Latency(l) => {
+                    let s = &l.summary;
+                    for (name, value) in [
+                        ("minimum latency (usec)", s.t_min),
+                        ("maximum latency (usec)", s.t_max),
+                        ("typical latency (usec)", s.t_typical),
+                        ("average latency (usec)", s.t_avg),
+                        ("latency deviation (usec)", s.t_stdev),
+                        ("99% latency (usec)", s.p99),
+                        ("99.9% latency (usec)", s.p99_9),
+                    ] {
+                        check_number(|| row(name), value, PEER_MAX_LATENCY_US)?;
+                    }
+                }
+            }
+        }
+        for series in &self.intervals {
+            let what = |name: &str| format!("the {}-byte interval series' {name}", series.bytes);
+            check_number(|| what("period (s)"), series.period_s, PEER_MAX_SECONDS)?;
+            for (i, iv) in series.intervals.iter().enumerate() {
+                let name = |field: &str| what(&format!("interval {i}'s {field}"));
+                check_number(|| name("start (s)"), iv.start_s, PEER_MAX_SECONDS)?;
+                check_number(|| name("end (s)"), iv.end_s, PEER_MAX_SECONDS)?;
+                let bw = iv.bytes_per_sec;
+                check_number(|| name("bandwidth (bytes/s)"), bw, PEER_MAX_BYTES_PER_SEC)?;
+                check_number(
+                    || name("message rate (Mpps)"),
+                    iv.msg_rate_mpps,
+                    PEER_MAX_MPPS,
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The JSON file: parameters, this side's results and the peer's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -287,6 +403,106 @@ mod tests {
         assert_eq!(theirs.clock.as_deref(), Some("tsc\\x7f"));
         let json = serde_json::to_string(&theirs).unwrap();
         assert!(!json.chars().any(|c| c.is_control()), "{json}");
+    }
+
+    #[test]
+    fn a_peers_numbers_no_run_measures_are_refused() {
+        let side = |r: SizeResult| SideReport {
+            role: "server".into(),
+            device: "rxe0".into(),
+            gid_index: 1,
+            buffer: None,
+            memory_regions: None,
+            clock: None,
+            posting: None,
+            polling: None,
+            results: vec![r],
+            intervals: vec![],
+        };
+        let with = |f: &dyn Fn(&mut BandwidthResult)| {
+            let mut b = bw();
+            f(&mut b);
+            side(SizeResult::Bandwidth(b)).check_numbers()
+        };
+        assert_eq!(with(&|_| {}), Ok(()));
+        let e = with(&|b| b.avg_bytes_per_sec = 1e300)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "the 65536-byte row's average bandwidth (bytes/s) of 1e300, more than the most any \
+             run measures (1e15)"
+        );
+        let e = with(&|b| b.msg_rate_mpps = -1.0).unwrap_err().to_string();
+        assert!(
+            e.ends_with("message rate (Mpps) of -1.0, which is negative"),
+            "{e}"
+        );
+        let e = with(&|b| b.peak_bytes_per_sec = Some(f64::NAN)).unwrap_err();
+        assert!(e
+            .to_string()
+            .contains("peak bandwidth (bytes/s) of NaN, which is not a finite"));
+        let e = with(&|b| b.cpu_util_percent = Some(100.5)).unwrap_err();
+        assert!(
+            e.to_string().contains("CPU utilization (%) of 100.5"),
+            "{e}"
+        );
+        assert_eq!(with(&|b| b.cpu_util_percent = Some(100.0)), Ok(()));
+        let e = with(&|b| {
+            b.intervals = Some(crate::bandwidth::IntervalStats {
+                count: 3,
+                min_bytes_per_sec: 1.0,
+                median_bytes_per_sec: 2.0,
+                max_bytes_per_sec: f64::INFINITY,
+                min_mpps: 0.0,
+                median_mpps: 0.0,
+                max_mpps: 0.0,
+            })
+        })
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("fastest interval (bytes/s) of inf"),
+            "{e}"
+        );
+        let mut lat = LatencyResult {
+            bytes: 2,
+            iterations: 1000,
+            summary: LatencySummary {
+                t_min: 1.0,
+                t_max: 9.0,
+                t_typical: 2.5,
+                t_avg: 2.75,
+                t_stdev: 0.5,
+                p99: 8.0,
+                p99_9: 9.0,
+            },
+        };
+        assert_eq!(side(SizeResult::Latency(lat)).check_numbers(), Ok(()));
+        lat.summary.t_avg = -3.0;
+        let e = side(SizeResult::Latency(lat)).check_numbers().unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("2-byte row's average latency (usec) of -3.0"),
+            "{e}"
+        );
+        let mut s = side(SizeResult::Bandwidth(bw()));
+        s.intervals = vec![IntervalSeries {
+            bytes: 65536,
+            period_s: 1.0,
+            intervals: vec![Interval {
+                start_s: 0.0,
+                end_s: 1e20,
+                messages: 1,
+                bytes_per_sec: 1.0,
+                msg_rate_mpps: 0.0,
+                partial: false,
+            }],
+        }];
+        let e = s.check_numbers().unwrap_err().to_string();
+        assert!(
+            e.contains("interval series' interval 0's end (s) of 1e20"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -192,6 +192,9 @@ fn consume(msg: &Message) -> Result<(), TestCaseError> {
             }
         }
         Message::Results { report } => {
+            if let Err(e) = report.check_numbers() {
+                check_text("a refused number", &e.to_string())?;
+            }
             for r in &report.results {
                 let _ = report::header_for(r, false);
                 let _ = report::row_for(r, false);
