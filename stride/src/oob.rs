@@ -804,7 +804,7 @@ impl OobChannel {
         self.send(&Message::Preflight {
             profile: ours.clone(),
         })?;
-        let theirs = match self.recv("the peer's port description")? {
+        let theirs = match self.recv("port description")? {
             Message::Preflight { profile } => profile,
             other => {
                 return Err(OobError::Unexpected {
@@ -933,6 +933,30 @@ mod tests {
             // The honest side's numbers pass.
             peer.join().unwrap().unwrap();
         }
+    }
+
+    #[test]
+    fn a_peer_that_leaves_before_its_port_description_is_named_once() {
+        let ours = PortProfile {
+            role: "client".into(),
+            device: "rxe0".into(),
+            port: 1,
+            link: crate::preflight::LinkKind::Ethernet,
+            active_mtu: 1024,
+            gid: None,
+            gid_from_x: false,
+            table: vec![],
+        };
+        let (mut c, mut s) = pair();
+        // The peer takes ours and leaves without sending its own.
+        let peer = thread::spawn(move || drop(s.recv("port description")));
+        let e = c.exchange_profiles(&ours).unwrap_err().to_string();
+        peer.join().unwrap();
+        assert!(
+            e.starts_with("waiting for the peer's port description"),
+            "{e}"
+        );
+        assert!(!e.contains("the peer's the peer's"), "{e}");
     }
 
     #[test]
