@@ -344,8 +344,15 @@ impl TestParams {
                 ))?;
             }
         }
-        if a.qps == 0 || a.post_list == 0 || a.rx_depth == 0 || a.outstanding == Some(0) {
-            bail("-q, -l, -r and -o must be at least 1")?;
+        for (flag, value) in [
+            ("-q", a.qps),
+            ("-l", a.post_list),
+            ("-r", a.rx_depth),
+            ("-o", a.outstanding.unwrap_or(1)),
+        ] {
+            if value == 0 {
+                bail(format!("{flag} must be at least 1"))?;
+            }
         }
         let sizes = if a.all_sizes {
             if verb == Verb::Atomic {
@@ -686,6 +693,14 @@ mod tests {
         ] {
             let err = params(args).unwrap_err().to_string();
             assert!(err.contains(want), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_zero_count_names_its_own_flag() {
+        for flag in ["-q", "-l", "-r", "-o"] {
+            let err = params(&["read", "bw", flag, "0"]).unwrap_err().to_string();
+            assert_eq!(err, format!("{flag} must be at least 1"));
         }
     }
 
