@@ -168,7 +168,7 @@ pub struct RunArgs {
     /// the bandwidth and message rate of every reporting interval (--report-interval) as
     /// they go, the minimum, median and maximum interval after the row, and report the best
     /// interval as the peak (which perftest leaves at 0 under -D).
-    #[arg(short = 'D', long = "duration")]
+    #[arg(short = 'D', long = "duration", value_name = "SECONDS", value_parser = parse_duration)]
     pub duration: Option<u64>,
 
     /// Bandwidth tests: run until the client gets SIGINT (Ctrl-C) or SIGTERM, printing every
@@ -434,6 +434,19 @@ impl RateUnit {
     }
 }
 
+/// The longest `-D`: a year, in seconds.
+pub const MAX_DURATION_S: u64 = 365 * 24 * 3600;
+
+/// A duration (`-D`): whole seconds from 1 to [`MAX_DURATION_S`].
+fn parse_duration(text: &str) -> Result<u64, String> {
+    let rule = format!("-D takes whole seconds, from 1 to {MAX_DURATION_S} (a year)");
+    match text.parse::<u64>() {
+        Ok(v) if (1..=MAX_DURATION_S).contains(&v) => Ok(v),
+        Ok(_) => Err(format!("{text} s is out of range: {rule}")),
+        Err(_) => Err(format!("'{text}' is not a whole number of seconds: {rule}")),
+    }
+}
+
 /// A reporting interval: a number of seconds from 0.01 to 3600.
 fn parse_interval(text: &str) -> Result<f64, String> {
     let v: f64 = text
@@ -578,6 +591,26 @@ mod tests {
             let arg = format!("--report-interval={bad}");
             let e = parse(&[&arg]).unwrap_err().to_string();
             assert!(e.contains("--report-interval"), "{bad}: {e}");
+        }
+        assert_eq!(args(&["-D", "31536000"]).duration, Some(MAX_DURATION_S));
+        for (bad, want) in [
+            ("1e30", "'1e30' is not a whole number of seconds"),
+            ("2.5", "'2.5' is not a whole number of seconds"),
+            ("-1", "'-1' is not a whole number of seconds"),
+            ("0", "0 s is out of range"),
+            ("31536001", "31536001 s is out of range"),
+            (
+                "18446744073709551615",
+                "18446744073709551615 s is out of range",
+            ),
+        ] {
+            let arg = format!("-D={bad}");
+            let e = parse(&[&arg]).unwrap_err().to_string();
+            assert!(
+                e.contains(want) && e.contains("-D takes whole seconds, from 1 to 31536000"),
+                "{bad}: {e}"
+            );
+            assert!(!e.contains("invalid digit"), "{bad}: {e}");
         }
         assert!(args(&["--run-infinitely"]).run_infinitely);
         assert!(args(&["--run_infinitely"]).run_infinitely);
