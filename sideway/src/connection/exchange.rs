@@ -5,8 +5,9 @@
 //! The client connects and sends its endpoint line(s) ([`Endpoint::to_pingpong_line`]); the
 //! server reads as many, connects its QP(s) to them, answers with its own, and the client
 //! sends `done` (with its NUL, 5 bytes). One line per QP: `ibv_srq_pingpong` sends one for
-//! each of its QPs. Every read and write is bounded by a timeout, so a peer that vanishes
-//! mid-way is an error, not a hang.
+//! each of its QPs. Every step (a line read, the `done`, each write) is bounded by a
+//! timeout as a whole, not per read, so a peer that vanishes mid-way, or drips its line a
+//! byte at a time, is an error in bounded time, not a hang.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -22,7 +23,7 @@
 use std::error::Error;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::endpoint::{EndpointError, PINGPONG_LINE_LEN};
 use crate::verbs::queue_pair::Endpoint;
@@ -91,8 +92,8 @@ fn connect_text(source: &io::Error, timeout: Duration) -> String {
 fn io_text(source: &io::Error, timeout: Duration) -> String {
     match source.kind() {
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => format!(
-            "nothing within {} s: is the peer the same kind of program, on the same port, and \
-             still running?",
+            "the step did not complete within {} s (nothing, or only part of it, arrived): is \
+             the peer the same kind of program, on the same port, and still running?",
             timeout.as_secs()
         ),
         io::ErrorKind::UnexpectedEof => "the peer closed the connection (see its output)".into(),
@@ -115,15 +116,38 @@ fn io_err(
     }
 }
 
+/// Fills `buf` from `stream` within `timeout` for the whole of it, not for each read: a peer
+/// that drips a line a byte at a time cannot stretch a step past its bound. Leaves the
+/// stream's read timeout at whatever the last read needed.
+fn read_exact_within(stream: &mut TcpStream, buf: &mut [u8], timeout: Duration) -> io::Result<()> {
+    let deadline = Instant::now() + timeout;
+    let mut filled = 0;
+    while filled < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("{filled} of {} bytes arrived in time", buf.len()),
+            ));
+        }
+        stream.set_read_timeout(Some(left))?;
+        match stream.read(&mut buf[filled..]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 fn read_endpoint(
     stream: &mut TcpStream,
     timeout: Duration,
     what: &'static str,
 ) -> Result<Endpoint, ExchangeError> {
     let mut msg = [0u8; PINGPONG_LINE_LEN];
-    stream
-        .read_exact(&mut msg)
-        .map_err(io_err(stream, timeout, what))?;
+    read_exact_within(stream, &mut msg, timeout).map_err(io_err(stream, timeout, what))?;
     Ok(Endpoint::from_pingpong_line(&msg)?)
 }
 
@@ -269,7 +293,7 @@ pub fn server_exchange_on(
         ))?;
     }
     let mut done = [0u8; DONE.len()];
-    stream.read_exact(&mut done).map_err(io_err(
+    read_exact_within(&mut stream, &mut done, timeout).map_err(io_err(
         &stream,
         timeout,
         "waiting for the client's \"done\"",
@@ -309,6 +333,43 @@ mod tests {
             let got = client_exchange_many("127.0.0.1", port, &[ep(10), ep(11)], t).unwrap();
             assert_eq!(got, [ep(2), ep(3)]);
             assert_eq!(server.join().unwrap().unwrap(), [ep(10), ep(11)]);
+        });
+    }
+
+    /// The timeout bounds a step, not each read: a client that drips a valid line a byte at a
+    /// time (each read in time, the line never) is cut off once the step's time is up.
+    #[test]
+    #[cfg_attr(miri, ignore = "opens a TCP socket, which Miri isolates")]
+    fn a_peer_dripping_its_line_is_cut_off_at_the_steps_bound() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let step = Duration::from_millis(600);
+        std::thread::scope(|s| {
+            let dripper = s.spawn(move || {
+                let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                let line = ep(10).to_pingpong_line().unwrap();
+                // 100 ms a byte: each read of the server's gets a byte well within the
+                // step's bound, the whole line would take seconds.
+                for b in line.iter() {
+                    if c.write_all(std::slice::from_ref(b)).is_err() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            });
+            let started = Instant::now();
+            let e = server_exchange_on(&listener, &[ep(2)], step, |_| Ok(())).unwrap_err();
+            let took = started.elapsed();
+            assert!(
+                matches!(&e, ExchangeError::Io { source, .. } if source.kind() == io::ErrorKind::TimedOut),
+                "{e:?}"
+            );
+            assert!(e.to_string().contains("did not complete within"), "{e}");
+            assert!(
+                took < step * 3,
+                "cut off after {took:?}, the step is {step:?}"
+            );
+            drop(dripper);
         });
     }
 
