@@ -69,10 +69,12 @@ impl XsrqDest {
                 fields.len()
             ));
         };
+        // Hex digits only: from_str_radix alone also takes a leading '+'.
         let hex = |what: &str, s: &str, max: u32| {
-            u32::from_str_radix(s, 16)
-                .ok()
-                .filter(|&v| v <= max && !s.is_empty())
+            Some(s)
+                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit()))
+                .and_then(|s| u32::from_str_radix(s, 16).ok())
+                .filter(|&v| v <= max)
                 .ok_or_else(|| format!("the peer's {what} is not a hex number up to {max:#x}"))
         };
         Ok(XsrqDest {
@@ -272,5 +274,16 @@ mod tests {
         let mut bad = dest().encode();
         bad[0] = 0xff;
         assert!(XsrqDest::decode(&bad).is_err());
+        // A sign is not a hex digit, as in the pingpong endpoint line.
+        let text = std::str::from_utf8(&dest().encode()).unwrap().to_owned();
+        let first = text.split(':').next().unwrap().to_owned();
+        let signed = text.replacen(&first, &format!("+{}", &first[1..]), 1);
+        let mut bad = [0u8; MSG_SIZE];
+        bad[..signed.trim_end_matches('\0').len()]
+            .copy_from_slice(signed.trim_end_matches('\0').as_bytes());
+        assert!(
+            XsrqDest::decode(&bad).unwrap_err().contains("LID"),
+            "{signed:?}"
+        );
     }
 }
