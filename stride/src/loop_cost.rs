@@ -160,6 +160,35 @@ fn resolve(table: &mut HashMap<String, String>, s: &str) -> Result<String, Strin
     }
 }
 
+/// Every instruction whose count grew from `short` to `long`, by object file name and
+/// function, summed as `take` weighs each growth (`None`: left out). The walk both counts
+/// share; they differ only in which growths they take and how.
+fn growth_by_function(
+    short: &Profile,
+    long: &Profile,
+    take: impl Fn(u64) -> Option<u64>,
+) -> BTreeMap<String, BTreeMap<String, u64>> {
+    let mut by_object: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    for ((object, function, addr), &n_long) in &long.counts {
+        let key = (object.clone(), function.clone(), *addr);
+        let n_short = short.counts.get(&key).copied().unwrap_or(0);
+        let Some(weight) = n_long
+            .checked_sub(n_short)
+            .filter(|&grew| grew > 0)
+            .and_then(&take)
+        else {
+            continue;
+        };
+        let file = object.rsplit('/').next().unwrap_or(object).to_owned();
+        *by_object
+            .entry(file)
+            .or_default()
+            .entry(function.clone())
+            .or_default() += weight;
+    }
+    by_object
+}
+
 /// Instructions per iteration of one object (the program, a library).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ObjectCost {
@@ -174,30 +203,13 @@ pub struct ObjectCost {
 /// The loop body of `short` → `long` (the same program and loop, `iterations` more
 /// iterations in `long`), by object, most first; see the module documentation.
 pub fn per_iteration(short: &Profile, long: &Profile, iterations: u64) -> Vec<ObjectCost> {
-    let mut by_object: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
     if iterations == 0 {
         return Vec::new();
     }
-    for ((object, function, addr), &n_long) in &long.counts {
-        let key = (object.clone(), function.clone(), *addr);
-        let n_short = short.counts.get(&key).copied().unwrap_or(0);
-        let Some(grew) = n_long.checked_sub(n_short) else {
-            continue;
-        };
-        if grew == 0 || grew % iterations != 0 {
-            continue;
-        }
-        let k = grew / iterations;
-        if k > MAX_PER_ITERATION {
-            continue;
-        }
-        let file = object.rsplit('/').next().unwrap_or(object).to_owned();
-        *by_object
-            .entry(file)
-            .or_default()
-            .entry(function.clone())
-            .or_default() += k;
-    }
+    let by_object = growth_by_function(short, long, |grew| {
+        (grew % iterations == 0 && grew / iterations <= MAX_PER_ITERATION)
+            .then_some(grew / iterations)
+    });
     let mut out: Vec<ObjectCost> = by_object
         .into_iter()
         .map(|(object, fns)| {
@@ -239,26 +251,12 @@ pub struct LooseCost {
 /// one is nearer to all of it, with some of its waiting. Spins that polled more than
 /// [`MAX_PER_ITERATION`] times per iteration, or fewer in the longer run, stay out of both.
 pub fn loose_per_iteration(short: &Profile, long: &Profile, iterations: u64) -> Vec<LooseCost> {
-    let mut by_object: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
     if iterations == 0 {
         return Vec::new();
     }
-    for ((object, function, addr), &n_long) in &long.counts {
-        let key = (object.clone(), function.clone(), *addr);
-        let n_short = short.counts.get(&key).copied().unwrap_or(0);
-        let Some(grew) = n_long.checked_sub(n_short) else {
-            continue;
-        };
-        if grew == 0 || grew > MAX_PER_ITERATION * iterations {
-            continue;
-        }
-        let file = object.rsplit('/').next().unwrap_or(object).to_owned();
-        *by_object
-            .entry(file)
-            .or_default()
-            .entry(function.clone())
-            .or_default() += grew;
-    }
+    let by_object = growth_by_function(short, long, |grew| {
+        (grew <= MAX_PER_ITERATION * iterations).then_some(grew)
+    });
     let per = |grew: u64| grew as f64 / iterations as f64;
     let mut out: Vec<LooseCost> = by_object
         .into_iter()
