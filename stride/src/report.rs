@@ -350,6 +350,22 @@ mod tests {
     use crate::cli::{Cli, Verb};
     use clap::Parser;
 
+    fn lat() -> LatencyResult {
+        LatencyResult {
+            bytes: 2,
+            iterations: 1000,
+            summary: LatencySummary {
+                t_min: 1.0,
+                t_max: 9.0,
+                t_typical: 2.5,
+                t_avg: 2.75,
+                t_stdev: 0.5,
+                p99: 8.0,
+                p99_9: 9.0,
+            },
+        }
+    }
+
     fn bw() -> BandwidthResult {
         BandwidthResult {
             bytes: 65536,
@@ -464,19 +480,7 @@ mod tests {
             e.to_string().contains("fastest interval (bytes/s) of inf"),
             "{e}"
         );
-        let mut lat = LatencyResult {
-            bytes: 2,
-            iterations: 1000,
-            summary: LatencySummary {
-                t_min: 1.0,
-                t_max: 9.0,
-                t_typical: 2.5,
-                t_avg: 2.75,
-                t_stdev: 0.5,
-                p99: 8.0,
-                p99_9: 9.0,
-            },
-        };
+        let mut lat = lat();
         assert_eq!(side(SizeResult::Latency(lat)).check_numbers(), Ok(()));
         lat.summary.t_avg = -3.0;
         let e = side(SizeResult::Latency(lat)).check_numbers().unwrap_err();
@@ -507,19 +511,7 @@ mod tests {
 
     #[test]
     fn latency_row_has_every_column() {
-        let r = LatencyResult {
-            bytes: 2,
-            iterations: 1000,
-            summary: LatencySummary {
-                t_min: 1.0,
-                t_max: 9.0,
-                t_typical: 2.5,
-                t_avg: 2.75,
-                t_stdev: 0.5,
-                p99: 8.0,
-                p99_9: 9.0,
-            },
-        };
+        let r = lat();
         let cols: Vec<String> = latency_row(&r)
             .split_whitespace()
             .map(String::from)
