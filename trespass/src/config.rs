@@ -38,6 +38,7 @@ pub struct Config {
     pub(crate) connect_timeout: Duration,
     pub(crate) linger: Duration,
     pub(crate) retry_count: u8,
+    pub(crate) backlog: u16,
 }
 
 impl Default for Config {
@@ -56,6 +57,7 @@ impl Default for Config {
             connect_timeout: Duration::from_secs(10),
             linger: Duration::from_secs(10),
             retry_count: 7,
+            backlog: 1024,
         }
     }
 }
@@ -163,6 +165,14 @@ impl Config {
     /// again before the connection fails as unreachable.
     pub fn retry_count(&mut self, n: u8) -> &mut Self {
         self.retry_count = n.min(7);
+        self
+    }
+
+    /// How many connection requests a listener holds while its application has not
+    /// accepted them yet (default 1024; the kernel caps it at `net.rdma_ucm.max_backlog`,
+    /// 1024 unless raised). Requests beyond it are refused.
+    pub fn backlog(&mut self, n: u16) -> &mut Self {
+        self.backlog = n.max(1);
         self
     }
 

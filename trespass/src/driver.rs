@@ -216,6 +216,11 @@ impl Driver {
         self.spin.set_min(d);
     }
 
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn busy_poll(&self) -> Duration {
+        self.spin.min()
+    }
+
     /// One round: every completion and rdma_cm event that is waiting, the timers, then the
     /// receives and the writes the core asks for. True when anything happened.
     pub(crate) fn pump(&mut self, now: Instant) -> bool {

@@ -51,6 +51,8 @@ mod keeper;
 mod readiness;
 mod spin;
 mod stream;
+#[cfg(feature = "tokio")]
+pub mod tokio;
 pub mod wire;
 
 pub use config::Config;

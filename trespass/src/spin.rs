@@ -47,6 +47,12 @@ impl Spin {
         self.min = min;
     }
 
+    /// The least a wait spins.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn min(&self) -> Duration {
+        self.min
+    }
+
     /// How long the next wait spins.
     pub(crate) fn time(&self) -> Duration {
         if self.max <= self.min {

@@ -22,7 +22,7 @@ pub(crate) struct Shared {
     pub(crate) readiness: Readiness,
 }
 
-fn cm(what: &'static str) -> impl FnOnce(CmError) -> Error {
+pub(crate) fn cm(what: &'static str) -> impl FnOnce(CmError) -> Error {
     move |source| Error::Cm { what, source }
 }
 
@@ -44,12 +44,7 @@ pub(crate) fn connect(
         CmError::Timeout { .. } => Error::ConnectTimeout { addr, timeout },
         source => Error::Cm { what, source },
     };
-    let channel = EventChannel::new().map_err(cm("creating an rdma_cm event channel"))?;
-    let id = channel
-        .create_id(PortSpace::Tcp)
-        .map_err(cm("creating an rdma_cm id"))?;
-    id.resolve_addr(None, addr, left(deadline).min(Duration::from_secs(5)))
-        .map_err(cm("resolving the address"))?;
+    let (channel, id) = connect_start(addr, timeout)?;
     channel
         .wait_for(EventType::AddrResolved, Some(left(deadline)))
         .map_err(|e| timed_out(e, "resolving the address"))?;
@@ -58,13 +53,46 @@ pub(crate) fn connect(
     channel
         .wait_for(EventType::RouteResolved, Some(left(deadline)))
         .map_err(|e| timed_out(e, "resolving the route"))?;
-    let res = Resources::new(&id, config)?;
-    id.connect(&res.conn_param(config))
-        .map_err(cm("sending the connection request"))?;
+    let res = connect_routed(&id, config)?;
     let event = match channel.get_event(Some(left(deadline))) {
         Ok(ev) => ev,
         Err(e) => return Err(timed_out(e, "waiting for the peer to accept")),
     };
+    connect_reply(event, res, config, addr)
+}
+
+/// The first step of connecting: an event channel and an id of its own, and the address
+/// resolution started (`AddrResolved` comes next on the channel).
+pub(crate) fn connect_start(
+    addr: SocketAddr,
+    timeout: Duration,
+) -> Result<(Arc<EventChannel>, Arc<CmId>), Error> {
+    let channel = EventChannel::new().map_err(cm("creating an rdma_cm event channel"))?;
+    let id = channel
+        .create_id(PortSpace::Tcp)
+        .map_err(cm("creating an rdma_cm id"))?;
+    id.resolve_addr(None, addr, timeout.min(Duration::from_secs(5)))
+        .map_err(cm("resolving the address"))?;
+    Ok((channel, id))
+}
+
+/// Once the route is resolved: the connection's resources, and the request sent with this
+/// side's hello (the reply comes next on the channel).
+pub(crate) fn connect_routed(id: &Arc<CmId>, config: &Config) -> Result<Resources, Error> {
+    let res = Resources::new(id, config)?;
+    id.connect(&res.conn_param(config))
+        .map_err(cm("sending the connection request"))?;
+    Ok(res)
+}
+
+/// The last step of connecting: the listener's reply, `Established` with its hello or a
+/// refusal.
+pub(crate) fn connect_reply(
+    event: sideway::rdmacm::Event,
+    res: Resources,
+    config: &Config,
+    addr: SocketAddr,
+) -> Result<Stream, Error> {
     log::debug!(
         target: "trespass",
         "connecting to {addr}: rdma_cm event {:?} (status {})",
@@ -119,6 +147,75 @@ pub(crate) fn connect(
     Stream::new(res, peer, config)
 }
 
+/// A connection request taken from a listener's channel: its id and the client's hello.
+pub(crate) struct Request {
+    id: Arc<CmId>,
+    private: Vec<u8>,
+}
+
+/// Completes a connection request: reads the client's hello (refusing one it cannot read),
+/// makes the connection's resources, accepts and waits (at most the connect timeout) for
+/// the connection to be established.
+pub(crate) fn handshake(config: &Config, local: SocketAddr, req: Request) -> Result<Stream, Error> {
+    let accepted = handshake_accept(config, local, req)?;
+    accepted
+        .channel
+        .wait_for(EventType::Established, Some(config.connect_timeout))
+        .map_err(cm("waiting for the connection to be established"))?;
+    accepted.established(config)
+}
+
+/// A connection request accepted, waiting for `Established` on its own channel.
+pub(crate) struct Accepted {
+    pub(crate) channel: Arc<EventChannel>,
+    res: Resources,
+    peer: Hello,
+}
+
+impl Accepted {
+    /// The addresses of the connection being accepted.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn endpoints(&self) -> sideway::rdmacm::Endpoints {
+        self.res.id.endpoints()
+    }
+
+    /// Once `Established` arrived: the stream.
+    pub(crate) fn established(self, config: &Config) -> Result<Stream, Error> {
+        Stream::new(self.res, self.peer, config)
+    }
+}
+
+/// The handshake up to the accept: reads the client's hello (refusing one it cannot read),
+/// moves the id to a channel of its own, makes the connection's resources and accepts.
+pub(crate) fn handshake_accept(
+    config: &Config,
+    local: SocketAddr,
+    req: Request,
+) -> Result<Accepted, Error> {
+    let Request { id, private } = req;
+    let addr = id.peer_addr().unwrap_or(local);
+    let peer = match Hello::decode(&private) {
+        Ok(h) => h,
+        Err(source) => {
+            let _ = id.reject(&Refusal::BadHello.encode());
+            return Err(Error::Handshake { addr, source });
+        }
+    };
+    let channel = EventChannel::new().map_err(cm("creating an rdma_cm event channel"))?;
+    id.migrate(&channel)
+        .map_err(cm("moving the connection to its own event channel"))?;
+    let res = match Resources::new(&id, config) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = id.reject(&Refusal::NoResources.encode());
+            return Err(e);
+        }
+    };
+    id.accept(&res.conn_param(config))
+        .map_err(cm("accepting"))?;
+    Ok(Accepted { channel, res, peer })
+}
+
 /// Binds and listens on `addr`.
 pub(crate) fn bind(config: &Config, addr: SocketAddr) -> Result<Listener, Error> {
     let channel = EventChannel::new().map_err(cm("creating an rdma_cm event channel"))?;
@@ -127,7 +224,8 @@ pub(crate) fn bind(config: &Config, addr: SocketAddr) -> Result<Listener, Error>
         .map_err(cm("creating an rdma_cm id"))?;
     id.bind_addr(addr)
         .map_err(cm("binding the listener's address"))?;
-    id.listen(128).map_err(cm("listening"))?;
+    id.listen(i32::from(config.backlog))
+        .map_err(cm("listening"))?;
     let local = id.local_addr().unwrap_or(addr);
     Ok(Listener {
         _id: id,
@@ -200,24 +298,27 @@ impl Listener {
     /// `WouldBlock` in non-blocking mode; rdma_cm failures of the listener itself.
     pub fn accept(&self) -> io::Result<(Stream, SocketAddr)> {
         loop {
-            let event = if self.nonblocking {
-                match self.channel.try_get_event() {
-                    Ok(Some(ev)) => ev,
-                    Ok(None) => return Err(io::ErrorKind::WouldBlock.into()),
-                    Err(e) => return Err(cm("waiting for a connection request")(e).into()),
+            let request = if self.nonblocking {
+                match self.try_request()? {
+                    Some(r) => r,
+                    None => return Err(io::ErrorKind::WouldBlock.into()),
                 }
             } else {
-                self.channel
+                let event = self
+                    .channel
                     .get_event(None)
-                    .map_err(cm("waiting for a connection request"))?
+                    .map_err(cm("waiting for a connection request"))?;
+                if event.event_type() != EventType::ConnectRequest {
+                    continue;
+                }
+                let request = Request {
+                    id: Arc::clone(event.id()),
+                    private: event.private_data().to_vec(),
+                };
+                drop(event);
+                request
             };
-            if event.event_type() != EventType::ConnectRequest {
-                continue;
-            }
-            let id = Arc::clone(event.id());
-            let private = event.private_data().to_vec();
-            drop(event);
-            match self.handshake(&id, &private) {
+            match handshake(&self.config, self.local, request) {
                 Ok(stream) => {
                     let peer = stream.peer_addr()?;
                     return Ok((stream, peer));
@@ -229,31 +330,30 @@ impl Listener {
         }
     }
 
-    fn handshake(&self, id: &Arc<CmId>, private: &[u8]) -> Result<Stream, Error> {
-        let addr = id.peer_addr().unwrap_or(self.local);
-        let peer = match Hello::decode(private) {
-            Ok(h) => h,
-            Err(source) => {
-                let _ = id.reject(&Refusal::BadHello.encode());
-                return Err(Error::Handshake { addr, source });
+    /// The next connection request, without waiting (`None` when none is waiting); events
+    /// that are not requests are passed over.
+    pub(crate) fn try_request(&self) -> io::Result<Option<Request>> {
+        loop {
+            match self.channel.try_get_event() {
+                Ok(Some(event)) => {
+                    if event.event_type() != EventType::ConnectRequest {
+                        continue;
+                    }
+                    return Ok(Some(Request {
+                        id: Arc::clone(event.id()),
+                        private: event.private_data().to_vec(),
+                    }));
+                }
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(cm("waiting for a connection request")(e).into()),
             }
-        };
-        let channel = EventChannel::new().map_err(cm("creating an rdma_cm event channel"))?;
-        id.migrate(&channel)
-            .map_err(cm("moving the connection to its own event channel"))?;
-        let res = match Resources::new(id, &self.config) {
-            Ok(r) => r,
-            Err(e) => {
-                let _ = id.reject(&Refusal::NoResources.encode());
-                return Err(e);
-            }
-        };
-        id.accept(&res.conn_param(&self.config))
-            .map_err(cm("accepting"))?;
-        channel
-            .wait_for(EventType::Established, Some(self.config.connect_timeout))
-            .map_err(cm("waiting for the connection to be established"))?;
-        Stream::new(res, peer, &self.config)
+        }
+    }
+
+    /// The configuration accepted connections get.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
     }
 
     /// An iterator over accepted connections, like `TcpListener::incoming`.
@@ -460,6 +560,12 @@ impl Stream {
     /// How long blocking calls spin before sleeping (the configured busy poll).
     pub fn set_busy_poll(&mut self, d: Duration) {
         self.lock().set_busy_poll(d);
+    }
+
+    /// The least time blocking calls spin before sleeping.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn busy_poll(&self) -> Duration {
+        self.lock().busy_poll()
     }
 
     fn deadline(&self, timeout: Option<Duration>) -> Option<Instant> {
@@ -687,6 +793,44 @@ impl Stream {
     /// Bytes waiting to be read, without reading them (may be less than will arrive).
     pub fn has_unread(&self) -> bool {
         self.lock().conn.has_unread()
+    }
+
+    /// Pumps the connection for at most `d` (busy polling, no sleep) until it can be read
+    /// (`read`) or written, or has failed. True when it can; false when the time ran out.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn spin_until_ready(&self, d: Duration, read: bool) -> bool {
+        if d.is_zero() {
+            return false;
+        }
+        let mut drv = self.lock();
+        let end = Instant::now() + d;
+        loop {
+            let now = Instant::now();
+            drv.pump_fast(now);
+            let c = &drv.conn;
+            let ready = if read {
+                c.has_unread() || c.is_eof()
+            } else {
+                c.is_writable()
+            };
+            if ready || c.error().is_some() || c.broken().is_some() {
+                return true;
+            }
+            if now >= end {
+                return false;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// True when dropping the stream will not linger: the FIN completed, or the connection
+    /// failed (nothing more can complete).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn close_is_quick(&self) -> bool {
+        let mut drv = self.lock();
+        drv.pump_fast(Instant::now());
+        let c = &drv.conn;
+        c.fin_done() || c.error().is_some() || c.broken().is_some()
     }
 }
 

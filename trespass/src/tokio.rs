@@ -1,0 +1,652 @@
+//! The tokio front end (feature `tokio`): [`Listener`] and [`Stream`], shaped like
+//! `tokio::net::TcpListener` and `TcpStream`. A [`Stream`] implements tokio's
+//! [`AsyncRead`] and [`AsyncWrite`], so anything generic over them rides on it: `tokio::io`
+//! copies, codecs (`tokio_util::codec`), TLS (`tokio-rustls`), HTTP (`hyper` through
+//! `hyper_util::rt::TokioIo`), gRPC (`tonic`'s `connect_with_connector` and
+//! `serve_with_incoming`). The `futures` traits come through `tokio_util::compat`.
+//!
+//! ```no_run
+//! use tokio::io::{AsyncReadExt, AsyncWriteExt};
+//! # async fn demo() -> std::io::Result<()> {
+//! let listener = trespass::tokio::Listener::bind("198.18.0.1:7471").await?;
+//! tokio::spawn(async move {
+//!     while let Ok((mut stream, _peer)) = listener.accept().await {
+//!         tokio::spawn(async move {
+//!             let (mut rd, mut wr) = tokio::io::split(&mut stream);
+//!             let _ = tokio::io::copy(&mut rd, &mut wr).await;
+//!         });
+//!     }
+//! });
+//! let mut stream = trespass::tokio::Stream::connect("198.18.0.1:7471").await?;
+//! stream.write_all(b"hello").await?;
+//! let mut reply = [0u8; 5];
+//! stream.read_exact(&mut reply).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # How it waits
+//!
+//! No thread per connection: each stream registers its readiness fd (see
+//! [`AsFd`](std::os::fd::AsFd) on [`crate::Stream`]) with tokio's reactor through
+//! [`AsyncFd`], twice (the fd and a duplicate of it), so a task reading and a task writing
+//! the same stream (`tokio::io::split`) each have their own wake-up. Before a read or a write
+//! parks, it busy-polls the completion queue for [`Stream::set_busy_poll`] (by default the
+//! [`Config::busy_poll`] of the connection, 20 µs): a peer that answers sooner than a
+//! wake-up through the reactor costs no system call. Turn it off (`Duration::ZERO`) for a
+//! server with many mostly idle connections on one thread: there every spin is time the other
+//! connections wait.
+//!
+//! Connecting and the server side of the handshake block for up to a round trip through
+//! rdma_cm (at most the connect timeout); both run on tokio's blocking pool
+//! ([`tokio::task::spawn_blocking`]), never on the runtime's own threads, and a listener
+//! completes any number of handshakes at once, so a client that stalls its handshake holds up
+//! nobody.
+//!
+//! # Cancel safety
+//!
+//! As with tokio's `TcpStream`:
+//! - [`AsyncRead::poll_read`] and [`AsyncWrite::poll_write`] either move bytes and return
+//!   `Ready`, or move none and return `Pending`: dropping a `read`, `write`, `readable`-style
+//!   future that has not completed loses no byte and duplicates none. So are
+//!   [`Stream::recv_msg`] (a message being received in pieces stays in the stream; the next
+//!   call goes on with it) and [`Stream::send_msg`] (a message is committed whole or not at
+//!   all) and [`Listener::accept`] (a connection whose handshake completes after the future was
+//!   dropped is returned by the next call).
+//! - Composite operations are not, exactly as with tokio's: `read_exact`, `write_all`,
+//!   `read_to_end` may have moved some bytes when dropped.
+//! - [`Stream::connect`]: a dropped future leaves the connection being set up on the blocking
+//!   pool, which closes it when done.
+//!
+//! # Closing
+//!
+//! [`AsyncWriteExt::shutdown`](tokio::io::AsyncWriteExt::shutdown) shuts the write side down
+//! as [`crate::Stream::shutdown`] does (the peer reads every byte, then end of stream) and,
+//! like `TcpStream`'s, does not wait for the peer. Dropping a stream whose last bytes are not
+//! yet in the peer's memory hands it to the blocking pool, which waits for them there (at
+//! most the configured linger), never on a runtime thread.
+
+#![allow(unsafe_code)]
+
+use std::future::{poll_fn, Future};
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use ::tokio::io::unix::AsyncFd;
+use ::tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use ::tokio::net::ToSocketAddrs;
+use ::tokio::task::JoinSet;
+use ::tokio::time::Instant;
+use sideway::rdmacm::{CmError, Event, EventChannel, EventType};
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::stream::{cm, connect_reply, connect_routed, connect_start, handshake_accept, Request};
+
+/// The raw fd of the [`crate::Stream`] it sits beside in [`Io`], which closes it: declared
+/// before the stream there, so the reactor lets go of it first.
+#[derive(Debug)]
+struct Borrowed(RawFd);
+
+impl AsRawFd for Borrowed {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
+/// A connection and its two registrations with the reactor. Field order is drop order:
+/// both registrations end before the stream closes its fd.
+#[derive(Debug)]
+struct Io {
+    /// The stream's readiness fd: readers wait on it.
+    read_ready: AsyncFd<Borrowed>,
+    /// A duplicate of it: writers wait on this one, with a waker of their own.
+    write_ready: AsyncFd<OwnedFd>,
+    stream: crate::Stream,
+}
+
+/// A trespass connection for tokio: [`AsyncRead`] and [`AsyncWrite`] (a byte stream, as
+/// tokio's `TcpStream`), and messages with boundaries ([`send_msg`](Self::send_msg),
+/// [`recv_msg`](Self::recv_msg)) on the same connection. See the [module](self) for how it
+/// waits, what is cancel-safe and how it closes.
+#[derive(Debug)]
+pub struct Stream {
+    /// `Some` until dropped.
+    io: Option<Io>,
+    busy_poll: Duration,
+}
+
+impl Stream {
+    /// Connects to `addr` with the default [`Config`]. The set-up (address and route
+    /// resolution, the handshake) runs on tokio's blocking pool.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Stream::connect`]: `ConnectionRefused` when nothing listens for trespass
+    /// there, `AddrNotAvailable` without an RDMA device for the address, `TimedOut` after the
+    /// connect timeout.
+    pub fn connect(
+        addr: impl ToSocketAddrs + Send + 'static,
+    ) -> impl Future<Output = io::Result<Stream>> + Send + 'static {
+        Stream::connect_with(&Config::default(), addr)
+    }
+
+    /// Connects to `addr` with `config`. The future borrows nothing (it can be handed to
+    /// `tokio::spawn` as it is).
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect).
+    pub fn connect_with(
+        config: &Config,
+        addr: impl ToSocketAddrs + Send + 'static,
+    ) -> impl Future<Output = io::Result<Stream>> + Send + 'static {
+        let config = config.clone();
+        async move {
+            let addr = first_addr(addr).await?;
+            Stream::from_std(connect(&config, addr).await?)
+        }
+    }
+
+    /// Takes over a connected [`crate::Stream`] (it is switched to non-blocking mode). Must
+    /// be called within a tokio runtime with I/O enabled.
+    ///
+    /// # Errors
+    ///
+    /// When the fd cannot be registered with the reactor (no runtime, or the reactor is
+    /// out of resources) or duplicated.
+    pub fn from_std(mut stream: crate::Stream) -> io::Result<Stream> {
+        stream.set_nonblocking(true)?;
+        let busy_poll = stream.busy_poll();
+        let fd = Borrowed(stream.as_raw_fd());
+        // SAFETY: the fd is the stream's readiness fd, which the stream owns and closes only
+        // when it is dropped; the stream goes into the same `Io` as this registration,
+        // declared after it, so the registration ends first, and nothing replaces an `Io`'s
+        // stream. `Borrowed::as_raw_fd` always returns the same number.
+        let read_ready = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
+            .map_err(|e| e.into_parts().1)?;
+        let dup = stream.as_fd().try_clone_to_owned()?;
+        // SAFETY: the registration owns the duplicate, which stays open until it is dropped.
+        let write_ready = unsafe { AsyncFd::register_with_interest(dup, Interest::READABLE) }
+            .map_err(|e| e.into_parts().1)?;
+        Ok(Stream {
+            io: Some(Io {
+                read_ready,
+                write_ready,
+                stream,
+            }),
+            busy_poll,
+        })
+    }
+
+    fn io(&self) -> &Io {
+        self.io
+            .as_ref()
+            .expect("a stream has its connection until it is dropped")
+    }
+
+    fn io_mut(&mut self) -> &mut Io {
+        self.io
+            .as_mut()
+            .expect("a stream has its connection until it is dropped")
+    }
+
+    /// The peer's address.
+    ///
+    /// # Errors
+    ///
+    /// `NotConnected` when rdma_cm did not report one.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.io().stream.peer_addr()
+    }
+
+    /// This side's address.
+    ///
+    /// # Errors
+    ///
+    /// `NotConnected` when rdma_cm did not report one.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.io().stream.local_addr()
+    }
+
+    /// As [`crate::Stream::set_nodelay`]: off, small writes are held until 16 KiB are
+    /// pending, a message is sent or the stream is flushed.
+    ///
+    /// # Errors
+    ///
+    /// None today; kept for `TcpStream`'s shape.
+    pub fn set_nodelay(&mut self, nodelay: bool) -> io::Result<()> {
+        self.io_mut().stream.set_nodelay(nodelay)
+    }
+
+    /// Whether `nodelay` is on.
+    ///
+    /// # Errors
+    ///
+    /// None today; kept for `TcpStream`'s shape.
+    pub fn nodelay(&self) -> io::Result<bool> {
+        self.io().stream.nodelay()
+    }
+
+    /// How long a read or a write busy-polls before it parks the task (zero: never). See
+    /// the [module](self) for the trade-off.
+    pub fn set_busy_poll(&mut self, d: Duration) {
+        self.busy_poll = d;
+    }
+
+    /// The busy-poll time.
+    pub fn busy_poll(&self) -> Duration {
+        self.busy_poll
+    }
+
+    /// Shuts down the read side, the write side or both, as [`crate::Stream::shutdown`].
+    /// Does not wait.
+    ///
+    /// # Errors
+    ///
+    /// None today; kept for `TcpStream`'s shape.
+    pub fn shutdown_std(&mut self, how: Shutdown) -> io::Result<()> {
+        self.io_mut().stream.shutdown(how)
+    }
+
+    /// Sends `msg` as one message (the peer's `recv_msg` returns exactly these bytes),
+    /// waiting until the send buffer has room for all of it. Cancel-safe: the message is
+    /// committed whole when the future completes, and not at all before.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when `msg` is larger than the peer accepts or than the send buffer
+    /// ([`Config::send_buffer`]); the connection's error.
+    pub async fn send_msg(&mut self, msg: &[u8]) -> io::Result<()> {
+        poll_fn(|cx| self.poll_send_msg(cx, msg)).await
+    }
+
+    /// The poll form of [`send_msg`](Self::send_msg).
+    ///
+    /// # Errors
+    ///
+    /// As [`send_msg`](Self::send_msg).
+    pub fn poll_send_msg(&mut self, cx: &mut Context<'_>, msg: &[u8]) -> Poll<io::Result<()>> {
+        let busy_poll = self.busy_poll;
+        let io = self.io_mut();
+        loop {
+            let mut guard = ready!(io.write_ready.poll_read_ready(cx))?;
+            match io.stream.send_msg(msg) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if !io.stream.spin_until_ready(busy_poll, false) {
+                        guard.clear_ready();
+                    }
+                }
+                done => return Poll::Ready(done),
+            }
+        }
+    }
+
+    /// Receives the next message into `buf` (cleared first) and returns its length, or
+    /// `None` at end of stream. Cancel-safe: a message that arrived in part stays in the
+    /// stream until a later call completes it.
+    ///
+    /// # Errors
+    ///
+    /// The connection's error; `InvalidData` when the peer sent a message larger than
+    /// [`Config::max_message`].
+    pub async fn recv_msg(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<usize>> {
+        poll_fn(|cx| self.poll_recv_msg(cx, buf)).await
+    }
+
+    /// The poll form of [`recv_msg`](Self::recv_msg).
+    ///
+    /// # Errors
+    ///
+    /// As [`recv_msg`](Self::recv_msg).
+    pub fn poll_recv_msg(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut Vec<u8>,
+    ) -> Poll<io::Result<Option<usize>>> {
+        let busy_poll = self.busy_poll;
+        let io = self.io_mut();
+        loop {
+            let mut guard = ready!(io.read_ready.poll_read_ready(cx))?;
+            match io.stream.recv_msg(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if !io.stream.spin_until_ready(busy_poll, true) {
+                        guard.clear_ready();
+                    }
+                }
+                done => return Poll::Ready(done),
+            }
+        }
+    }
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let busy_poll = this.busy_poll;
+        let io = this.io_mut();
+        loop {
+            let mut guard = ready!(io.read_ready.poll_read_ready(cx))?;
+            match io.stream.read(buf.initialize_unfilled()) {
+                Ok(n) => {
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // The stream armed its fd before saying WouldBlock: whatever arrives
+                    // from here on makes it readable, and the reactor sees that.
+                    if !io.stream.spin_until_ready(busy_poll, true) {
+                        guard.clear_ready();
+                    }
+                }
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let busy_poll = this.busy_poll;
+        let io = this.io_mut();
+        loop {
+            let mut guard = ready!(io.write_ready.poll_read_ready(cx))?;
+            match io.stream.write(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if !io.stream.spin_until_ready(busy_poll, false) {
+                        guard.clear_ready();
+                    }
+                }
+                done => return Poll::Ready(done),
+            }
+        }
+    }
+
+    /// Posts what coalescing held back (`nodelay` off); does not wait for the peer.
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(self.get_mut().io_mut().stream.flush())
+    }
+
+    /// Shuts the write side down (the peer reads every byte written, then end of stream);
+    /// does not wait for the peer, as `TcpStream`'s does not.
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(self.get_mut().io_mut().stream.shutdown(Shutdown::Write))
+    }
+}
+
+impl AsRawFd for Stream {
+    /// The connection's readiness fd (see [`crate::Stream`]'s `AsFd`).
+    fn as_raw_fd(&self) -> RawFd {
+        self.io().stream.as_raw_fd()
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let Some(io) = self.io.take() else { return };
+        if io.stream.close_is_quick() {
+            return;
+        }
+        // The last bytes are still on their way: wait for them (at most the linger) on the
+        // blocking pool, not on this thread, which may be the runtime's.
+        match ::tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn_blocking(move || drop(io));
+            }
+            Err(_) => drop(io),
+        }
+    }
+}
+
+/// A trespass listener for tokio, shaped like `tokio::net::TcpListener`.
+///
+/// Each connection request's handshake (reading the client's hello, making the
+/// connection's resources, accepting, waiting for the connection to be established) runs on
+/// tokio's blocking pool, any number at once; [`accept`](Self::accept) returns connections in
+/// the order their handshakes complete. A request that cannot be completed is refused and
+/// logged (target `trespass`), and accept goes on, as [`crate::Listener::accept`] does.
+#[derive(Debug)]
+pub struct Listener {
+    io: AsyncFd<crate::Listener>,
+    config: Config,
+    local: SocketAddr,
+    handshakes: Mutex<JoinSet<Result<crate::Stream, Error>>>,
+}
+
+impl Listener {
+    /// Listens on `addr` with the default [`Config`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Listener::bind`]; also when the reactor cannot take the fd.
+    pub async fn bind(addr: impl ToSocketAddrs) -> io::Result<Listener> {
+        Listener::bind_with(&Config::default(), addr).await
+    }
+
+    /// Listens on `addr` with `config` (which accepted connections get too).
+    ///
+    /// # Errors
+    ///
+    /// As [`bind`](Self::bind).
+    pub async fn bind_with(config: &Config, addr: impl ToSocketAddrs) -> io::Result<Listener> {
+        let addr = first_addr(addr).await?;
+        Listener::from_std(config.bind(addr)?)
+    }
+
+    /// Takes over a bound [`crate::Listener`]. Must be called within a tokio runtime with
+    /// I/O enabled.
+    ///
+    /// # Errors
+    ///
+    /// When the reactor cannot take the fd.
+    pub fn from_std(listener: crate::Listener) -> io::Result<Listener> {
+        let config = listener.config().clone();
+        let local = listener.local_addr()?;
+        // SAFETY: the fd is the listener's rdma_cm event channel, which the listener owns and
+        // keeps open as long as it lives; the registration owns the listener and only ever
+        // lends it out shared (`get_ref`), so it is never replaced.
+        let io = unsafe { AsyncFd::register_with_interest(listener, Interest::READABLE) }
+            .map_err(|e| e.into_parts().1)?;
+        Ok(Listener {
+            io,
+            config,
+            local,
+            handshakes: Mutex::new(JoinSet::new()),
+        })
+    }
+
+    /// The address listened on.
+    ///
+    /// # Errors
+    ///
+    /// None today; kept for `TcpListener`'s shape.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.local)
+    }
+
+    /// Accepts the next connection. Cancel-safe.
+    ///
+    /// # Errors
+    ///
+    /// rdma_cm failures of the listener itself; a connection that failed on registering
+    /// with the reactor.
+    pub async fn accept(&self) -> io::Result<(Stream, SocketAddr)> {
+        poll_fn(|cx| self.poll_accept(cx)).await
+    }
+
+    /// The poll form of [`accept`](Self::accept).
+    ///
+    /// # Errors
+    ///
+    /// As [`accept`](Self::accept).
+    pub fn poll_accept(&self, cx: &mut Context<'_>) -> Poll<io::Result<(Stream, SocketAddr)>> {
+        loop {
+            {
+                let mut set = self.handshakes.lock().unwrap_or_else(|p| p.into_inner());
+                while let Poll::Ready(Some(done)) = set.poll_join_next(cx) {
+                    match done.map_err(joined) {
+                        Ok(Ok(stream)) => {
+                            let stream = Stream::from_std(stream)?;
+                            let peer = stream.peer_addr()?;
+                            return Poll::Ready(Ok((stream, peer)));
+                        }
+                        Ok(Err(e)) => log::warn!(
+                            target: "trespass",
+                            "refused a connection on {}: {e}",
+                            self.local
+                        ),
+                        Err(e) => log::warn!(
+                            target: "trespass",
+                            "a handshake on {} did not finish: {e}",
+                            self.local
+                        ),
+                    }
+                }
+            }
+            let mut guard = ready!(self.io.poll_read_ready(cx))?;
+            match self.io.get_ref().try_request()? {
+                Some(request) => {
+                    let config = self.config.clone();
+                    let local = self.local;
+                    let mut set = self.handshakes.lock().unwrap_or_else(|p| p.into_inner());
+                    set.spawn(handshake(config, local, request));
+                }
+                None => guard.clear_ready(),
+            }
+        }
+    }
+}
+
+/// A handshake task that panicked or was cancelled, as an I/O error.
+fn joined(e: ::tokio::task::JoinError) -> io::Error {
+    io::Error::other(format!("a trespass handshake did not finish: {e}"))
+}
+
+/// The first address `addr` resolves to (through tokio's resolver: no runtime thread waits
+/// on a name lookup).
+async fn first_addr(addr: impl ToSocketAddrs) -> io::Result<SocketAddr> {
+    ::tokio::net::lookup_host(addr)
+        .await?
+        .next()
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the address resolved to no socket address",
+            )
+        })
+}
+
+/// The next event on `channel`, or `None` once `deadline` passed. Waits through the
+/// reactor: the task parks, no thread blocks.
+async fn next_event(
+    channel: &EventChannel,
+    deadline: Instant,
+) -> io::Result<Option<Result<Event, CmError>>> {
+    // SAFETY: `channel` is borrowed for the whole of this function, so its fd stays open
+    // while the registration, dropped before the function returns, exists; `Borrowed`
+    // always returns the same number.
+    let reg = unsafe {
+        AsyncFd::register_with_interest(Borrowed(channel.as_raw_fd()), Interest::READABLE)
+    }
+    .map_err(|e| e.into_parts().1)?;
+    let wait = async {
+        loop {
+            let mut guard = reg.readable().await?;
+            match channel.try_get_event() {
+                Ok(Some(event)) => return Ok(Ok(event)),
+                Ok(None) => guard.clear_ready(),
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+    };
+    match ::tokio::time::timeout_at(deadline, wait).await {
+        Ok(r) => r.map(Some),
+        Err(_) => Ok(None),
+    }
+}
+
+/// `event`, if it is of type `expected` and reports no failure.
+fn expect(event: Event, expected: EventType) -> Result<Event, CmError> {
+    let event = event.into_result()?;
+    if event.event_type() != expected {
+        return Err(CmError::UnexpectedEvent {
+            expected,
+            got: event.event_type(),
+            status: event.status(),
+        });
+    }
+    Ok(event)
+}
+
+/// [`crate::stream::connect`] with every wait a wait of this task: resolves the address and
+/// the route, makes the resources, connects, and reads the listener's reply.
+async fn connect(config: &Config, addr: SocketAddr) -> Result<crate::Stream, Error> {
+    let timeout = config.connect_timeout;
+    let deadline = Instant::now() + timeout;
+    let (channel, id) = connect_start(addr, timeout)?;
+    let step = |what: &'static str, expected: EventType| {
+        let channel = &channel;
+        async move {
+            match next_event(channel, deadline).await {
+                Err(source) => Err(Error::verbs("waiting for rdma_cm", source)),
+                Ok(None) => Err(Error::ConnectTimeout { addr, timeout }),
+                Ok(Some(event)) => event
+                    .and_then(|ev| {
+                        if expected == EventType::Established {
+                            Ok(ev)
+                        } else {
+                            expect(ev, expected)
+                        }
+                    })
+                    .map_err(cm(what)),
+            }
+        }
+    };
+    step("resolving the address", EventType::AddrResolved).await?;
+    let left = deadline.saturating_duration_since(Instant::now());
+    id.resolve_route(left.clamp(Duration::from_millis(1), Duration::from_secs(5)))
+        .map_err(cm("resolving the route"))?;
+    step("resolving the route", EventType::RouteResolved).await?;
+    let res = connect_routed(&id, config)?;
+    // The reply: `Established` or a refusal, which connect_reply reads.
+    let reply = step("waiting for the peer to accept", EventType::Established).await?;
+    connect_reply(reply, res, config, addr)
+}
+
+/// [`crate::stream::handshake`] with the wait for `Established` a wait of this task.
+async fn handshake(
+    config: Config,
+    local: SocketAddr,
+    request: Request,
+) -> Result<crate::Stream, Error> {
+    let accepted = handshake_accept(&config, local, request)?;
+    let what = "waiting for the connection to be established";
+    let timeout = config.connect_timeout;
+    match next_event(&accepted.channel, Instant::now() + timeout).await {
+        Err(source) => Err(Error::verbs("waiting for rdma_cm", source)),
+        Ok(None) => Err(cm(what)(CmError::Timeout {
+            timeout,
+            waiting_for: Some(EventType::Established),
+            endpoints: accepted.endpoints(),
+        })),
+        Ok(Some(event)) => {
+            event
+                .and_then(|ev| expect(ev, EventType::Established))
+                .map_err(cm(what))?;
+            accepted.established(&config)
+        }
+    }
+}

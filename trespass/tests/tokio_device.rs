@@ -1,0 +1,363 @@
+//! Device tests of the tokio front end (`trespass::tokio`): streams driven by tokio's
+//! reactor over a real RDMA device's IPv4 address (`RDMA_TEST_IP`). Without a device each
+//! test prints `skipped: <reason>`; with `RDMA_TEST_DEVICE` set a missing device is a
+//! failure. Every test runs under a time limit.
+
+mod common;
+
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use trespass::tokio::{Listener, Stream};
+use trespass::Config;
+
+/// Deterministic bytes, different at every offset of a long stream.
+fn pattern(offset: u64, len: usize) -> Vec<u8> {
+    (0..len as u64)
+        .map(|i| {
+            let x = (offset + i).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            (x >> 56) as u8
+        })
+        .collect()
+}
+
+/// Small buffers, so that writers outrun the ring and reads and writes would block often.
+fn small_config() -> Config {
+    let mut c = Config::new();
+    c.ring_size(64 * 1024)
+        .send_buffer(32 * 1024)
+        .recv_depth(16)
+        .send_depth(16)
+        .max_write(16 * 1024)
+        .connect_timeout(Duration::from_secs(10))
+        .linger(Duration::from_secs(10));
+    c
+}
+
+/// Runs `f` on a multi-threaded runtime, failing the test after `limit`.
+fn run<F: Future<Output = ()>>(limit: Duration, f: F) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    rt.block_on(async {
+        tokio::time::timeout(limit, f)
+            .await
+            .unwrap_or_else(|_| panic!("the test did not finish within {limit:?}"))
+    });
+}
+
+/// A listener on `port` and a client connected to it.
+async fn pair(ip: IpAddr, port: u16, config: &Config) -> (Stream, Stream) {
+    let addr = SocketAddr::new(ip, port);
+    let listener = Listener::bind_with(config, addr).await.expect("bind");
+    let connect = tokio::spawn(Stream::connect_with(config, addr));
+    let (server, peer) = listener.accept().await.expect("accept");
+    let client = connect.await.expect("connect task").expect("connect");
+    assert_eq!(peer, client.local_addr().unwrap());
+    assert_eq!(server.peer_addr().unwrap(), client.local_addr().unwrap());
+    (server, client)
+}
+
+#[test]
+fn tokio_copy_echoes_a_stream_larger_than_every_buffer() {
+    let Some(ip) = common::test_ip("tokio_copy_echoes_a_stream_larger_than_every_buffer") else {
+        return;
+    };
+    run(Duration::from_secs(120), async move {
+        let (mut server, client) = pair(ip, 7701, &small_config()).await;
+        let echo = tokio::spawn(async move {
+            let (mut rd, mut wr) = tokio::io::split(&mut server);
+            let n = tokio::io::copy(&mut rd, &mut wr).await.expect("copy");
+            wr.shutdown().await.expect("shutdown");
+            n
+        });
+        const LEN: usize = 3 << 20;
+        let (mut rd, mut wr) = tokio::io::split(client);
+        let writer = tokio::spawn(async move {
+            let mut off = 0;
+            while off < LEN {
+                let n = (LEN - off).min(50_000);
+                wr.write_all(&pattern(off as u64, n)).await.expect("write");
+                off += n;
+            }
+            wr.shutdown().await.expect("shutdown");
+            wr
+        });
+        let mut back = Vec::with_capacity(LEN);
+        rd.read_to_end(&mut back).await.expect("read to end");
+        assert_eq!(back.len(), LEN);
+        assert!(
+            back == pattern(0, LEN),
+            "the echo differs from what was sent"
+        );
+        assert_eq!(echo.await.unwrap(), LEN as u64);
+        drop(writer.await.unwrap());
+    });
+}
+
+#[test]
+fn dropping_read_and_write_futures_halfway_loses_and_duplicates_nothing() {
+    let Some(ip) =
+        common::test_ip("dropping_read_and_write_futures_halfway_loses_and_duplicates_nothing")
+    else {
+        return;
+    };
+    run(Duration::from_secs(120), async move {
+        let (mut server, mut client) = pair(ip, 7702, &small_config()).await;
+        // The reader parks instead of spinning, so its reads are pending (and dropped) often.
+        server.set_busy_poll(Duration::ZERO);
+        const LEN: u64 = 4 << 20;
+        let writer = tokio::spawn(async move {
+            let (mut off, mut dropped) = (0u64, 0u32);
+            while off < LEN {
+                let n = ((LEN - off) as usize).min(1 + (off as usize * 7919) % 40_000);
+                let data = pattern(off, n);
+                // Whichever is polled first, a write that would block is dropped at the
+                // next turn; only the bytes a completed write reports count as sent.
+                tokio::select! {
+                    r = client.write(&data) => off += r.expect("write") as u64,
+                    () = tokio::task::yield_now() => dropped += 1,
+                }
+            }
+            client.shutdown().await.expect("shutdown");
+            (client, dropped)
+        });
+        let (mut off, mut dropped) = (0u64, 0u32);
+        let mut buf = vec![0u8; 24_000];
+        loop {
+            tokio::select! {
+                r = server.read(&mut buf) => {
+                    let n = r.expect("read");
+                    if n == 0 {
+                        break;
+                    }
+                    assert!(
+                        buf[..n] == pattern(off, n)[..],
+                        "bytes {off}..{} differ from what was written",
+                        off + n as u64
+                    );
+                    off += n as u64;
+                }
+                () = tokio::task::yield_now() => dropped += 1,
+            }
+        }
+        assert_eq!(off, LEN, "every byte, once");
+        let (_client, write_drops) = writer.await.unwrap();
+        println!("{dropped} read futures and {write_drops} write futures dropped halfway");
+        assert!(
+            dropped > 0,
+            "no read future was ever dropped: the test proved nothing"
+        );
+    });
+}
+
+#[test]
+fn async_messages_keep_their_boundaries_across_dropped_receives() {
+    let Some(ip) = common::test_ip("async_messages_keep_their_boundaries_across_dropped_receives")
+    else {
+        return;
+    };
+    run(Duration::from_secs(120), async move {
+        let config = small_config();
+        let (mut server, mut client) = pair(ip, 7703, &config).await;
+        server.set_busy_poll(Duration::ZERO);
+        let sizes: Vec<usize> = (0..200)
+            .map(|i| [0, 1, 100, 4096, 20_000, 32 * 1024][i % 6])
+            .collect();
+        let expect = sizes.clone();
+        let sender = tokio::spawn(async move {
+            for (i, &n) in sizes.iter().enumerate() {
+                client
+                    .send_msg(&pattern(i as u64, n))
+                    .await
+                    .expect("send_msg");
+            }
+            let too_big = client
+                .send_msg(&vec![0u8; 32 * 1024 + 1])
+                .await
+                .unwrap_err();
+            assert_eq!(too_big.kind(), io::ErrorKind::InvalidInput, "{too_big}");
+            client.shutdown().await.expect("shutdown");
+            client
+        });
+        let mut msg = Vec::new();
+        let (mut i, mut dropped) = (0usize, 0u32);
+        loop {
+            tokio::select! {
+                r = server.recv_msg(&mut msg) => match r.expect("recv_msg") {
+                    Some(n) => {
+                        assert_eq!(n, expect[i], "message {i}'s length");
+                        assert!(msg == pattern(i as u64, n), "message {i}'s bytes");
+                        i += 1;
+                    }
+                    None => break,
+                },
+                () = tokio::task::yield_now() => dropped += 1,
+            }
+        }
+        assert_eq!(i, expect.len(), "every message, once");
+        println!("{dropped} recv_msg futures dropped halfway");
+        drop(sender.await.unwrap());
+    });
+}
+
+/// Lifts the soft limit on open descriptors to the hard one: each connection takes five,
+/// and both ends of every connection are in this process.
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: one valid rlimit, written by the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        // Root (the rig's guest) may raise the hard limit too; anyone may raise the soft one.
+        let want = libc::rlimit {
+            rlim_cur: lim.rlim_max.max(65_536),
+            rlim_max: lim.rlim_max.max(65_536),
+        };
+        // SAFETY: one valid rlimit, read by the call.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } != 0 {
+            lim.rlim_cur = lim.rlim_max;
+            // SAFETY: as above.
+            unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+        }
+    }
+}
+
+/// This process's resident memory in KiB.
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Open descriptors of this process.
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn one_runtime_thread_serves_many_connections() {
+    let Some(ip) = common::test_ip("one_runtime_thread_serves_many_connections") else {
+        return;
+    };
+    let count: usize = std::env::var("TRESPASS_TOKIO_CONNECTIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let mut config = Config::new();
+    config
+        .ring_size(16 * 1024)
+        .send_buffer(16 * 1024)
+        .recv_depth(8)
+        .send_depth(8)
+        .max_write(8 * 1024)
+        .busy_poll(Duration::ZERO)
+        .connect_timeout(Duration::from_secs(30));
+    raise_fd_limit();
+    let before = open_fds();
+    let rss_before = rss_kib();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    rt.block_on(async move {
+        tokio::time::timeout(Duration::from_secs(300), async move {
+            let addr = SocketAddr::new(ip, 7704);
+            let listener = Listener::bind_with(&config, addr).await.expect("bind");
+            let server = tokio::spawn(async move {
+                let mut tasks = Vec::with_capacity(count);
+                for _ in 0..count {
+                    let (mut s, _) = listener.accept().await.expect("accept");
+                    tasks.push(tokio::spawn(async move {
+                        let (mut rd, mut wr) = tokio::io::split(&mut s);
+                        tokio::io::copy(&mut rd, &mut wr).await.expect("echo")
+                    }));
+                }
+                let mut total = 0;
+                for t in tasks {
+                    total += t.await.unwrap();
+                }
+                total
+            });
+            // Every connection is up at once before any moves data: the descriptors and the
+            // memory they take are read then.
+            let all_up = Arc::new(tokio::sync::Barrier::new(count + 1));
+            let mut clients = Vec::with_capacity(count);
+            for i in 0..count {
+                let cfg = config.clone();
+                let all_up = Arc::clone(&all_up);
+                clients.push(tokio::spawn(async move {
+                    let mut s = Stream::connect_with(&cfg, addr).await.expect("connect");
+                    all_up.wait().await;
+                    let data = pattern(i as u64 * 10_000, 20_000);
+                    let (mut rd, mut wr) = tokio::io::split(&mut s);
+                    let send = async {
+                        wr.write_all(&data).await.expect("write");
+                        wr.shutdown().await.expect("shutdown");
+                    };
+                    let mut back = Vec::new();
+                    let recv = rd.read_to_end(&mut back);
+                    let ((), r) = tokio::join!(send, recv);
+                    r.expect("read");
+                    assert!(back == data, "connection {i}'s echo");
+                }));
+            }
+            all_up.wait().await;
+            let (fds, rss) = (open_fds() - before, rss_kib() - rss_before);
+            println!(
+                "{count} connections up (both ends in this process, on one runtime thread): \
+                 {fds} descriptors, {rss} KiB of resident memory more than before"
+            );
+            for c in clients {
+                c.await.unwrap();
+            }
+            assert_eq!(server.await.unwrap(), count as u64 * 20_000);
+        })
+        .await
+        .expect("the connections did not finish within 300 s");
+    });
+    // Every stream was dropped with its runtime; lingering closes ran on the blocking pool,
+    // which the runtime's drop waited for.
+    drop(rt);
+    let after = open_fds();
+    assert!(
+        after <= before + 4,
+        "{} descriptors left open after {count} connections closed",
+        after - before
+    );
+}
+
+#[test]
+fn connecting_where_nobody_listens_is_refused() {
+    let Some(ip) = common::test_ip("connecting_where_nobody_listens_is_refused") else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    rt.block_on(async move {
+        let err = tokio::time::timeout(
+            Duration::from_secs(30),
+            Stream::connect(SocketAddr::new(ip, 7705)),
+        )
+        .await
+        .expect("connect did not end within 30 s")
+        .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused, "{err}");
+    });
+}
