@@ -823,6 +823,20 @@ impl Stream {
         }
     }
 
+    /// True when a read (`read`) or a write would not block now: bytes or the end are
+    /// there, or room in the send buffer, or the connection failed.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn is_ready(&self, read: bool) -> bool {
+        let drv = self.lock();
+        let c = &drv.conn;
+        let ready = if read {
+            c.has_unread() || c.is_eof()
+        } else {
+            c.is_writable()
+        };
+        ready || c.error().is_some() || c.broken().is_some()
+    }
+
     /// True when dropping the stream will not linger: the FIN completed, or the connection
     /// failed (nothing more can complete).
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]

@@ -73,7 +73,7 @@ use std::net::{Shutdown, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::sync::Mutex;
-use std::task::{ready, Context, Poll};
+use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
 
 use ::tokio::io::unix::AsyncFd;
@@ -104,8 +104,10 @@ impl AsRawFd for Borrowed {
 struct Io {
     /// The stream's readiness fd: readers wait on it.
     read_ready: AsyncFd<Borrowed>,
-    /// A duplicate of it: writers wait on this one, with a waker of their own.
-    write_ready: AsyncFd<OwnedFd>,
+    /// `dup`: writers wait on this one, with a waker of their own.
+    write_ready: AsyncFd<Borrowed>,
+    /// A duplicate of the stream's readiness fd: held (closed on drop), never read.
+    _dup: OwnedFd,
     stream: crate::Stream,
 }
 
@@ -118,6 +120,10 @@ pub struct Stream {
     /// `Some` until dropped.
     io: Option<Io>,
     busy_poll: Duration,
+    /// The task of a read (or `recv_msg`) that returned `Pending`, while it waits.
+    parked_reader: Option<Waker>,
+    /// The task of a write (or `send_msg`) that returned `Pending`, while it waits.
+    parked_writer: Option<Waker>,
 }
 
 impl Stream {
@@ -170,16 +176,22 @@ impl Stream {
         let read_ready = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
             .map_err(|e| e.into_parts().1)?;
         let dup = stream.as_fd().try_clone_to_owned()?;
-        // SAFETY: the registration owns the duplicate, which stays open until it is dropped.
-        let write_ready = unsafe { AsyncFd::register_with_interest(dup, Interest::READABLE) }
-            .map_err(|e| e.into_parts().1)?;
+        // SAFETY: as above, with `dup`, which goes into the same `Io` after this
+        // registration and is never replaced.
+        let write_ready = unsafe {
+            AsyncFd::register_with_interest(Borrowed(dup.as_raw_fd()), Interest::READABLE)
+        }
+        .map_err(|e| e.into_parts().1)?;
         Ok(Stream {
             io: Some(Io {
                 read_ready,
                 write_ready,
+                _dup: dup,
                 stream,
             }),
             busy_poll,
+            parked_reader: None,
+            parked_writer: None,
         })
     }
 
@@ -271,19 +283,7 @@ impl Stream {
     ///
     /// As [`send_msg`](Self::send_msg).
     pub fn poll_send_msg(&mut self, cx: &mut Context<'_>, msg: &[u8]) -> Poll<io::Result<()>> {
-        let busy_poll = self.busy_poll;
-        let io = self.io_mut();
-        loop {
-            let mut guard = ready!(io.write_ready.poll_read_ready(cx))?;
-            match io.stream.send_msg(msg) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if !io.stream.spin_until_ready(busy_poll, false) {
-                        guard.clear_ready();
-                    }
-                }
-                done => return Poll::Ready(done),
-            }
-        }
+        self.poll_io(cx, false, |s| s.send_msg(msg))
     }
 
     /// Receives the next message into `buf` (cleared first) and returns its length, or
@@ -308,19 +308,69 @@ impl Stream {
         cx: &mut Context<'_>,
         buf: &mut Vec<u8>,
     ) -> Poll<io::Result<Option<usize>>> {
+        self.poll_io(cx, true, |s| s.recv_msg(buf))
+    }
+
+    /// One operation in one direction (`read`: reading, else writing): waits for the fd of
+    /// that direction, tries, and on `WouldBlock` busy-polls, then parks until the fd turns
+    /// readable again.
+    fn poll_io<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        read: bool,
+        mut op: impl FnMut(&mut crate::Stream) -> io::Result<T>,
+    ) -> Poll<io::Result<T>> {
         let busy_poll = self.busy_poll;
-        let io = self.io_mut();
-        loop {
-            let mut guard = ready!(io.read_ready.poll_read_ready(cx))?;
-            match io.stream.recv_msg(buf) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if !io.stream.spin_until_ready(busy_poll, true) {
-                        guard.clear_ready();
-                    }
-                }
-                done => return Poll::Ready(done),
+        let io = self
+            .io
+            .as_mut()
+            .expect("a stream has its connection until it is dropped");
+        let reg = if read {
+            &io.read_ready
+        } else {
+            &io.write_ready
+        };
+        // The operation goes first: the fd turns readable only when something arrives, so
+        // a stream with room to write (or bytes to read) may never see an event.
+        let result = loop {
+            match op(&mut io.stream) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                done => break Poll::Ready(done),
+            }
+            // The stream armed its fd before saying WouldBlock: whatever arrives from here
+            // on makes it readable, and the reactor sees that.
+            if io.stream.spin_until_ready(busy_poll, read) {
+                continue;
+            }
+            match reg.poll_read_ready(cx) {
+                // An event the reactor saw, from before the arming or after: take it and
+                // try again (a later one gets a new tick, which this clear leaves alone).
+                Poll::Ready(Ok(mut guard)) => guard.clear_ready(),
+                Poll::Ready(Err(e)) => break Poll::Ready(Err(e)),
+                Poll::Pending => break Poll::Pending,
+            }
+        };
+        // What this call consumed (completions, and the event that announced them) may be
+        // what the task of the other direction waits for: no event will come for it now,
+        // so wake it here when its side is ready.
+        let (mine, other) = if read {
+            (&mut self.parked_reader, &mut self.parked_writer)
+        } else {
+            (&mut self.parked_writer, &mut self.parked_reader)
+        };
+        if other.is_some() && io.stream.is_ready(!read) {
+            if let Some(w) = other.take() {
+                w.wake();
             }
         }
+        match &result {
+            Poll::Pending => match mine {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                _ => *mine = Some(cx.waker().clone()),
+            },
+            Poll::Ready(_) => *mine = None,
+        }
+        result
     }
 }
 
@@ -331,25 +381,10 @@ impl AsyncRead for Stream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        let busy_poll = this.busy_poll;
-        let io = this.io_mut();
-        loop {
-            let mut guard = ready!(io.read_ready.poll_read_ready(cx))?;
-            match io.stream.read(buf.initialize_unfilled()) {
-                Ok(n) => {
-                    buf.advance(n);
-                    return Poll::Ready(Ok(()));
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    // The stream armed its fd before saying WouldBlock: whatever arrives
-                    // from here on makes it readable, and the reactor sees that.
-                    if !io.stream.spin_until_ready(busy_poll, true) {
-                        guard.clear_ready();
-                    }
-                }
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
+        let unfilled = buf.initialize_unfilled();
+        let n = ready!(this.poll_io(cx, true, |s| s.read(unfilled)))?;
+        buf.advance(n);
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -359,20 +394,7 @@ impl AsyncWrite for Stream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let busy_poll = this.busy_poll;
-        let io = this.io_mut();
-        loop {
-            let mut guard = ready!(io.write_ready.poll_read_ready(cx))?;
-            match io.stream.write(buf) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if !io.stream.spin_until_ready(busy_poll, false) {
-                        guard.clear_ready();
-                    }
-                }
-                done => return Poll::Ready(done),
-            }
-        }
+        self.get_mut().poll_io(cx, false, |s| s.write(buf))
     }
 
     /// Posts what coalescing held back (`nodelay` off); does not wait for the peer.
@@ -516,7 +538,6 @@ impl Listener {
                     }
                 }
             }
-            let mut guard = ready!(self.io.poll_read_ready(cx))?;
             match self.io.get_ref().try_request()? {
                 Some(request) => {
                     let config = self.config.clone();
@@ -524,7 +545,9 @@ impl Listener {
                     let mut set = self.handshakes.lock().unwrap_or_else(|p| p.into_inner());
                     set.spawn(handshake(config, local, request));
                 }
-                None => guard.clear_ready(),
+                // Nothing waiting: take the reactor's event, if it has one, and look again;
+                // else park until the channel turns readable.
+                None => ready!(self.io.poll_read_ready(cx))?.clear_ready(),
             }
         }
     }
@@ -564,10 +587,9 @@ async fn next_event(
     .map_err(|e| e.into_parts().1)?;
     let wait = async {
         loop {
-            let mut guard = reg.readable().await?;
             match channel.try_get_event() {
                 Ok(Some(event)) => return Ok(Ok(event)),
-                Ok(None) => guard.clear_ready(),
+                Ok(None) => reg.readable().await?.clear_ready(),
                 Err(e) => return Ok(Err(e)),
             }
         }
