@@ -66,6 +66,33 @@ kill "$SRV" 2>/dev/null
 wait "$SRV" 2>/dev/null
 grep -q "echoed 15 bytes" "$work/echo-s.log" || fail "echo_server did not report its echo: $(cat "$work/echo-s.log")"
 
+echo "0b. the same on tokio (tokio_echo_server, tokio_echo_client), and each side against the other kind"
+timeout -k 5 120 "${SERVER_ON[@]}" "$dir/tokio_echo_server" "$SERVER_IP:7698" >"$work/techo-s.log" 2>&1 &
+SRV=$!
+wait_cm_listen 7698 30 || fail "tokio_echo_server never listened"
+for client in tokio_echo_client echo_client; do
+    msg="hello from $client $(head -c 5000 /dev/zero | tr '\0' y)"
+    if out=$(timeout -k 5 60 "$dir/$client" "$SERVER_IP:7698" "$msg" 2>&1) && [ "$out" = "$msg" ]; then
+        echo "  ok: $client got its ${#msg} bytes back from tokio_echo_server"
+    else
+        fail "$client against tokio_echo_server: $out"
+    fi
+done
+kill "$SRV" 2>/dev/null
+wait "$SRV" 2>/dev/null
+[ "$(grep -c "echoed 5029 bytes\|echoed 5023 bytes" "$work/techo-s.log")" = 2 ] ||
+    fail "tokio_echo_server did not report both echoes: $(cat "$work/techo-s.log")"
+timeout -k 5 120 "${SERVER_ON[@]}" "$dir/echo_server" "$SERVER_IP:7697" >"$work/echo-s2.log" 2>&1 &
+SRV=$!
+wait_cm_listen 7697 30 || fail "echo_server never listened"
+if out=$(timeout -k 5 60 "$dir/tokio_echo_client" "$SERVER_IP:7697" "to a thread" 2>&1) && [ "$out" = "to a thread" ]; then
+    echo "  ok: tokio_echo_client got its bytes back from echo_server"
+else
+    fail "tokio_echo_client against echo_server: $out"
+fi
+kill "$SRV" 2>/dev/null
+wait "$SRV" 2>/dev/null
+
 echo "1. $bytes bytes through a reader that sleeps at random"
 serve 7700 --sleepy
 t0=$SECONDS

@@ -364,3 +364,35 @@ fn connecting_where_nobody_listens_is_refused() {
         assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused, "{err}");
     });
 }
+
+/// Runs with or without a device: a connect and a bind that cannot succeed (loopback has no
+/// RDMA device, or nothing listens on its port 1; on a host without rdma-core the library
+/// cannot even be loaded) end in an error, in bounded time, without a panic, and leave the
+/// runtime usable.
+#[test]
+fn a_connect_that_cannot_succeed_fails_in_time_anywhere() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    rt.block_on(async {
+        let mut config = Config::new();
+        config.connect_timeout(Duration::from_secs(3));
+        let err = tokio::time::timeout(
+            Duration::from_secs(20),
+            Stream::connect_with(&config, "127.0.0.1:1"),
+        )
+        .await
+        .expect("connect did not end within 20 s")
+        .unwrap_err();
+        println!("connect to 127.0.0.1:1: {err}");
+        let err = Stream::connect("no-such-host.invalid:7471")
+            .await
+            .unwrap_err();
+        println!("connect to no-such-host.invalid: {err}");
+        let after = tokio::spawn(async { 7 })
+            .await
+            .expect("the runtime still runs tasks");
+        assert_eq!(after, 7);
+    });
+}
