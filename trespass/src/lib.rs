@@ -27,7 +27,9 @@
 //! flow-control rules, memory per connection, failure model.
 //!
 //! The [`core`] module is the protocol itself, with no I/O (no verb, no fd, no clock); the
-//! verbs driver and the blocking API pump it, and so will the async adapters.
+//! verbs driver pumps it, under the blocking API and under the tokio front end
+//! (`trespass::tokio`, with the `tokio` feature: `AsyncRead` and `AsyncWrite` streams, no
+//! thread per connection).
 //!
 //! # Errors
 //!
@@ -38,8 +40,8 @@
 //!
 //! # What it does not do (yet)
 //!
-//! No zero-copy transfers, no shared receive queue mode, no async front end: those are the
-//! next steps. The keep-alive probes are answered by one process-wide helper thread.
+//! No zero-copy transfers, no shared receive queue mode, no thread-per-core mode: those are
+//! the next steps. The keep-alive probes are answered by one process-wide helper thread.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

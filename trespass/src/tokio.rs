@@ -27,7 +27,7 @@
 //! # How it waits
 //!
 //! No thread per connection: each stream registers its readiness fd (see
-//! [`AsFd`](std::os::fd::AsFd) on [`crate::Stream`]) with tokio's reactor through
+//! [`std::os::fd::AsFd`] on [`crate::Stream`]) with tokio's reactor through
 //! [`AsyncFd`], twice (the fd and a duplicate of it), so a task reading and a task writing
 //! the same stream (`tokio::io::split`) each have their own wake-up. Before a read or a write
 //! parks, it busy-polls the completion queue for [`Stream::set_busy_poll`] (by default the
@@ -59,7 +59,7 @@
 //!
 //! # Closing
 //!
-//! [`AsyncWriteExt::shutdown`](tokio::io::AsyncWriteExt::shutdown) shuts the write side down
+//! `AsyncWriteExt::shutdown` ([`AsyncWrite::poll_shutdown`]) shuts the write side down
 //! as [`crate::Stream::shutdown`] does (the peer reads every byte, then end of stream) and,
 //! like `TcpStream`'s, does not wait for the peer. Dropping a stream whose last bytes are not
 //! yet in the peer's memory hands it to the blocking pool, which waits for them there (at
