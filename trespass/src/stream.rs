@@ -823,6 +823,17 @@ impl Stream {
         }
     }
 
+    /// Stream bytes unread in the ring (and in a message `recv_msg` had begun), without
+    /// pumping.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn unread_len(&self) -> usize {
+        let d = self.lock();
+        let mut n = self.partial.len() as u64;
+        let w = d.conn.recv_window();
+        n += u64::from(w.len);
+        usize::try_from(n).unwrap_or(usize::MAX)
+    }
+
     /// True when a read (`read`) or a write would not block now: bytes or the end are
     /// there, or room in the send buffer, or the connection failed.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]

@@ -87,6 +87,9 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::stream::{cm, connect_reply, connect_routed, connect_start, handshake_accept, Request};
 
+/// The least a read asks for when nothing is unread yet (see `poll_read`).
+const MIN_READ: usize = 16 * 1024;
+
 /// The raw fd of the [`crate::Stream`] it sits beside in [`Io`], which closes it: declared
 /// before the stream there, so the reactor lets go of it first.
 #[derive(Debug)]
@@ -381,7 +384,11 @@ impl AsyncRead for Stream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        let unfilled = buf.initialize_unfilled();
+        // A caller's buffer may be large and uninitialised (hyper's grows to hundreds of
+        // KiB): zero only what can be filled now, or a small first piece when nothing is
+        // there yet, not the whole of it on every call.
+        let now = this.io().stream.unread_len().max(MIN_READ);
+        let unfilled = buf.initialize_unfilled_to(buf.remaining().min(now));
         let n = ready!(this.poll_io(cx, true, |s| s.read(unfilled)))?;
         buf.advance(n);
         Poll::Ready(Ok(()))
