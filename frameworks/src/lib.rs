@@ -1,8 +1,9 @@
 //! What the programs of this package share: deterministic content, the transports they run
 //! over, and percentiles.
 //!
-//! The programs (`trespass-tls`, `trespass-http`) run a server and a client in one process,
-//! over trespass and over TCP on the same address, and print one row per transport.
+//! The programs (`trespass-tls`, `trespass-http`, `trespass-grpc`) run a server and a client
+//! in one process, over trespass and over TCP on the same address, and print one row per
+//! transport.
 
 use std::io;
 use std::net::SocketAddr;

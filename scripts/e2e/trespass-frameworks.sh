@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# TLS (tokio-rustls, a certificate made at run time) and HTTP/1.1 (hyper) over trespass
-# streams, each beside the same over TCP (frameworks/src/bin/trespass-tls.rs and
-# trespass-http.rs): one short round each. The programs check every byte (a 2 MB TLS echo,
-# 300 pings; a 4 MB file, a 404, 300 small requests) and exit 1 on any difference; the check
-# looks for both rows of each table. The committed numbers (docs/trespass-async.md) come
+# TLS (tokio-rustls, a certificate made at run time), HTTP/1.1 (hyper) and gRPC (tonic) over
+# trespass streams, each beside the same over TCP (frameworks/src/bin/trespass-tls.rs,
+# trespass-http.rs, trespass-grpc.rs): one short round each. The programs check every byte (a
+# 2 MB TLS echo, 300 pings; a 4 MB file, a 404, 300 small requests; 300 unary calls, a
+# server stream of 300 messages) and exit 1 on any difference; the check looks for both rows
+# of each table. The committed numbers (docs/trespass-async.md) come
 # from the programs' defaults (three rounds).
 # FRAMEWORKS_BIN: where cargo put the programs (default target/release, else target/debug).
 # e2e-hosts: 1
@@ -35,4 +36,5 @@ check() {
 }
 check trespass-tls --rounds 1 --bytes 2000000 --pings 300
 check trespass-http --rounds 1 --size 4000000 --requests 300
+check trespass-grpc --rounds 1 --requests 300 --stream 300
 exit "$status"
