@@ -807,13 +807,7 @@ impl Stream {
         loop {
             let now = Instant::now();
             drv.pump_fast(now);
-            let c = &drv.conn;
-            let ready = if read {
-                c.has_unread() || c.is_eof()
-            } else {
-                c.is_writable()
-            };
-            if ready || c.error().is_some() || c.broken().is_some() {
+            if ready_for(&drv.conn, read) {
                 return true;
             }
             if now >= end {
@@ -838,14 +832,7 @@ impl Stream {
     /// there, or room in the send buffer, or the connection failed.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn is_ready(&self, read: bool) -> bool {
-        let drv = self.lock();
-        let c = &drv.conn;
-        let ready = if read {
-            c.has_unread() || c.is_eof()
-        } else {
-            c.is_writable()
-        };
-        ready || c.error().is_some() || c.broken().is_some()
+        ready_for(&self.lock().conn, read)
     }
 
     /// True when dropping the stream will not linger: the FIN completed, or the connection
@@ -868,6 +855,18 @@ fn nonzero_timeout(timeout: Option<Duration>, which: &str) -> io::Result<Option<
         ));
     }
     Ok(timeout)
+}
+
+/// True when a read (`read`) or a write on `c` would not block: bytes or the end are there,
+/// or room in the send buffer, or the connection failed.
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+fn ready_for(c: &Connection, read: bool) -> bool {
+    let ready = if read {
+        c.has_unread() || c.is_eof()
+    } else {
+        c.is_writable()
+    };
+    ready || c.error().is_some() || c.broken().is_some()
 }
 
 /// Fails when nothing more can be written.

@@ -607,51 +607,36 @@ async fn next_event(
     }
 }
 
-/// `event`, if it is of type `expected` and reports no failure.
-fn expect(event: Event, expected: EventType) -> Result<Event, CmError> {
-    let event = event.into_result()?;
-    if event.event_type() != expected {
-        return Err(CmError::UnexpectedEvent {
-            expected,
-            got: event.event_type(),
-            status: event.status(),
-        });
-    }
-    Ok(event)
-}
-
 /// [`crate::stream::connect`] with every wait a wait of this task: resolves the address and
 /// the route, makes the resources, connects, and reads the listener's reply.
 async fn connect(config: &Config, addr: SocketAddr) -> Result<crate::Stream, Error> {
     let timeout = config.connect_timeout;
     let deadline = Instant::now() + timeout;
     let (channel, id) = connect_start(addr, timeout)?;
-    let step = |what: &'static str, expected: EventType| {
+    // The next event, of type `expected` when one is named.
+    let step = |what: &'static str, expected: Option<EventType>| {
         let channel = &channel;
         async move {
             match next_event(channel, deadline).await {
                 Err(source) => Err(Error::verbs("waiting for rdma_cm", source)),
                 Ok(None) => Err(Error::ConnectTimeout { addr, timeout }),
                 Ok(Some(event)) => event
-                    .and_then(|ev| {
-                        if expected == EventType::Established {
-                            Ok(ev)
-                        } else {
-                            expect(ev, expected)
-                        }
+                    .and_then(|ev| match expected {
+                        Some(t) => ev.expect_type(t),
+                        None => Ok(ev),
                     })
                     .map_err(cm(what)),
             }
         }
     };
-    step("resolving the address", EventType::AddrResolved).await?;
+    step("resolving the address", Some(EventType::AddrResolved)).await?;
     let left = deadline.saturating_duration_since(Instant::now());
     id.resolve_route(left.clamp(Duration::from_millis(1), Duration::from_secs(5)))
         .map_err(cm("resolving the route"))?;
-    step("resolving the route", EventType::RouteResolved).await?;
+    step("resolving the route", Some(EventType::RouteResolved)).await?;
     let res = connect_routed(&id, config)?;
-    // The reply: `Established` or a refusal, which connect_reply reads.
-    let reply = step("waiting for the peer to accept", EventType::Established).await?;
+    // The reply: `Established` or a refusal, which connect_reply reads, whatever its type.
+    let reply = step("waiting for the peer to accept", None).await?;
     connect_reply(reply, res, config, addr)
 }
 
@@ -673,7 +658,7 @@ async fn handshake(
         })),
         Ok(Some(event)) => {
             event
-                .and_then(|ev| expect(ev, EventType::Established))
+                .and_then(|ev| ev.expect_type(EventType::Established))
                 .map_err(cm(what))?;
             accepted.established(&config)
         }

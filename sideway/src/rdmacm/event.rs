@@ -112,16 +112,9 @@ impl EventChannel {
                     endpoints,
                 })
             }
-            other => other?.into_result()?,
+            other => other?,
         };
-        if event.event_type() != expected {
-            return Err(CmError::UnexpectedEvent {
-                expected,
-                got: event.event_type(),
-                status: event.status(),
-            });
-        }
-        Ok(event)
+        event.expect_type(expected)
     }
 
     fn fetch(&self) -> Result<Fetched, CmError> {
@@ -338,6 +331,23 @@ impl Event {
     /// [`EventType::Established`](super::EventType::Established) and [`EventType::MulticastJoin`](super::EventType::MulticastJoin)).
     pub fn ud_param(&self) -> Option<&UdParam> {
         self.ud.as_ref()
+    }
+
+    /// The event, if it is of type `expected`: one that reports a failure becomes its typed
+    /// error ([`into_result`](Self::into_result)), one of another type a
+    /// [`CmError::UnexpectedEvent`](super::CmError::UnexpectedEvent). What
+    /// [`EventChannel::wait_for`](super::EventChannel::wait_for) does with the event it got,
+    /// for callers that wait their own way (an async reactor, say).
+    pub fn expect_type(self, expected: EventType) -> Result<Event, CmError> {
+        let event = self.into_result()?;
+        if event.event_type() != expected {
+            return Err(CmError::UnexpectedEvent {
+                expected,
+                got: event.event_type(),
+                status: event.status(),
+            });
+        }
+        Ok(event)
     }
 
     /// The event as a result: events that report a failure (`ADDR_ERROR`, `ROUTE_ERROR`,
