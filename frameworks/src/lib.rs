@@ -5,8 +5,11 @@
 //! in one process, over trespass and over TCP on the same address, and print one row per
 //! transport.
 
+use std::fmt::Display;
+use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::process::ExitCode;
 use std::time::Duration;
 
 /// Deterministic bytes, different at every offset.
@@ -109,6 +112,102 @@ pub fn quantile_us(sorted: &[Duration], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e6
 }
 
+/// The median of `v` (the upper one of an even count); NaN when empty.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Binds a listener of each transport on its address (in [`Transport::ALL`]'s order) and
+/// spawns `serve` on each.
+///
+/// # Errors
+///
+/// A message naming the transport and address that could not be bound.
+pub async fn serve_each<F, Fut>(addrs: [SocketAddr; 2], serve: F) -> Result<(), String>
+where
+    F: Fn(Listener) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    for (transport, addr) in Transport::ALL.into_iter().zip(addrs) {
+        let l = Listener::bind(transport, addr)
+            .await
+            .map_err(|e| format!("{} listener on {addr}: {e}", transport.name()))?;
+        tokio::spawn(serve(l));
+    }
+    Ok(())
+}
+
+/// Runs `client` over each transport in turn (to its address, in [`Transport::ALL`]'s
+/// order), `rounds` times, each run within 300 s, printing `progress` of each run to
+/// stderr. The runs per transport, in the same order.
+///
+/// # Errors
+///
+/// The first run that failed or did not finish in time, named by transport and round.
+pub async fn alternate<R, E, F, Fut>(
+    rounds: usize,
+    addrs: [SocketAddr; 2],
+    mut client: F,
+    progress: impl Fn(&R) -> String,
+) -> Result<[Vec<R>; 2], String>
+where
+    E: Display,
+    F: FnMut(Transport, SocketAddr) -> Fut,
+    Fut: Future<Output = Result<R, E>>,
+{
+    let mut runs = [Vec::new(), Vec::new()];
+    for round in 1..=rounds {
+        for (k, (transport, addr)) in Transport::ALL.into_iter().zip(addrs).enumerate() {
+            let name = transport.name();
+            let r = tokio::time::timeout(Duration::from_secs(300), client(transport, addr))
+                .await
+                .map_err(|_| format!("{name} round {round}: no result within 300 s"))?
+                .map_err(|e| format!("{name} round {round}: {e}"))?;
+            eprintln!("round {round}/{rounds}: {name}: {}", progress(&r));
+            runs[k].push(r);
+        }
+    }
+    Ok(runs)
+}
+
+/// A program's `main`: `--help` prints `usage`; otherwise the first argument is the IP
+/// address and the rest `--flag value` pairs, which `parse` turns into the run. A bad
+/// argument prints the message and `usage`, a failed run its message; both exit 1.
+pub async fn main_with<Fut>(
+    name: &str,
+    usage: &str,
+    parse: impl FnOnce(IpAddr, &[(&str, &str)]) -> Result<Fut, String>,
+) -> ExitCode
+where
+    Fut: Future<Output = Result<(), String>>,
+{
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().is_some_and(|a| a == "--help" || a == "-h") {
+        println!("{usage}");
+        return ExitCode::SUCCESS;
+    }
+    let run = args
+        .first()
+        .and_then(|a| a.parse::<IpAddr>().ok())
+        .ok_or_else(|| "the first argument must be an IP address with an RDMA device".to_string())
+        .and_then(|ip| parse(ip, &flags(&args[1..])?));
+    let run = match run {
+        Ok(run) => run,
+        Err(e) => {
+            eprintln!("{name}: {e}\n{usage}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match run.await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Parses `--flag value` pairs into `(flag, value)`, refusing a flag without its value.
 ///
 /// # Errors
@@ -157,6 +256,8 @@ mod tests {
         assert_eq!(quantile_us(&v, 0.5), 50.0);
         assert_eq!(quantile_us(&v, 1.0), 100.0);
         assert!(quantile_us(&[], 0.5).is_nan());
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert!(median(Vec::new()).is_nan());
         assert_ne!(pattern(64)[..32], pattern(64)[32..]);
     }
 }

@@ -22,7 +22,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tonic::transport::server::Connected;
 use tonic::transport::{Endpoint, Server};
 use tonic::{Request, Response, Status};
-use trespass_frameworks::{connect, flags, positive, quantile_us, Listener, Transport};
+use trespass_frameworks::{
+    alternate, connect, main_with, median, positive, quantile_us, serve_each, Listener, Transport,
+};
 
 /// The code tonic generates from proto/echo.proto.
 pub mod echo {
@@ -179,39 +181,23 @@ async fn client(
     })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 async fn run(ip: IpAddr, requests: usize, stream_len: usize, rounds: usize) -> Result<(), String> {
     let addrs = [SocketAddr::new(ip, 7920), SocketAddr::new(ip, 7921)];
-    for (transport, addr) in Transport::ALL.into_iter().zip(addrs) {
-        let l = Listener::bind(transport, addr)
-            .await
-            .map_err(|e| format!("{} listener on {addr}: {e}", transport.name()))?;
-        tokio::spawn(serve(l));
-    }
-    let mut runs: Vec<Vec<Run>> = vec![Vec::new(), Vec::new()];
-    for round in 1..=rounds {
-        for (k, (transport, addr)) in Transport::ALL.into_iter().zip(addrs).enumerate() {
-            let r = tokio::time::timeout(
-                Duration::from_secs(300),
-                client(transport, addr, requests, stream_len),
-            )
-            .await
-            .map_err(|_| format!("{} round {round}: no result within 300 s", transport.name()))?
-            .map_err(|e| format!("{} round {round}: {e}", transport.name()))?;
-            eprintln!(
-                "round {round}/{rounds}: {}: {:.0} unary calls/s, p50 {:.0} µs; stream {:.0} messages/s",
-                transport.name(),
+    serve_each(addrs, serve).await?;
+    let runs = alternate(
+        rounds,
+        addrs,
+        |transport, addr| client(transport, addr, requests, stream_len),
+        |r: &Run| {
+            format!(
+                "{:.0} unary calls/s, p50 {:.0} µs; stream {:.0} messages/s",
                 requests as f64 / r.calls.as_secs_f64(),
                 quantile_us(&r.latencies, 0.5),
                 stream_len as f64 / r.stream.as_secs_f64()
-            );
-            runs[k].push(r);
-        }
-    }
+            )
+        },
+    )
+    .await?;
     println!(
         "# gRPC (tonic), {requests} unary calls of 64 B one after another, a server stream of \
          {stream_len} messages of 4 KiB, {rounds} rounds alternating; medians over the rounds"
@@ -219,8 +205,7 @@ async fn run(ip: IpAddr, requests: usize, stream_len: usize, rounds: usize) -> R
     println!(
         "transport\tunary_per_s\tunary_p50_us\tunary_p99_us\tstream_msgs_per_s\tstream_MB_per_s"
     );
-    for (k, transport) in Transport::ALL.into_iter().enumerate() {
-        let r = &runs[k];
+    for (transport, r) in Transport::ALL.into_iter().zip(&runs) {
         let stream_rate = median(
             r.iter()
                 .map(|r| stream_len as f64 / r.stream.as_secs_f64())
@@ -245,18 +230,9 @@ async fn run(ip: IpAddr, requests: usize, stream_len: usize, rounds: usize) -> R
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().is_some_and(|a| a == "--help" || a == "-h") {
-        println!("{USAGE}");
-        return ExitCode::SUCCESS;
-    }
-    let parsed = (|| {
-        let ip: IpAddr = args
-            .first()
-            .and_then(|a| a.parse().ok())
-            .ok_or("the first argument must be an IP address with an RDMA device")?;
+    main_with("trespass-grpc", USAGE, |ip, flags| {
         let (mut requests, mut stream_len, mut rounds) = (2000, 2000, 3);
-        for (f, v) in flags(&args[1..])? {
+        for &(f, v) in flags {
             match f {
                 "--requests" => requests = positive(f, v)?,
                 "--stream" => stream_len = positive(f, v)?.min(u32::MAX as usize),
@@ -264,20 +240,7 @@ async fn main() -> ExitCode {
                 _ => return Err(format!("unknown option {f:?}")),
             }
         }
-        Ok::<_, String>((ip, requests, stream_len, rounds))
-    })();
-    let (ip, requests, stream_len, rounds) = match parsed {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("trespass-grpc: {e}\n{USAGE}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match run(ip, requests, stream_len, rounds).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("trespass-grpc: {e}");
-            ExitCode::FAILURE
-        }
-    }
+        Ok(run(ip, requests, stream_len, rounds))
+    })
+    .await
 }

@@ -21,7 +21,10 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use trespass_frameworks::{connect, flags, pattern, positive, quantile_us, Listener, Transport};
+use trespass_frameworks::{
+    alternate, connect, main_with, median, pattern, positive, quantile_us, serve_each, Listener,
+    Transport,
+};
 
 const USAGE: &str = "usage: trespass-http IP [--size BYTES] [--requests N] [--rounds R]";
 
@@ -149,46 +152,29 @@ async fn exchange(
     })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 async fn run(ip: IpAddr, size: usize, requests: usize, rounds: usize) -> Result<(), String> {
     let file = Bytes::from(pattern(size));
     let addrs = [SocketAddr::new(ip, 7910), SocketAddr::new(ip, 7911)];
-    for (transport, addr) in Transport::ALL.into_iter().zip(addrs) {
-        let l = Listener::bind(transport, addr)
-            .await
-            .map_err(|e| format!("{} listener on {addr}: {e}", transport.name()))?;
-        tokio::spawn(serve(l, file.clone()));
-    }
-    let mut runs: Vec<Vec<Run>> = vec![Vec::new(), Vec::new()];
-    for round in 1..=rounds {
-        for (k, (transport, addr)) in Transport::ALL.into_iter().zip(addrs).enumerate() {
-            let r = tokio::time::timeout(
-                Duration::from_secs(300),
-                client(transport, addr, &file, requests),
-            )
-            .await
-            .map_err(|_| format!("{} round {round}: no result within 300 s", transport.name()))?
-            .map_err(|e| format!("{} round {round}: {e}", transport.name()))?;
-            eprintln!(
-                "round {round}/{rounds}: {}: /file at {:.1} MB/s, {:.0} requests/s",
-                transport.name(),
+    serve_each(addrs, |l| serve(l, file.clone())).await?;
+    let runs = alternate(
+        rounds,
+        addrs,
+        |transport, addr| client(transport, addr, &file, requests),
+        |r: &Run| {
+            format!(
+                "/file at {:.1} MB/s, {:.0} requests/s",
                 size as f64 / r.fetch.as_secs_f64() / 1e6,
                 requests as f64 / r.requests.as_secs_f64()
-            );
-            runs[k].push(r);
-        }
-    }
+            )
+        },
+    )
+    .await?;
     println!(
         "# HTTP/1.1 (hyper), /file of {size} bytes, {requests} requests for 64 B one after \
          another on one connection, {rounds} rounds alternating; medians over the rounds"
     );
     println!("transport\tfile_MB_per_s\trequests_per_s\trequest_p50_us\trequest_p99_us");
-    for (k, transport) in Transport::ALL.into_iter().enumerate() {
-        let r = &runs[k];
+    for (transport, r) in Transport::ALL.into_iter().zip(&runs) {
         println!(
             "{}\t{:.1}\t{:.0}\t{:.0}\t{:.0}",
             transport.name(),
@@ -211,18 +197,9 @@ async fn run(ip: IpAddr, size: usize, requests: usize, rounds: usize) -> Result<
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().is_some_and(|a| a == "--help" || a == "-h") {
-        println!("{USAGE}");
-        return ExitCode::SUCCESS;
-    }
-    let parsed = (|| {
-        let ip: IpAddr = args
-            .first()
-            .and_then(|a| a.parse().ok())
-            .ok_or("the first argument must be an IP address with an RDMA device")?;
+    main_with("trespass-http", USAGE, |ip, flags| {
         let (mut size, mut requests, mut rounds) = (32 << 20, 2000, 3);
-        for (f, v) in flags(&args[1..])? {
+        for &(f, v) in flags {
             match f {
                 "--size" => size = positive(f, v)?,
                 "--requests" => requests = positive(f, v)?,
@@ -230,20 +207,7 @@ async fn main() -> ExitCode {
                 _ => return Err(format!("unknown option {f:?}")),
             }
         }
-        Ok::<_, String>((ip, size, requests, rounds))
-    })();
-    let (ip, size, requests, rounds) = match parsed {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("trespass-http: {e}\n{USAGE}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match run(ip, size, requests, rounds).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("trespass-http: {e}");
-            ExitCode::FAILURE
-        }
-    }
+        Ok(run(ip, size, requests, rounds))
+    })
+    .await
 }

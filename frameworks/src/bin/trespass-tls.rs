@@ -19,7 +19,10 @@ use std::time::{Duration, Instant};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
-use trespass_frameworks::{connect, flags, pattern, positive, quantile_us, Listener, Transport};
+use trespass_frameworks::{
+    alternate, connect, main_with, median, pattern, positive, quantile_us, serve_each, Listener,
+    Transport,
+};
 
 const NAME: &str = "trespass.test";
 const USAGE: &str = "usage: trespass-tls IP [--bytes N] [--pings N] [--rounds R]";
@@ -138,48 +141,31 @@ async fn client(
     })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 async fn run(ip: IpAddr, bytes: usize, pings: usize, rounds: usize) -> Result<(), String> {
     let (acceptor, connector) = tls_configs().map_err(|e| format!("making TLS configs: {e}"))?;
     let addrs = [SocketAddr::new(ip, 7900), SocketAddr::new(ip, 7901)];
-    for (transport, addr) in Transport::ALL.into_iter().zip(addrs) {
-        let l = Listener::bind(transport, addr)
-            .await
-            .map_err(|e| format!("{} listener on {addr}: {e}", transport.name()))?;
-        tokio::spawn(serve(l, acceptor.clone()));
-    }
+    serve_each(addrs, |l| serve(l, acceptor.clone())).await?;
     let data = Arc::new(pattern(bytes));
-    let mut runs: Vec<Vec<Run>> = vec![Vec::new(), Vec::new()];
-    for round in 1..=rounds {
-        for (k, (transport, addr)) in Transport::ALL.into_iter().zip(addrs).enumerate() {
-            let r = tokio::time::timeout(
-                Duration::from_secs(300),
-                client(transport, addr, &connector, &data, pings),
-            )
-            .await
-            .map_err(|_| format!("{} round {round}: no result within 300 s", transport.name()))?
-            .map_err(|e| format!("{} round {round}: {e}", transport.name()))?;
-            eprintln!(
-                "round {round}/{rounds}: {}: handshake {:.1} ms, echo {:.1} MB/s, p50 {:.0} µs",
-                transport.name(),
+    let runs = alternate(
+        rounds,
+        addrs,
+        |transport, addr| client(transport, addr, &connector, &data, pings),
+        |r: &Run| {
+            format!(
+                "handshake {:.1} ms, echo {:.1} MB/s, p50 {:.0} µs",
                 r.handshake.as_secs_f64() * 1e3,
                 bytes as f64 / r.echo.as_secs_f64() / 1e6,
                 quantile_us(&r.rtts, 0.5)
-            );
-            runs[k].push(r);
-        }
-    }
+            )
+        },
+    )
+    .await?;
     println!(
         "# TLS 1.3 (rustls, ring), {bytes} bytes echoed, {pings} pings of 64 B, {rounds} rounds \
          alternating; medians over the rounds"
     );
     println!("transport\thandshake_ms\techo_MB_per_s\tping_p50_us\tping_p99_us");
-    for (k, transport) in Transport::ALL.into_iter().enumerate() {
-        let r = &runs[k];
+    for (transport, r) in Transport::ALL.into_iter().zip(&runs) {
         println!(
             "{}\t{:.2}\t{:.1}\t{:.0}\t{:.0}",
             transport.name(),
@@ -198,18 +184,9 @@ async fn run(ip: IpAddr, bytes: usize, pings: usize, rounds: usize) -> Result<()
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().is_some_and(|a| a == "--help" || a == "-h") {
-        println!("{USAGE}");
-        return ExitCode::SUCCESS;
-    }
-    let parsed = (|| {
-        let ip: IpAddr = args
-            .first()
-            .and_then(|a| a.parse().ok())
-            .ok_or("the first argument must be an IP address with an RDMA device")?;
+    main_with("trespass-tls", USAGE, |ip, flags| {
         let (mut bytes, mut pings, mut rounds) = (16 << 20, 2000, 3);
-        for (f, v) in flags(&args[1..])? {
+        for &(f, v) in flags {
             match f {
                 "--bytes" => bytes = positive(f, v)?,
                 "--pings" => pings = positive(f, v)?,
@@ -217,20 +194,7 @@ async fn main() -> ExitCode {
                 _ => return Err(format!("unknown option {f:?}")),
             }
         }
-        Ok::<_, String>((ip, bytes, pings, rounds))
-    })();
-    let (ip, bytes, pings, rounds) = match parsed {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("trespass-tls: {e}\n{USAGE}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match run(ip, bytes, pings, rounds).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("trespass-tls: {e}");
-            ExitCode::FAILURE
-        }
-    }
+        Ok(run(ip, bytes, pings, rounds))
+    })
+    .await
 }
