@@ -13,13 +13,6 @@ use std::time::{Duration, Instant};
 
 use trespass::Config;
 
-/// Deterministic bytes, different at every offset.
-fn pattern(offset: u64, len: usize) -> Vec<u8> {
-    (0..len as u64)
-        .map(|i| ((offset + i).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as u8)
-        .collect()
-}
-
 /// `rdma resource show`'s counts of this machine's RDMA objects (pd, cq, qp, cm_id, mr, ctx,
 /// summed over devices), or `None` when the `rdma` tool is not there.
 fn rdma_resources() -> Option<std::collections::BTreeMap<String, u64>> {
@@ -84,10 +77,10 @@ fn many_connect_transfer_close_cycles_leak_no_fd_and_no_rdma_object() {
             before = (fds(), rdma_resources());
         }
         let mut c = cfg.connect(addr).unwrap();
-        c.write_all(&pattern(i as u64, 64)).unwrap();
+        c.write_all(&common::pattern(i as u64, 64)).unwrap();
         let mut back = Vec::new();
         c.read_to_end(&mut back).unwrap();
-        assert_eq!(back[..], pattern(i as u64, 64)[..]);
+        assert_eq!(back[..], common::pattern(i as u64, 64)[..]);
     }
     thread::sleep(Duration::from_millis(300));
     let (after_fds, after_rdma) = (fds(), rdma_resources());

@@ -14,28 +14,6 @@ use std::time::{Duration, Instant};
 
 use trespass::{Config, Stream};
 
-/// Deterministic bytes, different at every offset of a long stream.
-fn pattern(offset: u64, len: usize) -> Vec<u8> {
-    (0..len as u64)
-        .map(|i| {
-            let x = (offset + i).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            (x >> 56) as u8
-        })
-        .collect()
-}
-
-fn small_config() -> Config {
-    let mut c = Config::new();
-    c.ring_size(64 * 1024)
-        .send_buffer(32 * 1024)
-        .recv_depth(16)
-        .send_depth(16)
-        .max_write(16 * 1024)
-        .connect_timeout(Duration::from_secs(10))
-        .linger(Duration::from_secs(10));
-    c
-}
-
 /// A listener on `port` and a client connected to it, with `config` on both sides.
 fn pair(ip: IpAddr, port: u16, config: &Config) -> (Stream, Stream) {
     let addr = SocketAddr::new(ip, port);
@@ -68,7 +46,7 @@ fn an_echo_round_trip_carries_every_byte() {
         }
     });
     for (i, size) in [1usize, 8, 64, 65, 4096, 100_000].into_iter().enumerate() {
-        let data = pattern(i as u64 * 1000, size);
+        let data = common::pattern(i as u64 * 1000, size);
         client.write_all(&data).unwrap();
         let mut back = vec![0u8; size];
         client.read_exact(&mut back).unwrap();
@@ -89,13 +67,13 @@ fn a_slow_reader_gets_every_byte_of_a_stream_larger_than_its_ring() {
         return;
     };
     const TOTAL: u64 = 16 << 20;
-    let (mut server, mut client) = pair(ip, 7602, &small_config());
+    let (mut server, mut client) = pair(ip, 7602, &common::small_config());
     let writer = thread::spawn(move || {
         let mut sent = 0u64;
         let mut sizes = [1usize, 7, 4096, 65536, 333, 20000].iter().cycle();
         while sent < TOTAL {
             let n = (*sizes.next().unwrap() as u64).min(TOTAL - sent) as usize;
-            client.write_all(&pattern(sent, n)).unwrap();
+            client.write_all(&common::pattern(sent, n)).unwrap();
             sent += n as u64;
         }
         client.shutdown(Shutdown::Write).unwrap();
@@ -110,7 +88,7 @@ fn a_slow_reader_gets_every_byte_of_a_stream_larger_than_its_ring() {
         if n == 0 {
             break;
         }
-        assert_eq!(buf[..n], pattern(got, n)[..], "at byte {got}");
+        assert_eq!(buf[..n], common::pattern(got, n)[..], "at byte {got}");
         got += n as u64;
         reads += 1;
         if reads % 64 == 0 {
@@ -130,10 +108,10 @@ fn messages_keep_their_boundaries_including_empty_and_larger_than_the_ring() {
         return;
     };
     let sizes = [0usize, 1, 100, 0, 16 * 1024, 200_000, 3, 64 * 1024, 1 << 20];
-    let (mut server, mut client) = pair(ip, 7603, &small_config());
+    let (mut server, mut client) = pair(ip, 7603, &common::small_config());
     let sender = thread::spawn(move || {
         for (i, &size) in sizes.iter().enumerate() {
-            client.send_msg(&pattern(i as u64, size)).unwrap();
+            client.send_msg(&common::pattern(i as u64, size)).unwrap();
         }
         client.shutdown(Shutdown::Write).unwrap();
         client
@@ -142,7 +120,7 @@ fn messages_keep_their_boundaries_including_empty_and_larger_than_the_ring() {
     for (i, &size) in sizes.iter().enumerate() {
         let n = server.recv_msg(&mut buf).unwrap().expect("a message");
         assert_eq!(n, size, "message {i}");
-        assert_eq!(buf, pattern(i as u64, size), "message {i}");
+        assert_eq!(buf, common::pattern(i as u64, size), "message {i}");
     }
     assert_eq!(server.recv_msg(&mut buf).unwrap(), None, "end of stream");
     drop(sender.join().unwrap());
@@ -155,7 +133,7 @@ fn a_message_larger_than_the_peer_accepts_is_refused_before_sending() {
     else {
         return;
     };
-    let mut config = small_config();
+    let mut config = common::small_config();
     config.max_message(1000);
     let (_server, mut client) = pair(ip, 7604, &config);
     let err = client.send_msg(&[0u8; 1001]).unwrap_err();
@@ -249,8 +227,8 @@ fn a_dropped_peer_reads_as_end_of_stream_after_its_last_bytes() {
     else {
         return;
     };
-    let (mut server, mut client) = pair(ip, 7608, &small_config());
-    let data = pattern(5, 200_000);
+    let (mut server, mut client) = pair(ip, 7608, &common::small_config());
+    let data = common::pattern(5, 200_000);
     let expect = data.clone();
     let writer = thread::spawn(move || {
         client.write_all(&data).unwrap();

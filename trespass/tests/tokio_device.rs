@@ -15,29 +15,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use trespass::tokio::{Listener, Stream};
 use trespass::Config;
 
-/// Deterministic bytes, different at every offset of a long stream.
-fn pattern(offset: u64, len: usize) -> Vec<u8> {
-    (0..len as u64)
-        .map(|i| {
-            let x = (offset + i).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            (x >> 56) as u8
-        })
-        .collect()
-}
-
-/// Small buffers, so that writers outrun the ring and reads and writes would block often.
-fn small_config() -> Config {
-    let mut c = Config::new();
-    c.ring_size(64 * 1024)
-        .send_buffer(32 * 1024)
-        .recv_depth(16)
-        .send_depth(16)
-        .max_write(16 * 1024)
-        .connect_timeout(Duration::from_secs(10))
-        .linger(Duration::from_secs(10));
-    c
-}
-
 /// Runs `f` on a multi-threaded runtime, failing the test after `limit`.
 fn run<F: Future<Output = ()>>(limit: Duration, f: F) {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -70,7 +47,7 @@ fn tokio_copy_echoes_a_stream_larger_than_every_buffer() {
         return;
     };
     run(Duration::from_secs(120), async move {
-        let (mut server, client) = pair(ip, 7701, &small_config()).await;
+        let (mut server, client) = pair(ip, 7701, &common::small_config()).await;
         let echo = tokio::spawn(async move {
             let (mut rd, mut wr) = tokio::io::split(&mut server);
             let n = tokio::io::copy(&mut rd, &mut wr).await.expect("copy");
@@ -79,7 +56,7 @@ fn tokio_copy_echoes_a_stream_larger_than_every_buffer() {
         });
         // Sixteen rings' worth each way, through a send buffer half a ring long.
         const LEN: usize = 1 << 20;
-        let data = Arc::new(pattern(0, LEN));
+        let data = Arc::new(common::pattern(0, LEN));
         let (mut rd, mut wr) = tokio::io::split(client);
         let sent = Arc::clone(&data);
         let writer = tokio::spawn(async move {
@@ -106,11 +83,11 @@ fn dropping_read_and_write_futures_halfway_loses_and_duplicates_nothing() {
         return;
     };
     run(Duration::from_secs(120), async move {
-        let (mut server, mut client) = pair(ip, 7702, &small_config()).await;
+        let (mut server, mut client) = pair(ip, 7702, &common::small_config()).await;
         // The reader parks instead of spinning, so its reads are pending (and dropped) often.
         server.set_busy_poll(Duration::ZERO);
         const LEN: usize = 2 << 20;
-        let data = Arc::new(pattern(0, LEN));
+        let data = Arc::new(common::pattern(0, LEN));
         let sent = Arc::clone(&data);
         // Whichever is polled first, a call that would block is dropped at the next turn
         // of the select; only the bytes a completed call reports count.
@@ -163,7 +140,7 @@ fn async_messages_keep_their_boundaries_across_dropped_receives() {
         return;
     };
     run(Duration::from_secs(120), async move {
-        let config = small_config();
+        let config = common::small_config();
         let (mut server, mut client) = pair(ip, 7703, &config).await;
         server.set_busy_poll(Duration::ZERO);
         let sizes: Vec<usize> = (0..60)
@@ -173,7 +150,7 @@ fn async_messages_keep_their_boundaries_across_dropped_receives() {
         let sender = tokio::spawn(async move {
             for (i, &n) in sizes.iter().enumerate() {
                 client
-                    .send_msg(&pattern(i as u64, n))
+                    .send_msg(&common::pattern(i as u64, n))
                     .await
                     .expect("send_msg");
             }
@@ -192,7 +169,7 @@ fn async_messages_keep_their_boundaries_across_dropped_receives() {
                 r = server.recv_msg(&mut msg) => match r.expect("recv_msg") {
                     Some(n) => {
                         assert_eq!(n, expect[i], "message {i}'s length");
-                        assert!(msg == pattern(i as u64, n), "message {i}'s bytes");
+                        assert!(msg == common::pattern(i as u64, n), "message {i}'s bytes");
                         i += 1;
                     }
                     None => break,
@@ -306,7 +283,7 @@ fn one_runtime_thread_serves_many_connections() {
                 clients.push(tokio::spawn(async move {
                     let mut s = Stream::connect_with(&cfg, addr).await.expect("connect");
                     all_up.wait().await;
-                    let data = pattern(i as u64 * 10_000, 20_000);
+                    let data = common::pattern(i as u64 * 10_000, 20_000);
                     let (mut rd, mut wr) = tokio::io::split(&mut s);
                     let send = async {
                         wr.write_all(&data).await.expect("write");
