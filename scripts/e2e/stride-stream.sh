@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # stride-perf stream (trespass measured as perftest measures the verbs): latency and
-# bandwidth rows, over the byte stream and over messages, one and two connections, with a
-# sane row on the client for each. A short run of each; scripts/trespass-compare is the
-# measurement. Binary: ${STRIDE_BIN:-target/debug/stride-perf}.
+# bandwidth rows, over the byte stream and over messages, one and two connections, through
+# the blocking calls and through tokio (--tokio), with a sane row on the client for each. A
+# short run of each; scripts/trespass-compare is the measurement.
+# Binary: ${STRIDE_BIN:-target/debug/stride-perf}.
 # e2e-hosts: 1 2
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -46,5 +47,7 @@ stream_run "stream lat, 64 B" lat 64 200
 stream_run "stream lat, messages of 4 KiB" lat 4096 100 --messages
 stream_run "stream bw, 64 KiB" bw 65536 200
 stream_run "stream bw, 2 connections of 1 KiB messages" bw 1024 500 --connections 2 --messages
+stream_run "stream lat on tokio, 64 B" lat 64 200 --tokio
+stream_run "stream bw on tokio, 2 connections of 4 KiB messages" bw 4096 300 --connections 2 --messages --tokio
 [ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
 echo "all stride-perf stream runs gave their rows"

@@ -3,8 +3,8 @@
 # on one device, 64 MiB across two hosts) streamed through a reader that sleeps at random,
 # checked byte for byte by checksum; a peer killed with SIGKILL, and one stopped with SIGSTOP
 # past its keep-alive period, each noticed by the survivor's blocked read within a stated
-# bound; a connection over IPv6. Runs where scripts/softroce runs commands; every program
-# runs under a time limit.
+# bound; the same (64 MiB) with the server on trespass::tokio; a connection over IPv6. Runs
+# where scripts/softroce runs commands; every program runs under a time limit.
 #
 # Under `scripts/softroce run --hosts 2` the servers run on the peer host, on its address,
 # and the clients here, across the link, and then the link's faults run
@@ -105,11 +105,24 @@ fi
 wait_exit "$SRV" 30 || fail "the server did not finish cleanly"
 grep received "$work/s7700.log" | sed 's/^/  server: /'
 
-# peer_dies SIGNAL PORT LIMIT PATTERN: a server blocked in read, its idle client (here) sent
-# SIGNAL; the server's read must fail within LIMIT seconds with a message matching PATTERN.
+echo "1b. 67108864 bytes through a tokio reader that sleeps at random (serve --tokio)"
+serve 7706 --sleepy --tokio
+if timeout -k 5 300 "$bin" send "$SERVER_IP:7706" 67108864 >"$work/send-t.log" 2>&1; then
+    echo "  ok: $(tail -n1 "$work/send-t.log")"
+else
+    fail "the stream check against the tokio server failed"
+    cat "$work/send-t.log"
+fi
+wait_exit "$SRV" 30 || fail "the tokio server did not finish cleanly"
+grep received "$work/s7706.log" | sed 's/^/  server: /'
+
+# peer_dies SIGNAL PORT LIMIT PATTERN [SERVE ARGS...]: a server blocked in read, its idle
+# client (here) sent SIGNAL; the server's read must fail within LIMIT seconds with a message
+# matching PATTERN.
 peer_dies() {
     local sig=$1 port=$2 limit=$3 pattern=$4 rc=0
-    serve "$port" --keepalive 1
+    shift 4
+    serve "$port" --keepalive 1 "$@"
     # Not under timeout: the signal must reach the program itself (the trap and the kill
     # below end it).
     "$bin" idle "$SERVER_IP:$port" --keepalive 1 >"$work/c$port.log" 2>&1 &
@@ -132,6 +145,9 @@ echo "2. a peer killed (SIGKILL): the blocked reader sees a reset"
 peer_dies KILL 7701 10 "reset|disconnected"
 echo "3. a peer stopped (SIGSTOP) past the keep-alive period of 1 s: a keep-alive error within 2 periods"
 peer_dies STOP 7702 10 "keep-alive"
+echo "3b. the same two with the server's read parked in tokio's reactor (serve --tokio)"
+peer_dies KILL 7707 10 "reset|disconnected" --tokio
+peer_dies STOP 7708 10 "keep-alive" --tokio
 
 if [ "${RDMA_TEST_HOSTS:-1}" = 1 ]; then
     # 2001:2::/48 is IPv6's benchmarking range (RFC 5180); it exists only in this guest.

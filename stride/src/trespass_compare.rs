@@ -15,6 +15,8 @@
 //! | `trespass-stream` | `stride-perf stream lat`: write_all + read_exact ping-pong, t_avg | `stride-perf stream bw` |
 //! | `trespass-messages` | the same with `--messages` (send_msg / recv_msg) | `stride-perf stream bw --messages` |
 //! | `trespass-spin` | `stream lat` with `--busy-poll-us 1000000` on both sides | `stream bw` likewise |
+//! | `trespass-tokio` | `stream lat` with `--tokio` on both sides (the tokio front end) | `stream bw` likewise |
+//! | `rdma-io` | `rdma-io-stream client ADDR lat` (the rdma-io crate's tokio stream, the same ping-pong), mean | `rdma-io-stream client ADDR bw` |
 //! | `verbs` | `stride-perf send lat` (SEND/RECV ping-pong), t_avg | `stride-perf write bw` |
 //! | `rsocket` | `rstream -S size -C 1 -I iters`: usec/xfer | `rstream -S size -C iters -I 1`: size / usec/xfer |
 //! | `tcp` | the same with `-T s` (kernel TCP over the guest's dummy0) | the same with `-T s` |
@@ -40,6 +42,12 @@ pub enum Case {
     /// trespass, stream bytes, both sides spinning instead of sleeping
     /// ([`SPIN_BUSY_POLL_US`]), as the verbs programs and rstream do.
     TrespassSpin,
+    /// trespass, stream bytes, both sides on its tokio front end (`stream --tokio`: a
+    /// current-thread runtime per connection).
+    TrespassTokio,
+    /// The rdma-io crate's tokio stream (`AsyncRdmaStream` over its `SendRecvConfig::stream()`
+    /// transport), through `benches/rdma-io-stream`: another layer in trespass's place.
+    RdmaIo,
     /// The raw verbs: `stride-perf send lat` and `write bw`.
     Verbs,
     /// rsocket through `rstream`.
@@ -50,10 +58,12 @@ pub enum Case {
 
 impl Case {
     /// Every case, in table order.
-    pub const ALL: [Case; 6] = [
+    pub const ALL: [Case; 8] = [
         Case::TrespassStream,
         Case::TrespassMessages,
         Case::TrespassSpin,
+        Case::TrespassTokio,
+        Case::RdmaIo,
         Case::Verbs,
         Case::Rsocket,
         Case::Tcp,
@@ -65,6 +75,8 @@ impl Case {
             Case::TrespassStream => "trespass-stream",
             Case::TrespassMessages => "trespass-messages",
             Case::TrespassSpin => "trespass-spin",
+            Case::TrespassTokio => "trespass-tokio",
+            Case::RdmaIo => "rdma-io",
             Case::Verbs => "verbs",
             Case::Rsocket => "rsocket",
             Case::Tcp => "tcp",
@@ -80,7 +92,10 @@ impl Case {
     pub fn is_trespass(self) -> bool {
         matches!(
             self,
-            Case::TrespassStream | Case::TrespassMessages | Case::TrespassSpin
+            Case::TrespassStream
+                | Case::TrespassMessages
+                | Case::TrespassSpin
+                | Case::TrespassTokio
         )
     }
 }
@@ -101,6 +116,7 @@ impl Job {
             Case::TrespassStream => "stream",
             Case::TrespassMessages => "messages",
             Case::TrespassSpin => "spin",
+            Case::TrespassTokio => "tokio",
             c => c.name(),
         };
         format!("{case}-{}", self.test.as_str())
@@ -118,6 +134,7 @@ impl Job {
             "stream" => Case::TrespassStream,
             "messages" => Case::TrespassMessages,
             "spin" => Case::TrespassSpin,
+            "tokio" => Case::TrespassTokio,
             other => Case::parse(other).filter(|c| !c.is_trespass())?,
         };
         Some(Job { test, case })
@@ -125,15 +142,39 @@ impl Job {
 }
 
 /// The jobs of a default run: trespass stream lat and bw, trespass messages lat, trespass
-/// spinning lat and bw, and the verbs floor, rsocket and TCP of both tests.
-pub const DEFAULT_JOBS: &str = "stream-lat,messages-lat,spin-lat,verbs-lat,rsocket-lat,tcp-lat,\
-                                stream-bw,spin-bw,verbs-bw,rsocket-bw,tcp-bw";
+/// spinning lat and bw, trespass on tokio lat and bw, rdma-io lat and bw, and the verbs
+/// floor, rsocket and TCP of both tests.
+pub const DEFAULT_JOBS: &str = "stream-lat,messages-lat,spin-lat,tokio-lat,rdma-io-lat,\
+                                verbs-lat,rsocket-lat,tcp-lat,stream-bw,spin-bw,tokio-bw,\
+                                rdma-io-bw,verbs-bw,rsocket-bw,tcp-bw";
 /// The busy poll of the `spin` jobs, in microseconds (trespass's longest, one second): a
 /// blocking call spins through every round trip of this guest instead of sleeping on the
 /// completion channel, as `stride-perf` and `rstream` always do.
 pub const SPIN_BUSY_POLL_US: u64 = 1_000_000;
 /// The sizes of a default run.
 pub const DEFAULT_SIZES: [u64; 5] = [8, 64, 4096, 65536, 1 << 20];
+
+/// The result of `rdma-io-stream`'s client output: (mean, median) half round trip in usec
+/// for lat, (MiB/s, None) for bw; `None` without a result line.
+pub fn rdma_io_result(text: &str) -> Option<(f64, Option<f64>)> {
+    let line = text
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("rdma-io-stream result: "))?;
+    let field = |key: &str| -> Option<f64> {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key)?.parse().ok())
+    };
+    match (
+        field("mean_us="),
+        field("median_us="),
+        field("mib_per_sec="),
+    ) {
+        (Some(mean), median, _) => Some((mean, median)),
+        (None, _, Some(mib)) => Some((mib, None)),
+        _ => None,
+    }
+}
 
 /// Reads a comma-separated list of jobs.
 pub fn parse_jobs(text: &str) -> Result<Vec<Job>, String> {
@@ -142,8 +183,8 @@ pub fn parse_jobs(text: &str) -> Result<Vec<Job>, String> {
         .map(|s| {
             Job::parse(s.trim()).ok_or_else(|| {
                 format!(
-                    "unknown job '{s}': use CASE-TEST with CASE one of stream, messages, spin, verbs, \
-                     rsocket, tcp and TEST lat or bw"
+                    "unknown job '{s}': use CASE-TEST with CASE one of stream, messages, spin, \
+                     tokio, rdma-io, verbs, rsocket, tcp and TEST lat or bw"
                 )
             })
         })
@@ -422,6 +463,8 @@ pub fn summarize(runs: &[Run]) -> Vec<Row> {
                 Case::TrespassStream,
                 Case::TrespassMessages,
                 Case::TrespassSpin,
+                Case::TrespassTokio,
+                Case::RdmaIo,
             ] {
                 let ours = of(trespass);
                 if ours.is_empty() {
@@ -487,9 +530,11 @@ fn ratio_text(r: Option<&Ratio>) -> String {
 
 fn transfer(r: &Row) -> &'static str {
     match r.trespass {
-        Case::TrespassMessages => "messages",
-        Case::TrespassSpin => "stream, spinning",
-        _ => "stream",
+        Case::TrespassMessages => "trespass messages",
+        Case::TrespassSpin => "trespass stream, spinning",
+        Case::TrespassTokio => "trespass stream, tokio",
+        Case::RdmaIo => "rdma-io stream, tokio",
+        _ => "trespass stream",
     }
 }
 
@@ -503,9 +548,8 @@ pub fn markdown_table(rows: &[Row]) -> String {
         md.push_str(
             "Latency: one round trip / 2, usec (lower is better); median = t_typical, mean = \
              t_avg (stride-perf) or usec/xfer (rstream).\n\n\
-             | size | trespass | trespass median | verbs median | trespass / verbs (medians; \
-             min..max) | trespass mean | verbs mean | rsocket mean | TCP mean | trespass / \
-             rsocket (means; min..max) |\n\
+             | size | layer | median | verbs median | layer / verbs (medians; min..max) | mean \
+             | verbs mean | rsocket mean | TCP mean | layer / rsocket (means; min..max) |\n\
              | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
         );
         for r in &lat {
@@ -532,8 +576,8 @@ pub fn markdown_table(rows: &[Row]) -> String {
         }
         md.push_str(
             "Bandwidth: MiB/s (2^20 bytes) one way (higher is better).\n\n\
-             | size | trespass | trespass | verbs floor | rsocket | TCP | trespass / verbs \
-             (min..max) | trespass / rsocket (min..max) |\n\
+             | size | layer | MiB/s | verbs floor | rsocket | TCP | layer / verbs (min..max) | \
+             layer / rsocket (min..max) |\n\
              | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
         );
         for r in &bw {
@@ -585,10 +629,17 @@ mod tests {
     #[test]
     fn jobs_parse_and_name_themselves() {
         let jobs = parse_jobs(DEFAULT_JOBS).unwrap();
-        assert_eq!(jobs.len(), 11);
+        assert_eq!(jobs.len(), 15);
         for j in &jobs {
             assert_eq!(Job::parse(&j.name()), Some(*j));
         }
+        assert_eq!(
+            Job::parse("tokio-lat"),
+            Some(Job {
+                test: Test::Lat,
+                case: Case::TrespassTokio
+            })
+        );
         assert_eq!(
             Job::parse("messages-bw"),
             Some(Job {
@@ -600,6 +651,18 @@ mod tests {
             assert_eq!(Job::parse(bad), None, "{bad}");
         }
         assert!(parse_jobs("stream-lat,nope").unwrap_err().contains("nope"));
+    }
+
+    #[test]
+    fn rdma_io_stream_results_are_read() {
+        let lat = "rdma-io-stream: x\nrdma-io-stream result: lat 64 B x 1000: mean_us=51.250 \
+                   median_us=49.000\n";
+        assert_eq!(rdma_io_result(lat), Some((51.25, Some(49.0))));
+        let bw = "rdma-io-stream result: bw 65536 B x 500: mib_per_sec=120.500";
+        assert_eq!(rdma_io_result(bw), Some((120.5, None)));
+        assert_eq!(rdma_io_result("rdma-io-stream: connecting: refused"), None);
+        assert_eq!(rdma_io_result("rdma-io-stream result: lat mean_us=x"), None);
+        assert_eq!(Job::parse("rdma-io-bw").map(|j| j.case), Some(Case::RdmaIo));
     }
 
     #[test]
@@ -713,11 +776,11 @@ mod tests {
         assert!((v.ratio - 98.5 / 48.5).abs() < 1e-12);
         let md = markdown_table(&rows);
         assert!(
-            md.contains("| 64 B | stream | 98.5 | 48.5 | 2.03 (2.03..2.44) | 100 | 50.0 | 80.0 | failed (3 of 3) | 1.25 (1.00..2.00) |"),
+            md.contains("| 64 B | trespass stream | 98.5 | 48.5 | 2.03 (2.03..2.44) | 100 | 50.0 | 80.0 | failed (3 of 3) | 1.25 (1.00..2.00) |"),
             "{md}"
         );
         assert!(
-            md.contains("| 8 B | stream | 2.00 | - | - | - | - | - |"),
+            md.contains("| 8 B | trespass stream | 2.00 | - | - | - | - | - |"),
             "{md}"
         );
         assert!(

@@ -2,9 +2,11 @@
 //! for the end-to-end checks (scripts/e2e/trespass-streams.sh).
 //!
 //! ```text
-//! stream_check serve ADDR [--sleepy] [--keepalive SECS]   accept one connection, read to end
+//! stream_check serve ADDR [--sleepy] [--keepalive SECS] [--tokio]
+//!                                                         accept one connection, read to end
 //!                                                         (sleeping at random with --sleepy),
-//!                                                         answer "BYTES CHECKSUM"
+//!                                                         answer "BYTES CHECKSUM"; --tokio:
+//!                                                         the same through trespass::tokio
 //! stream_check send ADDR BYTES [--keepalive SECS]         send BYTES of a pattern, shut down,
 //!                                                         compare the answer with what was sent
 //! stream_check idle ADDR [--keepalive SECS]               connect, then wait until killed
@@ -19,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use trespass::Config;
 
-const USAGE: &str = "usage: stream_check serve ADDR [--sleepy] [--keepalive SECS]\n       stream_check send ADDR BYTES [--keepalive SECS]\n       stream_check idle ADDR [--keepalive SECS]";
+const USAGE: &str = "usage: stream_check serve ADDR [--sleepy] [--keepalive SECS] [--tokio]\n       stream_check send ADDR BYTES [--keepalive SECS]\n       stream_check idle ADDR [--keepalive SECS]";
 
 /// A running checksum over 8-byte words (the tail zero-padded): cheap enough for a GiB in a
 /// debug build, and sensitive to order, loss and duplication.
@@ -87,46 +89,126 @@ fn config(args: &[String]) -> Result<Config, String> {
     Ok(c)
 }
 
+/// The server's side of the check, whichever API reads: how much to ask for next, when to
+/// sleep, and the running checksum.
+struct Reader {
+    sum: Sum,
+    rng: u64,
+    sleepy: bool,
+    t0: Instant,
+}
+
+impl Reader {
+    fn new(args: &[String]) -> Reader {
+        Reader {
+            sum: Sum::default(),
+            rng: 0x2545_f491_4f6c_dd1d,
+            sleepy: args.iter().any(|a| a == "--sleepy"),
+            t0: Instant::now(),
+        }
+    }
+
+    /// How many bytes the next read asks for (1 to `max`).
+    fn want(&mut self, max: usize) -> usize {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        1 + (self.rng % max as u64) as usize
+    }
+
+    /// Takes what a read returned; says how long to sleep before the next one, if at all.
+    fn got(&mut self, data: &[u8]) -> Option<Duration> {
+        self.sum.update(data);
+        (self.sleepy && self.rng % 512 == 0).then(|| Duration::from_millis(self.rng % 20))
+    }
+
+    /// Prints why the read failed; the exit status that says so.
+    fn failed(&self, e: std::io::Error) -> ExitCode {
+        println!(
+            "read failed after {:.1} s: {e}",
+            self.t0.elapsed().as_secs_f64()
+        );
+        ExitCode::from(3)
+    }
+
+    /// Prints what arrived; the answer to send back.
+    fn finish(self) -> String {
+        let (bytes, hash) = self.sum.finish();
+        let secs = self.t0.elapsed().as_secs_f64();
+        println!(
+            "received {bytes} bytes in {secs:.1} s ({:.1} MB/s), checksum {hash:016x}",
+            bytes as f64 / secs / 1e6
+        );
+        format!("{bytes} {hash:016x}\n")
+    }
+}
+
 fn serve(addr: &str, args: &[String]) -> Result<ExitCode, String> {
+    if args.iter().any(|a| a == "--tokio") {
+        return serve_tokio(addr, args);
+    }
     let listener = config(args)?
         .bind(addr)
         .map_err(|e| format!("bind {addr}: {e}"))?;
     println!("listening on {addr}");
     let (mut s, peer) = listener.accept().map_err(|e| format!("accept: {e}"))?;
     println!("connection from {peer}");
-    let sleepy = args.iter().any(|a| a == "--sleepy");
-    let mut sum = Sum::default();
+    let mut r = Reader::new(args);
     let mut buf = vec![0u8; 1 << 20];
-    let mut rng: u64 = 0x2545_f491_4f6c_dd1d;
-    let t0 = Instant::now();
     loop {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        let want = 1 + (rng % buf.len() as u64) as usize;
+        let want = r.want(buf.len());
         let n = match s.read(&mut buf[..want]) {
+            Ok(0) => break,
             Ok(n) => n,
-            Err(e) => {
-                println!("read failed after {:.1} s: {e}", t0.elapsed().as_secs_f64());
-                return Ok(ExitCode::from(3));
-            }
+            Err(e) => return Ok(r.failed(e)),
         };
-        if n == 0 {
-            break;
-        }
-        sum.update(&buf[..n]);
-        if sleepy && rng % 512 == 0 {
-            std::thread::sleep(Duration::from_millis(rng % 20));
+        if let Some(d) = r.got(&buf[..n]) {
+            std::thread::sleep(d);
         }
     }
-    let (bytes, hash) = sum.finish();
-    let secs = t0.elapsed().as_secs_f64();
-    println!(
-        "received {bytes} bytes in {secs:.1} s ({:.1} MB/s), checksum {hash:016x}",
-        bytes as f64 / secs / 1e6
-    );
-    writeln!(s, "{bytes} {hash:016x}").map_err(|e| format!("answer: {e}"))?;
+    s.write_all(r.finish().as_bytes())
+        .map_err(|e| format!("answer: {e}"))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `serve` on a current-thread tokio runtime: the reads park in the reactor, so a dead peer
+/// must wake them there.
+fn serve_tokio(addr: &str, args: &[String]) -> Result<ExitCode, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let config = config(args)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the tokio runtime: {e}"))?;
+    rt.block_on(async {
+        let listener = trespass::tokio::Listener::bind_with(&config, addr)
+            .await
+            .map_err(|e| format!("bind {addr}: {e}"))?;
+        println!("listening on {addr} (tokio)");
+        let (mut s, peer) = listener
+            .accept()
+            .await
+            .map_err(|e| format!("accept: {e}"))?;
+        println!("connection from {peer}");
+        let mut r = Reader::new(args);
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let want = r.want(buf.len());
+            let n = match s.read(&mut buf[..want]).await {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) => return Ok(r.failed(e)),
+            };
+            if let Some(d) = r.got(&buf[..n]) {
+                tokio::time::sleep(d).await;
+            }
+        }
+        s.write_all(r.finish().as_bytes())
+            .await
+            .map_err(|e| format!("answer: {e}"))?;
+        s.shutdown().await.map_err(|e| format!("shutdown: {e}"))?;
+        Ok(ExitCode::SUCCESS)
+    })
 }
 
 fn send(addr: &str, total: u64, args: &[String]) -> Result<ExitCode, String> {

@@ -26,8 +26,9 @@ use stride::cli::Test;
 use stride::report::{Report, SizeResult};
 use stride::stream_bench::{StreamReport, StreamResult};
 use stride::trespass_compare::{
-    iterations, markdown_table, mib_per_sec, parse_jobs, parse_tsv, rstream_usec_per_xfer,
-    summarize, write_tsv_line, Case, Job, Run, DEFAULT_JOBS, SPIN_BUSY_POLL_US, TSV_HEADER,
+    iterations, markdown_table, mib_per_sec, parse_jobs, parse_tsv, rdma_io_result,
+    rstream_usec_per_xfer, summarize, write_tsv_line, Case, Job, Run, DEFAULT_JOBS,
+    SPIN_BUSY_POLL_US, TSV_HEADER,
 };
 
 /// trespass beside the raw verbs floor, rsocket (rstream) and kernel TCP.
@@ -56,6 +57,11 @@ struct RunArgs {
     #[arg(long, default_value = "target/release/stride-perf")]
     stride_perf: PathBuf,
 
+    /// The rdma-io-stream binary (benches/rdma-io-stream, a release build), for the rdma-io
+    /// jobs.
+    #[arg(long, default_value = "target/rdma-io-stream/release/rdma-io-stream")]
+    rdma_io_stream: PathBuf,
+
     /// Rounds: each round runs every job at every size once.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     rounds: u32,
@@ -64,8 +70,10 @@ struct RunArgs {
     #[arg(long, value_delimiter = ',', default_value = "8,64,4096,65536,1048576")]
     sizes: Vec<u64>,
 
-    /// Jobs, comma-separated CASE-TEST: CASE one of stream, messages, spin (trespass: stream
-    /// bytes, messages, stream bytes with --busy-poll-us 1000000 on both sides), verbs
+    /// Jobs, comma-separated CASE-TEST: CASE one of stream, messages, spin, tokio (trespass:
+    /// stream bytes, messages, stream bytes with --busy-poll-us 1000000 on both sides, stream
+    /// bytes through the tokio front end on both sides), rdma-io (the rdma-io crate's tokio
+    /// stream, benches/rdma-io-stream), verbs
     /// (stride-perf send lat / write bw), rsocket (rstream), tcp (rstream -T s); TEST lat or
     /// bw.
     #[arg(long, default_value = DEFAULT_JOBS)]
@@ -149,6 +157,8 @@ enum Extract {
     Verbs(PathBuf),
     /// rstream's output.
     Rstream,
+    /// `rdma-io-stream client`'s output.
+    RdmaIo,
 }
 
 struct Spec {
@@ -165,7 +175,10 @@ fn spec(job: Job, size: u64, iters: u64, port: u16, dev: &Device, a: &RunArgs, t
     let json = a.work.join(format!("{tag}.json"));
     let json_s = json.display().to_string();
     match job.case {
-        Case::TrespassStream | Case::TrespassMessages | Case::TrespassSpin => {
+        Case::TrespassStream
+        | Case::TrespassMessages
+        | Case::TrespassSpin
+        | Case::TrespassTokio => {
             let test = job.test.as_str();
             let mut client = s(&[
                 &stride, "stream", test, "-s", &size_s, "-n", &iters_s, "-p", &port_s, "--json",
@@ -174,6 +187,10 @@ fn spec(job: Job, size: u64, iters: u64, port: u16, dev: &Device, a: &RunArgs, t
             let mut server = s(&[&stride, "stream", test, "--bind", &dev.ip, "-p", &port_s]);
             if job.case == Case::TrespassMessages {
                 client.push("--messages".into());
+            }
+            if job.case == Case::TrespassTokio {
+                client.push("--tokio".into());
+                server.push("--tokio".into());
             }
             if job.case == Case::TrespassSpin {
                 let spin = ["--busy-poll-us".to_owned(), SPIN_BUSY_POLL_US.to_string()];
@@ -204,6 +221,17 @@ fn spec(job: Job, size: u64, iters: u64, port: u16, dev: &Device, a: &RunArgs, t
                 client,
                 ready: Ready::Tcp,
                 extract: Extract::Verbs(json),
+            }
+        }
+        Case::RdmaIo => {
+            let bin = a.rdma_io_stream.display().to_string();
+            let target = format!("{}:{port}", dev.ip);
+            let side = |role: &str| s(&[&bin, role, &target, job.test.as_str(), &size_s, &iters_s]);
+            Spec {
+                server: side("serve"),
+                client: side("client"),
+                ready: Ready::Cm,
+                extract: Extract::RdmaIo,
             }
         }
         Case::Rsocket | Case::Tcp => {
@@ -360,6 +388,10 @@ fn extract(
                 Some(SizeResult::Bandwidth(b)) => Ok((b.avg(false), None)),
                 None => Err("no result in the JSON file".into()),
             }
+        }
+        Extract::RdmaIo => {
+            let text = fs::read_to_string(client_log).unwrap_or_default();
+            rdma_io_result(&text).ok_or_else(|| "no result line in rdma-io-stream's output".into())
         }
         Extract::Rstream => {
             let text = fs::read_to_string(client_log).unwrap_or_default();

@@ -22,7 +22,7 @@
 //! an empty reply or the reason it refuses.
 
 use std::fmt;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
@@ -39,6 +39,9 @@ use crate::engine::RunError;
 use crate::latency::LatencySummary;
 use crate::post_clock::{tsc_usable, PostClock};
 use crate::report::{self, LatencyResult, RULE};
+
+mod conn;
+use conn::{Conn, TokioConn};
 
 /// The rdma_cm port of `stride-perf stream` unless `--port` says otherwise.
 pub const DEFAULT_PORT: u16 = 18600;
@@ -126,6 +129,13 @@ pub struct StreamArgs {
     /// Default: nodelay on, every write goes out at once.
     #[arg(long = "coalesce")]
     pub coalesce: bool,
+
+    /// Drive each connection through trespass's tokio front end (trespass::tokio::Stream)
+    /// instead of the blocking calls: each connection's thread runs a current-thread tokio
+    /// runtime of its own (the per-core mode) and every read and write awaits in its
+    /// reactor. Each side sets its own.
+    #[arg(long = "tokio")]
+    pub tokio: bool,
 
     /// Client only: also write the results as JSON to this file.
     #[arg(long = "json", value_name = "FILE")]
@@ -491,6 +501,10 @@ pub struct StreamReport {
     pub busy_poll_max_us: Option<u64>,
     /// Whether this side's nodelay was on.
     pub nodelay: bool,
+    /// Whether this side drove its connections through trespass's tokio front end
+    /// (`--tokio`).
+    #[serde(default)]
+    pub tokio: bool,
     /// The server's address.
     pub server: String,
     /// How the samples were stamped (`tsc` or the monotonic clock).
@@ -691,7 +705,7 @@ fn prepare(s: &mut Stream, a: &StreamArgs) -> io::Result<()> {
     Ok(())
 }
 
-fn send(s: &mut Stream, buf: &[u8], transfer: Transfer) -> io::Result<()> {
+fn send(s: &mut impl Conn, buf: &[u8], transfer: Transfer) -> io::Result<()> {
     match transfer {
         Transfer::Stream => s.write_all(buf),
         Transfer::Messages => s.send_msg(buf),
@@ -700,7 +714,12 @@ fn send(s: &mut Stream, buf: &[u8], transfer: Transfer) -> io::Result<()> {
 
 /// Receives `buf.len()` bytes: exactly that many stream bytes, or one message of exactly
 /// that length (into `msg`).
-fn recv(s: &mut Stream, buf: &mut [u8], msg: &mut Vec<u8>, transfer: Transfer) -> io::Result<()> {
+fn recv(
+    s: &mut impl Conn,
+    buf: &mut [u8],
+    msg: &mut Vec<u8>,
+    transfer: Transfer,
+) -> io::Result<()> {
     match transfer {
         Transfer::Stream => s.read_exact(buf),
         Transfer::Messages => match s.recv_msg(msg)? {
@@ -714,13 +733,13 @@ fn recv(s: &mut Stream, buf: &mut [u8], msg: &mut Vec<u8>, transfer: Transfer) -
     }
 }
 
-fn write_reply(s: &mut Stream, refusal: &str) -> io::Result<()> {
+fn write_reply(s: &mut impl Conn, refusal: &str) -> io::Result<()> {
     let mut b = (refusal.len() as u32).to_le_bytes().to_vec();
     b.extend_from_slice(refusal.as_bytes());
     s.write_all(&b)
 }
 
-fn read_reply(s: &mut Stream) -> io::Result<Option<String>> {
+fn read_reply(s: &mut impl Conn) -> io::Result<Option<String>> {
     let mut len = [0u8; 4];
     s.read_exact(&mut len)?;
     let len = u32::from_le_bytes(len) as usize;
@@ -735,7 +754,7 @@ fn read_reply(s: &mut Stream) -> io::Result<Option<String>> {
     )))
 }
 
-fn read_request(s: &mut Stream) -> Result<Request, String> {
+fn read_request(s: &mut impl Conn) -> Result<Request, String> {
     let mut b = [0u8; REQUEST_LEN];
     s.read_exact(&mut b)
         .map_err(|e| format!("reading the client's request: {e}"))?;
@@ -808,6 +827,15 @@ fn banner(a: &StreamArgs, role: &str, peer: &str, plan: Option<&Plan>, tsc: bool
         );
     }
     println!(
+        " Front end       : {} (this side)",
+        if a.tokio {
+            "tokio (--tokio): a current-thread runtime per connection thread; its busy poll \
+             is the least one, not adaptive"
+        } else {
+            "blocking calls"
+        }
+    );
+    println!(
         " Nodelay         : {} (this side)",
         if a.coalesce { "off (--coalesce)" } else { "on" }
     );
@@ -864,7 +892,7 @@ fn client(a: &StreamArgs, host: &str) -> Result<(), RunError> {
         prepare(&mut s, a).map_err(|e| RunError::new(format!("setting up the stream: {e}")))?;
         // The first size's request goes at once: the server reads it before it accepts the
         // next connection (it learns the connection count from it).
-        s.write_all(&plan.request(i, plan.sizes[0]).encode())
+        Conn::write_all(&mut s, &plan.request(i, plan.sizes[0]).encode())
             .map_err(|e| RunError::new(format!("sending the first request: {e}")))?;
         streams.push(s);
     }
@@ -880,12 +908,24 @@ fn client(a: &StreamArgs, host: &str) -> Result<(), RunError> {
     let origin = Instant::now();
     let plan = Arc::new(plan);
     let (tx, rx) = std::sync::mpsc::channel::<(usize, u64, Result<ConnectionRun, String>)>();
+    let tokio = a.tokio;
     let handles: Vec<_> = streams
         .into_iter()
         .enumerate()
         .map(|(i, s)| {
             let (gate, plan, tx) = (Arc::clone(&gate), Arc::clone(&plan), tx.clone());
-            thread::spawn(move || connection_client(s, i, &plan, &gate, origin, tsc, &tx))
+            thread::spawn(move || {
+                if !tokio {
+                    return connection_client(s, i, &plan, &gate, origin, tsc, &tx);
+                }
+                match TokioConn::new(s, IO_TIMEOUT) {
+                    Ok(s) => connection_client(s, i, &plan, &gate, origin, tsc, &tx),
+                    Err(e) => {
+                        gate.give_up();
+                        let _ = tx.send((i, 0, Err(format!("moving onto tokio: {e}"))));
+                    }
+                }
+            })
         })
         .collect();
     drop(tx);
@@ -951,6 +991,7 @@ fn client(a: &StreamArgs, host: &str) -> Result<(), RunError> {
             busy_poll_us: a.busy_poll_us,
             busy_poll_max_us: a.busy_poll_max_us,
             nodelay: !a.coalesce,
+            tokio: a.tokio,
             server: addr.to_string(),
             clock: if plan.test == Test::Lat && tsc {
                 "tsc"
@@ -971,7 +1012,7 @@ type ResultSender = std::sync::mpsc::Sender<(usize, u64, Result<ConnectionRun, S
 
 /// One connection's side of the client: every size, then the end of the run.
 fn connection_client(
-    mut s: Stream,
+    mut s: impl Conn,
     index: usize,
     plan: &Plan,
     gate: &Gate,
@@ -1021,7 +1062,7 @@ fn connection_client(
 
 #[allow(clippy::too_many_arguments)]
 fn one_size(
-    s: &mut Stream,
+    s: &mut impl Conn,
     index: usize,
     plan: &Plan,
     size: u64,
@@ -1157,7 +1198,13 @@ fn server(a: &StreamArgs) -> Result<(), RunError> {
         .into_iter()
         .map(|(s, r)| {
             let args = Arc::clone(&args);
-            thread::spawn(move || serve_connection(s, r, &args))
+            thread::spawn(move || {
+                if !args.tokio {
+                    return serve_connection(s, r, &args);
+                }
+                let s = TokioConn::new(s, IO_TIMEOUT).map_err(io_error("moving onto tokio"))?;
+                serve_connection(s, r, &args)
+            })
         })
         .collect();
     let mut failure = None;
@@ -1189,7 +1236,7 @@ fn server(a: &StreamArgs) -> Result<(), RunError> {
 /// Serves one connection's sizes until the client ends the run; returns the sizes and
 /// their iterations.
 fn serve_connection(
-    mut s: Stream,
+    mut s: impl Conn,
     mut req: Request,
     a: &StreamArgs,
 ) -> Result<Vec<(u64, u64)>, String> {
@@ -1200,7 +1247,7 @@ fn serve_connection(
     loop {
         if req.is_done() {
             // Answers the client's last read with the end of the stream.
-            let _ = s.shutdown(std::net::Shutdown::Write);
+            let _ = s.shutdown_write();
             return Ok(served);
         }
         let mut wrong = mismatches(a, &req);
@@ -1290,6 +1337,8 @@ mod tests {
         assert_eq!((p.transfer, p.connections), (Transfer::Stream, 1));
         let a = args(&["bw", "198.18.0.1"]).unwrap();
         assert_eq!(a.port, DEFAULT_PORT);
+        assert!(!a.tokio, "the blocking calls unless --tokio");
+        assert!(args(&["bw", "198.18.0.1", "--tokio"]).unwrap().tokio);
         let p = Plan::client(&a).unwrap();
         assert_eq!(p.sizes, [65536]);
         let a = args(&[
@@ -1563,6 +1612,7 @@ mod tests {
             busy_poll_us: Some(5),
             busy_poll_max_us: None,
             nodelay: true,
+            tokio: false,
             server: "198.18.0.1:18600".into(),
             clock: "tsc".into(),
             results: vec![
