@@ -48,6 +48,7 @@ stream_run "stream lat, messages of 4 KiB" lat 4096 100 --messages
 stream_run "stream bw, 64 KiB" bw 65536 200
 stream_run "stream bw, 2 connections of 1 KiB messages" bw 1024 500 --connections 2 --messages
 stream_run "stream lat on tokio, 64 B" lat 64 200 --tokio
+stream_run "stream lat on tokio with the adaptive spin, 64 B" lat 64 200 --tokio --busy-poll-max-us 250
 stream_run "stream bw on tokio, 2 connections of 4 KiB messages" bw 4096 300 --connections 2 --messages --tokio
 [ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
 echo "all stride-perf stream runs gave their rows"

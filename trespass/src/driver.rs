@@ -216,9 +216,10 @@ impl Driver {
         self.spin.set_min(d);
     }
 
+    /// The connection's spin policy, as it stands.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(crate) fn busy_poll(&self) -> Duration {
-        self.spin.min()
+    pub(crate) fn spin(&self) -> Spin {
+        self.spin
     }
 
     /// One round: every completion and rdma_cm event that is waiting, the timers, then the

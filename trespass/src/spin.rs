@@ -47,6 +47,18 @@ impl Spin {
         self.min = min;
     }
 
+    /// Sets the limit (at or below the minimum: no adaptation).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn set_max(&mut self, max: Duration) {
+        self.max = max;
+    }
+
+    /// The limit.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn max(&self) -> Duration {
+        self.max
+    }
+
     /// The least a wait spins.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn min(&self) -> Duration {

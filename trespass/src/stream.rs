@@ -562,10 +562,10 @@ impl Stream {
         self.lock().set_busy_poll(d);
     }
 
-    /// The least time blocking calls spin before sleeping.
+    /// The connection's spin policy (the busy poll, its limit and what it learned).
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(crate) fn busy_poll(&self) -> Duration {
-        self.lock().busy_poll()
+    pub(crate) fn spin(&self) -> crate::spin::Spin {
+        self.lock().spin()
     }
 
     fn deadline(&self, timeout: Option<Duration>) -> Option<Instant> {

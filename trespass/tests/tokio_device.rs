@@ -47,7 +47,12 @@ fn tokio_copy_echoes_a_stream_larger_than_every_buffer() {
         return;
     };
     run(Duration::from_secs(120), async move {
-        let (mut server, client) = pair(ip, 7701, &common::small_config()).await;
+        let (mut server, mut client) = pair(ip, 7701, &common::small_config()).await;
+        // The busy poll carries over from the configuration, the adaptation only on request.
+        assert_eq!(client.busy_poll(), Duration::from_micros(20));
+        assert_eq!(client.busy_poll_max(), Duration::ZERO);
+        client.set_busy_poll_max(Duration::from_micros(250));
+        assert_eq!(client.busy_poll_max(), Duration::from_micros(250));
         let echo = tokio::spawn(async move {
             let (mut rd, mut wr) = tokio::io::split(&mut server);
             let n = tokio::io::copy(&mut rd, &mut wr).await.expect("copy");

@@ -61,16 +61,24 @@ pub(crate) struct TokioConn {
 
 impl TokioConn {
     /// Takes over `stream` (set up as the blocking calls want it: nodelay, busy poll) onto
-    /// a new current-thread runtime; each call waits at most `timeout`.
-    pub(crate) fn new(stream: trespass::Stream, timeout: Duration) -> io::Result<TokioConn> {
+    /// a new current-thread runtime, with the adaptive spin up to `busy_poll_max` if given
+    /// (the tokio front end does not adapt by default); each call waits at most `timeout`.
+    pub(crate) fn new(
+        stream: trespass::Stream,
+        busy_poll_max: Option<Duration>,
+        timeout: Duration,
+    ) -> io::Result<TokioConn> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
         // The tokio stream keeps the blocking one's busy poll.
-        let stream = {
+        let mut stream = {
             let _in_runtime = rt.enter();
             trespass::tokio::Stream::from_std(stream)?
         };
+        if let Some(max) = busy_poll_max {
+            stream.set_busy_poll_max(max);
+        }
         Ok(TokioConn {
             stream,
             rt,

@@ -119,7 +119,8 @@ pub struct StreamArgs {
     /// The limit of trespass's adaptive spin, in microseconds (0 to 1000000; 0 turns the
     /// adaptation off; default: trespass's, 250): while a connection's waits typically end
     /// within half of it, a wait spins up to twice their average before sleeping. Each side
-    /// sets its own.
+    /// sets its own. With --tokio the spin adapts only when this is given (the tokio front
+    /// end's default).
     #[arg(long = "busy-poll-max-us", value_name = "USEC",
           value_parser = clap::value_parser!(u64).range(0..=MAX_BUSY_POLL_US))]
     pub busy_poll_max_us: Option<u64>,
@@ -829,8 +830,8 @@ fn banner(a: &StreamArgs, role: &str, peer: &str, plan: Option<&Plan>, tsc: bool
     println!(
         " Front end       : {} (this side)",
         if a.tokio {
-            "tokio (--tokio): a current-thread runtime per connection thread; its busy poll \
-             is the least one, not adaptive"
+            "tokio (--tokio): a current-thread runtime per connection thread; its spin \
+             adapts only with --busy-poll-max-us"
         } else {
             "blocking calls"
         }
@@ -909,6 +910,7 @@ fn client(a: &StreamArgs, host: &str) -> Result<(), RunError> {
     let plan = Arc::new(plan);
     let (tx, rx) = std::sync::mpsc::channel::<(usize, u64, Result<ConnectionRun, String>)>();
     let tokio = a.tokio;
+    let busy_poll_max = a.busy_poll_max_us.map(Duration::from_micros);
     let handles: Vec<_> = streams
         .into_iter()
         .enumerate()
@@ -918,7 +920,7 @@ fn client(a: &StreamArgs, host: &str) -> Result<(), RunError> {
                 if !tokio {
                     return connection_client(s, i, &plan, &gate, origin, tsc, &tx);
                 }
-                match TokioConn::new(s, IO_TIMEOUT) {
+                match TokioConn::new(s, busy_poll_max, IO_TIMEOUT) {
                     Ok(s) => connection_client(s, i, &plan, &gate, origin, tsc, &tx),
                     Err(e) => {
                         gate.give_up();
@@ -1202,7 +1204,9 @@ fn server(a: &StreamArgs) -> Result<(), RunError> {
                 if !args.tokio {
                     return serve_connection(s, r, &args);
                 }
-                let s = TokioConn::new(s, IO_TIMEOUT).map_err(io_error("moving onto tokio"))?;
+                let max = args.busy_poll_max_us.map(Duration::from_micros);
+                let s =
+                    TokioConn::new(s, max, IO_TIMEOUT).map_err(io_error("moving onto tokio"))?;
                 serve_connection(s, r, &args)
             })
         })
