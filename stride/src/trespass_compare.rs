@@ -16,6 +16,7 @@
 //! | `trespass-messages` | the same with `--messages` (send_msg / recv_msg) | `stride-perf stream bw --messages` |
 //! | `trespass-spin` | `stream lat` with `--busy-poll-us 1000000` on both sides | `stream bw` likewise |
 //! | `trespass-tokio` | `stream lat` with `--tokio` on both sides (the tokio front end) | `stream bw` likewise |
+//! | `trespass-tokio-adaptive` | the same with `--busy-poll-max-us 250` on both sides | likewise |
 //! | `rdma-io` | `rdma-io-stream client ADDR lat` (the rdma-io crate's tokio stream, the same ping-pong), mean | `rdma-io-stream client ADDR bw` |
 //! | `verbs` | `stride-perf send lat` (SEND/RECV ping-pong), t_avg | `stride-perf write bw` |
 //! | `rsocket` | `rstream -S size -C 1 -I iters`: usec/xfer | `rstream -S size -C iters -I 1`: size / usec/xfer |
@@ -45,6 +46,10 @@ pub enum Case {
     /// trespass, stream bytes, both sides on its tokio front end (`stream --tokio`: a
     /// current-thread runtime per connection).
     TrespassTokio,
+    /// The same with the adaptive spin on both sides (`--busy-poll-max-us`
+    /// [`TOKIO_ADAPTIVE_MAX_US`]), which the tokio front end leaves off by default: each
+    /// connection here has a runtime thread to itself, the case it is for.
+    TrespassTokioAdaptive,
     /// The rdma-io crate's tokio stream (`AsyncRdmaStream` over its `SendRecvConfig::stream()`
     /// transport), through `benches/rdma-io-stream`: another layer in trespass's place.
     RdmaIo,
@@ -58,11 +63,12 @@ pub enum Case {
 
 impl Case {
     /// Every case, in table order.
-    pub const ALL: [Case; 8] = [
+    pub const ALL: [Case; 9] = [
         Case::TrespassStream,
         Case::TrespassMessages,
         Case::TrespassSpin,
         Case::TrespassTokio,
+        Case::TrespassTokioAdaptive,
         Case::RdmaIo,
         Case::Verbs,
         Case::Rsocket,
@@ -76,6 +82,7 @@ impl Case {
             Case::TrespassMessages => "trespass-messages",
             Case::TrespassSpin => "trespass-spin",
             Case::TrespassTokio => "trespass-tokio",
+            Case::TrespassTokioAdaptive => "trespass-tokio-adaptive",
             Case::RdmaIo => "rdma-io",
             Case::Verbs => "verbs",
             Case::Rsocket => "rsocket",
@@ -96,6 +103,7 @@ impl Case {
                 | Case::TrespassMessages
                 | Case::TrespassSpin
                 | Case::TrespassTokio
+                | Case::TrespassTokioAdaptive
         )
     }
 }
@@ -117,6 +125,7 @@ impl Job {
             Case::TrespassMessages => "messages",
             Case::TrespassSpin => "spin",
             Case::TrespassTokio => "tokio",
+            Case::TrespassTokioAdaptive => "tokio-adaptive",
             c => c.name(),
         };
         format!("{case}-{}", self.test.as_str())
@@ -135,6 +144,7 @@ impl Job {
             "messages" => Case::TrespassMessages,
             "spin" => Case::TrespassSpin,
             "tokio" => Case::TrespassTokio,
+            "tokio-adaptive" => Case::TrespassTokioAdaptive,
             other => Case::parse(other).filter(|c| !c.is_trespass())?,
         };
         Some(Job { test, case })
@@ -142,11 +152,14 @@ impl Job {
 }
 
 /// The jobs of a default run: trespass stream lat and bw, trespass messages lat, trespass
-/// spinning lat and bw, trespass on tokio lat and bw, rdma-io lat and bw, and the verbs
-/// floor, rsocket and TCP of both tests.
-pub const DEFAULT_JOBS: &str = "stream-lat,messages-lat,spin-lat,tokio-lat,rdma-io-lat,\
-                                verbs-lat,rsocket-lat,tcp-lat,stream-bw,spin-bw,tokio-bw,\
-                                rdma-io-bw,verbs-bw,rsocket-bw,tcp-bw";
+/// spinning lat and bw, trespass on tokio lat and bw (its defaults, and with the adaptive
+/// spin), rdma-io lat and bw, and the verbs floor, rsocket and TCP of both tests.
+pub const DEFAULT_JOBS: &str = "stream-lat,messages-lat,spin-lat,tokio-lat,tokio-adaptive-lat,\
+                                rdma-io-lat,verbs-lat,rsocket-lat,tcp-lat,stream-bw,spin-bw,\
+                                tokio-bw,tokio-adaptive-bw,rdma-io-bw,verbs-bw,rsocket-bw,tcp-bw";
+/// The adaptive spin's limit of the `tokio-adaptive` jobs, in microseconds: the blocking
+/// calls' default (`Config::busy_poll_max`).
+pub const TOKIO_ADAPTIVE_MAX_US: u64 = 250;
 /// The busy poll of the `spin` jobs, in microseconds (trespass's longest, one second): a
 /// blocking call spins through every round trip of this guest instead of sleeping on the
 /// completion channel, as `stride-perf` and `rstream` always do.
@@ -184,7 +197,7 @@ pub fn parse_jobs(text: &str) -> Result<Vec<Job>, String> {
             Job::parse(s.trim()).ok_or_else(|| {
                 format!(
                     "unknown job '{s}': use CASE-TEST with CASE one of stream, messages, spin, \
-                     tokio, rdma-io, verbs, rsocket, tcp and TEST lat or bw"
+                     tokio, tokio-adaptive, rdma-io, verbs, rsocket, tcp and TEST lat or bw"
                 )
             })
         })
@@ -464,6 +477,7 @@ pub fn summarize(runs: &[Run]) -> Vec<Row> {
                 Case::TrespassMessages,
                 Case::TrespassSpin,
                 Case::TrespassTokio,
+                Case::TrespassTokioAdaptive,
                 Case::RdmaIo,
             ] {
                 let ours = of(trespass);
@@ -533,6 +547,7 @@ fn transfer(r: &Row) -> &'static str {
         Case::TrespassMessages => "trespass messages",
         Case::TrespassSpin => "trespass stream, spinning",
         Case::TrespassTokio => "trespass stream, tokio",
+        Case::TrespassTokioAdaptive => "trespass stream, tokio, adaptive spin",
         Case::RdmaIo => "rdma-io stream, tokio",
         _ => "trespass stream",
     }
@@ -629,7 +644,7 @@ mod tests {
     #[test]
     fn jobs_parse_and_name_themselves() {
         let jobs = parse_jobs(DEFAULT_JOBS).unwrap();
-        assert_eq!(jobs.len(), 15);
+        assert_eq!(jobs.len(), 17);
         for j in &jobs {
             assert_eq!(Job::parse(&j.name()), Some(*j));
         }

@@ -254,3 +254,48 @@ fn a_dropped_peer_reads_as_end_of_stream_after_its_last_bytes() {
     println!("write after the peer left: {e}");
     assert!(server.write(b"again").is_err(), "the error is sticky");
 }
+
+#[test]
+fn requests_beyond_the_backlog_are_refused_while_the_listener_is_busy() {
+    let Some(ip) =
+        common::test_ip("requests_beyond_the_backlog_are_refused_while_the_listener_is_busy")
+    else {
+        return;
+    };
+    let addr = SocketAddr::new(ip, 7610);
+    let mut config = common::small_config();
+    config.backlog(2).connect_timeout(Duration::from_secs(4));
+    // The application never accepts: two requests wait in the listener's queue, and rdma_cm
+    // refuses the others at once (their clients need not wait for the connect timeout).
+    let listener = config.bind(addr).expect("bind");
+    let t0 = Instant::now();
+    let clients: Vec<_> = (0..6)
+        .map(|_| {
+            let cfg = config.clone();
+            thread::spawn(move || {
+                let r = cfg.connect(addr).map(drop);
+                (r, t0.elapsed())
+            })
+        })
+        .collect();
+    let (mut refused, mut waited) = (0, 0);
+    for c in clients {
+        let (r, took) = c.join().expect("client thread");
+        let e = r.expect_err("nothing accepts, so no connect can complete");
+        println!("after {took:?}: {e}");
+        match e.kind() {
+            io::ErrorKind::ConnectionRefused => {
+                refused += 1;
+                assert!(took < Duration::from_secs(3), "a refusal took {took:?}");
+            }
+            io::ErrorKind::TimedOut => waited += 1,
+            other => panic!("unexpected {other:?}: {e}"),
+        }
+    }
+    assert_eq!(
+        (refused, waited),
+        (4, 2),
+        "a backlog of 2 holds two requests and refuses the rest"
+    );
+    drop(listener);
+}

@@ -28,7 +28,7 @@ use stride::stream_bench::{StreamReport, StreamResult};
 use stride::trespass_compare::{
     iterations, markdown_table, mib_per_sec, parse_jobs, parse_tsv, rdma_io_result,
     rstream_usec_per_xfer, summarize, write_tsv_line, Case, Job, Run, DEFAULT_JOBS,
-    SPIN_BUSY_POLL_US, TSV_HEADER,
+    SPIN_BUSY_POLL_US, TOKIO_ADAPTIVE_MAX_US, TSV_HEADER,
 };
 
 /// trespass beside the raw verbs floor, rsocket (rstream) and kernel TCP.
@@ -72,7 +72,8 @@ struct RunArgs {
 
     /// Jobs, comma-separated CASE-TEST: CASE one of stream, messages, spin, tokio (trespass:
     /// stream bytes, messages, stream bytes with --busy-poll-us 1000000 on both sides, stream
-    /// bytes through the tokio front end on both sides), rdma-io (the rdma-io crate's tokio
+    /// bytes through the tokio front end on both sides, the same with its adaptive spin on
+    /// (--busy-poll-max-us 250)), rdma-io (the rdma-io crate's tokio
     /// stream, benches/rdma-io-stream), verbs
     /// (stride-perf send lat / write bw), rsocket (rstream), tcp (rstream -T s); TEST lat or
     /// bw.
@@ -178,7 +179,8 @@ fn spec(job: Job, size: u64, iters: u64, port: u16, dev: &Device, a: &RunArgs, t
         Case::TrespassStream
         | Case::TrespassMessages
         | Case::TrespassSpin
-        | Case::TrespassTokio => {
+        | Case::TrespassTokio
+        | Case::TrespassTokioAdaptive => {
             let test = job.test.as_str();
             let mut client = s(&[
                 &stride, "stream", test, "-s", &size_s, "-n", &iters_s, "-p", &port_s, "--json",
@@ -188,9 +190,17 @@ fn spec(job: Job, size: u64, iters: u64, port: u16, dev: &Device, a: &RunArgs, t
             if job.case == Case::TrespassMessages {
                 client.push("--messages".into());
             }
-            if job.case == Case::TrespassTokio {
+            if matches!(job.case, Case::TrespassTokio | Case::TrespassTokioAdaptive) {
                 client.push("--tokio".into());
                 server.push("--tokio".into());
+            }
+            if job.case == Case::TrespassTokioAdaptive {
+                let max = [
+                    "--busy-poll-max-us".to_owned(),
+                    TOKIO_ADAPTIVE_MAX_US.to_string(),
+                ];
+                client.extend(max.clone());
+                server.extend(max);
             }
             if job.case == Case::TrespassSpin {
                 let spin = ["--busy-poll-us".to_owned(), SPIN_BUSY_POLL_US.to_string()];
