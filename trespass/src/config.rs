@@ -171,7 +171,10 @@ impl Config {
 
     /// How many connection requests a listener holds while its application has not
     /// accepted them yet (default 1024; the kernel caps it at `net.rdma_ucm.max_backlog`,
-    /// 1024 unless raised). Requests beyond it are refused.
+    /// 1024 unless raised). Requests beyond it are not answered, as a full TCP accept
+    /// queue drops SYNs: the client's connection manager sends them again (every 4 s or so
+    /// with rdma_cm's defaults), so they connect once the listener catches up, or fail
+    /// with the client's connect timeout.
     pub fn backlog(&mut self, n: u16) -> &mut Self {
         self.backlog = n.max(1);
         self

@@ -256,46 +256,42 @@ fn a_dropped_peer_reads_as_end_of_stream_after_its_last_bytes() {
 }
 
 #[test]
-fn requests_beyond_the_backlog_are_refused_while_the_listener_is_busy() {
+fn requests_beyond_the_backlog_wait_and_connect_once_the_listener_accepts() {
     let Some(ip) =
-        common::test_ip("requests_beyond_the_backlog_are_refused_while_the_listener_is_busy")
+        common::test_ip("requests_beyond_the_backlog_wait_and_connect_once_the_listener_accepts")
     else {
         return;
     };
     let addr = SocketAddr::new(ip, 7610);
     let mut config = common::small_config();
-    config.backlog(2).connect_timeout(Duration::from_secs(4));
-    // The application never accepts: two requests wait in the listener's queue, and rdma_cm
-    // refuses the others at once (their clients need not wait for the connect timeout).
+    config.backlog(2).connect_timeout(Duration::from_secs(30));
+    // Six requests against a backlog of two, while the application is busy: rdma_cm queues
+    // two and leaves the rest unanswered (no refusal), and the clients' connection manager
+    // sends those again. Nothing is lost: once the listener accepts, every client connects.
     let listener = config.bind(addr).expect("bind");
     let t0 = Instant::now();
     let clients: Vec<_> = (0..6)
         .map(|_| {
             let cfg = config.clone();
-            thread::spawn(move || {
-                let r = cfg.connect(addr).map(drop);
-                (r, t0.elapsed())
-            })
+            thread::spawn(move || cfg.connect(addr).map(|s| (s, t0.elapsed())))
         })
         .collect();
-    let (mut refused, mut waited) = (0, 0);
-    for c in clients {
-        let (r, took) = c.join().expect("client thread");
-        let e = r.expect_err("nothing accepts, so no connect can complete");
-        println!("after {took:?}: {e}");
-        match e.kind() {
-            io::ErrorKind::ConnectionRefused => {
-                refused += 1;
-                assert!(took < Duration::from_secs(3), "a refusal took {took:?}");
-            }
-            io::ErrorKind::TimedOut => waited += 1,
-            other => panic!("unexpected {other:?}: {e}"),
-        }
+    thread::sleep(Duration::from_secs(2));
+    let mut servers = Vec::new();
+    for _ in 0..6 {
+        servers.push(listener.accept().expect("accept").0);
     }
-    assert_eq!(
-        (refused, waited),
-        (4, 2),
-        "a backlog of 2 holds two requests and refuses the rest"
-    );
-    drop(listener);
+    for c in clients {
+        let (mut s, took) = c
+            .join()
+            .expect("client thread")
+            .expect("a request beyond the backlog still connects");
+        println!("connected after {took:?}");
+        s.write_all(b"x").expect("write");
+    }
+    for mut s in servers {
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).expect("read");
+        assert_eq!(&b, b"x");
+    }
 }
