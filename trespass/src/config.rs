@@ -143,8 +143,9 @@ impl Config {
     /// more than such a wait. After 8 waits in a row that had to sleep (an idle or slow
     /// peer) it spins only [`busy_poll`](Self::busy_poll), and one wait in 16 spins the whole
     /// limit to see whether the peer is quick again. Default 250 µs; a limit at or below
-    /// `busy_poll` turns the adaptation off. The tokio front end does not adapt unless its
-    /// stream's `set_busy_poll_max` asks it to (a runtime thread serves many connections).
+    /// `busy_poll` turns the adaptation off. The tokio front end adapts only while its
+    /// runtime has no more tasks alive than worker threads, unless the stream's
+    /// `set_busy_poll_max` fixes the choice (a runtime thread may serve many connections).
     pub fn busy_poll_max(&mut self, d: Duration) -> &mut Self {
         self.busy_poll_max = d;
         self

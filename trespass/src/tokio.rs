@@ -37,11 +37,15 @@
 //! connections wait.
 //!
 //! The blocking calls' adaptive spin (up to [`Config::busy_poll_max`], as long as waits
-//! keep ending while spinning) is off here unless [`Stream::set_busy_poll_max`] turns it on:
-//! it pays where a stream has its thread to itself (one connection per current-thread
-//! runtime: a 64-byte ping-pong's median half round trip went from 193 to 105 µs in the
-//! SoftRoCE guest), and costs where a thread serves several (8 connections on 2 runtime
-//! threads fell from about 4300 to 2800 round trips per second, the p99 from 4.8 to 20 ms).
+//! keep ending while spinning) pays where a stream has its thread to itself (one connection
+//! per current-thread runtime: a 64-byte ping-pong's median half round trip went from 193 to
+//! 105 µs in the SoftRoCE guest) and costs where a thread serves several (8 connections on 2
+//! runtime threads fell from about 4300 to 2800 round trips per second, the p99 from 4.8 to
+//! 20 ms: one connection's spin is time the others wait). So by default a wait adapts only
+//! while its runtime has no more tasks alive than worker threads (tokio's runtime metrics,
+//! read when a wait begins), and spins just the busy poll otherwise;
+//! [`Stream::set_busy_poll_max`] makes the choice fixed (a limit at or below the busy poll:
+//! never adapt; above it: always).
 //!
 //! Connecting and the server side of the handshake block for up to a round trip through
 //! rdma_cm (at most the connect timeout); both run on tokio's blocking pool
@@ -86,6 +90,7 @@ use std::time::Duration;
 use ::tokio::io::unix::AsyncFd;
 use ::tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use ::tokio::net::ToSocketAddrs;
+use ::tokio::runtime::RuntimeMetrics;
 use ::tokio::task::JoinSet;
 use ::tokio::time::Instant;
 use sideway::rdmacm::{CmError, Event, EventChannel, EventType};
@@ -132,6 +137,9 @@ pub struct Stream {
     io: Option<Io>,
     /// How long a call spins before it parks: the connection's adaptive policy.
     spin: Spin,
+    /// The runtime's counts, while the spin adapts only when the runtime is not crowded
+    /// (the default); `None` once `set_busy_poll_max` fixed the choice.
+    uncrowded: Option<RuntimeMetrics>,
     /// The task of a read (or `recv_msg`) that returned `Pending`, while it waits.
     parked_reader: Option<Waker>,
     /// The task of a write (or `send_msg`) that returned `Pending`, while it waits.
@@ -179,11 +187,10 @@ impl Stream {
     /// out of resources) or duplicated.
     pub fn from_std(mut stream: crate::Stream) -> io::Result<Stream> {
         stream.set_nonblocking(true)?;
-        // The busy poll carries over; the adaptation does not, unless asked for
-        // (set_busy_poll_max): a runtime thread serves many connections, and a long spin on
-        // one is time all the others wait (see the module's "How it waits").
-        let mut spin = stream.spin();
-        spin.set_max(Duration::ZERO);
+        // The busy poll and the adaptation's limit carry over; whether a wait adapts depends
+        // on how crowded the runtime is (see the module's "How it waits").
+        let spin = stream.spin();
+        let uncrowded = Some(::tokio::runtime::Handle::current().metrics());
         let fd = Borrowed(stream.as_raw_fd());
         // SAFETY: the fd is the stream's readiness fd, which the stream owns and closes only
         // when it is dropped; the stream goes into the same `Io` as this registration,
@@ -206,6 +213,7 @@ impl Stream {
                 stream,
             }),
             spin,
+            uncrowded,
             parked_reader: None,
             parked_writer: None,
         })
@@ -272,10 +280,12 @@ impl Stream {
         self.spin.min()
     }
 
-    /// The adaptive spin's limit, as [`Config::busy_poll_max`] (at or below the busy poll:
-    /// no adaptation, every wait spins exactly [`busy_poll`](Self::busy_poll)).
+    /// The adaptive spin's limit, as [`Config::busy_poll_max`], and the end of the default
+    /// choice by how crowded the runtime is: at or below the busy poll, no wait adapts
+    /// (every one spins exactly [`busy_poll`](Self::busy_poll)); above it, every wait does.
     pub fn set_busy_poll_max(&mut self, d: Duration) {
         self.spin.set_max(d);
+        self.uncrowded = None;
     }
 
     /// The adaptive spin's limit.
@@ -354,6 +364,12 @@ impl Stream {
         } else {
             self.parked_writer.is_some()
         };
+        // Adapt unless the runtime has more tasks alive than threads to run them (then a
+        // long spin here is time they wait) and the user left the choice to us.
+        let adapt = self
+            .uncrowded
+            .as_ref()
+            .is_none_or(|m| m.num_alive_tasks() <= m.num_workers());
         let spin = &mut self.spin;
         let io = self
             .io
@@ -377,8 +393,10 @@ impl Stream {
             // how it ended; a woken one that must wait again spins only the minimum.
             let (d, learn) = if waiting {
                 (spin.min(), false)
-            } else {
+            } else if adapt {
                 (spin.time(), true)
+            } else {
+                (spin.min(), true)
             };
             let started = std::time::Instant::now();
             if io.stream.spin_until_ready(d, read) {

@@ -48,11 +48,11 @@ fn tokio_copy_echoes_a_stream_larger_than_every_buffer() {
     };
     run(Duration::from_secs(120), async move {
         let (mut server, mut client) = pair(ip, 7701, &common::small_config()).await;
-        // The busy poll carries over from the configuration, the adaptation only on request.
+        // The busy poll and the adaptive spin's limit carry over from the configuration.
         assert_eq!(client.busy_poll(), Duration::from_micros(20));
-        assert_eq!(client.busy_poll_max(), Duration::ZERO);
-        client.set_busy_poll_max(Duration::from_micros(250));
         assert_eq!(client.busy_poll_max(), Duration::from_micros(250));
+        client.set_busy_poll_max(Duration::from_micros(100));
+        assert_eq!(client.busy_poll_max(), Duration::from_micros(100));
         let echo = tokio::spawn(async move {
             let (mut rd, mut wr) = tokio::io::split(&mut server);
             let n = tokio::io::copy(&mut rd, &mut wr).await.expect("copy");

@@ -61,8 +61,9 @@ pub(crate) struct TokioConn {
 
 impl TokioConn {
     /// Takes over `stream` (set up as the blocking calls want it: nodelay, busy poll) onto
-    /// a new current-thread runtime, with the adaptive spin up to `busy_poll_max` if given
-    /// (the tokio front end does not adapt by default); each call waits at most `timeout`.
+    /// a new current-thread runtime; `busy_poll_max`, if given, fixes the adaptive spin's
+    /// limit (else the tokio front end's default: adapt while the runtime is not crowded,
+    /// which one stream alone on its runtime never is). Each call waits at most `timeout`.
     pub(crate) fn new(
         stream: trespass::Stream,
         busy_poll_max: Option<Duration>,

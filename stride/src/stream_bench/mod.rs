@@ -119,8 +119,8 @@ pub struct StreamArgs {
     /// The limit of trespass's adaptive spin, in microseconds (0 to 1000000; 0 turns the
     /// adaptation off; default: trespass's, 250): while a connection's waits typically end
     /// within half of it, a wait spins up to twice their average before sleeping. Each side
-    /// sets its own. With --tokio the spin adapts only when this is given (the tokio front
-    /// end's default).
+    /// sets its own. With --tokio it also fixes whether the spin adapts (without it, the
+    /// tokio front end adapts while its runtime is not crowded, as here it never is).
     #[arg(long = "busy-poll-max-us", value_name = "USEC",
           value_parser = clap::value_parser!(u64).range(0..=MAX_BUSY_POLL_US))]
     pub busy_poll_max_us: Option<u64>,
@@ -830,8 +830,7 @@ fn banner(a: &StreamArgs, role: &str, peer: &str, plan: Option<&Plan>, tsc: bool
     println!(
         " Front end       : {} (this side)",
         if a.tokio {
-            "tokio (--tokio): a current-thread runtime per connection thread; its spin \
-             adapts only with --busy-poll-max-us"
+            "tokio (--tokio): a current-thread runtime per connection thread"
         } else {
             "blocking calls"
         }
