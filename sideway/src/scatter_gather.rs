@@ -59,6 +59,10 @@ impl Sge {
 }
 
 /// The local data of a send work request.
+#[doc(alias = "ibv_wr_set_sge")]
+#[doc(alias = "ibv_wr_set_sge_list")]
+#[doc(alias = "ibv_wr_set_inline_data")]
+#[doc(alias = "ibv_wr_set_inline_data_list")]
 #[derive(Debug, Clone, Copy, Default)]
 pub enum SendData<'a> {
     /// No data (a zero-length message).

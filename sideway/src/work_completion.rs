@@ -226,30 +226,35 @@ impl WorkCompletion {
     }
 
     /// The operation (valid only on success, as in C).
+    #[doc(alias = "ibv_wc_read_opcode")]
     #[inline]
     pub fn opcode(&self) -> WcOpcode {
         WcOpcode::from(self.raw.opcode)
     }
 
     /// Vendor error syndrome of a failed completion.
+    #[doc(alias = "ibv_wc_read_vendor_err")]
     #[inline]
     pub fn vendor_err(&self) -> u32 {
         self.raw.vendor_err
     }
 
     /// Bytes transferred (receives, RDMA READ, atomics).
+    #[doc(alias = "ibv_wc_read_byte_len")]
     #[inline]
     pub fn byte_len(&self) -> u32 {
         self.raw.byte_len
     }
 
     /// The completion's flags.
+    #[doc(alias = "ibv_wc_read_wc_flags")]
     #[inline]
     pub fn wc_flags(&self) -> WcFlags {
         WcFlags::from_bits_retain(self.raw.wc_flags)
     }
 
     /// Immediate data in host order, when the sender sent some.
+    #[doc(alias = "ibv_wc_read_imm_data")]
     #[inline]
     pub fn imm_data(&self) -> Option<u32> {
         // SAFETY: both union members are plain u32s; WITH_IMM says which one is meant.
@@ -259,6 +264,7 @@ impl WorkCompletion {
     }
 
     /// The rkey a send-with-invalidate invalidated.
+    #[doc(alias = "ibv_wc_read_invalidated_rkey")]
     pub fn invalidated_rkey(&self) -> Option<u32> {
         // SAFETY: as for imm_data; WITH_INV selects this member.
         self.wc_flags()
@@ -267,12 +273,14 @@ impl WorkCompletion {
     }
 
     /// The local QP number.
+    #[doc(alias = "ibv_wc_read_qp_num")]
     #[inline]
     pub fn qp_num(&self) -> u32 {
         self.raw.qp_num
     }
 
     /// The remote QP number (UD).
+    #[doc(alias = "ibv_wc_read_src_qp")]
     pub fn src_qp(&self) -> u32 {
         self.raw.src_qp
     }
@@ -283,16 +291,19 @@ impl WorkCompletion {
     }
 
     /// Source LID (UD).
+    #[doc(alias = "ibv_wc_read_slid")]
     pub fn slid(&self) -> u16 {
         self.raw.slid
     }
 
     /// Service level (UD).
+    #[doc(alias = "ibv_wc_read_sl")]
     pub fn sl(&self) -> u8 {
         self.raw.sl
     }
 
     /// Destination LID path bits (UD).
+    #[doc(alias = "ibv_wc_read_dlid_path_bits")]
     pub fn dlid_path_bits(&self) -> u8 {
         self.raw.dlid_path_bits
     }

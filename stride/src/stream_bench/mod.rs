@@ -14,7 +14,9 @@
 //! `--messages` moves each `size` bytes as one trespass message ([`Stream::send_msg`],
 //! [`Stream::recv_msg`]) instead of stream bytes. `--connections N` opens N connections, one
 //! thread each, started together: latency samples are pooled, bandwidth is all bytes over
-//! the time from the common start to the last connection's end.
+//! the time from the common start to the last connection's end. `--tokio` runs the same
+//! loops (written once, over the calls of `conn::Conn`) through trespass's tokio front end:
+//! each connection's thread drives its stream through a current-thread runtime of its own.
 //!
 //! The client sets each size up over the connection itself: a request ([`Request`]) naming
 //! the test, the transfer mode, the size and the iterations, which the server checks against

@@ -720,6 +720,7 @@ pub(super) enum ExState {
 /// on the completion it handed out last; [`completion_timestamp`](Self::completion_timestamp)
 /// reads that completion's timestamp.
 #[must_use = "a Poller does nothing unless iterated"]
+#[doc(alias = "ibv_end_poll")]
 pub struct Poller<'a> {
     kind: PollKind<'a>,
     ex_state: ExState,
@@ -728,6 +729,7 @@ pub struct Poller<'a> {
 
 impl Poller<'_> {
     /// The next ready completion, `Ok(None)` when there is none, or the poll verb's error.
+    #[doc(alias = "ibv_next_poll")]
     #[inline(always)]
     pub fn next_completion(&mut self) -> Result<Option<WorkCompletion>, CompletionQueueError> {
         self.advance().map_err(|(call, ret)| poll_error(call, ret))

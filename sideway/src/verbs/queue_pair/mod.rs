@@ -42,6 +42,7 @@ mod bind_mw;
 mod data_in_order;
 #[allow(unsafe_code)]
 mod ece;
+mod error;
 #[allow(unsafe_code)]
 mod qp;
 #[allow(unsafe_code)]
@@ -60,6 +61,7 @@ pub use crate::verbs::address_handle::AddressVector;
 pub use attr::{MigState, QpAttrMask, QpCapabilities, QpState, QpType, QueuePairAttribute};
 pub use data_in_order::{DataInOrderCaps, DataInOrderFlags, DataInOrderOp};
 pub use ece::{Ece, EceError};
+pub use error::{ConnectError, ModifyQpError, QueryQpError, QueuePairError};
 pub use qp::*;
 pub use recv::{PostRecvChain, PostRecvGuard};
 pub use send::{PostSendChain, PostSendGuard, WorkRequestBuilder};

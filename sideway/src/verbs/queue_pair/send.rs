@@ -68,6 +68,7 @@ impl<T: Threading> QueuePair<T> {
 /// # Ok(()) }
 /// ```
 #[doc(alias = "ibv_send_wr")]
+#[doc(alias = "ibv_wr_abort")]
 #[must_use = "work requests reach the device only through post(); dropping the guard discards them"]
 pub struct PostSendGuard<'a, T: Threading = AnyThread> {
     qp: &'a mut QueuePair<T>,

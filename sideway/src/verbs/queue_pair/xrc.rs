@@ -14,7 +14,8 @@ use std::sync::Arc;
 use rdma_mummy_sys as ffi;
 
 use super::attr::{QpAttrMask, QpCapabilities, QpState, QpType, QueuePairAttribute};
-use super::qp::{modify_qp, query_qp, ModifyQpError, QueryQpError, QueuePairError};
+use super::error::{ModifyQpError, QueryQpError, QueuePairError};
+use super::qp::{modify_qp, query_qp};
 use crate::errno::{fresh, from_ret, non_null};
 use crate::verbs::xrc_domain::XrcDomain;
 
