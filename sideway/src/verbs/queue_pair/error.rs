@@ -179,7 +179,7 @@ pub struct QueryQpError {
     pub source: io::Error,
 }
 
-/// Why [`QueuePair::connect`] failed.
+/// Why [`QueuePair::connect`](super::QueuePair::connect) failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConnectError {
