@@ -268,20 +268,34 @@ impl Report {
     /// Writes the report as pretty JSON, replacing `path` atomically (a temp file, then a
     /// rename), so a crash never leaves half a file.
     pub fn write_json(&self, path: &Path) -> std::io::Result<()> {
-        let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
-        // One temporary name per process: two sides on one host may write the same path.
-        let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
-        std::fs::write(&tmp, text + "\n")?;
-        std::fs::rename(&tmp, path)
+        write_json_file(self, path)
     }
 
     /// Reads a report written by [`Report::write_json`].
     pub fn read_json(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        serde_json::from_str(&text)
-            .map_err(|e| format!("{} is not a stride-perf result file: {e}", path.display()))
+        read_json_file(path, "a stride-perf result file")
     }
+}
+
+/// Writes `value` as pretty JSON, replacing `path` atomically (a temp file, then a rename),
+/// so a crash never leaves half a file.
+pub(crate) fn write_json_file<T: Serialize>(value: &T, path: &Path) -> std::io::Result<()> {
+    let text = serde_json::to_string_pretty(value).map_err(std::io::Error::other)?;
+    // One temporary name per process: two sides on one host may write the same path.
+    let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, text + "\n")?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Reads the JSON file at `path` as a `T`; `what` names the kind of file for the error
+/// ("a stride-perf result file").
+pub(crate) fn read_json_file<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    what: &str,
+) -> Result<T, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{} is not {what}: {e}", path.display()))
 }
 
 /// The rule perftest prints above and below its tables.

@@ -70,13 +70,12 @@ struct RunArgs {
     #[arg(long, value_delimiter = ',', default_value = "8,64,4096,65536,1048576")]
     sizes: Vec<u64>,
 
-    /// Jobs, comma-separated CASE-TEST: CASE one of stream, messages, spin, tokio (trespass:
-    /// stream bytes, messages, stream bytes with --busy-poll-us 1000000 on both sides, stream
-    /// bytes through the tokio front end on both sides, the same with its adaptive spin on
-    /// (--busy-poll-max-us 250)), rdma-io (the rdma-io crate's tokio
-    /// stream, benches/rdma-io-stream), verbs
-    /// (stride-perf send lat / write bw), rsocket (rstream), tcp (rstream -T s); TEST lat or
-    /// bw.
+    /// Jobs, comma-separated CASE-TEST: CASE one of stream, messages, spin, tokio,
+    /// tokio-adaptive (trespass: stream bytes, messages, stream bytes with --busy-poll-us
+    /// 1000000 on both sides, stream bytes through the tokio front end on both sides, the
+    /// same with its adaptive spin fixed on by --busy-poll-max-us 250), rdma-io (the rdma-io
+    /// crate's tokio stream, benches/rdma-io-stream), verbs (stride-perf send lat / write
+    /// bw), rsocket (rstream), tcp (rstream -T s); TEST lat or bw.
     #[arg(long, default_value = DEFAULT_JOBS)]
     jobs: String,
 

@@ -519,22 +519,12 @@ pub struct StreamReport {
 impl StreamReport {
     /// Writes the report as pretty JSON, replacing `path` atomically.
     pub fn write_json(&self, path: &Path) -> io::Result<()> {
-        let text = serde_json::to_string_pretty(self).map_err(io::Error::other)?;
-        let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
-        std::fs::write(&tmp, text + "\n")?;
-        std::fs::rename(&tmp, path)
+        report::write_json_file(self, path)
     }
 
     /// Reads a report written by [`StreamReport::write_json`].
     pub fn read_json(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        serde_json::from_str(&text).map_err(|e| {
-            format!(
-                "{} is not a stride-perf stream result file: {e}",
-                path.display()
-            )
-        })
+        report::read_json_file(path, "a stride-perf stream result file")
     }
 }
 
