@@ -8,12 +8,21 @@ use crate::core::Limits;
 use crate::stream::{Listener, Stream};
 use crate::wire::{MAX_RING, MIN_RECV_DEPTH, MIN_RING};
 
+/// The smallest shared receive queue: the receives one connection is promised at least.
+const MIN_SHARED_DEPTH: u32 = MIN_RECV_DEPTH as u32;
+
+/// The largest shared receive queue asked for (devices allow less: rxe and mlx5 about
+/// 2^15 to 2^22; creating a larger one fails with the device's limit named).
+const MAX_SHARED_DEPTH: u32 = 1 << 22;
+
 /// How connections are made: buffer sizes, queue depths, timers. Both sides choose their
 /// own; each tells the other its receive ring in the handshake.
 ///
 /// Memory per connection: `ring_size + send_buffer` bytes of registered memory (512 KiB by
 /// default), plus the QP's `send_depth + recv_depth` work queue entries and a CQ of the same
-/// size (`docs/trespass-protocol.md`, "Memory per connection").
+/// size; in the [shared-receive-queue mode](Self::shared_receive_queue), `send_depth` work
+/// queue entries and CQ entries, the receives being the device pool's
+/// (`docs/trespass-protocol.md`, "Memory per connection").
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -39,6 +48,7 @@ pub struct Config {
     pub(crate) linger: Duration,
     pub(crate) retry_count: u8,
     pub(crate) backlog: u16,
+    pub(crate) shared_receive_queue: Option<u32>,
 }
 
 impl Default for Config {
@@ -58,6 +68,7 @@ impl Default for Config {
             linger: Duration::from_secs(10),
             retry_count: 7,
             backlog: 1024,
+            shared_receive_queue: None,
         }
     }
 }
@@ -181,6 +192,33 @@ impl Config {
         self
     }
 
+    /// Draws the connection's receives from one shared receive queue per RDMA device, made
+    /// with `depth` receives by the first connection that asks (later ones share it, at the
+    /// depth it was made with, while any connection uses it); `None` (the default): each
+    /// connection has a receive queue of its own, `recv_depth` deep.
+    ///
+    /// Every write with immediate data uses a receive, and receives carry no buffer (the
+    /// bytes land in the connection's ring), so the shared mode saves receive queue and
+    /// completion queue entries, not registered memory: a connection then has no receive
+    /// queue and a CQ of `send_depth + 1` entries, and the device has one SRQ and one CQ of
+    /// `depth`. Each peer is still promised `recv_depth` receives; when more writes arrive
+    /// at once than the pool holds, the peer's NIC retries (the shared side asks its peers
+    /// for 6 receiver-not-ready retries, rdma_cm's RNR timer apart): size `depth` for the
+    /// connections that write at the same moment times their `recv_depth`, and the rest
+    /// is free. Both sides choose their mode alone; the wire protocol is the same.
+    ///
+    /// ```no_run
+    /// let listener = trespass::Config::new()
+    ///     .recv_depth(16)
+    ///     .shared_receive_queue(Some(4096))
+    ///     .bind("198.18.0.1:7471")?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn shared_receive_queue(&mut self, depth: Option<u32>) -> &mut Self {
+        self.shared_receive_queue = depth;
+        self
+    }
+
     /// Connects to `addr` (the first address it resolves to) with this configuration.
     ///
     /// # Errors
@@ -228,6 +266,14 @@ impl Config {
         }
         if self.max_write == 0 {
             return bad("max_write is 0".into());
+        }
+        if let Some(depth) = self.shared_receive_queue {
+            if !(MIN_SHARED_DEPTH..=MAX_SHARED_DEPTH).contains(&depth) {
+                return bad(format!(
+                    "a shared receive queue of {depth} receives is outside \
+                     {MIN_SHARED_DEPTH}..={MAX_SHARED_DEPTH}"
+                ));
+            }
         }
         if self.keepalive == Some(Duration::ZERO) {
             return bad("a keep-alive period of 0; use None to turn keep-alive off".into());

@@ -6,6 +6,11 @@
 //! peer's RDMA WRITEs land there) and the send buffer (registered for local reads only). No
 //! Rust slice ever covers the ring: bytes leave it by copy ([`RegisteredBuffer::read_at`]),
 //! and only after the completion that says the peer's write landed.
+//!
+//! In the shared-receive-queue mode ([`crate::pool`]) the PD is the device pool's, the QP
+//! takes its receives from the pool's SRQ and completes them on the pool's CQ, and the
+//! connection's own CQ holds only its send completions; its receive completions reach it
+//! through its mailbox.
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -22,12 +27,30 @@ use sideway::{
 use crate::config::Config;
 use crate::core::{Completion, Connection, Limits};
 use crate::error::Error;
-use crate::readiness::Readiness;
+use crate::pool::{Mailbox, Pool};
+use crate::readiness::{Notifier, Readiness};
 use crate::spin::Spin;
 use crate::wire::Hello;
 
 /// The wr_id of every receive: sends count up from 0 and never reach it.
-const RECV_WR_ID: u64 = u64::MAX;
+pub(crate) const RECV_WR_ID: u64 = u64::MAX;
+
+/// RNR retries a shared-mode side asks its peers for (`rnr_retry_count`): a write that
+/// finds the overcommitted pool empty is retried, with rdma_cm's RNR timer between tries,
+/// instead of failing the connection at once. 7 would retry for ever and hide a receiver
+/// that stopped.
+const SHARED_RNR_RETRY: u8 = 6;
+
+/// Where a connection's receives come from.
+enum Receives {
+    /// The QP's own receive queue, `recv_depth` deep.
+    Own,
+    /// The device's shared pool; completions arrive in the mailbox.
+    Shared {
+        pool: Arc<Pool>,
+        mailbox: Arc<Mailbox>,
+    },
+}
 
 /// Completions polled per call.
 const POLL_BATCH: usize = 32;
@@ -39,7 +62,11 @@ pub(crate) struct Resources {
     _pd: Arc<ProtectionDomain>,
     comp_channel: Arc<CompletionChannel>,
     cq: Arc<CompletionQueue>,
-    qp: QueuePair,
+    /// `None` only while [`Drop`] hands it to the pool to destroy.
+    qp: Option<QueuePair>,
+    qp_num: u32,
+    recvs: Receives,
+    notifier: Notifier,
     ring: RegisteredBuffer,
     staging: RegisteredBuffer<DeviceReadOnly>,
     limits: Limits,
@@ -48,36 +75,57 @@ pub(crate) struct Resources {
 
 impl Resources {
     /// A PD, a completion channel and CQ, an RC QP on `id` (rdma_cm's), the ring and the
-    /// send buffer, with every receive posted: ready to connect or accept.
+    /// send buffer, with every receive posted (in the shared mode: the pool's, and the
+    /// connection's mailbox in place): ready to connect or accept.
     pub(crate) fn new(id: &Arc<CmId>, config: &Config) -> Result<Resources, Error> {
         let limits = config.limits();
         let ctx = id
             .device_context()
             .map_err(|e| Error::verbs("opening the RDMA device of the connection", e))?;
-        let pd = ctx
-            .alloc_pd()
-            .map_err(|e| Error::verbs("allocating a protection domain", e))?;
+        let pool = match config.shared_receive_queue {
+            Some(depth) => Some(Pool::for_device(&ctx, depth)?),
+            None => None,
+        };
+        let pd = match &pool {
+            Some(pool) => Arc::clone(pool.pd()),
+            None => ctx
+                .alloc_pd()
+                .map_err(|e| Error::verbs("allocating a protection domain", e))?,
+        };
+        let notifier =
+            Notifier::new().map_err(|e| Error::verbs("creating the connection's eventfd", e))?;
         let comp_channel = ctx
             .create_comp_channel()
             .map_err(|e| Error::verbs("creating a completion channel", e))?;
+        let own_recvs = if pool.is_some() {
+            0
+        } else {
+            u32::from(limits.recv_depth)
+        };
         let cq = ctx
             .create_cq_builder()
-            .cqe(limits.send_depth + u32::from(limits.recv_depth) + 1)
+            .cqe(limits.send_depth + own_recvs + 1)
             .channel(&comp_channel)
             .build()
             .map_err(|e| Error::verbs("creating a completion queue", e))?;
         let mut builder = pd.create_qp_builder();
         builder
             .send_cq(&cq)
-            .recv_cq(&cq)
             .max_send_wr(limits.send_depth)
-            .max_recv_wr(u32::from(limits.recv_depth))
+            .max_recv_wr(own_recvs)
             .max_send_sge(1)
             .max_recv_sge(1)
             .max_inline_data(config.max_inline);
+        match &pool {
+            Some(pool) => builder.recv_cq(pool.cq()).srq(pool.srq()),
+            None => builder.recv_cq(&cq),
+        };
         let mut qp = id
             .create_qp(&builder)
             .map_err(|e| Error::verbs("creating the connection's queue pair", e))?;
+        let qp_num = qp.qp_num();
+        // From here on, a failure drops the QP through Resources' Drop (which leaves the
+        // pool in order), once the struct exists; until then the QP is not in the pool.
         let max_inline = qp.cap().max_inline_data.min(config.max_inline);
         let ring = pd
             .reg_buffer(
@@ -88,14 +136,26 @@ impl Resources {
         let staging = pd
             .reg_read_only_buffer(limits.send_buffer as usize, AccessFlags::empty())
             .map_err(|e| Error::verbs("registering the send buffer", e))?;
-        post_recvs(&mut qp, u32::from(limits.recv_depth))?;
+        let recvs = match pool {
+            Some(pool) => {
+                let mailbox = pool.join(qp_num, notifier.clone(), limits.recv_depth);
+                Receives::Shared { pool, mailbox }
+            }
+            None => {
+                post_recvs(&mut qp, own_recvs)?;
+                Receives::Own
+            }
+        };
         Ok(Resources {
             id: Arc::clone(id),
             channel: id.channel(),
             _pd: pd,
             comp_channel,
             cq,
-            qp,
+            qp: Some(qp),
+            qp_num,
+            recvs,
+            notifier,
             ring,
             staging,
             limits,
@@ -121,9 +181,13 @@ impl Resources {
             .responder_resources(0)
             .initiator_depth(0)
             .retry_count(config.retry_count)
-            // No receiver-not-ready retries: credits make RNR impossible, so one is a bug
-            // (or a lying peer) and should fail loudly, not stall.
-            .rnr_retry_count(0);
+            // No receiver-not-ready retries with receives of its own: credits make RNR
+            // impossible, so one is a bug (or a lying peer) and should fail loudly, not
+            // stall. The shared pool may be overcommitted: there an RNR is a wait.
+            .rnr_retry_count(match self.recvs {
+                Receives::Own => 0,
+                Receives::Shared { .. } => SHARED_RNR_RETRY,
+            });
         p
     }
 
@@ -133,8 +197,11 @@ impl Resources {
         peer: Hello,
         config: &Config,
     ) -> Result<(Driver, Readiness), Error> {
-        let readiness = Readiness::new(&[self.comp_channel.fd(), self.channel.as_raw_fd()])
-            .map_err(|e| Error::verbs("creating the connection's readiness fd", e))?;
+        let readiness = Readiness::new(
+            &[self.comp_channel.fd(), self.channel.as_raw_fd()],
+            self.notifier.clone(),
+        )
+        .map_err(|e| Error::verbs("creating the connection's readiness fd", e))?;
         let mut conn = Connection::new(self.limits, peer);
         let now = Instant::now();
         conn.set_keepalive(config.keepalive, now);
@@ -150,6 +217,15 @@ impl Resources {
             remote,
         };
         Ok((driver, readiness))
+    }
+}
+
+impl Drop for Resources {
+    fn drop(&mut self) {
+        if let Receives::Shared { pool, .. } = &self.recvs {
+            let qp = &mut self.qp;
+            pool.leave(self.qp_num, || drop(qp.take()));
+        }
     }
 }
 
@@ -169,7 +245,7 @@ fn post_recvs(qp: &mut QueuePair, n: u32) -> Result<(), Error> {
     Ok(())
 }
 
-fn completion(status: WcStatus) -> Completion {
+pub(crate) fn completion(status: WcStatus) -> Completion {
     match status {
         WcStatus::Success => Completion::Ok,
         WcStatus::WrFlushErr => Completion::Flushed,
@@ -195,7 +271,7 @@ impl std::fmt::Debug for Driver {
         f.debug_struct("Driver")
             .field("local", &self.local)
             .field("remote", &self.remote)
-            .field("qp_num", &self.res.qp.qp_num())
+            .field("qp_num", &self.res.qp_num)
             .field("peer", self.conn.peer())
             .finish()
     }
@@ -247,6 +323,18 @@ impl Driver {
     }
 
     fn poll_cq(&mut self, now: Instant) -> bool {
+        let mut progress = self.poll_own_cq(now);
+        if let Receives::Shared { pool, mailbox } = &self.res.recvs {
+            pool.poll(mailbox, false);
+            let conn = &mut self.conn;
+            progress |=
+                mailbox.drain(|e| conn.on_recv_completion(e.imm, e.byte_len, e.status, now));
+        }
+        progress
+    }
+
+    /// The connection's own CQ: every completion, or (shared mode) its sends'.
+    fn poll_own_cq(&mut self, now: Instant) -> bool {
         let mut progress = false;
         loop {
             let n = match self.res.cq.poll_into(&mut self.wcs) {
@@ -290,8 +378,12 @@ impl Driver {
                     );
                     match ev.event_type() {
                         EventType::Disconnected => {
-                            // Completions that landed before the disconnect count first.
+                            // Completions that landed before the disconnect count first
+                            // (in the shared mode, also those another thread is routing).
                             drop(ev);
+                            if let Receives::Shared { pool, mailbox } = &self.res.recvs {
+                                pool.poll(mailbox, true);
+                            }
                             self.poll_cq(Instant::now());
                             self.conn.on_disconnected();
                             if !self.disconnected {
@@ -319,19 +411,26 @@ impl Driver {
     /// that follow report them), then every write in one doorbell.
     fn post(&mut self) -> bool {
         let mut progress = false;
+        let Some(qp) = self.res.qp.as_mut() else {
+            return false;
+        };
         let recvs = self.conn.poll_recvs();
         if recvs > 0 {
             progress = true;
-            if let Err(e) = post_recvs(&mut self.res.qp, recvs) {
-                self.conn.on_local_error(e.to_string());
-                return true;
+            // In the shared mode the pool posted one again for each completion it routed;
+            // the core's count only feeds the receive credits.
+            if let Receives::Own = self.res.recvs {
+                if let Err(e) = post_recvs(qp, recvs) {
+                    self.conn.on_local_error(e.to_string());
+                    return true;
+                }
             }
         }
         let max_inline = self.res.max_inline;
         let peer = self.conn.peer();
         let (rkey, raddr) = (peer.ring_rkey, peer.ring_addr);
         let conn = &mut self.conn;
-        let Resources { qp, staging, .. } = &mut self.res;
+        let staging = &mut self.res.staging;
         let mut batch = qp.start_post_send();
         let mut count = 0;
         while let Some(t) = conn.poll_transmit() {

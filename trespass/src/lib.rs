@@ -52,6 +52,7 @@ pub mod core;
 mod driver;
 mod error;
 mod keeper;
+mod pool;
 mod readiness;
 mod spin;
 mod stream;

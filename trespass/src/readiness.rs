@@ -1,19 +1,67 @@
 //! The one file descriptor a connection is waited on through: an epoll instance over its
-//! completion channel, its rdma_cm event channel and an eventfd that the keep-alive thread
-//! pokes after it made progress on the connection's behalf. Readable when any of them is, so
-//! poll/epoll users and the async layer can wait on a single fd.
+//! completion channel, its rdma_cm event channel and an eventfd ([`Notifier`]) that the
+//! keep-alive thread pokes after it made progress on the connection's behalf, and that the
+//! shared receive queue's router pokes when it delivered a receive to the connection.
+//! Readable when any of them is, so poll/epoll users and the async layer can wait on a
+//! single fd.
 
 #![allow(unsafe_code)]
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// An epoll fd over a connection's fds, and the eventfd in it.
 #[derive(Debug)]
 pub(crate) struct Readiness {
     epoll: OwnedFd,
-    notify: OwnedFd,
+    notify: Notifier,
+}
+
+/// A connection's eventfd, shared by its [`Readiness`] and whoever pokes it (the shared
+/// receive queue's router holds a clone from before the readiness fd exists). The `Arc`
+/// keeps the descriptor open while any holder may still write to it.
+#[derive(Debug, Clone)]
+pub(crate) struct Notifier(Arc<OwnedFd>);
+
+impl Notifier {
+    /// A fresh non-blocking eventfd.
+    pub(crate) fn new() -> io::Result<Notifier> {
+        // SAFETY: eventfd takes no pointers; the fd it returns is ours alone.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        let fd = check(fd, "eventfd")?;
+        // SAFETY: fd is a fresh descriptor nobody else owns.
+        Ok(Notifier(Arc::new(unsafe { OwnedFd::from_raw_fd(fd) })))
+    }
+
+    /// Makes the fd readable until it is cleared.
+    pub(crate) fn notify(&self) {
+        let one: u64 = 1;
+        // SAFETY: the eventfd is open (the Arc holds it); the buffer is 8 readable bytes.
+        // A full counter (EAGAIN) already makes the fd readable, so the result does not
+        // matter.
+        let _ = unsafe {
+            libc::write(
+                self.0.as_raw_fd(),
+                (&one as *const u64).cast(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+    }
+
+    fn clear(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: the eventfd is open and non-blocking; the buffer is 8 writable bytes.
+        // EAGAIN means there was nothing to clear.
+        let _ = unsafe {
+            libc::read(
+                self.0.as_raw_fd(),
+                (&mut v as *mut u64).cast(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+    }
 }
 
 fn check(ret: libc::c_int, call: &str) -> io::Result<libc::c_int> {
@@ -25,8 +73,8 @@ fn check(ret: libc::c_int, call: &str) -> io::Result<libc::c_int> {
 }
 
 impl Readiness {
-    /// An epoll instance watching `fds` (and a fresh eventfd) for readability.
-    pub(crate) fn new(fds: &[RawFd]) -> io::Result<Readiness> {
+    /// An epoll instance watching `fds` and `notify` for readability.
+    pub(crate) fn new(fds: &[RawFd], notify: Notifier) -> io::Result<Readiness> {
         // SAFETY: epoll_create1 takes no pointers; the fd it returns is ours alone.
         let epoll = check(
             unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) },
@@ -34,13 +82,8 @@ impl Readiness {
         )?;
         // SAFETY: epoll is a fresh descriptor nobody else owns.
         let epoll = unsafe { OwnedFd::from_raw_fd(epoll) };
-        // SAFETY: eventfd takes no pointers; the fd it returns is ours alone.
-        let notify = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        let notify = check(notify, "eventfd")?;
-        // SAFETY: notify is a fresh descriptor nobody else owns.
-        let notify = unsafe { OwnedFd::from_raw_fd(notify) };
         let r = Readiness { epoll, notify };
-        for &fd in fds.iter().chain([r.notify.as_raw_fd()].iter()) {
+        for &fd in fds.iter().chain([r.notify.0.as_raw_fd()].iter()) {
             let mut ev = libc::epoll_event {
                 events: libc::EPOLLIN as u32,
                 u64: fd as u64,
@@ -77,30 +120,12 @@ impl Readiness {
 
     /// Makes the fd readable until [`clear`](Self::clear).
     pub(crate) fn notify(&self) {
-        let one: u64 = 1;
-        // SAFETY: the eventfd is open; the buffer is 8 readable bytes. A full counter
-        // (EAGAIN) already makes the fd readable, so the result does not matter.
-        let _ = unsafe {
-            libc::write(
-                self.notify.as_raw_fd(),
-                (&one as *const u64).cast(),
-                std::mem::size_of::<u64>(),
-            )
-        };
+        self.notify.notify();
     }
 
     /// Takes back a [`notify`](Self::notify).
     pub(crate) fn clear(&self) {
-        let mut v: u64 = 0;
-        // SAFETY: the eventfd is open and non-blocking; the buffer is 8 writable bytes.
-        // EAGAIN means there was nothing to clear.
-        let _ = unsafe {
-            libc::read(
-                self.notify.as_raw_fd(),
-                (&mut v as *mut u64).cast(),
-                std::mem::size_of::<u64>(),
-            )
-        };
+        self.notify.clear();
     }
 }
 

@@ -184,6 +184,8 @@ pub struct Connection {
     recvs_due: u32,
     reposted: u64,
     reposted_reported: u64,
+    /// Writes with immediate data received (successful receive completions).
+    received: u64,
 
     // Control.
     fin_wanted: bool,
@@ -243,6 +245,7 @@ impl Connection {
             recvs_due: 0,
             reposted: 0,
             reposted_reported: 0,
+            received: 0,
             fin_wanted: false,
             fin_sent: false,
             fin_wr: None,
@@ -643,6 +646,18 @@ impl Connection {
         }
         if self.error.is_some() {
             return;
+        }
+        self.received += 1;
+        // The peer may use the receives promised in the hello and those reported posted
+        // again; a credit still on its way only makes its view smaller. With receives of
+        // its own an overdrawing peer meets an empty queue; in the shared mode it would
+        // take receives meant for other connections.
+        let granted = u64::from(self.limits.recv_depth) + self.reposted_reported;
+        if self.received > granted {
+            return self.protocol(format!(
+                "it wrote {} times with immediate data, but was granted only {granted} receives",
+                self.received
+            ));
         }
         self.last_heard = Some(now);
         self.ping_deadline = None;

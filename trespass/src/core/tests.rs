@@ -1998,9 +1998,10 @@ fn a_stream_longer_than_max_message_is_not_a_message() {
 
 // ------------------------------------------------------------------------- hostile peers
 
-/// A connection alone (a 4 KiB ring, 8 receives); its peer is the test.
+/// A connection alone (a 4 KiB ring, 128 receives; its peer 8); its peer is the test, which
+/// never sees the receive credits this side sends.
 fn lone(max_message: u32) -> Connection {
-    let mut l = limits(4096, 4096, 8, 16, 4096);
+    let mut l = limits(4096, 4096, 128, 16, 4096);
     l.max_message = max_message;
     Connection::new(l, hello_of(&limits(4096, 4096, 8, 16, 4096)))
 }
@@ -2168,14 +2169,28 @@ fn a_lying_peer_gets_a_protocol_error_and_nothing_else() {
             "message ends beyond ring credit",
             "more than its credit",
             |c| {
-                // 4096 / MSG_CHARGE = 64 unread empty messages fill the ring; receives
-                // (8) do not bound them.
+                // 4096 / MSG_CHARGE = 64 unread empty messages fill the ring; unread
+                // messages hold no receive.
                 for _ in 0..4096 / MSG_CHARGE {
                     feed(c, piece(0, true), 0);
                 }
                 assert!(c.error().is_none(), "as many as the ring's credit is fine");
                 assert_eq!(c.poll_recvs(), 4096 / MSG_CHARGE, "each receive goes back");
                 feed(c, piece(0, true), 0);
+            },
+        ),
+        (
+            "more writes than receives granted",
+            "granted only 128 receives",
+            |c| {
+                for _ in 0..128 {
+                    feed(c, data(1), 1);
+                    c.consume(1);
+                }
+                assert!(c.error().is_none(), "every promised receive may be used");
+                // Posted again, but no credit reported them (the test drops its writes).
+                assert_eq!(c.poll_recvs(), 128);
+                feed(c, data(1), 1);
             },
         ),
         (

@@ -1,0 +1,349 @@
+//! The shared-receive-queue mode: connections on one RDMA device that ask for it
+//! ([`Config::shared_receive_queue`](crate::Config::shared_receive_queue)) draw their
+//! zero-length receives from one SRQ, and those receives complete on one CQ.
+//!
+//! One [`Pool`] per device per process: a protection domain (the connections' QPs, rings and
+//! send buffers live in it, since a QP and its SRQ share one), the SRQ with `depth` receives
+//! always posted, and the receive CQ with its completion channel. Whoever polls that CQ (a
+//! connection's pump, under the router's lock, or the pool's own thread when a completion
+//! event arrives) hands each completion to the [`Mailbox`] of the QP it names, pokes that
+//! connection's readiness fd, and posts one receive again for each completion taken: the
+//! pool stays full whatever the applications do, as long as the process runs.
+//!
+//! Each peer is still promised `recv_depth` receives of its own by the protocol's receive
+//! credits (docs/trespass-protocol.md §4.3); the pool holds `depth` in all. When more
+//! writes are in flight than the pool holds (more connections writing at once than it was
+//! sized for), a write that finds it empty is refused with an RNR NAK and retried by the
+//! peer's NIC (a shared-mode side asks its peers for 6 RNR retries instead of 0), so
+//! overcommitting costs time, never data; a peer whose writes go on finding the pool empty
+//! past those retries fails with a transport error.
+//!
+//! A QP number can be reused once its QP is destroyed, so a connection leaving the pool
+//! destroys its QP, drains the CQ and removes its mailbox under the router's lock, in that
+//! order: no completion of the old QP can reach a new connection that got its number.
+
+#![allow(unsafe_code)]
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use sideway::{
+    CompletionChannel, CompletionQueue, DeviceContext, ProtectionDomain, SharedReceiveQueue,
+    WorkCompletion,
+};
+
+use crate::core::Completion;
+use crate::error::Error;
+use crate::readiness::Notifier;
+
+/// Completions polled per call.
+const POLL_BATCH: usize = 32;
+
+/// Receives posted per `ibv_post_srq_recv`.
+const POST_CHUNK: u32 = 64;
+
+/// How long the pool's thread waits for a completion event before it looks whether the
+/// pool is still in use.
+const IDLE_CHECK: Duration = Duration::from_millis(200);
+
+/// One receive completion, as the connection's core takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RecvEntry {
+    pub(crate) imm: Option<u32>,
+    pub(crate) byte_len: u32,
+    pub(crate) status: Completion,
+}
+
+/// A connection's share of the pool: the receive completions routed to it, not yet taken
+/// by its driver, and the fd to poke when one arrives.
+#[derive(Debug)]
+pub(crate) struct Mailbox {
+    queue: Mutex<VecDeque<RecvEntry>>,
+    notifier: Notifier,
+}
+
+impl Mailbox {
+    fn push(&self, e: RecvEntry) {
+        lock(&self.queue).push_back(e);
+    }
+
+    /// Hands every waiting completion to `f`, oldest first; true when there was one.
+    pub(crate) fn drain(&self, mut f: impl FnMut(RecvEntry)) -> bool {
+        let mut q = lock(&self.queue);
+        let any = !q.is_empty();
+        while let Some(e) = q.pop_front() {
+            f(e);
+        }
+        any
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The mailboxes by QP number, and the poll buffer: held together, under one lock, while
+/// the CQ is polled.
+pub(crate) struct Router {
+    boxes: HashMap<u32, Arc<Mailbox>>,
+    wcs: Vec<WorkCompletion>,
+    /// Set once posting receives failed: every connection on the pool has been told.
+    failed: Option<String>,
+}
+
+/// The receives of every shared-mode connection on one device.
+pub(crate) struct Pool {
+    key: usize,
+    depth: u32,
+    pd: Arc<ProtectionDomain>,
+    srq: Arc<SharedReceiveQueue>,
+    cq: Arc<CompletionQueue>,
+    channel: Arc<CompletionChannel>,
+    router: Mutex<Router>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("depth", &self.depth)
+            .field("srq", &self.srq)
+            .finish_non_exhaustive()
+    }
+}
+
+fn registry() -> &'static Mutex<Vec<Weak<Pool>>> {
+    static REGISTRY: Mutex<Vec<Weak<Pool>>> = Mutex::new(Vec::new());
+    &REGISTRY
+}
+
+impl Pool {
+    /// The device's pool, made with `depth` receives if there is none yet (a pool keeps
+    /// the depth it was made with while any connection uses it).
+    pub(crate) fn for_device(ctx: &Arc<DeviceContext>, depth: u32) -> Result<Arc<Pool>, Error> {
+        let key = ctx.as_raw() as usize;
+        let mut list = lock(registry());
+        list.retain(|w| w.strong_count() > 0);
+        if let Some(pool) = list.iter().filter_map(Weak::upgrade).find(|p| p.key == key) {
+            return Ok(pool);
+        }
+        let pool = Arc::new(Pool::new(ctx, key, depth)?);
+        list.push(Arc::downgrade(&pool));
+        drop(list);
+        let weak = Arc::downgrade(&pool);
+        let channel = Arc::clone(&pool.channel);
+        std::thread::Builder::new()
+            .name("trespass-srq".into())
+            .spawn(move || run(weak, channel))
+            .map_err(|e| {
+                Error::verbs(
+                    "starting the shared receive queue's thread",
+                    std::io::Error::other(e),
+                )
+            })?;
+        Ok(pool)
+    }
+
+    fn new(ctx: &Arc<DeviceContext>, key: usize, depth: u32) -> Result<Pool, Error> {
+        let pd = ctx
+            .alloc_pd()
+            .map_err(|e| Error::verbs("allocating the shared receive queue's domain", e))?;
+        let srq = pd
+            .create_srq_builder()
+            .max_wr(depth)
+            .max_sge(1)
+            .build()
+            .map_err(|e| Error::verbs("creating the shared receive queue", e))?;
+        let channel = ctx
+            .create_comp_channel()
+            .map_err(|e| Error::verbs("creating the shared receive queue's channel", e))?;
+        let cq = ctx
+            .create_cq_builder()
+            // Every completion on it took one of the `depth` receives, and one is posted
+            // again only after its completion was polled: never more than `depth` wait.
+            .cqe(depth + 1)
+            .channel(&channel)
+            .build()
+            .map_err(|e| Error::verbs("creating the shared receive queue's CQ", e))?;
+        post(&srq, depth).map_err(|e| Error::verbs("posting the shared receives", e))?;
+        cq.req_notify(false)
+            .map_err(|e| Error::verbs("arming the shared receive queue's CQ", e))?;
+        Ok(Pool {
+            key,
+            depth,
+            pd,
+            srq,
+            cq,
+            channel,
+            router: Mutex::new(Router {
+                boxes: HashMap::new(),
+                wcs: vec![WorkCompletion::default(); POLL_BATCH],
+                failed: None,
+            }),
+        })
+    }
+
+    pub(crate) fn pd(&self) -> &Arc<ProtectionDomain> {
+        &self.pd
+    }
+
+    pub(crate) fn srq(&self) -> &Arc<SharedReceiveQueue> {
+        &self.srq
+    }
+
+    pub(crate) fn cq(&self) -> &Arc<CompletionQueue> {
+        &self.cq
+    }
+
+    /// Routes `qp_num`'s receive completions to a new mailbox, which pokes `notifier`.
+    pub(crate) fn join(&self, qp_num: u32, notifier: Notifier, recv_depth: u16) -> Arc<Mailbox> {
+        let mailbox = Arc::new(Mailbox {
+            // Room for every receive the peer is promised: an honest peer never makes it
+            // grow.
+            queue: Mutex::new(VecDeque::with_capacity(usize::from(recv_depth) + 4)),
+            notifier,
+        });
+        let mut router = lock(&self.router);
+        if let Some(why) = &router.failed {
+            mailbox.push(failure(why));
+        }
+        router.boxes.insert(qp_num, Arc::clone(&mailbox));
+        mailbox
+    }
+
+    /// Removes a connection: `destroy` destroys its QP, then every completion already on
+    /// the CQ is routed (the QP's own are dropped), then its mailbox goes; all under the
+    /// router's lock, so a new QP that gets the same number starts clean.
+    pub(crate) fn leave(&self, qp_num: u32, destroy: impl FnOnce()) {
+        let mut router = lock(&self.router);
+        destroy();
+        self.route(&mut router, None);
+        router.boxes.remove(&qp_num);
+    }
+
+    /// Polls the CQ if no other thread is doing so (then that thread routes to `me` and
+    /// pokes it), or with `wait`, after it finished. True when a completion went to `me`.
+    pub(crate) fn poll(&self, me: &Arc<Mailbox>, wait: bool) -> bool {
+        if wait {
+            return self.route(&mut lock(&self.router), Some(me));
+        }
+        match self.router.try_lock() {
+            Ok(mut router) => self.route(&mut router, Some(me)),
+            Err(std::sync::TryLockError::Poisoned(p)) => self.route(&mut p.into_inner(), Some(me)),
+            Err(std::sync::TryLockError::WouldBlock) => false,
+        }
+    }
+
+    /// Polls every completion waiting, hands each to its QP's mailbox (poking it unless it
+    /// is `me`), and posts as many receives again. True when one went to `me`.
+    fn route(&self, router: &mut Router, me: Option<&Arc<Mailbox>>) -> bool {
+        let mut mine = false;
+        loop {
+            let n = match self.cq.poll_into(&mut router.wcs) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.fail(router, format!("polling the shared receive CQ failed: {e}"));
+                    return true;
+                }
+            };
+            for wc in &router.wcs[..n] {
+                let Some(mailbox) = router.boxes.get(&wc.qp_num()) else {
+                    // A connection that left: its completion is dropped, its receive
+                    // posted again below.
+                    continue;
+                };
+                mailbox.push(RecvEntry {
+                    imm: wc.imm_data(),
+                    byte_len: wc.byte_len(),
+                    status: crate::driver::completion(wc.status()),
+                });
+                if me.is_some_and(|m| Arc::ptr_eq(m, mailbox)) {
+                    mine = true;
+                } else {
+                    mailbox.notifier.notify();
+                }
+            }
+            if n > 0 && router.failed.is_none() {
+                if let Err(e) = post(&self.srq, n as u32) {
+                    self.fail(
+                        router,
+                        format!("posting receives to the shared receive queue failed: {e}"),
+                    );
+                    return true;
+                }
+            }
+            if n < router.wcs.len() {
+                return mine;
+            }
+        }
+    }
+
+    /// Posting to the SRQ failed (the device is gone): every connection on the pool fails.
+    fn fail(&self, router: &mut Router, why: String) {
+        log::error!(target: "trespass", "{why}");
+        for mailbox in router.boxes.values() {
+            mailbox.push(failure(&why));
+            mailbox.notifier.notify();
+        }
+        router.failed = Some(why);
+    }
+
+    /// The pool's thread's round after a completion event: route what is there, arm the
+    /// CQ, route again (a completion between the two raised no event).
+    fn on_event(&self) {
+        while let Ok(Some(_)) = self.channel.try_get_cq_event() {}
+        let mut router = lock(&self.router);
+        self.route(&mut router, None);
+        if let Err(e) = self.cq.req_notify(false) {
+            self.fail(
+                &mut router,
+                format!("arming the shared receive CQ failed: {e}"),
+            );
+            return;
+        }
+        self.route(&mut router, None);
+    }
+}
+
+fn failure(why: &str) -> RecvEntry {
+    log::debug!(target: "trespass", "shared receive queue failed: {why}");
+    RecvEntry {
+        imm: None,
+        byte_len: 0,
+        status: Completion::Other(u32::MAX, "the shared receive queue failed (see the log)"),
+    }
+}
+
+fn post(srq: &SharedReceiveQueue, n: u32) -> Result<(), sideway::SharedReceiveQueueError> {
+    let mut left = n;
+    while left > 0 {
+        let chunk = left.min(POST_CHUNK);
+        let mut batch = srq.start_post_recv();
+        for _ in 0..chunk {
+            let _ = batch.recv(crate::driver::RECV_WR_ID, &[]);
+        }
+        batch.post()?;
+        left -= chunk;
+    }
+    Ok(())
+}
+
+/// The pool's thread: routes completions while no connection's pump does (every
+/// connection asleep), so receives are posted again and sleepers woken. Ends once the pool
+/// is gone.
+fn run(pool: Weak<Pool>, channel: Arc<CompletionChannel>) {
+    loop {
+        let mut pfd = libc::pollfd {
+            fd: channel.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: pfd is one valid pollfd for the call; its fd stays open while this
+        // thread holds the channel.
+        let _ = unsafe { libc::poll(&mut pfd, 1, IDLE_CHECK.as_millis() as libc::c_int) };
+        let Some(pool) = pool.upgrade() else {
+            return;
+        };
+        pool.on_event();
+    }
+}
