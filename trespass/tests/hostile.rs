@@ -139,6 +139,40 @@ impl Liar {
     fn control(&mut self, imm: Imm) -> bool {
         self.write(0, 0, imm.encode())
     }
+
+    /// `batches` times 16 zero-length stream writes with immediate data, posted at once
+    /// (the last of each signaled), without waiting for a single receive credit; true when
+    /// every batch completed.
+    fn burst(&mut self, batches: usize) -> bool {
+        let imm = Imm::Data {
+            len: 0,
+            msg: false,
+            eom: false,
+        }
+        .encode();
+        let mut ok = true;
+        for _ in 0..batches {
+            let mut batch = self.qp.start_post_send();
+            let first = self.next;
+            for i in 0..16 {
+                let flags = if i == 15 {
+                    SendFlags::SIGNALED
+                } else {
+                    SendFlags::empty()
+                };
+                let _ = batch.wr(first + i, flags).rdma_write_with_imm(
+                    self.peer.ring_rkey,
+                    self.peer.ring_addr,
+                    imm,
+                    SendData::Empty,
+                );
+            }
+            self.next += 16;
+            batch.post().unwrap();
+            ok &= matches!(self.waiter.wait(first + 15), Ok(wc) if wc.is_success());
+        }
+        ok
+    }
 }
 
 /// Runs `lie` against a listener on `port` while an honest connection to the same listener
@@ -150,9 +184,20 @@ fn lied_to(
     read_first: usize,
     lie: impl FnOnce(&mut Liar) + Send + 'static,
 ) -> io::Error {
-    let addr = SocketAddr::new(ip, port);
     let mut config = Config::new();
     config.ring_size(RING).keepalive(None);
+    lied_to_with(ip, port, &config, read_first, lie)
+}
+
+/// [`lied_to`] with the listener's (and the honest client's) configuration.
+fn lied_to_with(
+    ip: IpAddr,
+    port: u16,
+    config: &Config,
+    read_first: usize,
+    lie: impl FnOnce(&mut Liar) + Send + 'static,
+) -> io::Error {
+    let addr = SocketAddr::new(ip, port);
     let listener: Listener = config.bind(addr).unwrap();
     // The honest connection first.
     let honest_cfg = config.clone();
@@ -220,6 +265,29 @@ fn a_peer_that_writes_beyond_its_credit_is_cut_off() {
         l.data(0, 100);
     });
     protocol_error(&err, "more than its credit");
+}
+
+#[test]
+fn a_peer_that_writes_more_often_than_it_has_receives_is_cut_off_and_the_shared_pool_serves_on() {
+    let Some(ip) = common::test_ip(
+        "a_peer_that_writes_more_often_than_it_has_receives_is_cut_off_and_the_shared_pool_serves_on",
+    ) else {
+        return;
+    };
+    // The listener and the honest client draw from one shared queue of 16 receives (one
+    // process, one device); the liar is promised 8 and writes 48 at once, taking receives
+    // the honest connection is promised. The pool is refilled as completions are routed,
+    // and the honest side's writes wait (RNR) rather than fail.
+    let mut config = Config::new();
+    config
+        .ring_size(RING)
+        .keepalive(None)
+        .recv_depth(8)
+        .shared_receive_queue(Some(16));
+    let err = lied_to_with(ip, 7660, &config, 0, |l| {
+        l.burst(3);
+    });
+    protocol_error(&err, "granted only");
 }
 
 #[test]

@@ -234,11 +234,33 @@ fn open_fds() -> usize {
         .unwrap_or(0)
 }
 
+/// The two many-connection tests measure descriptors and memory: one at a time.
+static MANY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn one_runtime_thread_serves_many_connections() {
     let Some(ip) = common::test_ip("one_runtime_thread_serves_many_connections") else {
         return;
     };
+    many_connections(ip, 7704, None);
+}
+
+#[test]
+fn one_runtime_thread_serves_many_connections_on_a_shared_receive_queue() {
+    let Some(ip) =
+        common::test_ip("one_runtime_thread_serves_many_connections_on_a_shared_receive_queue")
+    else {
+        return;
+    };
+    // 2000 streams promised 8 receives each (16,000) share 2048.
+    many_connections(ip, 7709, Some(2048));
+}
+
+/// Opens `TRESPASS_TOKIO_CONNECTIONS` (default 1000) connections to one listener, both ends
+/// on one current-thread runtime, moves 20 KB each way on each, and closes them; prints the
+/// descriptors and memory they took while all were up.
+fn many_connections(ip: IpAddr, port: u16, shared: Option<u32>) {
+    let _one = MANY.lock().unwrap_or_else(|p| p.into_inner());
     let count: usize = std::env::var("TRESPASS_TOKIO_CONNECTIONS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -251,7 +273,8 @@ fn one_runtime_thread_serves_many_connections() {
         .send_depth(8)
         .max_write(8 * 1024)
         .busy_poll(Duration::ZERO)
-        .connect_timeout(Duration::from_secs(30));
+        .connect_timeout(Duration::from_secs(30))
+        .shared_receive_queue(shared);
     raise_fd_limit();
     let before = open_fds();
     let rss_before = rss_kib();
@@ -261,7 +284,7 @@ fn one_runtime_thread_serves_many_connections() {
         .expect("a tokio runtime");
     rt.block_on(async move {
         tokio::time::timeout(Duration::from_secs(300), async move {
-            let addr = SocketAddr::new(ip, 7704);
+            let addr = SocketAddr::new(ip, port);
             let listener = Listener::bind_with(&config, addr).await.expect("bind");
             let server = tokio::spawn(async move {
                 let mut tasks = Vec::with_capacity(count);
@@ -303,9 +326,13 @@ fn one_runtime_thread_serves_many_connections() {
             }
             all_up.wait().await;
             let (fds, rss) = (open_fds() - before, rss_kib() - rss_before);
+            let mode = match shared {
+                Some(d) => format!("a shared receive queue of {d}"),
+                None => "a receive queue each".into(),
+            };
             println!(
-                "{count} connections up (both ends in this process, on one runtime thread): \
-                 {fds} descriptors, {rss} KiB of resident memory more than before"
+                "{count} connections up (both ends in this process, on one runtime thread, \
+                 {mode}): {fds} descriptors, {rss} KiB of resident memory more than before"
             );
             for c in clients {
                 c.await.unwrap();
