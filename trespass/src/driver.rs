@@ -57,8 +57,6 @@ const POLL_BATCH: usize = 32;
 
 /// The resources of a connection being set up, before the peer's hello is known.
 pub(crate) struct Resources {
-    pub(crate) id: Arc<CmId>,
-    pub(crate) channel: Arc<EventChannel>,
     _pd: Arc<ProtectionDomain>,
     comp_channel: Arc<CompletionChannel>,
     cq: Arc<CompletionQueue>,
@@ -71,6 +69,11 @@ pub(crate) struct Resources {
     staging: RegisteredBuffer<DeviceReadOnly>,
     limits: Limits,
     max_inline: u32,
+    // The id and its channel drop last (fields drop in order): librdmacm frees the
+    // device's PD of its own only when its last id goes, not when the last device list
+    // (which the verbs objects above hold, through their context) is freed.
+    pub(crate) id: Arc<CmId>,
+    pub(crate) channel: Arc<EventChannel>,
 }
 
 impl Resources {

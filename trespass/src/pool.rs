@@ -43,8 +43,8 @@ const POLL_BATCH: usize = 32;
 /// Receives posted per `ibv_post_srq_recv`.
 const POST_CHUNK: u32 = 64;
 
-/// How long the pool's thread waits for a completion event before it looks whether the
-/// pool is still in use.
+/// How long the pool's thread waits for a completion event before it routes anyway (the CQ
+/// is armed after every round; this only bounds the cost of an event that never came).
 const IDLE_CHECK: Duration = Duration::from_millis(200);
 
 /// One receive completion, as the connection's core takes it.
@@ -92,9 +92,36 @@ pub(crate) struct Router {
     failed: Option<String>,
 }
 
-/// The receives of every shared-mode connection on one device.
+/// The receives of every shared-mode connection on one device: what connections and
+/// listeners hold. Dropping the last one stops the pool's thread and waits for it, so that
+/// every verbs object of the pool is gone when the drop returns (a connection drops its
+/// rdma_cm id after its pool: librdmacm frees the device's PD of its own only when its last
+/// id goes, not when the last device list, which the pool's context holds, is freed).
 pub(crate) struct Pool {
     key: usize,
+    core: Arc<Core>,
+    stop: Notifier,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::ops::Deref for Pool {
+    type Target = Core;
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.stop.notify();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The pool's verbs objects and its router, shared by the handle and the thread.
+pub(crate) struct Core {
     depth: u32,
     pd: Arc<ProtectionDomain>,
     srq: Arc<SharedReceiveQueue>,
@@ -127,24 +154,34 @@ impl Pool {
         if let Some(pool) = list.iter().filter_map(Weak::upgrade).find(|p| p.key == key) {
             return Ok(pool);
         }
-        let pool = Arc::new(Pool::new(ctx, key, depth)?);
+        let core = Arc::new(Core::new(ctx, depth)?);
+        let stop =
+            Notifier::new().map_err(|e| Error::verbs("creating the pool's stop eventfd", e))?;
+        let thread = {
+            let (core, stop) = (Arc::clone(&core), stop.clone());
+            std::thread::Builder::new()
+                .name("trespass-srq".into())
+                .spawn(move || run(&core, &stop))
+                .map_err(|e| {
+                    Error::verbs(
+                        "starting the shared receive queue's thread",
+                        std::io::Error::other(e),
+                    )
+                })?
+        };
+        let pool = Arc::new(Pool {
+            key,
+            core,
+            stop,
+            thread: Some(thread),
+        });
         list.push(Arc::downgrade(&pool));
-        drop(list);
-        let weak = Arc::downgrade(&pool);
-        let channel = Arc::clone(&pool.channel);
-        std::thread::Builder::new()
-            .name("trespass-srq".into())
-            .spawn(move || run(weak, channel))
-            .map_err(|e| {
-                Error::verbs(
-                    "starting the shared receive queue's thread",
-                    std::io::Error::other(e),
-                )
-            })?;
         Ok(pool)
     }
+}
 
-    fn new(ctx: &Arc<DeviceContext>, key: usize, depth: u32) -> Result<Pool, Error> {
+impl Core {
+    fn new(ctx: &Arc<DeviceContext>, depth: u32) -> Result<Core, Error> {
         let pd = ctx
             .alloc_pd()
             .map_err(|e| Error::verbs("allocating the shared receive queue's domain", e))?;
@@ -168,8 +205,7 @@ impl Pool {
         post(&srq, depth).map_err(|e| Error::verbs("posting the shared receives", e))?;
         cq.req_notify(false)
             .map_err(|e| Error::verbs("arming the shared receive queue's CQ", e))?;
-        Ok(Pool {
-            key,
+        Ok(Core {
             depth,
             pd,
             srq,
@@ -329,21 +365,28 @@ fn post(srq: &SharedReceiveQueue, n: u32) -> Result<(), sideway::SharedReceiveQu
 }
 
 /// The pool's thread: routes completions while no connection's pump does (every
-/// connection asleep), so receives are posted again and sleepers woken. Ends once the pool
-/// is gone.
-fn run(pool: Weak<Pool>, channel: Arc<CompletionChannel>) {
+/// connection asleep), so receives are posted again and sleepers woken. Ends when the pool's
+/// handle goes ([`Pool`]'s drop pokes `stop`).
+fn run(core: &Core, stop: &Notifier) {
     loop {
-        let mut pfd = libc::pollfd {
-            fd: channel.fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: pfd is one valid pollfd for the call; its fd stays open while this
-        // thread holds the channel.
-        let _ = unsafe { libc::poll(&mut pfd, 1, IDLE_CHECK.as_millis() as libc::c_int) };
-        let Some(pool) = pool.upgrade() else {
+        let mut fds = [
+            libc::pollfd {
+                fd: core.channel.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: stop.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: fds is two valid pollfds for the call; the channel (held by `core`) and
+        // the eventfd (held by `stop`) stay open while this thread runs.
+        let _ = unsafe { libc::poll(fds.as_mut_ptr(), 2, IDLE_CHECK.as_millis() as libc::c_int) };
+        if fds[1].revents != 0 {
             return;
-        };
-        pool.on_event();
+        }
+        core.on_event();
     }
 }

@@ -50,6 +50,11 @@ impl Notifier {
         };
     }
 
+    /// The eventfd, for waiting on it.
+    pub(crate) fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+
     fn clear(&self) {
         let mut v: u64 = 0;
         // SAFETY: the eventfd is open and non-blocking; the buffer is 8 writable bytes.

@@ -227,7 +227,16 @@ pub(crate) fn bind(config: &Config, addr: SocketAddr) -> Result<Listener, Error>
     id.listen(i32::from(config.backlog))
         .map_err(cm("listening"))?;
     let local = id.local_addr().unwrap_or(addr);
+    // In the shared-receive-queue mode a listener bound to a device's address keeps that
+    // device's pool while it listens, so short connections do not make and destroy one each
+    // (and a pool that cannot be made fails here, not at every accept). A wildcard address
+    // has no device yet: its connections make the pool.
+    let pool = match (config.shared_receive_queue, id.device_context()) {
+        (Some(depth), Ok(ctx)) => Some(crate::pool::Pool::for_device(&ctx, depth)?),
+        _ => None,
+    };
     Ok(Listener {
+        _pool: pool,
         _id: id,
         channel,
         config: config.clone(),
@@ -249,6 +258,11 @@ pub(crate) fn bind(config: &Config, addr: SocketAddr) -> Result<Listener, Error>
 /// # Ok::<(), std::io::Error>(())
 /// ```
 pub struct Listener {
+    /// The device's shared receive queue, held while listening (shared mode only). Dropped
+    /// before the id (fields drop in order): librdmacm frees the device's PD of its own
+    /// only when its last id goes, not when the last device list (which a context from
+    /// `CmId::device_context` holds) is freed.
+    _pool: Option<Arc<crate::pool::Pool>>,
     /// The listening id: dropping it stops listening.
     _id: Arc<CmId>,
     channel: Arc<EventChannel>,

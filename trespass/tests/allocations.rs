@@ -42,11 +42,20 @@ static GLOBAL: Counting = Counting;
 
 const WARM_UP: usize = 100;
 
-/// Runs `WARM_UP` then `measured` ping-pongs of `size` bytes, streams or messages, and
-/// returns the allocations the measured ones made (both sides together).
-fn allocations_per_run(ip: IpAddr, port: u16, size: usize, messages: bool, measured: usize) -> u64 {
+/// Runs `WARM_UP` then `measured` ping-pongs of `size` bytes, streams or messages, with
+/// receives of their own or from a shared receive queue, and returns the allocations the
+/// measured ones made (both sides together).
+fn allocations_per_run(
+    ip: IpAddr,
+    port: u16,
+    size: usize,
+    messages: bool,
+    shared: bool,
+    measured: usize,
+) -> u64 {
     let addr = SocketAddr::new(ip, port);
     let mut config = Config::new();
+    config.shared_receive_queue(shared.then_some(512));
     // The keep-alive thread looks after these connections too: its passes count.
     config.keepalive(Some(std::time::Duration::from_secs(30)));
     let listener = config.bind(addr).unwrap();
@@ -96,15 +105,23 @@ fn steady_state_ping_pong_allocates_nothing() {
     };
     // Sizes below and above the inline limit, and above the ring's quarter (a message in
     // several writes, credits returned on the way).
-    for (port, size, messages, measured) in [
-        (7640, 8, false, 1000),
-        (7641, 4096, false, 500),
-        (7642, 100_000, false, 100),
-        (7643, 8, true, 1000),
-        (7644, 100_000, true, 100),
+    // The shared mode's router hands receives over through each connection's mailbox.
+    for (port, size, messages, shared, measured) in [
+        (7640, 8, false, false, 1000),
+        (7641, 4096, false, false, 500),
+        (7642, 100_000, false, false, 100),
+        (7643, 8, true, false, 1000),
+        (7644, 100_000, true, false, 100),
+        (7645, 8, false, true, 1000),
+        (7646, 100_000, true, true, 100),
     ] {
-        let n = allocations_per_run(ip, port, size, messages, measured);
-        let kind = if messages { "messages" } else { "stream" };
+        let n = allocations_per_run(ip, port, size, messages, shared, measured);
+        let kind = match (messages, shared) {
+            (false, false) => "stream",
+            (true, false) => "messages",
+            (false, true) => "stream (shared receive queue)",
+            (true, true) => "messages (shared receive queue)",
+        };
         println!("{kind} of {size} bytes: {n} allocations in {measured} round trips");
         assert_eq!(n, 0, "{kind} of {size} bytes allocated {n} times");
     }

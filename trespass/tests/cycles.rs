@@ -1,6 +1,7 @@
 //! 1000 connect/transfer/close cycles leak no fd and no RDMA object (`rdma resource show`,
 //! which counts the whole machine's objects: this binary holds this one test, so nothing else
-//! of the process runs beside it; the SoftRoCE run runs test binaries one at a time).
+//! of the process runs beside it; the SoftRoCE run runs test binaries one at a time); then a
+//! third as many in the shared-receive-queue mode, after which its pool is gone too.
 //!
 //! Device test: it skips without a device, and fails with `RDMA_TEST_DEVICE` set and none.
 
@@ -45,15 +46,36 @@ fn many_connect_transfer_close_cycles_leak_no_fd_and_no_rdma_object() {
         return;
     };
     // 1000 on a device the rig names (about half a minute under emulation), TRESPASS_CYCLES
-    // to choose.
+    // to choose; the shared mode runs a third as many.
     let cycles: usize = std::env::var("TRESPASS_CYCLES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
-    let addr = SocketAddr::new(ip, 7609);
     let mut config = Config::new();
     config.ring_size(64 * 1024).send_buffer(32 * 1024);
     config.keepalive(None);
+    cycle(SocketAddr::new(ip, 7609), &config, cycles);
+    // Counted once the first listener is gone: librdmacm keeps the device context it
+    // opened for the life of the process.
+    thread::sleep(Duration::from_millis(300));
+    let between = rdma_resources();
+    config.shared_receive_queue(Some(64));
+    let shared_cycles = cycles.div_ceil(3).max(6);
+    cycle(SocketAddr::new(ip, 7647), &config, shared_cycles);
+    // Every listener and connection is closed, so the pool (its PD, SRQ and CQ) is too.
+    thread::sleep(Duration::from_millis(300));
+    if let (Some(b), Some(a)) = (between, rdma_resources()) {
+        assert_eq!(
+            a, b,
+            "RDMA objects left once the shared mode's connections closed"
+        );
+    }
+}
+
+/// `cycles` connections to a listener on `addr`, each echoing 64 bytes: the fds and RDMA
+/// objects after the last may not exceed those after the fifth (the listener, and in the
+/// shared mode the pool it holds, exist at both points).
+fn cycle(addr: SocketAddr, config: &Config, cycles: usize) {
     let listener = config.bind(addr).unwrap();
     let fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
     let mut before = (0, None);
@@ -87,7 +109,8 @@ fn many_connect_transfer_close_cycles_leak_no_fd_and_no_rdma_object() {
     done_tx.send(()).unwrap();
     server.join().unwrap();
     println!(
-        "{cycles} cycles in {:.1} s: {} fds after 5 cycles, {after_fds} at the end; rdma objects {:?} then {:?}",
+        "{cycles} cycles on port {} in {:.1} s: {} fds after 5 cycles, {after_fds} at the end; rdma objects {:?} then {:?}",
+        addr.port(),
         t0.elapsed().as_secs_f64(),
         before.0,
         before.1,
