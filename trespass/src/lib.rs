@@ -40,8 +40,8 @@
 //!
 //! # What it does not do (yet)
 //!
-//! No zero-copy transfers and no shared receive queue mode: those are the next steps. The
-//! thread-per-core mode is the tokio front end on one pinned current-thread runtime per
+//! No zero-copy transfers: that is the next step. Many connections can share one receive
+//! queue per device ([`Config::shared_receive_queue`]). The thread-per-core mode is the tokio front end on one pinned current-thread runtime per
 //! core (`docs/trespass-async.md` says why that runtime). The keep-alive probes are
 //! answered by one process-wide helper thread.
 #![deny(unsafe_code)]

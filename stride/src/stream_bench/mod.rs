@@ -140,6 +140,13 @@ pub struct StreamArgs {
     #[arg(long = "tokio")]
     pub tokio: bool,
 
+    /// Draw this side's receives from one shared receive queue of DEPTH receives for all its
+    /// connections (trespass's Config::shared_receive_queue, 8 to 4194304) instead of a
+    /// receive queue per connection. Each side sets its own.
+    #[arg(long = "shared-receive-queue", value_name = "DEPTH",
+          value_parser = clap::value_parser!(u32).range(8..=(1 << 22)))]
+    pub shared_receive_queue: Option<u32>,
+
     /// Client only: also write the results as JSON to this file.
     #[arg(long = "json", value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -508,6 +515,10 @@ pub struct StreamReport {
     /// (`--tokio`).
     #[serde(default)]
     pub tokio: bool,
+    /// This side's shared receive queue depth (`--shared-receive-queue`); `None`: a
+    /// receive queue per connection.
+    #[serde(default)]
+    pub shared_receive_queue: Option<u32>,
     /// The server's address.
     pub server: String,
     /// How the samples were stamped (`tsc` or the monotonic clock).
@@ -685,6 +696,7 @@ fn config(a: &StreamArgs) -> Config {
     if let Some(us) = a.busy_poll_max_us {
         c.busy_poll_max(Duration::from_micros(us));
     }
+    c.shared_receive_queue(a.shared_receive_queue);
     c
 }
 
@@ -819,6 +831,13 @@ fn banner(a: &StreamArgs, role: &str, peer: &str, plan: Option<&Plan>, tsc: bool
             usec(a.busy_poll_max_us)
         );
     }
+    println!(
+        " Receives        : {} (this side)",
+        match a.shared_receive_queue {
+            Some(d) => format!("one shared receive queue of {d} for every connection"),
+            None => "a receive queue per connection".to_owned(),
+        }
+    );
     println!(
         " Front end       : {} (this side)",
         if a.tokio {
@@ -985,6 +1004,7 @@ fn client(a: &StreamArgs, host: &str) -> Result<(), RunError> {
             busy_poll_max_us: a.busy_poll_max_us,
             nodelay: !a.coalesce,
             tokio: a.tokio,
+            shared_receive_queue: a.shared_receive_queue,
             server: addr.to_string(),
             clock: if plan.test == Test::Lat && tsc {
                 "tsc"
@@ -1608,6 +1628,7 @@ mod tests {
             busy_poll_max_us: None,
             nodelay: true,
             tokio: false,
+            shared_receive_queue: Some(1024),
             server: "198.18.0.1:18600".into(),
             clock: "tsc".into(),
             results: vec![
