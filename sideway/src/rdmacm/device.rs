@@ -76,6 +76,9 @@ pub(super) fn lent_context(
     // SAFETY: verbs is in the list, which keeps it open while `devices` lives; the wrapper
     // owns `devices`.
     let ctx = unsafe { DeviceContext::from_lent(verbs, Box::new(devices)) };
+    if let Err(e) = ctx.refuse_if_unlocked() {
+        return Err(io::Error::new(io::ErrorKind::Unsupported, e.to_string()));
+    }
     cache.push(Arc::downgrade(&ctx));
     Ok(ctx)
 }

@@ -158,7 +158,9 @@ impl DeviceContext {
             source,
         })?;
         // SAFETY: raw is the context the verb just opened; only the wrapper closes it.
-        Ok(unsafe { DeviceContext::from_opened(raw) })
+        let ctx = unsafe { DeviceContext::from_opened(raw) };
+        ctx.refuse_if_unlocked()?;
+        Ok(ctx)
     }
 
     /// Imports the protection domain with kernel handle `pd_handle` of the exporting

@@ -93,6 +93,13 @@ pub enum DeviceError {
         /// The address asked for; `None` for any.
         addr: Option<Ipv4Addr>,
     },
+    /// The device is mlx5 and `MLX5_SINGLE_THREADED=1` is set: libmlx5 would take none of
+    /// the locks the crate's `Sync` types rely on (`docs/soundness.md`, rule 12).
+    #[error("{}", super::locking::refusal(device))]
+    UnlockedProvider {
+        /// The device's name.
+        device: String,
+    },
     /// A query verb failed.
     #[error("{call} failed on {device}{}: {source}", port.map(|p| format!(" port {p}")).unwrap_or_default())]
     Query {
@@ -265,6 +272,11 @@ impl Device {
     /// Opens the device (`ibv_open_device`).
     #[doc(alias = "ibv_open_device")]
     pub fn open(&self) -> DeviceResult<Arc<DeviceContext>> {
+        if super::locking::unlocked(&self.name()) {
+            return Err(DeviceError::UnlockedProvider {
+                device: self.name(),
+            });
+        }
         // SAFETY: raw is a live device of the list we hold.
         let ctx = fresh(|| unsafe { ffi::ibv_open_device(self.raw) });
         let ctx = non_null(ctx).map_err(|source| DeviceError::Open {
@@ -385,6 +397,18 @@ impl DeviceContext {
             name: unsafe { context_device_name(raw) },
             lender: Some(lender),
         })
+    }
+
+    /// Refuses a context whose provider runs without the locks the crate relies on
+    /// ([`DeviceError::UnlockedProvider`]): for contexts opened by another verb than
+    /// [`Device::open`] (which refuses before opening).
+    pub(crate) fn refuse_if_unlocked(&self) -> DeviceResult<()> {
+        if super::locking::unlocked(self.name()) {
+            return Err(DeviceError::UnlockedProvider {
+                device: self.name().to_owned(),
+            });
+        }
+        Ok(())
     }
 
     /// Wraps a context libibverbs opened for sideway by another verb than `ibv_open_device`

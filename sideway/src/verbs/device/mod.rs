@@ -14,8 +14,10 @@
 mod attributes;
 #[allow(unsafe_code)]
 mod context;
+
 #[allow(unsafe_code)]
 mod gid_table;
+mod locking;
 #[allow(unsafe_code)]
 mod port;
 
