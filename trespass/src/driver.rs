@@ -498,6 +498,12 @@ impl Driver {
     pub(crate) fn prepare_sleep(&mut self, readiness: &Readiness) -> bool {
         while let Ok(Some(_)) = self.res.comp_channel.try_get_cq_event() {}
         readiness.clear();
+        if let Receives::Shared { pool, mailbox } = &self.res.recvs {
+            if let Err(e) = pool.sleep(mailbox) {
+                self.conn.on_local_error(e);
+                return true;
+            }
+        }
         if let Err(e) = self.res.cq.req_notify(false) {
             self.conn
                 .on_local_error(format!("arming the completion queue failed: {e}"));

@@ -10,6 +10,14 @@
 //! connection's readiness fd, and posts one receive again for each completion taken: the
 //! pool stays full whatever the applications do, as long as the process runs.
 //!
+//! The CQ is armed (so that the next completion raises an event for the thread) while a
+//! connection sleeps waiting for a completion ([`Core::sleep`]), and after every round in
+//! which the thread itself found completions to route (someone is not polling). When the
+//! thread was woken for nothing, its connections poll for themselves: it leaves the CQ
+//! unarmed and looks again after 1 ms, then 2, 4, ... up to [`IDLE_CHECK`]. A thread woken
+//! for every completion would compete with the connections that poll, and on a busy machine
+//! cost them several times their latency.
+//!
 //! Each peer is still promised `recv_depth` receives of its own by the protocol's receive
 //! credits (docs/trespass-protocol.md §4.3); the pool holds `depth` in all. When more
 //! writes are in flight than the pool holds (more connections writing at once than it was
@@ -25,6 +33,7 @@
 #![allow(unsafe_code)]
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -43,9 +52,13 @@ const POLL_BATCH: usize = 32;
 /// Receives posted per `ibv_post_srq_recv`.
 const POST_CHUNK: u32 = 64;
 
-/// How long the pool's thread waits for a completion event before it routes anyway (the CQ
-/// is armed after every round; this only bounds the cost of an event that never came).
+/// The longest the pool's thread waits before it routes anyway: with the CQ armed this only
+/// bounds the cost of an event that never came; unarmed, it is where the backoff stops.
 const IDLE_CHECK: Duration = Duration::from_millis(200);
+
+/// The first look after a round that found nothing (the CQ left unarmed); doubled each
+/// time nothing is found again.
+const BACKOFF_START: Duration = Duration::from_millis(1);
 
 /// One receive completion, as the connection's core takes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +74,10 @@ pub(crate) struct RecvEntry {
 pub(crate) struct Mailbox {
     queue: Mutex<VecDeque<RecvEntry>>,
     notifier: Notifier,
+    /// The connection went to sleep waiting (it armed the pool's CQ) and has taken no
+    /// completion since: counted in the pool's `sleepers`.
+    asleep: AtomicBool,
+    sleepers: Arc<AtomicUsize>,
 }
 
 impl Mailbox {
@@ -68,14 +85,25 @@ impl Mailbox {
         lock(&self.queue).push_back(e);
     }
 
-    /// Hands every waiting completion to `f`, oldest first; true when there was one.
+    /// Hands every waiting completion to `f`, oldest first; true when there was one (the
+    /// connection is awake then: it no longer needs the CQ armed for it).
     pub(crate) fn drain(&self, mut f: impl FnMut(RecvEntry)) -> bool {
         let mut q = lock(&self.queue);
         let any = !q.is_empty();
         while let Some(e) = q.pop_front() {
             f(e);
         }
+        drop(q);
+        if any {
+            self.wake();
+        }
         any
+    }
+
+    fn wake(&self) {
+        if self.asleep.swap(false, Ordering::AcqRel) {
+            self.sleepers.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 
@@ -128,6 +156,9 @@ pub(crate) struct Core {
     cq: Arc<CompletionQueue>,
     channel: Arc<CompletionChannel>,
     router: Mutex<Router>,
+    /// Connections asleep until a completion comes: while there are any, the thread keeps
+    /// the CQ armed.
+    sleepers: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -216,6 +247,7 @@ impl Core {
                 wcs: vec![WorkCompletion::default(); POLL_BATCH],
                 failed: None,
             }),
+            sleepers: Arc::new(AtomicUsize::new(0)),
         })
     }
 
@@ -238,6 +270,8 @@ impl Core {
             // grow.
             queue: Mutex::new(VecDeque::with_capacity(usize::from(recv_depth) + 4)),
             notifier,
+            asleep: AtomicBool::new(false),
+            sleepers: Arc::clone(&self.sleepers),
         });
         let mut router = lock(&self.router);
         if let Some(why) = &router.failed {
@@ -254,34 +288,53 @@ impl Core {
         let mut router = lock(&self.router);
         destroy();
         self.route(&mut router, None);
-        router.boxes.remove(&qp_num);
+        if let Some(mailbox) = router.boxes.remove(&qp_num) {
+            mailbox.wake();
+        }
+    }
+
+    /// `me` is about to sleep until a completion arrives: arms the CQ, and keeps it armed
+    /// (the thread re-arms after each event) until `me` takes a completion. The caller polls
+    /// once more after this: a completion from before the arming raised no event.
+    pub(crate) fn sleep(&self, me: &Mailbox) -> Result<(), String> {
+        if !me.asleep.swap(true, Ordering::AcqRel) {
+            self.sleepers.fetch_add(1, Ordering::AcqRel);
+        }
+        self.cq
+            .req_notify(false)
+            .map_err(|e| format!("arming the shared receive CQ failed: {e}"))
     }
 
     /// Polls the CQ if no other thread is doing so (then that thread routes to `me` and
     /// pokes it), or with `wait`, after it finished. True when a completion went to `me`.
     pub(crate) fn poll(&self, me: &Arc<Mailbox>, wait: bool) -> bool {
         if wait {
-            return self.route(&mut lock(&self.router), Some(me));
+            return self.route(&mut lock(&self.router), Some(me)).0;
         }
         match self.router.try_lock() {
-            Ok(mut router) => self.route(&mut router, Some(me)),
-            Err(std::sync::TryLockError::Poisoned(p)) => self.route(&mut p.into_inner(), Some(me)),
+            Ok(mut router) => self.route(&mut router, Some(me)).0,
+            Err(std::sync::TryLockError::Poisoned(p)) => {
+                self.route(&mut p.into_inner(), Some(me)).0
+            }
             Err(std::sync::TryLockError::WouldBlock) => false,
         }
     }
 
     /// Polls every completion waiting, hands each to its QP's mailbox (poking it unless it
-    /// is `me`), and posts as many receives again. True when one went to `me`.
-    fn route(&self, router: &mut Router, me: Option<&Arc<Mailbox>>) -> bool {
+    /// is `me`), and posts as many receives again. Whether one went to `me`, and how many
+    /// were routed.
+    fn route(&self, router: &mut Router, me: Option<&Arc<Mailbox>>) -> (bool, usize) {
         let mut mine = false;
+        let mut routed = 0;
         loop {
             let n = match self.cq.poll_into(&mut router.wcs) {
                 Ok(n) => n,
                 Err(e) => {
                     self.fail(router, format!("polling the shared receive CQ failed: {e}"));
-                    return true;
+                    return (true, routed);
                 }
             };
+            routed += n;
             for wc in &router.wcs[..n] {
                 let Some(mailbox) = router.boxes.get(&wc.qp_num()) else {
                     // A connection that left: its completion is dropped, its receive
@@ -305,11 +358,11 @@ impl Core {
                         router,
                         format!("posting receives to the shared receive queue failed: {e}"),
                     );
-                    return true;
+                    return (true, routed);
                 }
             }
             if n < router.wcs.len() {
-                return mine;
+                return (mine, routed);
             }
         }
     }
@@ -324,20 +377,26 @@ impl Core {
         router.failed = Some(why);
     }
 
-    /// The pool's thread's round after a completion event: route what is there, arm the
-    /// CQ, route again (a completion between the two raised no event).
-    fn on_event(&self) {
+    /// The pool's thread's round after a completion event or a timeout: route what is
+    /// there; then, if it found some or a connection sleeps, arm the CQ and route again (a
+    /// completion between the two raised no event). Whether the CQ was armed.
+    fn on_event(&self) -> bool {
         while let Ok(Some(_)) = self.channel.try_get_cq_event() {}
         let mut router = lock(&self.router);
-        self.route(&mut router, None);
+        let (_, routed) = self.route(&mut router, None);
+        if routed == 0 && self.sleepers.load(Ordering::Acquire) == 0 {
+            // The connections took every completion themselves: they poll.
+            return false;
+        }
         if let Err(e) = self.cq.req_notify(false) {
             self.fail(
                 &mut router,
                 format!("arming the shared receive CQ failed: {e}"),
             );
-            return;
+            return true;
         }
         self.route(&mut router, None);
+        true
     }
 }
 
@@ -368,7 +427,10 @@ fn post(srq: &SharedReceiveQueue, n: u32) -> Result<(), sideway::SharedReceiveQu
 /// connection asleep), so receives are posted again and sleepers woken. Ends when the pool's
 /// handle goes ([`Pool`]'s drop pokes `stop`).
 fn run(core: &Core, stop: &Notifier) {
+    // `None` while the CQ is armed; else how long until the next look.
+    let mut backoff: Option<Duration> = None;
     loop {
+        let wait = backoff.unwrap_or(IDLE_CHECK);
         let mut fds = [
             libc::pollfd {
                 fd: core.channel.fd(),
@@ -383,10 +445,14 @@ fn run(core: &Core, stop: &Notifier) {
         ];
         // SAFETY: fds is two valid pollfds for the call; the channel (held by `core`) and
         // the eventfd (held by `stop`) stay open while this thread runs.
-        let _ = unsafe { libc::poll(fds.as_mut_ptr(), 2, IDLE_CHECK.as_millis() as libc::c_int) };
+        let _ = unsafe { libc::poll(fds.as_mut_ptr(), 2, wait.as_millis() as libc::c_int) };
         if fds[1].revents != 0 {
             return;
         }
-        core.on_event();
+        backoff = if core.on_event() {
+            None
+        } else {
+            Some(backoff.map_or(BACKOFF_START, |b| (b * 2).min(IDLE_CHECK)))
+        };
     }
 }

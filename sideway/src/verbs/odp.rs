@@ -22,9 +22,13 @@
 //!   Entries come only from buffers the region hands out
 //!   ([`ImplicitOdpRegion::alloc_buffer`]): heap memory that the region owns, reached from
 //!   the CPU only through the [`RegisteredBuffer`] (no safe slice: the device may write it),
-//!   and freed only after the region is deregistered, so a receive still posted into a
-//!   dropped buffer never lands in freed memory. Dropping a buffer therefore does not give
-//!   its memory back: the region does, when it goes.
+//!   and freed only when the device context closes, after the region is deregistered, so a
+//!   receive still posted into a dropped buffer never lands in freed memory. Deregistration
+//!   alone would not do: mlx5 caches deregistered mkeys and gives the same value to the next
+//!   registration of the same shape, and every implicit region has the same shape (`NULL`,
+//!   `SIZE_MAX`), so a receive left queued with the old key would pass the key check again.
+//!   No queue outlives its context (each holds the context's `Arc`). Dropping a buffer, or
+//!   the region, therefore does not give the memory back: the context does, when it closes.
 //!   The region's handle ([`MemoryRegion::handle`]) does not reopen the hole: a region
 //!   imported from it ([`ProtectionDomain::import_mr`], which works within this process too,
 //!   through [`DeviceContext::cmd_fd`](crate::DeviceContext::cmd_fd) and
@@ -232,8 +236,8 @@ impl RegisteredBuffer {
     }
 }
 
-/// The memory of the buffers an implicit region handed out: freed with the region, after its
-/// deregistration (leaked with it if that fails).
+/// The memory of the buffers an implicit region handed out: freed once the region is
+/// deregistered (leaked with it if that fails) and its device context has closed.
 type Pool = Arc<Mutex<Vec<HeapMemory>>>;
 
 /// An implicit on-demand region (`ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND)`):
@@ -241,8 +245,8 @@ type Pool = Arc<Mutex<Vec<HeapMemory>>>;
 /// registration each ([`alloc_buffer`](Self::alloc_buffer)). See the [module](self) for what
 /// keeps it sound.
 ///
-/// The region is deregistered when this value and every buffer handed out are gone; only then
-/// is the buffers' memory freed.
+/// The region is deregistered when this value and every buffer handed out are gone; the
+/// buffers' memory is freed when, after that, the device context closes.
 pub struct ImplicitOdpRegion {
     mr: Arc<MemoryRegion>,
     memory: Pool,
@@ -314,6 +318,11 @@ impl ImplicitOdpRegion {
         access: AccessFlags,
     ) -> Self {
         let memory: Pool = Arc::default();
+        // Two owners: the region (so a failed deregistration leaks the memory with it) and
+        // the device context (so the memory outlives every queue that may still hold a
+        // request naming it, whatever happens to the region's key; see the module's docs).
+        pd.context()
+            .keep_until_closed(Box::new(Arc::clone(&memory)));
         let mr = pd.wrap_implicit_mr(raw, access, Box::new(Arc::clone(&memory)));
         ImplicitOdpRegion { mr, memory }
     }
@@ -350,8 +359,9 @@ impl ImplicitOdpRegion {
     /// Allocates `len` bytes of zeroed, page-aligned memory that the region owns and
     /// returns the CPU's handle on it: no registration verb runs (the region already covers
     /// it). Its entries ([`RegisteredBuffer::sge`]) carry the region's key and stay inside
-    /// the buffer. The memory is freed when the region is deregistered, not when the buffer
-    /// is dropped: allocate what the program needs once, not per message.
+    /// the buffer. The memory is freed when the device context closes (after the region is
+    /// deregistered), not when the buffer is dropped: allocate what the program needs once,
+    /// not per message, and register implicit regions once per context.
     pub fn alloc_buffer(&self, len: usize) -> Result<RegisteredBuffer, MemoryRegionError> {
         let memory = HeapMemory::zeroed(len)?;
         let ptr = memory.ptr();

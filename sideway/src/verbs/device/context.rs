@@ -288,6 +288,7 @@ impl Device {
             raw: ctx,
             name: self.name(),
             lender: None,
+            kept: std::sync::Mutex::new(Vec::new()),
         }))
     }
 }
@@ -343,6 +344,9 @@ pub struct DeviceContext {
     /// (its device list reference) keeps it open until dropped; or a test double's owner
     /// ([`ForeignObjects`], from `from_raw_parts`).
     lender: Option<Box<dyn std::any::Any + Send + Sync>>,
+    /// Values kept until the context closes, after every object made from it: memory that a
+    /// request still queued in one of its queues may name ([`keep_until_closed`](Self::keep_until_closed)).
+    kept: std::sync::Mutex<Vec<Box<dyn std::any::Any + Send + Sync>>>,
 }
 
 /// The `lender` of a context from [`DeviceContext::from_raw_parts`]: keeps the owner of its
@@ -396,7 +400,18 @@ impl DeviceContext {
             // SAFETY: the caller guarantees raw is open.
             name: unsafe { context_device_name(raw) },
             lender: Some(lender),
+            kept: std::sync::Mutex::new(Vec::new()),
         })
+    }
+
+    /// Keeps `value` until this context closes (dropped after `ibv_close_device`, or after
+    /// the last wrapper of a lent context goes): by then no queue made from the context
+    /// exists, so no queued request can name memory that `value` owns.
+    pub(crate) fn keep_until_closed(&self, value: Box<dyn std::any::Any + Send + Sync>) {
+        self.kept
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(value);
     }
 
     /// Refuses a context whose provider runs without the locks the crate relies on
@@ -423,6 +438,7 @@ impl DeviceContext {
             // SAFETY: the caller guarantees raw is open.
             name: unsafe { context_device_name(raw) },
             lender: None,
+            kept: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -453,6 +469,7 @@ impl DeviceContext {
             raw,
             name: name.to_owned(),
             lender: Some(Box::new(ForeignObjects { _owner: owner })),
+            kept: std::sync::Mutex::new(Vec::new()),
         })
     }
 
