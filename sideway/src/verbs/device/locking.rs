@@ -30,6 +30,9 @@ pub(crate) fn unlocked(device: &str) -> bool {
     )
 }
 
+/// Where the kernel lists RDMA devices.
+const SYSFS_DEVICES: &str = "/sys/class/infiniband";
+
 /// The decision, on its inputs: libmlx5 takes exactly `1`; mlx5 devices are driven by the
 /// kernel's `mlx5_core` (their ib devices by `mlx5_ib`, whose sysfs parent is the PCI
 /// function `mlx5_core` binds).
@@ -40,10 +43,12 @@ fn unlocked_by(env: Option<&OsStr>, driver: Option<&str>) -> bool {
 /// The kernel driver bound to `device`'s parent (`mlx5_core`, ...); `None` for a device
 /// without one (SoftRoCE's rxe) or without sysfs.
 fn driver_of(device: &str) -> Option<String> {
-    let link = Path::new("/sys/class/infiniband")
-        .join(device)
-        .join("device/driver");
-    let target = std::fs::read_link(link).ok()?;
+    driver_in(Path::new(SYSFS_DEVICES), device)
+}
+
+/// [`driver_of`] under another sysfs root (the tests' own tree).
+fn driver_in(root: &Path, device: &str) -> Option<String> {
+    let target = std::fs::read_link(root.join(device).join("device/driver")).ok()?;
     Some(target.file_name()?.to_string_lossy().into_owned())
 }
 
@@ -72,6 +77,30 @@ mod tests {
     #[cfg_attr(miri, ignore = "reads sysfs")]
     fn a_device_that_does_not_exist_has_no_driver() {
         assert_eq!(driver_of("no-such-device-here"), None);
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "makes a directory tree and symlinks")]
+    fn the_driver_is_read_from_the_devices_sysfs_link() {
+        // The tree the kernel makes: mlx5_0/device -> the PCI function, whose driver link
+        // names mlx5_core; rxe0 has no device link at all.
+        let root = std::env::temp_dir().join(format!("sideway-locking-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("mlx5_0/device")).unwrap();
+        std::os::unix::fs::symlink(
+            "../../../../bus/pci/drivers/mlx5_core",
+            root.join("mlx5_0/device/driver"),
+        )
+        .unwrap();
+        std::fs::create_dir_all(root.join("rxe0")).unwrap();
+        let mlx5 = driver_in(&root, "mlx5_0");
+        let rxe = driver_in(&root, "rxe0");
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(mlx5.as_deref(), Some("mlx5_core"));
+        assert_eq!(rxe, None);
+        let one = Some(OsStr::new("1"));
+        assert!(unlocked_by(one, mlx5.as_deref()), "refused");
+        assert!(!unlocked_by(one, rxe.as_deref()), "left alone");
     }
 
     #[test]
