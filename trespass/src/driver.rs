@@ -126,9 +126,9 @@ impl Resources {
         let mut qp = id
             .create_qp(&builder)
             .map_err(|e| Error::verbs("creating the connection's queue pair", e))?;
+        // The QP joins the pool (its mailbox) only below, after the last step that can
+        // fail: a failure before drops a QP that never connected and has no completion.
         let qp_num = qp.qp_num();
-        // From here on, a failure drops the QP through Resources' Drop (which leaves the
-        // pool in order), once the struct exists; until then the QP is not in the pool.
         let max_inline = qp.cap().max_inline_data.min(config.max_inline);
         let ring = pd
             .reg_buffer(
@@ -304,7 +304,7 @@ impl Driver {
     /// One round: every completion and rdma_cm event that is waiting, the timers, then the
     /// receives and the writes the core asks for. True when anything happened.
     pub(crate) fn pump(&mut self, now: Instant) -> bool {
-        let mut progress = self.poll_cq(now);
+        let mut progress = self.poll_cq(now, false);
         progress |= self.poll_cm();
         if self.conn.poll_timeout().is_some_and(|t| now >= t) {
             self.conn.handle_timeout(now);
@@ -325,10 +325,13 @@ impl Driver {
         }
     }
 
-    fn poll_cq(&mut self, now: Instant) -> bool {
+    /// Every completion waiting for this connection: its own CQ's, and in the shared mode
+    /// its mailbox's after polling the pool (if no other thread is, or with `wait`, after
+    /// that thread finished routing).
+    fn poll_cq(&mut self, now: Instant, wait: bool) -> bool {
         let mut progress = self.poll_own_cq(now);
         if let Receives::Shared { pool, mailbox } = &self.res.recvs {
-            pool.poll(mailbox, false);
+            pool.poll(mailbox, wait);
             let conn = &mut self.conn;
             progress |=
                 mailbox.drain(|e| conn.on_recv_completion(e.imm, e.byte_len, e.status, now));
@@ -384,10 +387,7 @@ impl Driver {
                             // Completions that landed before the disconnect count first
                             // (in the shared mode, also those another thread is routing).
                             drop(ev);
-                            if let Receives::Shared { pool, mailbox } = &self.res.recvs {
-                                pool.poll(mailbox, true);
-                            }
-                            self.poll_cq(Instant::now());
+                            self.poll_cq(Instant::now(), true);
                             self.conn.on_disconnected();
                             if !self.disconnected {
                                 self.disconnected = true;
@@ -481,7 +481,7 @@ impl Driver {
     /// The hot path's round: completions, then posts; no rdma_cm event and no timer (those
     /// come with [`pump`](Self::pump) whenever a wait wakes up).
     pub(crate) fn pump_fast(&mut self, now: Instant) -> bool {
-        let mut progress = self.poll_cq(now);
+        let mut progress = self.poll_cq(now, false);
         progress |= self.post();
         self.disconnect_if_failed();
         progress

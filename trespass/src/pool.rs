@@ -306,32 +306,30 @@ impl Core {
     }
 
     /// Polls the CQ if no other thread is doing so (then that thread routes to `me` and
-    /// pokes it), or with `wait`, after it finished. True when a completion went to `me`.
-    pub(crate) fn poll(&self, me: &Arc<Mailbox>, wait: bool) -> bool {
+    /// pokes it), or with `wait`, after it finished.
+    pub(crate) fn poll(&self, me: &Arc<Mailbox>, wait: bool) {
         if wait {
-            return self.route(&mut lock(&self.router), Some(me)).0;
+            self.route(&mut lock(&self.router), Some(me));
+            return;
         }
         match self.router.try_lock() {
-            Ok(mut router) => self.route(&mut router, Some(me)).0,
-            Err(std::sync::TryLockError::Poisoned(p)) => {
-                self.route(&mut p.into_inner(), Some(me)).0
-            }
-            Err(std::sync::TryLockError::WouldBlock) => false,
-        }
+            Ok(mut router) => self.route(&mut router, Some(me)),
+            Err(std::sync::TryLockError::Poisoned(p)) => self.route(&mut p.into_inner(), Some(me)),
+            Err(std::sync::TryLockError::WouldBlock) => 0,
+        };
     }
 
     /// Polls every completion waiting, hands each to its QP's mailbox (poking it unless it
-    /// is `me`), and posts as many receives again. Whether one went to `me`, and how many
-    /// were routed.
-    fn route(&self, router: &mut Router, me: Option<&Arc<Mailbox>>) -> (bool, usize) {
-        let mut mine = false;
+    /// is `me`, who drains its own), and posts as many receives again. How many were
+    /// routed.
+    fn route(&self, router: &mut Router, me: Option<&Arc<Mailbox>>) -> usize {
         let mut routed = 0;
         loop {
             let n = match self.cq.poll_into(&mut router.wcs) {
                 Ok(n) => n,
                 Err(e) => {
                     self.fail(router, format!("polling the shared receive CQ failed: {e}"));
-                    return (true, routed);
+                    return routed;
                 }
             };
             routed += n;
@@ -346,9 +344,7 @@ impl Core {
                     byte_len: wc.byte_len(),
                     status: crate::driver::completion(wc.status()),
                 });
-                if me.is_some_and(|m| Arc::ptr_eq(m, mailbox)) {
-                    mine = true;
-                } else {
+                if !me.is_some_and(|m| Arc::ptr_eq(m, mailbox)) {
                     mailbox.notifier.notify();
                 }
             }
@@ -358,11 +354,11 @@ impl Core {
                         router,
                         format!("posting receives to the shared receive queue failed: {e}"),
                     );
-                    return (true, routed);
+                    return routed;
                 }
             }
             if n < router.wcs.len() {
-                return (mine, routed);
+                return routed;
             }
         }
     }
@@ -383,7 +379,7 @@ impl Core {
     fn on_event(&self) -> bool {
         while let Ok(Some(_)) = self.channel.try_get_cq_event() {}
         let mut router = lock(&self.router);
-        let (_, routed) = self.route(&mut router, None);
+        let routed = self.route(&mut router, None);
         if routed == 0 && self.sleepers.load(Ordering::Acquire) == 0 {
             // The connections took every completion themselves: they poll.
             return false;
