@@ -301,3 +301,40 @@ pub(crate) fn first_addr(addr: impl ToSocketAddrs) -> io::Result<SocketAddr> {
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(c: &Config, says: &str) {
+        let err = c.check().unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
+        assert!(err.to_string().contains(says), "{err} should say {says:?}");
+    }
+
+    #[test]
+    fn a_shared_receive_queue_outside_its_bounds_is_refused_with_them() {
+        let mut c = Config::new();
+        assert!(c.check().is_ok(), "the defaults");
+        c.shared_receive_queue(Some(MIN_SHARED_DEPTH));
+        assert!(c.check().is_ok());
+        c.shared_receive_queue(Some(MAX_SHARED_DEPTH));
+        assert!(c.check().is_ok());
+        c.shared_receive_queue(Some(MIN_SHARED_DEPTH - 1));
+        refused(&c, "outside 8..=4194304");
+        c.shared_receive_queue(Some(MAX_SHARED_DEPTH + 1));
+        refused(&c, "a shared receive queue of 4194305 receives");
+        c.shared_receive_queue(None);
+        assert!(c.check().is_ok(), "off again");
+    }
+
+    #[test]
+    fn the_other_sizes_are_refused_outside_their_bounds() {
+        refused(Config::new().ring_size(MIN_RING - 1), "ring_size");
+        refused(Config::new().send_buffer(MIN_RING - 1), "send_buffer");
+        refused(Config::new().recv_depth(MIN_RECV_DEPTH - 1), "recv_depth");
+        refused(Config::new().send_depth(7), "send_depth");
+        refused(Config::new().max_write(0), "max_write");
+        refused(Config::new().keepalive(Some(Duration::ZERO)), "keep-alive");
+    }
+}
