@@ -289,6 +289,7 @@ impl Config {
             send_depth: self.send_depth,
             max_write: self.max_write.min(crate::wire::MAX_DATA_LEN),
             max_message: self.max_message,
+            lends: true,
         }
     }
 }

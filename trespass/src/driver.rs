@@ -12,6 +12,7 @@
 //! connection's own CQ holds only its send completions; its receive completions reach it
 //! through its mailbox.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
@@ -26,11 +27,12 @@ use sideway::{
 
 use crate::config::Config;
 use crate::core::{Completion, Connection, Limits};
+use crate::loan::Loan;
 use crate::error::Error;
 use crate::pool::{Mailbox, Pool};
 use crate::readiness::{Notifier, Readiness};
 use crate::spin::Spin;
-use crate::wire::Hello;
+use crate::wire::{Hello, Lend, LEND_LEN};
 
 /// The wr_id of every receive: sends count up from 0 and never reach it.
 pub(crate) const RECV_WR_ID: u64 = u64::MAX;
@@ -55,6 +57,11 @@ enum Receives {
 /// Completions polled per call.
 const POLL_BATCH: usize = 32;
 
+/// RDMA READs a connection may have outstanding, each way (rdma_cm's initiator depth and
+/// responder resources), lowered to what the device allows: enough to keep a fetch's
+/// 1 MiB READs flowing. A device that allows none does not lend.
+const READ_DEPTH: u8 = 4;
+
 /// The resources of a connection being set up, before the peer's hello is known.
 pub(crate) struct Resources {
     _pd: Arc<ProtectionDomain>,
@@ -69,6 +76,8 @@ pub(crate) struct Resources {
     staging: RegisteredBuffer<DeviceReadOnly>,
     limits: Limits,
     max_inline: u32,
+    /// RDMA READs outstanding each way (0: this side does not lend).
+    read_depth: u8,
     // The id and its channel drop last (fields drop in order): librdmacm frees the
     // device's PD of its own only when its last id goes, not when the last device list
     // (which the verbs objects above hold, through their context) is freed.
@@ -81,10 +90,18 @@ impl Resources {
     /// send buffer, with every receive posted (in the shared mode: the pool's, and the
     /// connection's mailbox in place): ready to connect or accept.
     pub(crate) fn new(id: &Arc<CmId>, config: &Config) -> Result<Resources, Error> {
-        let limits = config.limits();
+        let mut limits = config.limits();
         let ctx = id
             .device_context()
             .map_err(|e| Error::verbs("opening the RDMA device of the connection", e))?;
+        let read_depth = match ctx.query_device() {
+            Ok(attr) => {
+                let allowed = attr.max_qp_rd_atom().min(attr.max_qp_init_rd_atom());
+                u8::try_from(allowed).unwrap_or(u8::MAX).min(READ_DEPTH)
+            }
+            Err(_) => 0,
+        };
+        limits.lends = limits.lends && read_depth > 0;
         let pool = match config.shared_receive_queue {
             Some(depth) => Some(Pool::for_device(&ctx, depth)?),
             None => None,
@@ -163,6 +180,7 @@ impl Resources {
             staging,
             limits,
             max_inline,
+            read_depth,
         })
     }
 
@@ -174,6 +192,7 @@ impl Resources {
             ring_size: self.limits.ring_size,
             recv_depth: self.limits.recv_depth,
             max_message: self.limits.max_message,
+            lends: self.limits.lends,
         }
     }
 
@@ -181,8 +200,9 @@ impl Resources {
     pub(crate) fn conn_param(&self, config: &Config) -> ConnParam {
         let mut p = ConnParam::new();
         p.private_data(&self.hello().encode())
-            .responder_resources(0)
-            .initiator_depth(0)
+            // READs only fetch lent regions; a side that does not lend asks for none.
+            .responder_resources(self.read_depth)
+            .initiator_depth(self.read_depth)
             .retry_count(config.retry_count)
             // No receiver-not-ready retries with receives of its own: credits make RNR
             // impossible, so one is a bug (or a lying peer) and should fail loudly, not
@@ -218,6 +238,9 @@ impl Resources {
             disconnected: false,
             local,
             remote,
+            lent: VecDeque::new(),
+            reclaimed: VecDeque::new(),
+            fetch: None,
         };
         Ok((driver, readiness))
     }
@@ -260,6 +283,8 @@ pub(crate) fn completion(status: WcStatus) -> Completion {
 
 /// One live connection: its resources and its protocol core.
 pub(crate) struct Driver {
+    /// Drops first: the QP is destroyed before the loans below are deregistered, so no
+    /// READ of this side's or the peer's is in flight when their memory goes back.
     res: Resources,
     pub(crate) conn: Connection,
     wcs: Vec<WorkCompletion>,
@@ -267,6 +292,12 @@ pub(crate) struct Driver {
     disconnected: bool,
     pub(crate) local: Option<SocketAddr>,
     pub(crate) remote: Option<SocketAddr>,
+    /// Buffers lent to the peer, oldest first, until it returns them.
+    lent: VecDeque<Loan>,
+    /// Buffers the peer returned, deregistered, waiting for the application.
+    pub(crate) reclaimed: VecDeque<Vec<u8>>,
+    /// The target of the region being fetched.
+    fetch: Option<Loan>,
 }
 
 impl std::fmt::Debug for Driver {
@@ -305,6 +336,7 @@ impl Driver {
     /// receives and the writes the core asks for. True when anything happened.
     pub(crate) fn pump(&mut self, now: Instant) -> bool {
         let mut progress = self.poll_cq(now, false);
+        self.take_returns();
         progress |= self.poll_cm();
         if self.conn.poll_timeout().is_some_and(|t| now >= t) {
             self.conn.handle_timeout(now);
@@ -434,6 +466,7 @@ impl Driver {
         let (rkey, raddr) = (peer.ring_rkey, peer.ring_addr);
         let conn = &mut self.conn;
         let staging = &mut self.res.staging;
+        let fetch = &self.fetch;
         let mut batch = qp.start_post_send();
         let mut count = 0;
         while let Some(t) = conn.poll_transmit() {
@@ -442,6 +475,23 @@ impl Driver {
             } else {
                 SendFlags::empty()
             };
+            if t.read {
+                let range = t.local_offset as usize..(t.local_offset + t.len) as usize;
+                let (Some(lend), Some(sge)) = (
+                    conn.fetching().copied(),
+                    fetch.as_ref().and_then(|f| f.mr.sge(range)),
+                ) else {
+                    conn.on_local_error("a READ with no fetch target registered".into());
+                    return true;
+                };
+                let _ = batch.wr(t.wr_id, flags).rdma_read(
+                    lend.rkey,
+                    lend.addr + u64::from(t.remote_offset),
+                    sideway::SendData::Sge(sge),
+                );
+                count += 1;
+                continue;
+            }
             let range = t.local_offset as usize..(t.local_offset + t.len) as usize;
             let data = if t.len == 0 {
                 sideway::SendData::Empty
@@ -472,7 +522,7 @@ impl Driver {
         if count > 0 {
             progress = true;
             if let Err(e) = batch.post() {
-                conn.on_local_error(format!("posting {count} RDMA WRITEs failed: {e}"));
+                conn.on_local_error(format!("posting {count} RDMA requests failed: {e}"));
             }
         }
         progress
@@ -482,6 +532,7 @@ impl Driver {
     /// come with [`pump`](Self::pump) whenever a wait wakes up).
     pub(crate) fn pump_fast(&mut self, now: Instant) -> bool {
         let mut progress = self.poll_cq(now, false);
+        self.take_returns();
         progress |= self.post();
         self.disconnect_if_failed();
         progress
@@ -577,7 +628,11 @@ impl Driver {
     pub(crate) fn close(&mut self, readiness: &Readiness, linger: Duration) {
         if self.conn.error().is_none() && self.conn.broken().is_none() {
             self.conn.shutdown_write();
-            let _ = self.wait_until(readiness, Some(Instant::now() + linger), |c| c.fin_done());
+            // Lent buffers stay readable until the peer returns them: it may still be
+            // fetching what it was sent.
+            let _ = self.wait_until(readiness, Some(Instant::now() + linger), |c| {
+                c.fin_done() && c.lent_outstanding() == 0
+            });
         }
         if !self.disconnected {
             self.disconnected = true;
@@ -589,5 +644,111 @@ impl Driver {
     pub(crate) fn shutdown_write(&mut self) {
         self.conn.shutdown_write();
         self.post();
+    }
+
+    /// Registers `buf` for the peer to READ and queues it as lent; returns its descriptor
+    /// (the caller commits it as the bytes of a message begun with `begin_lend`). On
+    /// failure the buffer comes back with the error.
+    pub(crate) fn lend(&mut self, buf: Vec<u8>) -> Result<Lend, (Error, Vec<u8>)> {
+        let len = match u32::try_from(buf.len()) {
+            Ok(n) => n,
+            Err(_) => {
+                let e = Error::InvalidInput(format!(
+                    "a buffer of {} bytes is larger than a message may be",
+                    buf.len()
+                ));
+                return Err((e, buf));
+            }
+        };
+        // The device reads it only: no write access, so the bytes may stay initialised
+        // as they are and nothing the peer does can change them.
+        let loan = Loan::new(&self.res._pd, buf, len, AccessFlags::REMOTE_READ)?;
+        let desc = loan.descriptor();
+        self.lent.push_back(loan);
+        Ok(desc)
+    }
+
+    /// Deregisters the buffers the peer returned and queues them for the application.
+    fn take_returns(&mut self) {
+        for _ in 0..self.conn.poll_returned() {
+            let Some(loan) = self.lent.pop_front() else {
+                break;
+            };
+            match loan.end() {
+                Some(v) => self.reclaimed.push_back(v),
+                None => log::warn!(
+                    target: "trespass",
+                    "a lent buffer could not be deregistered; its memory is kept for ever"
+                ),
+            }
+        }
+    }
+
+    /// Buffers lent and not yet reclaimed by the application.
+    pub(crate) fn lent_count(&self) -> usize {
+        self.lent.len() + self.reclaimed.len()
+    }
+
+    /// Consumes the lent-region descriptor at the head of the ring (the receive window
+    /// says `lent`) and starts fetching its region into `target`'s allocation (cleared,
+    /// grown to the region's length if needed).
+    pub(crate) fn begin_fetch(&mut self, mut target: Vec<u8>) -> Result<(), Error> {
+        let mut desc = [0u8; LEND_LEN];
+        let mut got = 0;
+        loop {
+            let w = self.conn.recv_window();
+            if !w.lent || (w.len == 0 && !w.ends_message) {
+                break;
+            }
+            let take = (w.len as usize).min(LEND_LEN - got);
+            self.res
+                .ring
+                .read_at(w.offset as usize, &mut desc[got..got + take])
+                .map_err(|e| Error::verbs("copying a lent region's descriptor", e))?;
+            self.conn.consume_message(take as u32, w.ends_message);
+            got += take;
+            if w.ends_message {
+                break;
+            }
+        }
+        self.conn
+            .begin_fetch(&desc[..got])
+            .map_err(Error::Connection)?;
+        let len = self.conn.fetching().map_or(0, |l| l.len);
+        target.clear();
+        target.reserve(len as usize);
+        match Loan::new(&self.res._pd, target, len, AccessFlags::LOCAL_WRITE) {
+            Ok(loan) => self.fetch = Some(loan),
+            Err((e, _)) => {
+                self.conn.on_local_error(e.to_string());
+                return Err(e);
+            }
+        }
+        self.post();
+        Ok(())
+    }
+
+    /// The fetched region, once every READ completed: deregistered, its `Vec` of the
+    /// region's length; the RETURN goes to the peer. `None` while it is still coming.
+    pub(crate) fn take_fetched(&mut self) -> Result<Option<Vec<u8>>, Error> {
+        let Some(len) = self.conn.finish_fetch() else {
+            return Ok(None);
+        };
+        let loan = self.fetch.take();
+        self.post();
+        let Some(mut v) = loan.and_then(Loan::end) else {
+            return Err(Error::Connection(crate::core::ConnError::Local(
+                "the target of a lent region could not be deregistered; its memory is kept for ever"
+                    .into(),
+            )));
+        };
+        // SAFETY: the loan registered `len` bytes of this allocation (its capacity is at
+        // least that), and every RDMA READ of the region completed successfully
+        // (`finish_fetch` returned): the device wrote each of the `len` bytes.
+        #[allow(unsafe_code)]
+        unsafe {
+            v.set_len(len as usize)
+        };
+        Ok(Some(v))
     }
 }

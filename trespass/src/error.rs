@@ -79,6 +79,10 @@ pub enum Error {
     /// larger than the send buffer in non-blocking mode, a zero timeout). (`InvalidInput`.)
     #[error("{0}")]
     InvalidInput(String),
+    /// The peer cannot do what was asked (it does not take lent buffers: an older trespass,
+    /// or a device without RDMA READ). (`Unsupported`.)
+    #[error("{0}")]
+    Unsupported(&'static str),
     /// The operation did not finish within the read or write timeout. (`TimedOut`;
     /// `WouldBlock` in non-blocking mode is not an error of this type.)
     #[error("no progress within the {which} timeout of {timeout:?}")]
@@ -106,7 +110,7 @@ impl Error {
     pub fn fault(&self) -> Fault {
         match self {
             Error::Connection(ConnError::Protocol(_)) | Error::Handshake { .. } => Fault::Peer,
-            Error::Refused { .. } => Fault::Peer,
+            Error::Refused { .. } | Error::Unsupported(_) => Fault::Peer,
             Error::InvalidInput(_) | Error::WriteClosed(_) => Fault::Misuse,
             _ => Fault::Local,
         }
@@ -133,6 +137,7 @@ impl Error {
             },
             Error::WriteClosed(_) => K::BrokenPipe,
             Error::InvalidInput(_) => K::InvalidInput,
+            Error::Unsupported(_) => K::Unsupported,
         }
     }
 
@@ -150,5 +155,58 @@ impl Error {
 impl From<Error> for io::Error {
     fn from(e: Error) -> io::Error {
         io::Error::new(e.kind(), e)
+    }
+}
+
+/// Why [`Stream::lend_msg`](crate::Stream::lend_msg) did not lend a buffer, and the buffer
+/// when it is still the caller's (as `std::sync::mpsc::SendError` hands back what was not
+/// sent). It is `None` only when the buffer's descriptor was already part committed when
+/// the connection failed: the buffer then stays with the connection until it is dropped.
+/// Converts into the [`io::Error`] with `?`.
+#[derive(Debug)]
+pub struct LendError {
+    pub(crate) error: io::Error,
+    pub(crate) buf: Option<Vec<u8>>,
+}
+
+impl LendError {
+    pub(crate) fn new(error: impl Into<io::Error>, buf: Option<Vec<u8>>) -> LendError {
+        LendError {
+            error: error.into(),
+            buf,
+        }
+    }
+
+    /// The error.
+    pub fn error(&self) -> &io::Error {
+        &self.error
+    }
+
+    /// Its kind (`WouldBlock` in non-blocking mode: try again with the buffer).
+    pub fn kind(&self) -> io::ErrorKind {
+        self.error.kind()
+    }
+
+    /// The error and the buffer, when it came back.
+    pub fn into_parts(self) -> (io::Error, Option<Vec<u8>>) {
+        (self.error, self.buf)
+    }
+}
+
+impl std::fmt::Display for LendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for LendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl From<LendError> for io::Error {
+    fn from(e: LendError) -> io::Error {
+        e.error
     }
 }

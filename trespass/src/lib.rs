@@ -52,6 +52,7 @@ pub mod core;
 mod driver;
 mod error;
 mod keeper;
+mod loan;
 mod pool;
 mod readiness;
 mod spin;
@@ -61,5 +62,5 @@ pub mod tokio;
 pub mod wire;
 
 pub use config::Config;
-pub use error::{Error, Fault};
-pub use stream::{Listener, Stream};
+pub use error::{Error, Fault, LendError};
+pub use stream::{Listener, Stream, MAX_LENT};

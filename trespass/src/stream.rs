@@ -12,9 +12,13 @@ use sideway::rdmacm::{CmError, CmId, EventChannel, EventType, PortSpace};
 use crate::config::{first_addr, Config};
 use crate::core::{ConnError, Connection};
 use crate::driver::{Driver, Resources};
-use crate::error::Error;
+use crate::error::{Error, LendError};
 use crate::readiness::Readiness;
-use crate::wire::{Hello, Refusal, WireError};
+use crate::wire::{Hello, Refusal, WireError, LEND_LEN};
+
+/// Buffers one connection may have lent and not yet reclaimed: each holds a registration
+/// (pinned memory) until the application takes it back with [`Stream::reclaim`].
+pub const MAX_LENT: usize = 64;
 
 /// A connection's driver and its readiness fd, shared with the keep-alive thread.
 pub(crate) struct Shared {
@@ -744,6 +748,11 @@ impl Stream {
         if self.read_shut {
             return Ok(None);
         }
+        // Nothing of a message is held yet: the message goes into the caller's allocation
+        // (a lent region is fetched straight into it).
+        if self.partial.is_empty() {
+            std::mem::swap(buf, &mut self.partial);
+        }
         let mut partial = std::mem::take(&mut self.partial);
         let result = self.recv_msg_into(&mut partial, deadline);
         match result {
@@ -768,6 +777,11 @@ impl Stream {
         let mut d = self.lock();
         loop {
             let w = d.conn.recv_window();
+            if partial.is_empty() && (w.lent || d.conn.fetching().is_some()) {
+                self.fetch_lent(&mut d, partial, deadline)?;
+                d.flush_posts();
+                return Ok(Some(partial.len()));
+            }
             if w.len > 0 || w.ends_message {
                 let at = partial.len();
                 if (at + w.len as usize) as u64 > u64::from(self.max_message) {
@@ -802,6 +816,206 @@ impl Stream {
             }
             self.wait_readable(&mut d, deadline)?;
         }
+    }
+
+    /// The message at the head of the stream is a lent region (or its fetch runs): fetch it,
+    /// beginning with `target`'s allocation when no fetch runs yet, and leave its bytes in
+    /// `target`. In non-blocking mode `WouldBlock` while the READs are on their way (the
+    /// fetch goes on; a later call finishes it).
+    fn fetch_lent(
+        &self,
+        d: &mut Driver,
+        target: &mut Vec<u8>,
+        deadline: Option<Instant>,
+    ) -> io::Result<()> {
+        if d.conn.fetching().is_none() {
+            d.begin_fetch(std::mem::take(target)).map_err(io_err)?;
+        }
+        loop {
+            if let Some(v) = d.take_fetched().map_err(io_err)? {
+                *target = v;
+                return Ok(());
+            }
+            if let Some(e) = d.conn.error().or(d.conn.broken()) {
+                return Err(io_err(Error::Connection(e.clone())));
+            }
+            if d.pump_fast(Instant::now()) {
+                continue;
+            }
+            if self.nonblocking {
+                let e = self.would_block(d);
+                if d.conn.fetch_done() {
+                    continue;
+                }
+                return Err(e);
+            }
+            self.wait(d, deadline, "read", self.read_timeout, |c| c.fetch_done())?;
+        }
+    }
+
+    /// Lends `buf` to the peer as one message, without copying it: the peer's
+    /// [`recv_msg`](Self::recv_msg) (or `read`) receives exactly its bytes, fetched with
+    /// RDMA READ straight from `buf`'s memory into its own buffer. The call returns once the
+    /// message is on its way; the buffer comes back through [`reclaim`](Self::reclaim)
+    /// after the peer fetched it, and only then: until that moment the peer may read it,
+    /// and afterwards the key it was given opens nothing (the buffer's registration, made
+    /// for this transfer alone, is gone).
+    ///
+    /// Worth it for large messages (hundreds of KiB and up): registering and deregistering
+    /// the buffer costs system calls that a copy of a small message does not. The peer
+    /// must be a trespass with lending (every trespass since the protocol gained it; both
+    /// hellos say so).
+    ///
+    /// # Errors
+    ///
+    /// A [`LendError`] with the buffer: `InvalidInput` for an empty buffer or one larger
+    /// than the peer accepts; `Unsupported` when the peer does not take lent buffers;
+    /// `WouldBlock` (non-blocking) when the send buffer has no room for the descriptor or
+    /// [`MAX_LENT`] buffers are out; `TimedOut` after the write timeout; the connection's
+    /// error.
+    pub fn lend_msg(&mut self, buf: Vec<u8>) -> Result<(), LendError> {
+        if buf.is_empty() {
+            return Err(LendError::new(
+                Error::InvalidInput(
+                    "an empty buffer cannot be lent; send_msg(&[]) sends an empty message".into(),
+                ),
+                Some(buf),
+            ));
+        }
+        if buf.len() as u64 > u64::from(self.peer_max_message) {
+            let e = Error::InvalidInput(format!(
+                "a message of {} bytes is larger than the peer accepts ({} bytes)",
+                buf.len(),
+                self.peer_max_message
+            ));
+            return Err(LendError::new(e, Some(buf)));
+        }
+        let deadline = self.deadline(self.write_timeout);
+        let mut d = self.lock();
+        if !d.conn.can_lend() {
+            let e = Error::Unsupported(
+                "the peer does not take lent buffers (an older trespass, or a device without RDMA READ); use send_msg",
+            );
+            return Err(LendError::new(e, Some(buf)));
+        }
+        // Room for the whole descriptor and a free lending slot, before anything is done.
+        let ready = |c: &Connection, lent: usize| {
+            c.error().is_some()
+                || c.broken().is_some()
+                || (lent < MAX_LENT && c.is_writable() && c.send_free() >= LEND_LEN as u64)
+        };
+        loop {
+            d.pump_fast(Instant::now());
+            if let Err(e) = write_check(&d) {
+                return Err(LendError::new(e, Some(buf)));
+            }
+            if ready(&d.conn, d.lent_count()) {
+                break;
+            }
+            if self.nonblocking {
+                d.conn.request_signal();
+                d.flush_posts();
+                let e = self.would_block(&mut d);
+                if ready(&d.conn, d.lent_count()) {
+                    continue;
+                }
+                return Err(LendError::new(e, Some(buf)));
+            }
+            let lent = d.lent_count();
+            if lent >= MAX_LENT && d.conn.lent_outstanding() == 0 {
+                let e = Error::InvalidInput(format!(
+                    "{lent} buffers lent on this connection wait to be reclaimed; call reclaim"
+                ));
+                return Err(LendError::new(e, Some(buf)));
+            }
+            d.conn.request_signal();
+            d.flush_posts();
+            let seen = d.conn.returned_total();
+            let room = lent < MAX_LENT;
+            if let Err(e) = self.wait(&mut d, deadline, "write", self.write_timeout, |c| {
+                c.returned_total() > seen
+                    || (room && c.is_writable() && c.send_free() >= LEND_LEN as u64)
+            }) {
+                return Err(LendError::new(e, Some(buf)));
+            }
+        }
+        let desc = match d.lend(buf) {
+            Ok(desc) => desc.encode(),
+            Err((e, buf)) => return Err(LendError::new(e, Some(buf))),
+        };
+        if let Err(e) = d.conn.begin_lend() {
+            // Checked above; should it happen, the buffer is in the lent queue for good.
+            return Err(LendError::new(Error::Connection(e), None));
+        }
+        let mut sent = 0;
+        while sent < LEND_LEN {
+            let (offset, room) = d.conn.send_window();
+            let n = (LEND_LEN - sent).min(room as usize);
+            if n == 0 {
+                // The room was counted before the lend began.
+                d.conn
+                    .on_local_error("no room for a lent buffer's descriptor".into());
+                return Err(LendError::new(write_check(&d).unwrap_err(), None));
+            }
+            if let Err(e) = d.staging_mut().write_at(offset as usize, &desc[sent..sent + n]) {
+                d.conn.on_local_error(format!("copying a descriptor: {e}"));
+                return Err(LendError::new(Error::verbs("copying a descriptor", e), None));
+            }
+            sent += n;
+            if let Err(e) = d.conn.commit_send(n as u32, sent == LEND_LEN) {
+                return Err(LendError::new(Error::Connection(e), None));
+            }
+        }
+        d.flush_posts();
+        Ok(())
+    }
+
+    /// Takes back the oldest buffer lent with [`lend_msg`](Self::lend_msg), waiting until
+    /// the peer fetched it (its bytes unchanged, its length as lent). Buffers come back in
+    /// the order they were lent.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when no buffer is lent; `WouldBlock` (non-blocking) while the peer
+    /// has not returned it; `TimedOut` after the write timeout; the connection's error:
+    /// a buffer the peer never returned stays with the connection (registered, so the
+    /// peer's key still opens it, until the connection is dropped; then it is freed).
+    pub fn reclaim(&mut self) -> io::Result<Vec<u8>> {
+        let deadline = self.deadline(self.write_timeout);
+        let mut d = self.lock();
+        loop {
+            if let Some(v) = d.reclaimed.pop_front() {
+                return Ok(v);
+            }
+            if d.lent_count() == 0 {
+                return Err(io_err(Error::InvalidInput(
+                    "no buffer is lent on this connection".into(),
+                )));
+            }
+            if let Some(e) = d.conn.error().or(d.conn.broken()) {
+                return Err(io_err(Error::Connection(e.clone())));
+            }
+            if d.pump_fast(Instant::now()) {
+                continue;
+            }
+            if self.nonblocking {
+                let e = self.would_block(&mut d);
+                if !d.reclaimed.is_empty() {
+                    continue;
+                }
+                return Err(e);
+            }
+            let seen = d.conn.returned_total();
+            self.wait(&mut d, deadline, "write", self.write_timeout, |c| {
+                c.returned_total() > seen
+            })?;
+        }
+    }
+
+    /// Buffers lent with [`lend_msg`](Self::lend_msg) and not yet taken back with
+    /// [`reclaim`](Self::reclaim).
+    pub fn lent(&self) -> usize {
+        self.lock().lent_count()
     }
 
     /// Bytes waiting to be read, without reading them (may be less than will arrive).
@@ -933,6 +1147,22 @@ impl Read for Stream {
             let mut n = 0;
             while n < buf.len() {
                 let w = d.conn.recv_window();
+                if w.lent || d.conn.fetching().is_some() {
+                    if n > 0 {
+                        break;
+                    }
+                    // A lent region: fetched whole (into the held-message buffer, which
+                    // is empty here), then read from there like a message recv_msg began.
+                    let mut partial = Vec::new();
+                    self.fetch_lent(&mut d, &mut partial, deadline)?;
+                    d.flush_posts();
+                    drop(d);
+                    self.partial = partial;
+                    let n = buf.len().min(self.partial.len());
+                    buf[..n].copy_from_slice(&self.partial[..n]);
+                    self.partial.drain(..n);
+                    return Ok(n);
+                }
                 if w.len == 0 {
                     if w.ends_message {
                         d.conn.consume(0);

@@ -56,6 +56,14 @@ const KIND_CONTROL: u32 = 3;
 const EOM_BIT: u32 = 1 << 29;
 const MSG_BIT: u32 = 1 << 28;
 
+/// Hello flag bit 0: the sender lends buffers and fetches what it is lent (§5.1 of the
+/// protocol page): it accepts [`Control::Lend`] and [`Control::Return`], and its QP takes
+/// RDMA READs. Lending is used only when both hellos carry it.
+pub const FLAG_LENDS: u16 = 1;
+
+/// Bytes of a lent region's descriptor (the message that follows a [`Control::Lend`]).
+pub const LEND_LEN: usize = 16;
+
 /// A control message's operation (the low byte of a control immediate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Control {
@@ -66,6 +74,13 @@ pub enum Control {
     Ping,
     /// The answer to a [`Control::Ping`].
     Pong,
+    /// The next message is a [`Lend`] descriptor: the sender lends a region of its memory
+    /// for the receiver to fetch with RDMA READ. Only between peers that both set
+    /// [`FLAG_LENDS`].
+    Lend,
+    /// The oldest region the receiver of this was lent has been fetched (or thrown away):
+    /// its key may be revoked and its memory given back to its owner.
+    Return,
 }
 
 impl Control {
@@ -74,6 +89,8 @@ impl Control {
             Control::Fin => 1,
             Control::Ping => 2,
             Control::Pong => 3,
+            Control::Lend => 4,
+            Control::Return => 5,
         }
     }
 }
@@ -135,6 +152,9 @@ pub enum WireError {
         /// The peer's version.
         theirs: u16,
     },
+    /// A lent region's descriptor that no lender may send.
+    #[error("{0}")]
+    Lend(String),
     /// A hello field out of its range.
     #[error("the peer's hello has {field} = {value}, outside {allowed}")]
     Field {
@@ -190,6 +210,8 @@ impl Imm {
                 1 => Control::Fin,
                 2 => Control::Ping,
                 3 => Control::Pong,
+                4 => Control::Lend,
+                5 => Control::Return,
                 _ => return Err(WireError::UnknownControl(raw)),
             }),
         })
@@ -210,6 +232,8 @@ pub struct Hello {
     pub recv_depth: u16,
     /// The largest message (`send_msg`) the sender accepts.
     pub max_message: u32,
+    /// The sender lends and fetches buffers ([`FLAG_LENDS`]).
+    pub lends: bool,
 }
 
 impl fmt::Debug for Hello {
@@ -220,6 +244,7 @@ impl fmt::Debug for Hello {
             .field("ring_size", &self.ring_size)
             .field("recv_depth", &self.recv_depth)
             .field("max_message", &self.max_message)
+            .field("lends", &self.lends)
             .finish()
     }
 }
@@ -230,7 +255,8 @@ impl Hello {
         let mut b = [0u8; HELLO_LEN];
         b[0..4].copy_from_slice(&MAGIC);
         b[4..6].copy_from_slice(&VERSION.to_be_bytes());
-        // 6..8: flags, none defined in version 1 (zero).
+        let flags = if self.lends { FLAG_LENDS } else { 0 };
+        b[6..8].copy_from_slice(&flags.to_be_bytes());
         b[8..16].copy_from_slice(&self.ring_addr.to_be_bytes());
         b[16..20].copy_from_slice(&self.ring_rkey.to_be_bytes());
         b[20..24].copy_from_slice(&self.ring_size.to_be_bytes());
@@ -252,11 +278,11 @@ impl Hello {
         let u16_at = |i: usize| u16::from_be_bytes([bytes[i], bytes[i + 1]]);
         let u32_at = |i: usize| u32::from_be_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
         let flags = u16_at(6);
-        if flags != 0 {
+        if flags & !FLAG_LENDS != 0 {
             return Err(field(
                 "flags",
                 flags.into(),
-                "0 (none defined in version 1)",
+                "0 or 1 (bit 0, lends, is the one flag of version 1)",
             ));
         }
         let reserved = u16_at(26);
@@ -269,6 +295,7 @@ impl Hello {
             ring_size: u32_at(20),
             recv_depth: u16_at(24),
             max_message: u32_at(28),
+            lends: flags & FLAG_LENDS != 0,
         };
         if !(MIN_RING..=MAX_RING).contains(&hello.ring_size) {
             return Err(field(
@@ -321,6 +348,77 @@ fn check_magic_version(bytes: &[u8], len: usize) -> Result<(), WireError> {
         return Err(WireError::ShortHello { len: bytes.len() });
     }
     Ok(())
+}
+
+/// A lent region, as its descriptor says it (16 bytes, big-endian): `len` bytes at `addr`
+/// of the lender's memory, readable with RDMA READ under `rkey` until the receiver returns
+/// it ([`Control::Return`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Lend {
+    /// The region's first byte, in the lender's registration.
+    pub addr: u64,
+    /// The key that opens the region for RDMA READ, and for nothing else.
+    pub rkey: u32,
+    /// The region's length in bytes: the message's length.
+    pub len: u32,
+}
+
+impl fmt::Debug for Lend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lend")
+            .field("addr", &format_args!("{:#x}", self.addr))
+            .field("rkey", &format_args!("{:#x}", self.rkey))
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl Lend {
+    /// The descriptor's bytes.
+    pub fn encode(&self) -> [u8; LEND_LEN] {
+        let mut b = [0u8; LEND_LEN];
+        b[0..8].copy_from_slice(&self.addr.to_be_bytes());
+        b[8..12].copy_from_slice(&self.rkey.to_be_bytes());
+        b[12..16].copy_from_slice(&self.len.to_be_bytes());
+        b
+    }
+
+    /// Decodes and checks a descriptor from the peer: `max_message` is the largest message
+    /// this side accepts.
+    ///
+    /// # Errors
+    ///
+    /// [`WireError::Lend`] for a descriptor of another length, an empty region, one larger
+    /// than `max_message`, or one whose end passes 2^64.
+    pub fn decode(bytes: &[u8], max_message: u32) -> Result<Lend, WireError> {
+        if bytes.len() != LEND_LEN {
+            return Err(WireError::Lend(format!(
+                "a lent region's descriptor of {} bytes (it has {LEND_LEN})",
+                bytes.len()
+            )));
+        }
+        let lend = Lend {
+            addr: u64::from_be_bytes(bytes[0..8].try_into().expect("8 bytes")),
+            rkey: u32::from_be_bytes(bytes[8..12].try_into().expect("4 bytes")),
+            len: u32::from_be_bytes(bytes[12..16].try_into().expect("4 bytes")),
+        };
+        if lend.len == 0 {
+            return Err(WireError::Lend("a lent region of 0 bytes".into()));
+        }
+        if lend.len > max_message {
+            return Err(WireError::Lend(format!(
+                "a lent region of {} bytes, larger than the {max_message} this side accepts",
+                lend.len
+            )));
+        }
+        if lend.addr.checked_add(lend.len.into()).is_none() {
+            return Err(WireError::Lend(format!(
+                "a lent region of {} bytes at {:#x} wraps past 2^64",
+                lend.len, lend.addr
+            )));
+        }
+        Ok(lend)
+    }
 }
 
 /// Why a listener refused a connection (the last byte of a refusal).
@@ -378,6 +476,7 @@ mod tests {
             ring_size: 1 << 18,
             recv_depth: 128,
             max_message: 1 << 26,
+            lends: true,
         }
     }
 
@@ -464,6 +563,8 @@ mod tests {
             Imm::Control(Control::Fin),
             Imm::Control(Control::Ping),
             Imm::Control(Control::Pong),
+            Imm::Control(Control::Lend),
+            Imm::Control(Control::Return),
         ] {
             assert_eq!(Imm::decode(imm.encode()), Ok(imm));
         }
@@ -476,9 +577,51 @@ mod tests {
             Err(WireError::EndWithoutMessage(EOM_BIT | 4))
         );
         assert_eq!(
+            Imm::decode(0xc000_0006),
+            Err(WireError::UnknownControl(0xc000_0006))
+        );
+        assert_eq!(
             Imm::decode(0xc000_0101),
             Err(WireError::UnknownControl(0xc000_0101))
         );
+    }
+
+    #[test]
+    fn the_lends_flag_round_trips_and_other_flags_are_refused() {
+        let mut quiet = hello();
+        quiet.lends = false;
+        assert_eq!(Hello::decode(&quiet.encode()).unwrap(), quiet);
+        assert_eq!(&quiet.encode()[6..8], &[0, 0]);
+        assert_eq!(&hello().encode()[6..8], &[0, 1]);
+        let mut bytes = hello().encode();
+        bytes[7] = 3;
+        assert!(matches!(
+            Hello::decode(&bytes),
+            Err(WireError::Field { field: "flags", .. })
+        ));
+    }
+
+    #[test]
+    fn a_lend_round_trips_and_every_bad_descriptor_is_named() {
+        let lend = Lend {
+            addr: 0x7f00_0000_1000,
+            rkey: 0x42,
+            len: 1 << 20,
+        };
+        assert_eq!(Lend::decode(&lend.encode(), 1 << 20), Ok(lend));
+        let too_big = Lend::decode(&lend.encode(), (1 << 20) - 1).unwrap_err();
+        assert!(too_big.to_string().contains("larger than"), "{too_big}");
+        let empty = Lend { len: 0, ..lend };
+        let e = Lend::decode(&empty.encode(), 1 << 20).unwrap_err();
+        assert!(e.to_string().contains("0 bytes"), "{e}");
+        let wraps = Lend {
+            addr: u64::MAX - 4,
+            ..lend
+        };
+        let e = Lend::decode(&wraps.encode(), 1 << 20).unwrap_err();
+        assert!(e.to_string().contains("wraps"), "{e}");
+        let e = Lend::decode(&lend.encode()[..15], 1 << 20).unwrap_err();
+        assert!(e.to_string().contains("15 bytes"), "{e}");
     }
 
     #[test]

@@ -25,6 +25,7 @@ fn hello() -> Hello {
         ring_size: 1 << 18,
         recv_depth: 128,
         max_message: 1 << 26,
+        lends: true,
     }
 }
 
@@ -99,6 +100,7 @@ fn immediate() {
         send_depth: 8,
         max_write: 4096,
         max_message: 1000,
+        lends: true,
     };
     fuzz::fuzz_bytes(MANIFEST_DIR, "immediate", valid, |bytes| {
         let mut word = [0u8; 4];

@@ -78,6 +78,7 @@ impl Liar {
             ring_size: RING,
             recv_depth: 64,
             max_message: 1 << 20,
+            lends: false,
         };
         let mut param = ConnParam::new();
         param
@@ -459,6 +460,7 @@ fn a_peer_of_another_protocol_version_is_refused_with_a_message_saying_so() {
         ring_size: RING,
         recv_depth: 16,
         max_message: 100,
+        lends: false,
     }
     .encode();
     future[5] = 9;

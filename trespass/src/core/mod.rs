@@ -15,6 +15,15 @@
 //! [`Connection::recv_window`] then [`Connection::consume`] (streams) or
 //! [`Connection::consume_message`] (messages) to read.
 //!
+//! Lending (zero-copy, both hellos with [`crate::wire::FLAG_LENDS`]): the lender begins a
+//! message with [`Connection::begin_lend`] and commits the region's 16-byte
+//! [`Lend`] descriptor as its bytes; the core announces it with a LEND control message, and
+//! [`Connection::poll_returned`] counts the regions the peer returned. The receiver sees the
+//! descriptor as a message with [`RecvWindow::lent`] set, consumes it, hands its bytes to
+//! [`Connection::begin_fetch`], posts the RDMA READs [`Connection::poll_transmit`] names
+//! (`read` set, into its own registration of the target memory), and once
+//! [`Connection::fetch_done`] calls [`Connection::finish_fetch`], which sends the RETURN.
+//!
 //! The rules it keeps (`docs/trespass-protocol.md` says why):
 //! - nothing is written into the peer's ring beyond the bytes it has credited, and no
 //!   write with immediate is posted without one of the peer's receives known to be free,
@@ -31,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use credit::{wire_value, Cumulative};
 
-use crate::wire::{Control, Hello, Imm, CONTROL_RESERVE, MSG_CHARGE};
+use crate::wire::{Control, Hello, Imm, Lend, CONTROL_RESERVE, LEND_LEN, MSG_CHARGE};
 
 /// Coalescing threshold with `nodelay` off: held bytes go out once this many are pending
 /// (or half the send buffer, when that is less: a full buffer must always drain).
@@ -44,6 +53,10 @@ pub const BYTE_CREDIT_DIVISOR: u64 = 4;
 /// The receive fraction at which reposted receives are reported back: once a quarter of
 /// the receives have been posted again since the last report.
 pub const RECV_CREDIT_DIVISOR: u32 = 4;
+
+/// The largest RDMA READ a fetch posts: a lent region is read in pieces of this size (well
+/// under any port's largest message), the last signalled.
+pub const READ_CHUNK: u32 = 1 << 20;
 
 /// One connection's sizes, fixed when it is made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +73,8 @@ pub struct Limits {
     pub max_write: u32,
     /// The largest message this side accepts.
     pub max_message: u32,
+    /// This side takes lent regions (it told the peer so in its hello).
+    pub lends: bool,
 }
 
 /// Why a connection ended badly. Sticky: once set, every later call returns it again.
@@ -120,6 +135,10 @@ pub struct Transmit {
     /// A zero-length RDMA WRITE without immediate (it uses no receive at the peer): posted
     /// only to be signalled, so that the requests before it complete.
     pub plain: bool,
+    /// An RDMA READ of the region being fetched ([`Connection::fetching`]): `len` bytes
+    /// from `remote_offset` of the lent region into `local_offset` of the fetch's target.
+    /// No immediate, no receive used at the peer.
+    pub read: bool,
 }
 
 /// What the read side holds next: `len` contiguous bytes at `offset` in the ring, and
@@ -132,6 +151,21 @@ pub struct RecvWindow {
     pub len: u32,
     /// The last of these bytes ends a message.
     pub ends_message: bool,
+    /// These bytes are a lent region's descriptor (all of it, or its first part when it
+    /// wraps at the ring's end): consume them with
+    /// [`consume_message`](Connection::consume_message) and hand them to
+    /// [`begin_fetch`](Connection::begin_fetch), never to the application.
+    pub lent: bool,
+}
+
+/// The region being fetched: its descriptor and how far the READs got.
+#[derive(Debug, Clone, Copy)]
+struct Fetch {
+    lend: Lend,
+    /// Bytes whose READ was handed out.
+    posted: u32,
+    /// The last READ's work request (signalled), once handed out.
+    last_wr: Option<u64>,
 }
 
 /// One connection's protocol state. See the [module docs](self) for the order of calls.
@@ -147,6 +181,15 @@ pub struct Connection {
     /// Messages not yet wholly posted, as send-buffer (start, end) positions; `end` is
     /// `u64::MAX` while the message is still being written.
     msgs: VecDeque<(u64, u64)>,
+    /// Starts of lent messages (descriptors) not yet announced with a LEND. A lent message
+    /// is never empty, so the message at such a start that is not empty is the lent one.
+    lend_starts: VecDeque<u64>,
+    /// Lent messages begun, announced, and returned by the peer; returns the driver has
+    /// taken ([`poll_returned`](Self::poll_returned)).
+    lends_begun: u64,
+    lends_announced: u64,
+    returned: u64,
+    returned_taken: u64,
     nodelay: bool,
     flush: bool,
 
@@ -186,6 +229,18 @@ pub struct Connection {
     reposted_reported: u64,
     /// Writes with immediate data received (successful receive completions).
     received: u64,
+    /// A LEND arrived: the next message is a descriptor.
+    lend_next: bool,
+    /// The message arriving now is a descriptor.
+    msg_lent: bool,
+    /// Descriptors in the ring, as (start, end) ring positions; `end` is `u64::MAX` while
+    /// the descriptor is still arriving.
+    lent_in: VecDeque<(u64, u64)>,
+    /// RETURNs to send (regions fetched or thrown away).
+    returns_due: u64,
+    fetch: Option<Fetch>,
+    /// The READs in flight, by work request id (oldest first).
+    read_wrs: VecDeque<u64>,
 
     // Control.
     fin_wanted: bool,
@@ -223,6 +278,11 @@ impl Connection {
             posted: 0,
             completed: 0,
             msgs: VecDeque::with_capacity(usize::from(peer.recv_depth)),
+            lend_starts: VecDeque::new(),
+            lends_begun: 0,
+            lends_announced: 0,
+            returned: 0,
+            returned_taken: 0,
             nodelay: true,
             flush: false,
             msgs_sent: 0,
@@ -246,6 +306,12 @@ impl Connection {
             reposted: 0,
             reposted_reported: 0,
             received: 0,
+            lend_next: false,
+            msg_lent: false,
+            lent_in: VecDeque::new(),
+            returns_due: 0,
+            fetch: None,
+            read_wrs: VecDeque::new(),
             fin_wanted: false,
             fin_sent: false,
             fin_wr: None,
@@ -317,14 +383,22 @@ impl Connection {
         self.broken.as_ref()
     }
 
-    /// True once the peer shut its write side down and every byte before that was read.
+    /// True once the peer shut its write side down and every byte before that was read
+    /// (a region being fetched included).
     pub fn is_eof(&self) -> bool {
-        self.peer_fin && self.head == self.tail && self.boundaries.is_empty()
+        self.peer_fin && self.head == self.tail && self.boundaries.is_empty() && self.fetch.is_none()
     }
 
-    /// True while bytes (or an empty message) wait to be read.
+    /// True while bytes (or an empty message) wait to be read, or a fetched region waits
+    /// to be taken. A descriptor still arriving, with nothing before it, is not yet
+    /// readable.
     pub fn has_unread(&self) -> bool {
-        self.head != self.tail || !self.boundaries.is_empty()
+        if self.fetch.is_some() {
+            // The fetched region is the next thing to read; nothing after it counts yet.
+            return self.fetch_done();
+        }
+        let incomplete_lend = self.lent_in.front() == Some(&(self.head, u64::MAX));
+        (self.head != self.tail || !self.boundaries.is_empty()) && !incomplete_lend
     }
 
     /// True once this side's write side is shut down.
@@ -356,6 +430,9 @@ impl Connection {
     pub fn is_readable(&self, stream: bool) -> bool {
         if self.error.is_some() || self.is_eof() {
             return true;
+        }
+        if self.fetch.is_some() {
+            return self.fetch_done() || self.broken.is_some();
         }
         if stream {
             self.has_unread() || self.broken.is_some()
@@ -432,6 +509,105 @@ impl Connection {
         Ok(())
     }
 
+    /// Begins a lent message: what is committed up to the commit with `ends_message` must
+    /// be a [`Lend`] descriptor ([`LEND_LEN`] bytes) naming memory the peer may READ until
+    /// it returns it ([`poll_returned`](Self::poll_returned)).
+    ///
+    /// # Errors
+    ///
+    /// As [`begin_message`](Self::begin_message); [`ConnError::Local`] when this side or the
+    /// peer does not lend ([`can_lend`](Self::can_lend)).
+    pub fn begin_lend(&mut self) -> Result<(), ConnError> {
+        if !self.can_lend() {
+            return Err(ConnError::Local(
+                "the peer does not take lent buffers (its hello has no lends flag)".into(),
+            ));
+        }
+        self.begin_message()?;
+        self.lend_starts.push_back(self.app_tail);
+        self.lends_begun += 1;
+        Ok(())
+    }
+
+    /// True when both sides said they lend: [`begin_lend`](Self::begin_lend) may be used.
+    pub fn can_lend(&self) -> bool {
+        self.limits.lends && self.peer.lends
+    }
+
+    /// Regions lent (begun with [`begin_lend`](Self::begin_lend)) and not yet returned.
+    pub fn lent_outstanding(&self) -> u64 {
+        self.lends_begun - self.returned
+    }
+
+    /// Lent regions the peer returned so far, in all: a waiter compares it with what it
+    /// saw before waiting.
+    pub fn returned_total(&self) -> u64 {
+        self.returned
+    }
+
+    /// How many more lent regions the peer returned since the last call, oldest first: the
+    /// driver revokes their keys and gives their memory back.
+    pub fn poll_returned(&mut self) -> u64 {
+        let n = self.returned - self.returned_taken;
+        self.returned_taken = self.returned;
+        n
+    }
+
+    /// Starts fetching the region whose descriptor the application just consumed (a
+    /// [`RecvWindow`] with `lent` set, read whole): [`poll_transmit`](Self::poll_transmit)
+    /// then names the RDMA READs that bring it over.
+    ///
+    /// # Errors
+    ///
+    /// The connection's error; [`ConnError::Protocol`] when the descriptor is bad (this
+    /// fails the connection); [`ConnError::Local`] when a fetch is already running.
+    pub fn begin_fetch(&mut self, descriptor: &[u8]) -> Result<(), ConnError> {
+        self.check()?;
+        if self.fetch.is_some() {
+            return Err(ConnError::Local(
+                "a fetch begun while another is running".into(),
+            ));
+        }
+        match Lend::decode(descriptor, self.limits.max_message) {
+            Ok(lend) => {
+                self.fetch = Some(Fetch {
+                    lend,
+                    posted: 0,
+                    last_wr: None,
+                });
+                Ok(())
+            }
+            Err(e) => {
+                self.protocol(e.to_string());
+                Err(ConnError::Protocol(e.to_string()))
+            }
+        }
+    }
+
+    /// The region being fetched, if any.
+    pub fn fetching(&self) -> Option<&Lend> {
+        self.fetch.as_ref().map(|f| &f.lend)
+    }
+
+    /// True once every READ of the region being fetched completed successfully: its bytes
+    /// are in the target.
+    pub fn fetch_done(&self) -> bool {
+        self.fetch.as_ref().is_some_and(|f| {
+            f.posted == f.lend.len && f.last_wr.is_some_and(|last| last < self.wr_done)
+        })
+    }
+
+    /// Ends a fetch that is [done](Self::fetch_done): the region goes back to the peer (a
+    /// RETURN is sent). Returns its length; `None` when no fetch is done.
+    pub fn finish_fetch(&mut self) -> Option<u32> {
+        if !self.fetch_done() {
+            return None;
+        }
+        let f = self.fetch.take()?;
+        self.returns_due += 1;
+        Some(f.lend.len)
+    }
+
     /// Records that the application copied `n` bytes into the send window: stream bytes,
     /// or the next piece of the message begun with [`begin_message`](Self::begin_message).
     /// `ends_message` marks the last of them (or, with `n` 0, an empty message) as a
@@ -475,13 +651,32 @@ impl Connection {
 
     // ---------------------------------------------------------------- reading
 
-    /// The next contiguous readable bytes in the ring (stopping at a message's end).
+    /// The next contiguous readable bytes in the ring (stopping at a message's end, at a
+    /// lent region's descriptor, and empty while a region is being fetched).
     pub fn recv_window(&self) -> RecvWindow {
         let size = u64::from(self.limits.ring_size);
         let avail = self.tail - self.head;
         let offset = self.head % size;
         let mut len = avail.min(size - offset);
         let mut ends_message = false;
+        if self.fetch.is_some() {
+            // The region being fetched comes first; what follows it waits.
+            return RecvWindow {
+                offset: offset as u32,
+                len: 0,
+                ends_message: false,
+                lent: false,
+            };
+        }
+        let mut lent = false;
+        match self.lent_in.front() {
+            // Bytes before a descriptor stop at its start.
+            Some(&(start, _)) if start > self.head => len = len.min(start - self.head),
+            // A descriptor is handed over only whole.
+            Some(&(_, u64::MAX)) => len = 0,
+            Some(_) => lent = true,
+            None => {}
+        }
         if let Some(&end) = self.boundaries.front() {
             if end - self.head <= len {
                 len = end - self.head;
@@ -492,6 +687,7 @@ impl Connection {
             offset: offset as u32,
             len: len as u32,
             ends_message,
+            lent,
         }
     }
 
@@ -502,6 +698,12 @@ impl Connection {
         while self.boundaries.front().is_some_and(|&end| end <= self.head) {
             self.boundaries.pop_front();
             self.msgs_read += 1;
+        }
+        // A descriptor read as stream bytes (the driver stops before them) would leave its
+        // region unfetched: it goes back to the peer as thrown away.
+        while self.lent_in.front().is_some_and(|&(_, end)| end <= self.head) {
+            self.lent_in.pop_front();
+            self.returns_due += 1;
         }
     }
 
@@ -518,6 +720,10 @@ impl Connection {
         if ends_message && self.boundaries.front() == Some(&self.head) {
             self.boundaries.pop_front();
             self.msgs_read += 1;
+            // A descriptor read whole: its region is the driver's to fetch now.
+            if self.lent_in.front().is_some_and(|&(_, end)| end == self.head) {
+                self.lent_in.pop_front();
+            }
         }
     }
 
@@ -546,6 +752,12 @@ impl Connection {
         while self.boundaries.pop_front().is_some() {
             self.msgs_read += 1;
         }
+        // Regions lent and thrown away go back at once; one whose descriptor is still
+        // arriving goes when it is whole.
+        while self.lent_in.front().is_some_and(|&(_, end)| end != u64::MAX) {
+            self.lent_in.pop_front();
+            self.returns_due += 1;
+        }
     }
 
     /// Asks for the newest request in flight to be signalled (a zero-length write without
@@ -566,10 +778,19 @@ impl Connection {
 
     /// A send completion for `wr_id`.
     pub fn on_send_completion(&mut self, wr_id: u64, status: Completion, now: Instant) {
+        let read = self.read_wrs.contains(&wr_id);
         match status {
             Completion::Ok => {}
+            // The peer's NIC refused a READ of the region the peer itself named: its lie
+            // (or its bug), not the network's.
+            Completion::RemoteAccess if read => {
+                return self.protocol(
+                    "the region it lent could not be read: its NIC refused the RDMA READ (wrong key, address or length)"
+                        .into(),
+                );
+            }
             other => {
-                self.transport_failed(other, "an RDMA WRITE");
+                self.transport_failed(other, if read { "an RDMA READ" } else { "an RDMA WRITE" });
                 return;
             }
         }
@@ -588,6 +809,9 @@ impl Connection {
             self.completed = self.completed.max(pos);
         }
         self.wr_done = wr_id + 1;
+        while self.read_wrs.front().is_some_and(|&id| id <= wr_id) {
+            self.read_wrs.pop_front();
+        }
         if self.fin_wr.is_some_and(|fin| fin <= wr_id) {
             self.fin_done = true;
         }
@@ -722,6 +946,39 @@ impl Connection {
                 self.ping_deadline = None;
                 self.recvs_due += 1;
             }
+            Imm::Control(Control::Lend) => {
+                if !self.limits.lends {
+                    return self.protocol(
+                        "it lent a region, but this side's hello did not offer to take any".into(),
+                    );
+                }
+                if self.peer_fin {
+                    return self.protocol("it lent a region after its FIN".into());
+                }
+                if self.msg_open || self.lend_next {
+                    return self.protocol(format!(
+                        "it announced a lent region in the middle of {}",
+                        if self.lend_next {
+                            "another announcement"
+                        } else {
+                            "a message"
+                        }
+                    ));
+                }
+                self.lend_next = true;
+                self.recvs_due += 1;
+            }
+            Imm::Control(Control::Return) => {
+                if self.returned >= self.lends_announced {
+                    return self.protocol(format!(
+                        "it returned {} lent regions, but was lent only {}",
+                        self.returned + 1,
+                        self.lends_announced
+                    ));
+                }
+                self.returned += 1;
+                self.recvs_due += 1;
+            }
         }
     }
 
@@ -764,7 +1021,32 @@ impl Connection {
                 self.msg_bytes
             ));
         }
+        if self.lend_next {
+            if !msg {
+                return self.protocol(format!(
+                    "{len} stream bytes where the lent region's descriptor was announced"
+                ));
+            }
+            self.lend_next = false;
+            self.msg_lent = true;
+            self.lent_in.push_back((self.tail, u64::MAX));
+        }
+        if self.msg_lent
+            && (self.msg_bytes > LEND_LEN as u64 || (eom && self.msg_bytes != LEND_LEN as u64))
+        {
+            return self.protocol(format!(
+                "a lent region's descriptor of {}{} bytes (it has {LEND_LEN})",
+                if eom { "" } else { "more than " },
+                self.msg_bytes
+            ));
+        }
         self.tail += len64;
+        if eom && self.msg_lent {
+            self.msg_lent = false;
+            if let Some(last) = self.lent_in.back_mut() {
+                last.1 = self.tail;
+            }
+        }
         // The receive goes back at once: unread messages are bounded by their ring charge.
         self.recvs_due += 1;
         if eom {
@@ -864,10 +1146,39 @@ impl Connection {
 
     /// The next work request to post, or `None`.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        match self.poll_imm_transmit() {
-            Some(t) => Some(t),
-            None => self.signal_transmit(),
+        if let Some(t) = self.poll_imm_transmit() {
+            return Some(t);
         }
+        if let Some(t) = self.read_transmit() {
+            return Some(t);
+        }
+        self.signal_transmit()
+    }
+
+    /// The next RDMA READ of the region being fetched, while the send queue has room.
+    fn read_transmit(&mut self) -> Option<Transmit> {
+        if self.error.is_some() || self.broken.is_some() || self.sq_free() == 0 {
+            return None;
+        }
+        let f = self.fetch?;
+        if f.posted == f.lend.len {
+            return None;
+        }
+        let len = (f.lend.len - f.posted).min(READ_CHUNK);
+        let last = f.posted + len == f.lend.len;
+        // The last is signalled: its completion says every READ before it landed.
+        let mut t = self.alloc_wr(last);
+        t.read = true;
+        t.local_offset = f.posted;
+        t.remote_offset = f.posted;
+        t.len = len;
+        self.read_wrs.push_back(t.wr_id);
+        let f = self.fetch.as_mut()?;
+        f.posted += len;
+        if last {
+            f.last_wr = Some(t.wr_id);
+        }
+        Some(t)
     }
 
     fn poll_imm_transmit(&mut self) -> Option<Transmit> {
@@ -897,6 +1208,10 @@ impl Connection {
         if self.pong_due {
             self.pong_due = false;
             return Some(self.control(Imm::Control(Control::Pong), false));
+        }
+        if self.returns_due > 0 {
+            self.returns_due -= 1;
+            return Some(self.control(Imm::Control(Control::Return), false));
         }
         if recvs > u64::from(CONTROL_RESERVE) {
             if let Some(t) = self.data_transmit() {
@@ -943,10 +1258,19 @@ impl Connection {
             imm: 0,
             signaled: true,
             plain: true,
+            read: false,
         })
     }
 
     fn data_transmit(&mut self) -> Option<Transmit> {
+        // A lent message is announced just before its first piece.
+        if let (Some(&lend), Some(&(start, end))) = (self.lend_starts.front(), self.msgs.front()) {
+            if lend == start && start == self.posted && end != start {
+                self.lend_starts.pop_front();
+                self.lends_announced += 1;
+                return Some(self.control(Imm::Control(Control::Lend), false));
+            }
+        }
         let pending = self.app_tail - self.posted;
         // Where the next piece must stop: the next message's start (stream bytes before
         // it), or the current message's end.
@@ -1015,14 +1339,21 @@ impl Connection {
         self.next_wr(imm.encode(), signal)
     }
 
-    fn next_wr(&mut self, imm: u32, mut signaled: bool) -> Transmit {
+    fn next_wr(&mut self, imm: u32, signaled: bool) -> Transmit {
+        self.imm_sent += 1;
+        let mut t = self.alloc_wr(signaled);
+        t.imm = imm;
+        t
+    }
+
+    /// The next work request id, signalled when asked or when the quarter rule wants it.
+    fn alloc_wr(&mut self, mut signaled: bool) -> Transmit {
         let quarter = (self.limits.send_depth / 4).max(1);
         if self.unsignaled_run + 1 >= quarter || self.sq_free() == 1 {
             signaled = true;
         }
         let wr_id = self.wr_next;
         self.wr_next += 1;
-        self.imm_sent += 1;
         if signaled {
             self.unsignaled_run = 0;
             self.signaled.push_back((wr_id, self.posted));
@@ -1034,9 +1365,10 @@ impl Connection {
             local_offset: 0,
             len: 0,
             remote_offset: 0,
-            imm,
+            imm: 0,
             signaled,
             plain: false,
+            read: false,
         }
     }
 }

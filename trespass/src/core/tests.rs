@@ -44,6 +44,7 @@ fn limits(
         send_depth,
         max_write,
         max_message: 1 << 24,
+        lends: true,
     }
 }
 
@@ -60,6 +61,7 @@ fn hello_of(l: &Limits) -> Hello {
         ring_size: l.ring_size,
         recv_depth: l.recv_depth,
         max_message: l.max_message,
+        lends: l.lends,
     }
 }
 
@@ -171,7 +173,16 @@ struct Side {
     msg_begun: bool,
     /// The message being read.
     msg_in: Vec<u8>,
+    /// Memory this side lends, at [`LEND_BASE`] of its address space, and the key that
+    /// opens it for the peer's READs (`None` once revoked).
+    lend_mem: Vec<u8>,
+    lend_rkey: Option<u32>,
+    /// Where this side's fetch READs land.
+    fetch_target: Vec<u8>,
 }
+
+/// Where a side's lendable memory starts, in the simulated address space.
+const LEND_BASE: u64 = 0x7000_0000_0000;
 
 impl Side {
     fn new(mine: Limits, peer: Limits) -> Side {
@@ -195,6 +206,9 @@ impl Side {
             msg_written: 0,
             msg_begun: false,
             msg_in: Vec::new(),
+            lend_mem: Vec::new(),
+            lend_rkey: None,
+            fetch_target: Vec::new(),
         }
     }
 
@@ -202,7 +216,7 @@ impl Side {
     fn imms(&self) -> Vec<Imm> {
         self.log
             .iter()
-            .filter(|t| !t.plain)
+            .filter(|t| !t.plain && !t.read)
             .map(|t| Imm::decode(t.imm).expect("posted immediates decode"))
             .collect()
     }
@@ -283,7 +297,20 @@ impl Pair {
             );
             assert_eq!(t.len, 0, "a plain write carries no bytes: {t:?}");
         }
-        let imm = if t.plain {
+        if t.read {
+            let lend = side
+                .conn
+                .fetching()
+                .copied()
+                .expect("a READ is posted only while a fetch runs");
+            assert!(t.len > 0 && t.len <= READ_CHUNK, "{t:?}");
+            assert!(
+                u64::from(t.local_offset) + u64::from(t.len) <= u64::from(lend.len)
+                    && t.local_offset == t.remote_offset,
+                "{t:?} reads outside the region {lend:?}"
+            );
+        }
+        let imm = if t.plain || t.read {
             None
         } else {
             Some(Imm::decode(t.imm).expect("the core posts only immediates it can decode"))
@@ -369,6 +396,25 @@ impl Pair {
         let to = 1 - from;
         let [a, b] = &mut self.sides;
         let (src, dst) = if from == A { (a, b) } else { (b, a) };
+        if t.read {
+            // An RDMA READ: the peer's NIC reads its lent memory, if the key still opens
+            // it, into this side's fetch target. No receive is used.
+            let lend = src.conn.fetching().copied().expect("a fetch runs");
+            let at = (lend.addr + u64::from(t.remote_offset)).checked_sub(LEND_BASE);
+            let range = at.map(|a| a as usize..a as usize + t.len as usize);
+            let status = match range {
+                Some(r) if dst.lend_rkey == Some(lend.rkey) && r.end <= dst.lend_mem.len() => {
+                    let l = t.local_offset as usize;
+                    src.fetch_target[l..l + t.len as usize].copy_from_slice(&dst.lend_mem[r]);
+                    Completion::Ok
+                }
+                _ => Completion::RemoteAccess,
+            };
+            if t.signaled || status != Completion::Ok {
+                src.send_cq.push_back((t.wr_id, status));
+            }
+            return true;
+        }
         if !t.plain {
             assert!(
                 dst.recvs_posted > 0,
@@ -568,7 +614,7 @@ impl Pair {
             if !me.dead {
                 let on_wire: u64 = self.wire[s]
                     .iter()
-                    .filter(|t| !t.plain)
+                    .filter(|t| !t.plain && !t.read)
                     .map(|t| match Imm::decode(t.imm) {
                         Ok(Imm::Data { len, eom, .. }) => u64::from(len) + CHARGE * u64::from(eom),
                         _ => 0,
@@ -583,7 +629,10 @@ impl Pair {
             // Receive credit: the receives side `s` believes free are really posted, less
             // the writes with immediate already on their way (plain writes use none).
             if !me.dead && !peer.dead {
-                let imm_on_wire = self.wire[s].iter().filter(|t| !t.plain).count();
+                let imm_on_wire = self.wire[s]
+                    .iter()
+                    .filter(|t| !t.plain && !t.read)
+                    .count();
                 let real = peer.recvs_posted as i64 - imm_on_wire as i64;
                 assert!(
                     c.peer_recvs_free() as i64 <= real,
@@ -652,6 +701,9 @@ impl Pair {
         let mut got = Vec::new();
         while got.len() < max {
             let w = side.conn.recv_window();
+            if w.lent {
+                break; // a descriptor is the driver's, never the application's bytes
+            }
             let k = (w.len as usize).min(max - got.len());
             if k == 0 {
                 if w.len == 0 && w.ends_message {
@@ -674,6 +726,9 @@ impl Pair {
         let mut got = 0;
         while got < max {
             let w = side.conn.recv_window();
+            if w.lent {
+                break;
+            }
             let k = u64::from(w.len).min(max - got);
             if k == 0 {
                 if w.len == 0 && w.ends_message {
@@ -2903,3 +2958,5 @@ fn consuming_a_message_past_its_end_stops_at_the_end() {
     c.consume_message(100, true);
     assert!(!c.has_unread());
 }
+
+mod lend;
