@@ -27,8 +27,8 @@ use sideway::{
 
 use crate::config::Config;
 use crate::core::{Completion, Connection, Limits};
-use crate::loan::Loan;
 use crate::error::Error;
+use crate::loan::Loan;
 use crate::pool::{Mailbox, Pool};
 use crate::readiness::{Notifier, Readiness};
 use crate::spin::Spin;

@@ -99,4 +99,3 @@ impl Loan {
         v
     }
 }
-

@@ -957,9 +957,15 @@ impl Stream {
                     .on_local_error("no room for a lent buffer's descriptor".into());
                 return Err(LendError::new(write_check(&d).unwrap_err(), None));
             }
-            if let Err(e) = d.staging_mut().write_at(offset as usize, &desc[sent..sent + n]) {
+            if let Err(e) = d
+                .staging_mut()
+                .write_at(offset as usize, &desc[sent..sent + n])
+            {
                 d.conn.on_local_error(format!("copying a descriptor: {e}"));
-                return Err(LendError::new(Error::verbs("copying a descriptor", e), None));
+                return Err(LendError::new(
+                    Error::verbs("copying a descriptor", e),
+                    None,
+                ));
             }
             sent += n;
             if let Err(e) = d.conn.commit_send(n as u32, sent == LEND_LEN) {

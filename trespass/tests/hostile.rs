@@ -18,7 +18,7 @@ use sideway::connection::CompletionWaiter;
 use sideway::queue_pair::SendFlags;
 use sideway::rdmacm::{CmId, ConnParam, EventChannel, EventType, PortSpace};
 use sideway::{AccessFlags, CompletionQueue, QueuePair, RegisteredBuffer, SendData};
-use trespass::wire::{Control, Hello, Imm};
+use trespass::wire::{Control, Hello, Imm, Lend, LEND_LEN};
 use trespass::{Config, Listener, Stream};
 
 const WAIT: Option<Duration> = Some(Duration::from_secs(10));
@@ -32,13 +32,23 @@ struct Liar {
     qp: QueuePair,
     waiter: CompletionWaiter,
     buf: RegisteredBuffer,
-    _ring: RegisteredBuffer,
+    ring: RegisteredBuffer,
     peer: Hello,
     next: u64,
 }
 
+/// The wr_id of the liar's `n`th receive (0-based).
+fn recv_id(n: u64) -> u64 {
+    1 << 40 | n
+}
+
 impl Liar {
     fn connect(addr: SocketAddr) -> Liar {
+        Liar::connect_with(addr, false)
+    }
+
+    /// Connects, its hello saying whether it lends (then its QP takes and issues READs).
+    fn connect_with(addr: SocketAddr, lends: bool) -> Liar {
         let channel = EventChannel::new().unwrap();
         let id = channel.create_id(PortSpace::Tcp).unwrap();
         id.resolve_addr(None, addr, Duration::from_secs(2)).unwrap();
@@ -69,7 +79,7 @@ impl Liar {
         // Receives for whatever the honest side sends back (credits, a FIN).
         let mut batch = qp.start_post_recv();
         for i in 0..64 {
-            let _ = batch.recv(1 << 40 | i, &[]);
+            let _ = batch.recv(recv_id(i), &[]);
         }
         batch.post().unwrap();
         let hello = Hello {
@@ -78,11 +88,14 @@ impl Liar {
             ring_size: RING,
             recv_depth: 64,
             max_message: 1 << 20,
-            lends: false,
+            lends,
         };
+        let reads = if lends { 4 } else { 0 };
         let mut param = ConnParam::new();
         param
             .private_data(&hello.encode())
+            .responder_resources(reads)
+            .initiator_depth(reads)
             .retry_count(7)
             .rnr_retry_count(0);
         id.connect(&param).unwrap();
@@ -97,10 +110,46 @@ impl Liar {
             qp,
             waiter,
             buf,
-            _ring: ring,
+            ring,
             peer,
             next: 0,
         }
+    }
+
+    /// The immediate of its `n`th receive's completion (`None` on a failure or none).
+    fn recv(&mut self, n: u64) -> Option<u32> {
+        self.waiter
+            .wait(recv_id(n))
+            .ok()
+            .filter(|wc| wc.is_success())
+            .and_then(|wc| wc.imm_data())
+    }
+
+    /// An RDMA READ of `len` bytes at `addr` under `rkey` into its buffer's start; waits,
+    /// and returns whether it succeeded.
+    fn read(&mut self, rkey: u32, addr: u64, len: usize) -> bool {
+        let id = self.next;
+        self.next += 1;
+        let mut batch = self.qp.start_post_send();
+        let _ = batch.wr(id, SendFlags::SIGNALED).rdma_read(
+            rkey,
+            addr,
+            SendData::Sge(self.buf.sge(0..len).unwrap()),
+        );
+        batch.post().unwrap();
+        matches!(self.waiter.wait(id), Ok(wc) if wc.is_success())
+    }
+
+    /// Announces a lent region and writes its descriptor at ring offset `offset`.
+    fn lend(&mut self, offset: u64, lend: Lend) -> bool {
+        self.buf.write_at(0, &lend.encode()).unwrap();
+        let piece = Imm::Data {
+            len: LEND_LEN as u32,
+            msg: true,
+            eom: true,
+        }
+        .encode();
+        self.control(Imm::Control(Control::Lend)) && self.write(offset, LEND_LEN, piece)
     }
 
     /// Writes `len` bytes with immediate `imm` at `offset` of the peer's ring, and waits
@@ -504,4 +553,94 @@ fn a_peer_of_another_protocol_version_is_refused_with_a_message_saying_so() {
         text.contains("version 7") && text.contains("version 1"),
         "{text}"
     );
+}
+
+#[test]
+fn a_peer_that_lends_memory_its_key_does_not_open_is_cut_off() {
+    let Some(ip) = common::test_ip("a_peer_that_lends_memory_its_key_does_not_open_is_cut_off")
+    else {
+        return;
+    };
+    let addr = SocketAddr::new(ip, 7668);
+    let mut config = Config::new();
+    config.ring_size(RING).keepalive(None);
+    let listener = config.bind(addr).unwrap();
+    // An honest connection to the same listener first.
+    let honest_cfg = config.clone();
+    let honest = thread::spawn(move || honest_cfg.connect(addr).unwrap());
+    let (mut honest_server, _) = listener.accept().unwrap();
+    let mut honest_client: Stream = honest.join().unwrap();
+    let liar = thread::spawn(move || {
+        let mut l = Liar::connect_with(addr, true);
+        assert!(l.peer.lends, "a trespass listener lends");
+        // Its buffer is registered for local write only: the key opens nothing remote.
+        let lend = Lend {
+            addr: l.buf.addr(),
+            rkey: l.buf.rkey(),
+            len: 4096,
+        };
+        assert!(l.lend(0, lend));
+        l
+    });
+    let (mut victim, _) = listener.accept().unwrap();
+    victim
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let _liar = liar.join().unwrap();
+    let mut msg = Vec::new();
+    let err = victim.recv_msg(&mut msg).unwrap_err();
+    println!("port 7668: {err}");
+    protocol_error(&err, "could not be read");
+    let again = victim.recv_msg(&mut msg).unwrap_err();
+    assert_eq!(again.kind(), err.kind(), "sticky");
+    honest_client.write_all(b"still here").unwrap();
+    let mut back = [0u8; 10];
+    honest_server.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"still here");
+}
+
+#[test]
+fn a_returned_buffers_key_opens_nothing() {
+    let Some(ip) = common::test_ip("a_returned_buffers_key_opens_nothing") else {
+        return;
+    };
+    // A peer that fetches a lent buffer, returns it, and reads again with the same key once
+    // the lender has it back: the lender's registration is gone, so its NIC refuses.
+    let addr = SocketAddr::new(ip, 7669);
+    let mut config = Config::new();
+    config.ring_size(RING).keepalive(None);
+    let listener = config.bind(addr).unwrap();
+    let (returned_tx, returned_rx) = std::sync::mpsc::channel::<()>();
+    let fetcher = thread::spawn(move || {
+        let mut l = Liar::connect_with(addr, true);
+        // The lender's first two writes with immediate: the LEND, then its descriptor at
+        // ring offset 0.
+        assert_eq!(l.recv(0), Some(Imm::Control(Control::Lend).encode()));
+        assert!(l.recv(1).is_some());
+        let mut desc = [0u8; LEND_LEN];
+        l.ring.read_at(0, &mut desc).unwrap();
+        let lend = Lend::decode(&desc, 1 << 20).unwrap();
+        assert_eq!(lend.len, 8192);
+        assert!(l.read(lend.rkey, lend.addr, 8192), "the lent buffer reads");
+        let mut got = vec![0u8; 8192];
+        l.buf.read_at(0, &mut got).unwrap();
+        assert!(got == common::pattern(9, 8192), "the lent bytes");
+        assert!(l.control(Imm::Control(Control::Return)));
+        returned_rx.recv().unwrap();
+        let again = l.read(lend.rkey, lend.addr, 8192);
+        assert!(!again, "a READ with the key of a returned buffer must fail");
+        l
+    });
+    let (mut lender, _) = listener.accept().unwrap();
+    lender
+        .set_write_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    lender.lend_msg(common::pattern(9, 8192)).unwrap();
+    let back = lender.reclaim().unwrap();
+    assert!(
+        back == common::pattern(9, 8192),
+        "the buffer comes back unchanged"
+    );
+    returned_tx.send(()).unwrap();
+    let _fetcher = fetcher.join().unwrap();
 }

@@ -386,7 +386,10 @@ impl Connection {
     /// True once the peer shut its write side down and every byte before that was read
     /// (a region being fetched included).
     pub fn is_eof(&self) -> bool {
-        self.peer_fin && self.head == self.tail && self.boundaries.is_empty() && self.fetch.is_none()
+        self.peer_fin
+            && self.head == self.tail
+            && self.boundaries.is_empty()
+            && self.fetch.is_none()
     }
 
     /// True while bytes (or an empty message) wait to be read, or a fetched region waits
@@ -701,7 +704,11 @@ impl Connection {
         }
         // A descriptor read as stream bytes (the driver stops before them) would leave its
         // region unfetched: it goes back to the peer as thrown away.
-        while self.lent_in.front().is_some_and(|&(_, end)| end <= self.head) {
+        while self
+            .lent_in
+            .front()
+            .is_some_and(|&(_, end)| end <= self.head)
+        {
             self.lent_in.pop_front();
             self.returns_due += 1;
         }
@@ -721,7 +728,11 @@ impl Connection {
             self.boundaries.pop_front();
             self.msgs_read += 1;
             // A descriptor read whole: its region is the driver's to fetch now.
-            if self.lent_in.front().is_some_and(|&(_, end)| end == self.head) {
+            if self
+                .lent_in
+                .front()
+                .is_some_and(|&(_, end)| end == self.head)
+            {
                 self.lent_in.pop_front();
             }
         }
@@ -754,7 +765,11 @@ impl Connection {
         }
         // Regions lent and thrown away go back at once; one whose descriptor is still
         // arriving goes when it is whole.
-        while self.lent_in.front().is_some_and(|&(_, end)| end != u64::MAX) {
+        while self
+            .lent_in
+            .front()
+            .is_some_and(|&(_, end)| end != u64::MAX)
+        {
             self.lent_in.pop_front();
             self.returns_due += 1;
         }
@@ -790,7 +805,14 @@ impl Connection {
                 );
             }
             other => {
-                self.transport_failed(other, if read { "an RDMA READ" } else { "an RDMA WRITE" });
+                self.transport_failed(
+                    other,
+                    if read {
+                        "an RDMA READ"
+                    } else {
+                        "an RDMA WRITE"
+                    },
+                );
                 return;
             }
         }

@@ -629,10 +629,7 @@ impl Pair {
             // Receive credit: the receives side `s` believes free are really posted, less
             // the writes with immediate already on their way (plain writes use none).
             if !me.dead && !peer.dead {
-                let imm_on_wire = self.wire[s]
-                    .iter()
-                    .filter(|t| !t.plain && !t.read)
-                    .count();
+                let imm_on_wire = self.wire[s].iter().filter(|t| !t.plain && !t.read).count();
                 let real = peer.recvs_posted as i64 - imm_on_wire as i64;
                 assert!(
                     c.peer_recvs_free() as i64 <= real,

@@ -109,7 +109,10 @@ fn a_lent_region_is_announced_fetched_in_chunks_and_returned() {
     );
     assert!(reads.last().unwrap().signaled, "the last READ is signalled");
     assert!(p.conn(B).fetch_done() && p.conn(B).has_unread());
-    assert_eq!(p.sides[B].fetch_target, mem, "the fetched bytes are the lent ones");
+    assert_eq!(
+        p.sides[B].fetch_target, mem,
+        "the fetched bytes are the lent ones"
+    );
     assert_eq!(p.conn_mut(B).finish_fetch(), Some(len as u32));
     assert!(p.conn(B).fetching().is_none());
     p.run();
@@ -129,10 +132,16 @@ fn stream_bytes_around_a_lent_message_keep_their_order() {
     assert_eq!(p.write(A, b"after"), 5);
     p.run();
     let w = p.conn(B).recv_window();
-    assert!(!w.lent && w.len == 6, "bytes before the descriptor stop at it: {w:?}");
+    assert!(
+        !w.lent && w.len == 6,
+        "bytes before the descriptor stop at it: {w:?}"
+    );
     assert_eq!(p.read(B, 100), b"before");
     begin_fetch(&mut p, B).unwrap();
-    assert!(p.read(B, 100).is_empty(), "nothing passes a region being fetched");
+    assert!(
+        p.read(B, 100).is_empty(),
+        "nothing passes a region being fetched"
+    );
     p.run();
     assert_eq!(p.conn_mut(B).finish_fetch(), Some(1000));
     assert_eq!(p.sides[B].fetch_target, vec![9; 1000]);
@@ -276,10 +285,14 @@ fn every_lie_about_lending_ends_the_liars_connection() {
             feed(c, lend_imm(), 0);
             feed(c, piece(15, true), 15);
         }),
-        ("a long descriptor", "descriptor of more than 17 bytes", |c| {
-            feed(c, lend_imm(), 0);
-            feed(c, piece(17, false), 17);
-        }),
+        (
+            "a long descriptor",
+            "descriptor of more than 17 bytes",
+            |c| {
+                feed(c, lend_imm(), 0);
+                feed(c, piece(17, false), 17);
+            },
+        ),
         ("an empty descriptor", "descriptor of 0 bytes", |c| {
             feed(c, lend_imm(), 0);
             feed(c, piece(0, true), 0);
