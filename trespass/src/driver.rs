@@ -649,7 +649,7 @@ impl Driver {
     /// Registers `buf` for the peer to READ and queues it as lent; returns its descriptor
     /// (the caller commits it as the bytes of a message begun with `begin_lend`). On
     /// failure the buffer comes back with the error.
-    pub(crate) fn lend(&mut self, buf: Vec<u8>) -> Result<Lend, (Error, Vec<u8>)> {
+    pub(crate) fn lend(&mut self, buf: Vec<u8>) -> Result<Lend, Box<(Error, Vec<u8>)>> {
         let len = match u32::try_from(buf.len()) {
             Ok(n) => n,
             Err(_) => {
@@ -657,7 +657,7 @@ impl Driver {
                     "a buffer of {} bytes is larger than a message may be",
                     buf.len()
                 ));
-                return Err((e, buf));
+                return Err(Box::new((e, buf)));
             }
         };
         // The device reads it only: no write access, so the bytes may stay initialised
@@ -719,7 +719,8 @@ impl Driver {
         target.reserve(len as usize);
         match Loan::new(&self.res._pd, target, len, AccessFlags::LOCAL_WRITE) {
             Ok(loan) => self.fetch = Some(loan),
-            Err((e, _)) => {
+            Err(failed) => {
+                let (e, _) = *failed;
                 self.conn.on_local_error(e.to_string());
                 return Err(e);
             }

@@ -48,7 +48,7 @@ impl Loan {
         mut vec: Vec<u8>,
         len: u32,
         access: AccessFlags,
-    ) -> Result<Loan, (Error, Vec<u8>)> {
+    ) -> Result<Loan, Box<(Error, Vec<u8>)>> {
         debug_assert!(vec.capacity() >= len as usize && len > 0);
         let ptr = vec.as_mut_ptr();
         let back = Arc::new(Mutex::new(None));
@@ -76,7 +76,7 @@ impl Loan {
                 } else {
                     "registering the target of a lent region"
                 };
-                Err((Error::verbs(what, e), vec))
+                Err(Box::new((Error::verbs(what, e), vec)))
             }
         }
     }

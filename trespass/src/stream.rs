@@ -750,7 +750,8 @@ impl Stream {
         }
         // Nothing of a message is held yet: the message goes into the caller's allocation
         // (a lent region is fetched straight into it).
-        if self.partial.is_empty() {
+        let caller_alloc = self.partial.is_empty();
+        if caller_alloc {
             std::mem::swap(buf, &mut self.partial);
         }
         let mut partial = std::mem::take(&mut self.partial);
@@ -763,6 +764,10 @@ impl Stream {
                 Ok(Some(n))
             }
             other => {
+                if caller_alloc && partial.is_empty() {
+                    // Nothing held: the caller keeps its allocation for the next call.
+                    std::mem::swap(buf, &mut partial);
+                }
                 self.partial = partial;
                 other
             }
@@ -868,11 +873,11 @@ impl Stream {
     ///
     /// # Errors
     ///
-    /// A [`LendError`] with the buffer: `InvalidInput` for an empty buffer or one larger
-    /// than the peer accepts; `Unsupported` when the peer does not take lent buffers;
-    /// `WouldBlock` (non-blocking) when the send buffer has no room for the descriptor or
-    /// [`MAX_LENT`] buffers are out; `TimedOut` after the write timeout; the connection's
-    /// error.
+    /// A [`LendError`] with the buffer: `InvalidInput` for an empty buffer, one larger than
+    /// the peer accepts, or when [`MAX_LENT`] buffers are lent and not reclaimed;
+    /// `Unsupported` when the peer does not take lent buffers; `WouldBlock` (non-blocking)
+    /// when the send buffer has no room for the descriptor; `TimedOut` after the write
+    /// timeout; the connection's error.
     pub fn lend_msg(&mut self, buf: Vec<u8>) -> Result<(), LendError> {
         if buf.is_empty() {
             return Err(LendError::new(
@@ -898,50 +903,41 @@ impl Stream {
             );
             return Err(LendError::new(e, Some(buf)));
         }
-        // Room for the whole descriptor and a free lending slot, before anything is done.
-        let ready = |c: &Connection, lent: usize| {
-            c.error().is_some()
-                || c.broken().is_some()
-                || (lent < MAX_LENT && c.is_writable() && c.send_free() >= LEND_LEN as u64)
-        };
+        let lent = d.lent_count();
+        if lent >= MAX_LENT {
+            let e = Error::InvalidInput(format!(
+                "{lent} buffers are lent on this connection and not reclaimed (at most {MAX_LENT}); call reclaim first"
+            ));
+            return Err(LendError::new(e, Some(buf)));
+        }
+        // Room for the whole descriptor, before anything is done.
         loop {
             d.pump_fast(Instant::now());
             if let Err(e) = write_check(&d) {
                 return Err(LendError::new(e, Some(buf)));
             }
-            if ready(&d.conn, d.lent_count()) {
+            if lend_room(&d.conn) {
                 break;
             }
+            d.conn.request_signal();
+            d.flush_posts();
             if self.nonblocking {
-                d.conn.request_signal();
-                d.flush_posts();
                 let e = self.would_block(&mut d);
-                if ready(&d.conn, d.lent_count()) {
+                if lend_room(&d.conn) {
                     continue;
                 }
                 return Err(LendError::new(e, Some(buf)));
             }
-            let lent = d.lent_count();
-            if lent >= MAX_LENT && d.conn.lent_outstanding() == 0 {
-                let e = Error::InvalidInput(format!(
-                    "{lent} buffers lent on this connection wait to be reclaimed; call reclaim"
-                ));
-                return Err(LendError::new(e, Some(buf)));
-            }
-            d.conn.request_signal();
-            d.flush_posts();
-            let seen = d.conn.returned_total();
-            let room = lent < MAX_LENT;
-            if let Err(e) = self.wait(&mut d, deadline, "write", self.write_timeout, |c| {
-                c.returned_total() > seen
-                    || (room && c.is_writable() && c.send_free() >= LEND_LEN as u64)
-            }) {
+            if let Err(e) = self.wait(&mut d, deadline, "write", self.write_timeout, lend_room) {
                 return Err(LendError::new(e, Some(buf)));
             }
         }
         let desc = match d.lend(buf) {
             Ok(desc) => desc.encode(),
-            Err((e, buf)) => return Err(LendError::new(e, Some(buf))),
+            Err(failed) => {
+                let (e, buf) = *failed;
+                return Err(LendError::new(e, Some(buf)));
+            }
         };
         if let Err(e) = d.conn.begin_lend() {
             // Checked above; should it happen, the buffer is in the lent queue for good.
@@ -1032,7 +1028,7 @@ impl Stream {
     /// Pumps the connection for at most `d` (busy polling, no sleep) until it can be read
     /// (`read`) or written, or has failed. True when it can; false when the time ran out.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(crate) fn spin_until_ready(&self, d: Duration, read: bool) -> bool {
+    pub(crate) fn spin_until_ready(&self, d: Duration, want: Want) -> bool {
         if d.is_zero() {
             return false;
         }
@@ -1041,7 +1037,7 @@ impl Stream {
         loop {
             let now = Instant::now();
             drv.pump_fast(now);
-            if ready_for(&drv.conn, read) {
+            if ready_for(&drv, want) {
                 return true;
             }
             if now >= end {
@@ -1065,8 +1061,8 @@ impl Stream {
     /// True when a read (`read`) or a write would not block now: bytes or the end are
     /// there, or room in the send buffer, or the connection failed.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(crate) fn is_ready(&self, read: bool) -> bool {
-        ready_for(&self.lock().conn, read)
+    pub(crate) fn is_ready(&self, want: Want) -> bool {
+        ready_for(&self.lock(), want)
     }
 
     /// True when dropping the stream will not linger: the FIN completed, or the connection
@@ -1094,13 +1090,34 @@ fn nonzero_timeout(timeout: Option<Duration>, which: &str) -> io::Result<Option<
 /// True when a read (`read`) or a write on `c` would not block: bytes or the end are there,
 /// or room in the send buffer, or the connection failed.
 #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-fn ready_for(c: &Connection, read: bool) -> bool {
-    let ready = if read {
-        c.has_unread() || c.is_eof()
-    } else {
-        c.is_writable()
+fn ready_for(d: &Driver, want: Want) -> bool {
+    let c = &d.conn;
+    let ready = match want {
+        Want::Read => c.has_unread() || c.is_eof(),
+        Want::Write => c.is_writable(),
+        Want::Lend => lend_room(c),
+        Want::Reclaim => !d.reclaimed.is_empty() || d.lent_count() == 0,
     };
     ready || c.error().is_some() || c.broken().is_some()
+}
+
+/// Room for a lent buffer's whole descriptor in the send buffer.
+fn lend_room(c: &Connection) -> bool {
+    c.is_writable() && c.send_free() >= LEND_LEN as u64
+}
+
+/// What a caller of [`Stream::spin_until_ready`] waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+pub(crate) enum Want {
+    /// Bytes, a message or the end (`read`, `recv_msg`).
+    Read,
+    /// Room in the send buffer (`write`, `send_msg`).
+    Write,
+    /// Room for a lent buffer's descriptor (`lend_msg`).
+    Lend,
+    /// A lent buffer back, or none lent (`reclaim`).
+    Reclaim,
 }
 
 /// Fails when nothing more can be written.

@@ -96,9 +96,11 @@ use ::tokio::time::Instant;
 use sideway::rdmacm::{CmError, Event, EventChannel, EventType};
 
 use crate::config::Config;
-use crate::error::Error;
+use crate::error::{Error, LendError};
 use crate::spin::Spin;
-use crate::stream::{cm, connect_reply, connect_routed, connect_start, handshake_accept, Request};
+use crate::stream::{
+    cm, connect_reply, connect_routed, connect_start, handshake_accept, Request, Want,
+};
 
 /// The least a read asks for when nothing is unread yet (see `poll_read`).
 const MIN_READ: usize = 16 * 1024;
@@ -321,7 +323,7 @@ impl Stream {
     ///
     /// As [`send_msg`](Self::send_msg).
     pub fn poll_send_msg(&mut self, cx: &mut Context<'_>, msg: &[u8]) -> Poll<io::Result<()>> {
-        self.poll_io(cx, false, |s| s.send_msg(msg))
+        self.poll_io(cx, Want::Write, |s| s.send_msg(msg))
     }
 
     /// Receives the next message into `buf` (cleared first) and returns its length, or
@@ -346,18 +348,77 @@ impl Stream {
         cx: &mut Context<'_>,
         buf: &mut Vec<u8>,
     ) -> Poll<io::Result<Option<usize>>> {
-        self.poll_io(cx, true, |s| s.recv_msg(buf))
+        self.poll_io(cx, Want::Read, |s| s.recv_msg(buf))
     }
 
-    /// One operation in one direction (`read`: reading, else writing): waits for the fd of
-    /// that direction, tries, and on `WouldBlock` busy-polls, then parks until the fd turns
-    /// readable again.
+    /// Lends `buf` to the peer as one message, without copying it (see
+    /// [`crate::Stream::lend_msg`]); take it back with [`reclaim`](Self::reclaim) once the
+    /// peer fetched it. Cancel-safe: the buffer is lent when the future completes and not
+    /// before; a future dropped earlier drops the buffer unlent.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Stream::lend_msg`] (never `WouldBlock`): the [`LendError`] carries the
+    /// buffer back when it was not lent.
+    pub async fn lend_msg(&mut self, buf: Vec<u8>) -> Result<(), LendError> {
+        let mut slot = Some(buf);
+        let mut failed = None;
+        let done = poll_fn(|cx| {
+            self.poll_io(cx, Want::Lend, |s| {
+                let Some(b) = slot.take() else {
+                    return Ok(());
+                };
+                match s.lend_msg(b) {
+                    Ok(()) => Ok(()),
+                    Err(e) => {
+                        let kind = e.kind();
+                        let (err, back) = e.into_parts();
+                        if kind == io::ErrorKind::WouldBlock {
+                            slot = back;
+                            return Err(err);
+                        }
+                        failed = back;
+                        Err(err)
+                    }
+                }
+            })
+        })
+        .await;
+        match done {
+            Ok(()) => Ok(()),
+            Err(err) => {
+                let back = failed.or(slot);
+                Err(LendError::new(err, back))
+            }
+        }
+    }
+
+    /// Takes back the oldest buffer lent with [`lend_msg`](Self::lend_msg), once the peer
+    /// fetched it (see [`crate::Stream::reclaim`]). Cancel-safe: a buffer is taken from the
+    /// connection only when the future completes.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Stream::reclaim`] (never `WouldBlock`).
+    pub async fn reclaim(&mut self) -> io::Result<Vec<u8>> {
+        poll_fn(|cx| self.poll_io(cx, Want::Reclaim, |s| s.reclaim())).await
+    }
+
+    /// Buffers lent and not yet reclaimed.
+    pub fn lent(&self) -> usize {
+        self.io().stream.lent()
+    }
+
+    /// One operation (reading, or writing, lending and reclaiming, which wait on the
+    /// writers' registration): waits for the fd of that direction, tries, and on
+    /// `WouldBlock` busy-polls, then parks until the fd turns readable again.
     fn poll_io<T>(
         &mut self,
         cx: &mut Context<'_>,
-        read: bool,
+        want: Want,
         mut op: impl FnMut(&mut crate::Stream) -> io::Result<T>,
     ) -> Poll<io::Result<T>> {
+        let read = want == Want::Read;
         // Parked before and woken since: the wait goes on, and it spun already.
         let waiting = if read {
             self.parked_reader.is_some()
@@ -399,7 +460,7 @@ impl Stream {
                 (spin.min(), true)
             };
             let started = std::time::Instant::now();
-            if io.stream.spin_until_ready(d, read) {
+            if io.stream.spin_until_ready(d, want) {
                 if learn {
                     spin.record(started.elapsed(), false);
                 }
@@ -426,7 +487,8 @@ impl Stream {
         } else {
             (&mut self.parked_writer, &mut self.parked_reader)
         };
-        if other.is_some() && io.stream.is_ready(!read) {
+        let other_want = if read { Want::Write } else { Want::Read };
+        if other.is_some() && io.stream.is_ready(other_want) {
             if let Some(w) = other.take() {
                 w.wake();
             }
@@ -454,7 +516,7 @@ impl AsyncRead for Stream {
         // there yet, not the whole of it on every call.
         let now = this.io().stream.unread_len().max(MIN_READ);
         let unfilled = buf.initialize_unfilled_to(buf.remaining().min(now));
-        let n = ready!(this.poll_io(cx, true, |s| s.read(unfilled)))?;
+        let n = ready!(this.poll_io(cx, Want::Read, |s| s.read(unfilled)))?;
         buf.advance(n);
         Poll::Ready(Ok(()))
     }
@@ -466,7 +528,7 @@ impl AsyncWrite for Stream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.get_mut().poll_io(cx, false, |s| s.write(buf))
+        self.get_mut().poll_io(cx, Want::Write, |s| s.write(buf))
     }
 
     /// Posts what coalescing held back (`nodelay` off); does not wait for the peer.

@@ -194,6 +194,51 @@ fn async_messages_keep_their_boundaries_across_dropped_receives() {
 
 /// Lifts the soft limit on open descriptors to the hard one: each connection takes five,
 /// and both ends of every connection are in this process.
+#[test]
+fn lent_buffers_cross_the_tokio_front_end_both_ways() {
+    let Some(ip) = common::test_ip("lent_buffers_cross_the_tokio_front_end_both_ways") else {
+        return;
+    };
+    run(Duration::from_secs(120), async move {
+        let mut config = common::small_config();
+        config.max_message(4 << 20).keepalive(None);
+        let (mut server, mut client) = pair(ip, 7706, &config).await;
+        // The reader waits first: its fetch starts on the lend's arrival and completes on
+        // the READs' completions, each a wake of the reactor.
+        let reader = tokio::spawn(async move {
+            let mut buf = Vec::with_capacity(4 << 20);
+            let ptr = buf.as_ptr() as usize;
+            assert_eq!(server.recv_msg(&mut buf).await.unwrap(), Some(3 << 20));
+            assert!(buf == common::pattern(1, 3 << 20), "the lent message");
+            assert_eq!(
+                buf.as_ptr() as usize,
+                ptr,
+                "fetched into the reader's allocation"
+            );
+            // The second as stream bytes.
+            let mut bytes = vec![0; 200_000];
+            server.read_exact(&mut bytes).await.unwrap();
+            assert!(bytes == common::pattern(2, 200_000));
+            server
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        client.lend_msg(common::pattern(1, 3 << 20)).await.unwrap();
+        client.lend_msg(common::pattern(2, 200_000)).await.unwrap();
+        assert_eq!(client.lent(), 2);
+        assert!(client.reclaim().await.unwrap() == common::pattern(1, 3 << 20));
+        assert!(client.reclaim().await.unwrap() == common::pattern(2, 200_000));
+        let e = client.reclaim().await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+        let e = client.lend_msg(Vec::new()).await.unwrap_err();
+        assert_eq!(
+            e.into_parts().1,
+            Some(Vec::new()),
+            "a refused buffer comes back"
+        );
+        drop(reader.await.unwrap());
+    });
+}
+
 fn raise_fd_limit() {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
