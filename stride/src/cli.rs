@@ -1,7 +1,9 @@
 //! The command line: perftest's flag letters and defaults, English long names, and the
 //! rules that say which combinations make sense, checked before anything touches a device.
 
+use std::net::IpAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
@@ -39,7 +41,7 @@ pub enum Command {
     /// trespass byte streams and messages over RDMA (rdma_cm), measured like the verbs:
     /// `stream lat` a ping-pong (one round trip / 2, as ib_send_lat), `stream bw` one-way
     /// streaming.
-    Stream(crate::stream_bench::StreamArgs),
+    Stream(StreamArgs),
 }
 
 impl Command {
@@ -395,7 +397,7 @@ pub struct RunArgs {
 
     /// Cluster mode: one rank of a run started by srun or mpirun.
     #[command(flatten)]
-    pub cluster: crate::cluster::ClusterArgs,
+    pub cluster: ClusterArgs,
 }
 
 impl RunArgs {
@@ -486,6 +488,175 @@ pub struct PlotArgs {
     /// runs (one line per file and size) instead of against message size.
     #[arg(long = "intervals")]
     pub intervals: bool,
+}
+
+// Cluster mode's options (`stride::cluster` runs them). They are here so that the command
+// line names no mode that uses them.
+
+/// Which pairs a cluster run measures, and how many at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pattern {
+    /// Every ordered pair in turn, one at a time: the full pair matrix.
+    Pairs,
+    /// Rank i to rank i+1 (the last to rank 0), all at once.
+    Ring,
+    /// Every ordered pair, all at once.
+    AllToAll,
+}
+
+impl Pattern {
+    /// The name as typed after `--pattern`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pattern::Pairs => "pairs",
+            Pattern::Ring => "ring",
+            Pattern::AllToAll => "all-to-all",
+        }
+    }
+}
+
+/// The options of cluster mode.
+#[derive(Debug, Clone, Args)]
+pub struct ClusterArgs {
+    /// Run as one rank of a cluster run started by srun or mpirun (no address): the rank
+    /// and world size come from SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/_SIZE or
+    /// PMI_RANK/PMI_SIZE; rank 0 prints and writes (--json, --heatmap) the whole run's
+    /// report. No perftest equivalent (perftest tests one pair per invocation).
+    #[arg(long = "cluster", conflicts_with = "server")]
+    pub cluster: bool,
+
+    /// With --cluster, which pairs run: `pairs`, every ordered pair in turn (the pair
+    /// matrix); `ring`, rank i to rank i+1, all at once; `all-to-all`, every ordered pair
+    /// at once.
+    #[arg(long = "pattern", value_enum, default_value_t = Pattern::Pairs)]
+    pub pattern: Pattern,
+
+    /// With --cluster, rank 0's address HOST:PORT, where every rank registers (default: the
+    /// first host of Slurm's node list, or loopback when every rank runs on this host, at
+    /// the -p port).
+    #[arg(long = "rendezvous", value_name = "HOST:PORT")]
+    pub rendezvous: Option<String>,
+
+    /// With --cluster, how long in seconds a rank may stay silent (it sends a heartbeat
+    /// every second) or take to arrive before the run stops on every rank, naming it.
+    #[arg(long = "cluster-timeout", value_name = "SECONDS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(2..=86_400))]
+    pub cluster_timeout: u64,
+
+    /// With --cluster, write the pair matrix's heatmap (SVG) to this file (rank 0).
+    #[arg(long = "heatmap", value_name = "FILE")]
+    pub heatmap: Option<PathBuf>,
+}
+
+impl ClusterArgs {
+    /// The silence and arrival bound.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs(self.cluster_timeout)
+    }
+}
+
+// `stride-perf stream`'s options (`stride::stream_bench` runs them), here for the same reason.
+
+/// The rdma_cm port of `stride-perf stream` unless `--port` says otherwise.
+pub const STREAM_DEFAULT_PORT: u16 = 18600;
+/// The largest size of `stride-perf stream`, 4 MiB (the top of `--all`).
+pub const STREAM_MAX_SIZE: u64 = 4 << 20;
+/// The most connections of one `stride-perf stream` run.
+pub const STREAM_MAX_CONNECTIONS: u32 = 64;
+/// The longest busy poll `stream --busy-poll-us` takes (one second).
+pub const STREAM_MAX_BUSY_POLL_US: u64 = 1_000_000;
+
+/// Options of `stride-perf stream`.
+#[derive(Debug, Clone, Args)]
+pub struct StreamArgs {
+    /// Measure latency (lat: a ping-pong; each sample is one round trip / 2, as ib_send_lat)
+    /// or bandwidth (bw: one-way streaming, the server answering one byte at the end).
+    pub test: Test,
+
+    /// The server to connect to (an address of its RDMA device: rdma_cm resolves it); without
+    /// it, this side is the server, which serves one client run and exits.
+    pub server: Option<String>,
+
+    /// Message size in bytes, 1 to 4194304 (default: lat 64, bw 65536): what the client
+    /// writes per round trip (lat) or per write (bw). A server given -s serves only clients
+    /// with the same size.
+    #[arg(short = 's', long, value_parser = clap::value_parser!(u64).range(1..=STREAM_MAX_SIZE))]
+    pub size: Option<u64>,
+
+    /// Run every size from 1 B to 4 MiB in powers of two (2^0 to 2^22).
+    #[arg(short = 'a', long = "all", conflicts_with = "size")]
+    pub all_sizes: bool,
+
+    /// Iterations per size and connection (default 1000): round trips for lat (at least 3:
+    /// the statistics drop the two largest samples, as perftest), messages for bw. A server
+    /// given -n serves only clients with the same count.
+    #[arg(short = 'n', long = "iters", value_parser = clap::value_parser!(u64).range(1..))]
+    pub iterations: Option<u64>,
+
+    /// rdma_cm port (in the TCP port space) the server listens on and the client connects to.
+    #[arg(short = 'p', long = "port", default_value_t = STREAM_DEFAULT_PORT)]
+    pub port: u16,
+
+    /// Server only: the address to listen on (default 0.0.0.0: every RDMA device's
+    /// addresses).
+    #[arg(long = "bind", value_name = "ADDR")]
+    pub bind: Option<IpAddr>,
+
+    /// Move each `size` bytes as one trespass message (send_msg / recv_msg) instead of
+    /// stream bytes (write_all / read_exact). The server follows the client unless it was
+    /// given --messages itself, in which case the client must use messages too.
+    #[arg(long = "messages")]
+    pub messages: bool,
+
+    /// Open N connections (1 to 64), one thread each, started together at every size:
+    /// bandwidth is all their bytes over the time from the common start to the last
+    /// connection's end; latency samples are pooled. A server given it serves only clients
+    /// with the same N.
+    #[arg(long = "connections", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=STREAM_MAX_CONNECTIONS as i64))]
+    pub connections: Option<u32>,
+
+    /// The least time trespass's blocking calls spin on the completion queue before they
+    /// sleep on the completion channel, in microseconds (0 to 1000000; default: trespass's,
+    /// 20). Above it trespass adapts the spin to how long waits take (--busy-poll-max-us).
+    /// Each side sets its own.
+    #[arg(long = "busy-poll-us", value_name = "USEC",
+          value_parser = clap::value_parser!(u64).range(0..=STREAM_MAX_BUSY_POLL_US))]
+    pub busy_poll_us: Option<u64>,
+
+    /// The limit of trespass's adaptive spin, in microseconds (0 to 1000000; 0 turns the
+    /// adaptation off; default: trespass's, 250): while a connection's waits typically end
+    /// within half of it, a wait spins up to twice their average before sleeping. Each side
+    /// sets its own. With --tokio it also fixes whether the spin adapts (without it, the
+    /// tokio front end adapts while its runtime is not crowded, as here it never is).
+    #[arg(long = "busy-poll-max-us", value_name = "USEC",
+          value_parser = clap::value_parser!(u64).range(0..=STREAM_MAX_BUSY_POLL_US))]
+    pub busy_poll_max_us: Option<u64>,
+
+    /// Turn trespass's nodelay off on this side (Stream::set_nodelay(false)): small writes
+    /// are held until 16 KiB are pending, a message is sent or this side blocks in a read.
+    /// Default: nodelay on, every write goes out at once.
+    #[arg(long = "coalesce")]
+    pub coalesce: bool,
+
+    /// Drive each connection through trespass's tokio front end (trespass::tokio::Stream)
+    /// instead of the blocking calls: each connection's thread runs a current-thread tokio
+    /// runtime of its own (the per-core mode) and every read and write awaits in its
+    /// reactor. Each side sets its own.
+    #[arg(long = "tokio")]
+    pub tokio: bool,
+
+    /// Draw this side's receives from one shared receive queue of DEPTH receives for all its
+    /// connections (trespass's Config::shared_receive_queue, 8 to 4194304) instead of a
+    /// receive queue per connection. Each side sets its own.
+    #[arg(long = "shared-receive-queue", value_name = "DEPTH",
+          value_parser = clap::value_parser!(u32).range(8..=(1 << 22)))]
+    pub shared_receive_queue: Option<u32>,
+
+    /// Client only: also write the results as JSON to this file.
+    #[arg(long = "json", value_name = "FILE")]
+    pub json: Option<PathBuf>,
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ pub mod engine;
 pub mod gid_select;
 pub mod latency;
 pub mod loop_cost;
+pub mod mode;
 pub mod oob;
 pub mod pacing;
 pub mod params;

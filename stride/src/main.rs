@@ -1,11 +1,13 @@
-//! `stride-perf`: the command. Parses the command line and hands it to the engine or the
-//! plotter; every failure ends with one message on standard error and exit status 1.
+//! `stride-perf`: the command. Parses the command line and hands it to the engine (through
+//! [`stride::mode`]), the stream benchmark or the plotter; every failure ends with one
+//! message on standard error and exit status 1.
 
 use std::process::ExitCode;
 
 use clap::Parser;
 use stride::cli::{Cli, Command, Verb};
-use stride::engine::{self, RunError};
+use stride::engine::RunError;
+use stride::mode;
 use stride::plot;
 
 /// Puts sideway's diagnostics (a destroy verb that failed while dropping a resource) on
@@ -35,10 +37,10 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     let result = match &cli.command {
-        Command::Send(a) => engine::run(Verb::Send, a),
-        Command::Write(a) => engine::run(Verb::Write, a),
-        Command::Read(a) => engine::run(Verb::Read, a),
-        Command::Atomic(a) => engine::run(Verb::Atomic, a),
+        Command::Send(a) => mode::run(Verb::Send, a),
+        Command::Write(a) => mode::run(Verb::Write, a),
+        Command::Read(a) => mode::run(Verb::Read, a),
+        Command::Atomic(a) => mode::run(Verb::Atomic, a),
         Command::Plot(a) => plot::plot_files(&a.inputs, &a.output, a.intervals)
             .map(|()| println!("wrote {}", a.output.display()))
             .map_err(RunError::new),

@@ -3,6 +3,7 @@
 //! run on every rank, naming the culprit, when one dies, hangs, fails or never comes.
 
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::path::Path;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::launcher::Launch;
 use super::report::ClusterReport;
 use super::wire::{self, Control, Member, PairResult, RecvError};
-use crate::cli::{RunArgs, Verb};
+use crate::cli::{Pattern, RunArgs, Verb};
 use crate::engine::RunError;
 use crate::params::TestParams;
 
@@ -61,7 +62,7 @@ pub(super) fn start(
                 "rank 0 runs on {}, but the rendezvous {rendezvous} is another host's: the \
                  other ranks would wait there in vain; pass --rendezvous with this host's \
                  name",
-                super::member::host_name()
+                super::launcher::host_name()
             )));
         }
     }
@@ -155,7 +156,7 @@ struct Coordinator {
     size: usize,
     limit: Duration,
     kind: super::launcher::LauncherKind,
-    pattern: super::Pattern,
+    pattern: Pattern,
     params: TestParams,
     args: RunArgs,
     /// Indexed by rank once everyone came.
@@ -224,7 +225,8 @@ impl Coordinator {
             results,
         );
         report.print();
-        let written = report.write_files(
+        let written = write_files(
+            &report,
             self.args.json.as_deref(),
             self.args.cluster.heatmap.as_deref(),
         );
@@ -454,6 +456,33 @@ impl Coordinator {
             }
         }
     }
+}
+
+/// Writes the report's JSON file and heatmap, when asked for.
+fn write_files(
+    report: &ClusterReport,
+    json: Option<&Path>,
+    heatmap: Option<&Path>,
+) -> Result<(), RunError> {
+    let fail = |path: &Path, e: &dyn std::fmt::Display| {
+        RunError::new(format!(
+            "the run succeeded but {} could not be written: {e}",
+            path.display()
+        ))
+    };
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(report).map_err(|e| fail(path, &e))?;
+        let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
+        std::fs::write(&tmp, text + "\n")
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .map_err(|e| fail(path, &e))?;
+        println!(" cluster results written to {}", path.display());
+    }
+    if let Some(path) = heatmap {
+        std::fs::write(path, super::heatmap::render(report)).map_err(|e| fail(path, &e))?;
+        println!(" pair matrix heatmap written to {}", path.display());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

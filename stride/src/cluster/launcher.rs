@@ -364,6 +364,16 @@ fn expand_ranges(inside: &str) -> Result<Vec<String>, String> {
     Ok(values)
 }
 
+/// This host's name, for the table and for messages about this rank.
+pub(crate) fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "unknown-host".to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::coordinator::{self, HEARTBEAT};
-use super::launcher::Launch;
+use super::launcher::{host_name, Launch};
 use super::wire::{self, Control, Member, PairJob, PairResult, RecvError};
 use crate::cli::{RunArgs, Verb};
 use crate::engine::{self, RunError};
@@ -54,16 +54,6 @@ impl Arrivals {
             map = self.came.wait_timeout(map, left).ok()?.0;
         }
     }
-}
-
-/// This host's name, for the table and for messages about this rank.
-pub(crate) fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "unknown-host".to_owned())
 }
 
 /// Connects to rank 0, trying again while nothing listens yet (ranks start in any order),
@@ -410,7 +400,7 @@ impl MemberState<'_> {
                         "pair {} -> {} on rank {me} ({}): {e}",
                         job.client,
                         job.server,
-                        super::member::host_name()
+                        super::launcher::host_name()
                     )
                 });
             let _ = events.send(Event::Pair(job, Box::new(outcome)));

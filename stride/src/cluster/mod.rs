@@ -22,39 +22,15 @@ mod member;
 pub mod report;
 pub mod wire;
 
-use std::path::PathBuf;
-use std::time::Duration;
-
-use clap::{Args, ValueEnum};
-use serde::{Deserialize, Serialize};
-
+pub use crate::cli::{ClusterArgs, Pattern};
 use crate::cli::{RunArgs, Verb};
 use crate::engine::RunError;
 use launcher::{Launch, RankZeroHost};
 use wire::PairJob;
 
-/// Which pairs a cluster run measures, and how many at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum Pattern {
-    /// Every ordered pair in turn, one at a time: the full pair matrix.
-    Pairs,
-    /// Rank i to rank i+1 (the last to rank 0), all at once.
-    Ring,
-    /// Every ordered pair, all at once.
-    AllToAll,
-}
-
+// The command line names the pattern (`Pattern` is in `crate::cli`, which knows nothing of
+// cluster runs); cluster mode knows which pairs each one runs.
 impl Pattern {
-    /// The name as typed after `--pattern`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Pattern::Pairs => "pairs",
-            Pattern::Ring => "ring",
-            Pattern::AllToAll => "all-to-all",
-        }
-    }
-
     /// The steps of the pattern for `size` ranks: each step's pairs run at once, the steps
     /// one after another.
     pub fn steps(self, size: usize) -> Vec<Vec<PairJob>> {
@@ -75,46 +51,6 @@ impl Pattern {
                 .collect()],
             Pattern::AllToAll => vec![ordered().collect()],
         }
-    }
-}
-
-/// The options of cluster mode.
-#[derive(Debug, Clone, Args)]
-pub struct ClusterArgs {
-    /// Run as one rank of a cluster run started by srun or mpirun (no address): the rank
-    /// and world size come from SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/_SIZE or
-    /// PMI_RANK/PMI_SIZE; rank 0 prints and writes (--json, --heatmap) the whole run's
-    /// report. No perftest equivalent (perftest tests one pair per invocation).
-    #[arg(long = "cluster", conflicts_with = "server")]
-    pub cluster: bool,
-
-    /// With --cluster, which pairs run: `pairs`, every ordered pair in turn (the pair
-    /// matrix); `ring`, rank i to rank i+1, all at once; `all-to-all`, every ordered pair
-    /// at once.
-    #[arg(long = "pattern", value_enum, default_value_t = Pattern::Pairs)]
-    pub pattern: Pattern,
-
-    /// With --cluster, rank 0's address HOST:PORT, where every rank registers (default: the
-    /// first host of Slurm's node list, or loopback when every rank runs on this host, at
-    /// the -p port).
-    #[arg(long = "rendezvous", value_name = "HOST:PORT")]
-    pub rendezvous: Option<String>,
-
-    /// With --cluster, how long in seconds a rank may stay silent (it sends a heartbeat
-    /// every second) or take to arrive before the run stops on every rank, naming it.
-    #[arg(long = "cluster-timeout", value_name = "SECONDS", default_value_t = 30,
-          value_parser = clap::value_parser!(u64).range(2..=86_400))]
-    pub cluster_timeout: u64,
-
-    /// With --cluster, write the pair matrix's heatmap (SVG) to this file (rank 0).
-    #[arg(long = "heatmap", value_name = "FILE")]
-    pub heatmap: Option<PathBuf>,
-}
-
-impl ClusterArgs {
-    /// The silence and arrival bound.
-    pub fn timeout(&self) -> Duration {
-        Duration::from_secs(self.cluster_timeout)
     }
 }
 

@@ -9,14 +9,12 @@
 //! equally good links, whose deviation is near zero, flags nobody for noise.
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use super::launcher::LauncherKind;
 use super::wire::{Member, PairResult};
-use super::Pattern;
-use crate::cli::{Test, Verb};
+use crate::cli::{Pattern, Test, Verb};
 use crate::params::TestParams;
 use crate::report::{SideReport, SizeResult, RULE};
 
@@ -391,33 +389,6 @@ impl ClusterReport {
     /// Prints the report on standard output.
     pub fn print(&self) {
         print!("{}", self.text());
-    }
-
-    /// Writes the JSON file and the heatmap, when asked for.
-    pub fn write_files(
-        &self,
-        json: Option<&Path>,
-        heatmap: Option<&Path>,
-    ) -> Result<(), crate::engine::RunError> {
-        let fail = |path: &Path, e: &dyn std::fmt::Display| {
-            crate::engine::RunError::new(format!(
-                "the run succeeded but {} could not be written: {e}",
-                path.display()
-            ))
-        };
-        if let Some(path) = json {
-            let text = serde_json::to_string_pretty(self).map_err(|e| fail(path, &e))?;
-            let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
-            std::fs::write(&tmp, text + "\n")
-                .and_then(|()| std::fs::rename(&tmp, path))
-                .map_err(|e| fail(path, &e))?;
-            println!(" cluster results written to {}", path.display());
-        }
-        if let Some(path) = heatmap {
-            std::fs::write(path, super::heatmap::render(self)).map_err(|e| fail(path, &e))?;
-            println!(" pair matrix heatmap written to {}", path.display());
-        }
-        Ok(())
     }
 }
 

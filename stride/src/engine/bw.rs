@@ -23,13 +23,14 @@ use std::time::{Duration, Instant};
 use sideway::memory_region::Sge;
 use sideway::{AddressHandle, SendData, SendFlags, WorkCompletion};
 
+use super::completion::{op_name, wc_failed};
 use super::dc::{DcOp, DcQps};
+use super::error::RunError;
 use super::interrupt::stop_requested;
 use super::setup::{
     local_data, remote_target, sleep_on, RemoteTarget, Resources, QP_INDEX_MASK, UD_QKEY,
 };
-use super::watch::Watch;
-use super::{op_name, wc_failed, RunError};
+use super::watch::{Watch, STALL};
 use crate::bandwidth::{interval_line, BandwidthResult, BandwidthTimes, Interval, IntervalMeter};
 use crate::buffer::QpBuffers;
 use crate::cli::{AtomicType, Connection, Verb};
@@ -317,7 +318,7 @@ fn warm_up(
         senders.post(q, &wrs, || ())?;
     }
     let mut left = per_qp * n as u64;
-    let deadline = Instant::now() + super::STALL;
+    let deadline = Instant::now() + STALL;
     while left > 0 {
         let got = cq.poll_into(wcs)?;
         for wc in &wcs[..got] {
@@ -332,7 +333,7 @@ fn warm_up(
             return Err(RunError::new(format!(
                 "the warm-up's {left} last completions did not come within {} s: the peer \
                  stopped answering; check its output",
-                super::STALL.as_secs()
+                STALL.as_secs()
             )));
         }
     }

@@ -16,8 +16,8 @@ use std::time::Duration;
 use sideway::rdmacm::{CmId, ConnParam, EventChannel, EventType, PortSpace, QpTargetState};
 use sideway::QueuePair;
 
+use super::error::RunError;
 use super::setup::Resources;
-use super::RunError;
 use crate::params::TestParams;
 
 /// How long each rdma_cm step may take.

@@ -36,7 +36,7 @@ use sideway::{
     SharedReceiveQueue,
 };
 
-use super::RunError;
+use super::error::RunError;
 use crate::cli::{Test, Verb};
 use crate::oob::{DcEndpoint, QpEndpoint};
 use crate::params::TestParams;

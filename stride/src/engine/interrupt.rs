@@ -15,14 +15,14 @@ extern "C" fn on_signal(_: libc::c_int) {
 }
 
 /// From now on SIGINT and SIGTERM ask the run to stop instead of ending the process.
-pub(crate) fn catch_stop_signals() -> Result<(), super::RunError> {
+pub(crate) fn catch_stop_signals() -> Result<(), super::error::RunError> {
     for sig in [libc::SIGINT, libc::SIGTERM] {
         let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
         // SAFETY: on_signal only stores to an atomic, which is async-signal-safe; signal()
         // replaces the disposition of a valid signal number and touches no Rust memory.
         let old = unsafe { libc::signal(sig, handler) };
         if old == libc::SIG_ERR {
-            return Err(super::RunError::new(format!(
+            return Err(super::error::RunError::new(format!(
                 "cannot catch signal {sig} to end --run-infinitely cleanly: {}",
                 std::io::Error::last_os_error()
             )));

@@ -23,10 +23,11 @@ use sideway::memory_region::Sge;
 use sideway::SendData;
 
 use super::bw::{wr_op, Targets, WrOpOwned};
+use super::completion::{op_name, wc_failed};
 use super::dc::{DcOp, DcQps};
+use super::error::RunError;
 use super::setup::{local_data, remote_target, sleep_on, RemoteTarget, Resources};
 use super::watch::Watch;
-use super::{op_name, wc_failed, RunError};
 use crate::buffer::QpBuffers;
 use crate::cli::Verb;
 use crate::latency::LatencySummary;

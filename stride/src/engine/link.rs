@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use sideway::async_event::{AsyncEventKind, AsyncEventObject};
 use sideway::DeviceContext;
 
-use super::RunError;
+use super::error::RunError;
 use crate::params::TestParams;
 
 /// The transport retries stride's QPs make (`retry_cnt`, the verbs' usual 7).

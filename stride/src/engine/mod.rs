@@ -19,7 +19,9 @@
 
 mod bw;
 mod cm;
+mod completion;
 mod dc;
+mod error;
 mod interrupt;
 mod lat;
 mod link;
@@ -27,17 +29,17 @@ mod setup;
 mod validate;
 mod watch;
 
-use std::fmt;
+pub use error::RunError;
+
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
-use crate::bandwidth::{interval_summary, BandwidthError, BandwidthResult, BandwidthTimes};
-use crate::buffer::{BufferError, BufferKind, Memory};
+use crate::bandwidth::{interval_summary, BandwidthResult, BandwidthTimes};
+use crate::buffer::{BufferKind, Memory};
 use crate::cli::{RunArgs, Test, Verb};
 use crate::clock::{current_source, ClockCheck};
-use crate::latency::TooFewSamples;
-use crate::oob::{OobChannel, OobError, QpEndpoint};
-use crate::params::{ParamError, TestParams};
+use crate::oob::{OobChannel, QpEndpoint};
+use crate::params::TestParams;
 use crate::post_clock::PostClock;
 use crate::preflight;
 use crate::progress::Progress;
@@ -46,103 +48,10 @@ use sideway::peer_text::{printable, PEER_TEXT_MAX};
 
 use link::LinkWatch;
 use setup::{path_mtu, DeviceSide, Resources, VerbsApi};
-use watch::Watch;
+use watch::{Watch, STALL};
 
-/// How long a measured loop may go without any progress before it gives up.
-pub(crate) const STALL: Duration = Duration::from_secs(20);
 /// How long each setup exchange may wait for the peer.
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// Why a run failed: a sentence saying what happened and what to do.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunError(String);
-
-impl RunError {
-    /// An error with this message.
-    pub fn new(msg: impl Into<String>) -> Self {
-        RunError(msg.into())
-    }
-}
-
-impl fmt::Display for RunError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for RunError {}
-
-macro_rules! run_error_from {
-    ($($t:ty),* $(,)?) => {$(
-        impl From<$t> for RunError {
-            fn from(e: $t) -> Self {
-                RunError(e.to_string())
-            }
-        }
-    )*};
-}
-
-run_error_from!(
-    ParamError,
-    OobError,
-    BandwidthError,
-    TooFewSamples,
-    BufferError,
-    crate::cuda::CudaError,
-    sideway::DeviceError,
-    sideway::protection_domain::AllocPdError,
-    sideway::MemoryRegionError,
-    sideway::CompletionQueueError,
-    sideway::QueuePairError,
-    sideway::ConnectError,
-    sideway::PostError,
-    sideway::WorkCompletionError,
-    sideway::rdmacm::CmError,
-    sideway::AddressHandleError,
-    sideway::async_event::EventError,
-    sideway::SharedReceiveQueueError,
-    sideway::ModifyQpError,
-    sideway::dv::DvError,
-);
-
-/// The operation a verb's work requests carry, as a person names it.
-pub(crate) fn op_name(verb: Verb) -> &'static str {
-    match verb {
-        Verb::Send => "SEND",
-        Verb::Write => "RDMA WRITE",
-        Verb::Read => "RDMA READ",
-        Verb::Atomic => "atomic",
-    }
-}
-
-/// A failed completion as stride reports it: `what` failed on QP `qp` (its index in this
-/// run, 0 to -q - 1) at message `message` of that QP (counted from 1), with the status and
-/// its likely cause. Never the wr_id: stride packs the QP index and batch counts into it,
-/// which means nothing to a reader.
-/// A transport retry failure also says how long the transport tried (`qp_timeout`, `-u`).
-pub(crate) fn wc_failed(
-    e: &sideway::WorkCompletionError,
-    what: &str,
-    qp: usize,
-    message: u64,
-    qp_timeout: u8,
-) -> RunError {
-    let hint = e.status.hint();
-    let tried = if e.status == sideway::WcStatus::RetryExcErr {
-        format!(
-            "; no acknowledgement came for {}: the peer or the link is gone",
-            link::retry_budget_text(qp_timeout)
-        )
-    } else {
-        String::new()
-    };
-    RunError(format!(
-        "{what} on QP {qp} (QPN {:#x}) failed at message {message} of that QP: {}{}{hint}{tried}",
-        e.qp_num,
-        e.status,
-        if hint.is_empty() { "" } else { ": " }
-    ))
-}
 
 /// Refuses what this version cannot do yet, before touching anything.
 fn check_supported(params: &TestParams) -> Result<(), RunError> {
@@ -155,13 +64,10 @@ fn check_supported(params: &TestParams) -> Result<(), RunError> {
     Ok(())
 }
 
-/// Runs one side of a test: the server when `args.server` is `None`; a rank of a cluster
-/// run with `--cluster`.
-pub fn run(verb: Verb, args: &RunArgs) -> Result<(), RunError> {
-    crate::cluster::check_args(args)?;
-    if args.cluster.cluster {
-        return crate::cluster::run(verb, args);
-    }
+/// Runs one side of a pair test: the server when `args.server` is `None`. The command runs
+/// [`crate::mode::run`], which also refuses stray cluster options and runs a rank of a
+/// cluster run with `--cluster`.
+pub fn run_pair(verb: Verb, args: &RunArgs) -> Result<(), RunError> {
     run_side(verb, args, false, |params| match &args.server {
         Some(host) => {
             let mut oob = OobChannel::connect(host, args.port, EXCHANGE_TIMEOUT)?;
@@ -749,41 +655,6 @@ mod tests {
 
     fn params(args: &[&str]) -> TestParams {
         crate::params::from_args(args).unwrap()
-    }
-
-    #[test]
-    fn failed_completions_show_the_qp_and_message_not_the_wr_id() {
-        let e = sideway::WorkCompletionError {
-            status: sideway::completion_queue::WcStatus::RemAccessErr,
-            wr_id: 4_294_967_296,
-            qp_num: 0x11,
-            vendor_err: 0,
-        };
-        let text = wc_failed(&e, op_name(Verb::Write), 0, 1, 14).to_string();
-        assert!(
-            text.starts_with("RDMA WRITE on QP 0 (QPN 0x11) failed at message 1 of that QP: "),
-            "{text}"
-        );
-        assert!(
-            text.contains("(10)")
-                && text.contains(
-                    "the peer process is gone or deregistered its memory: check the peer's output"
-                ),
-            "{text}"
-        );
-        assert!(!text.contains("4294967296"), "{text}");
-        let gone = sideway::WorkCompletionError {
-            status: sideway::completion_queue::WcStatus::RetryExcErr,
-            ..e
-        };
-        let text = wc_failed(&gone, "SEND", 1, 7, 14).to_string();
-        assert!(
-            text.ends_with(
-                "no acknowledgement came for about 536 ms (the first try and 7 resends, each \
-                 after a 67 ms ack timeout: -u 14): the peer or the link is gone"
-            ),
-            "{text}"
-        );
     }
 
     #[test]

@@ -22,7 +22,7 @@ use sideway::{
 use sideway::memory_region::Sge;
 
 use super::dc::{av_to as dc_av, DcQps, DcRoles, DcSetup, DcStates};
-use super::RunError;
+use super::error::RunError;
 use crate::buffer::{region_len, Memory, QpBuffer, QpBuffers};
 use crate::cli::{AtomicType, Connection, RunArgs, Verb};
 use crate::gid_select::{best_gid, GidCandidate};

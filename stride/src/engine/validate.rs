@@ -27,8 +27,8 @@
 //!   that posted them checks the value its last operation fetched (start + n - 1, or start),
 //!   since RC executes a QP's atomics in order.
 
+use super::error::RunError;
 use super::setup::Resources;
-use super::RunError;
 use crate::cli::{AtomicType, Connection, Test, Verb};
 use crate::params::TestParams;
 use sideway::GRH_LEN;

@@ -11,10 +11,12 @@
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
+use super::error::RunError;
 use super::link::LinkWatch;
-use super::RunError;
 use crate::oob::OobChannel;
 
+/// How long a measured loop may go without any progress before it gives up.
+pub(crate) const STALL: Duration = Duration::from_secs(20);
 /// How many idle turns pass between two looks at the clock.
 const SPINS_PER_CHECK: u32 = 1024;
 /// How often the out-of-band channel is looked at.

@@ -26,17 +26,20 @@
 use std::fmt;
 use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use clap::Args;
 use serde::{Deserialize, Serialize};
 use trespass::{Config, Stream};
 
 use crate::bandwidth::BandwidthResult;
 use crate::cli::Test;
+pub use crate::cli::{
+    StreamArgs, STREAM_DEFAULT_PORT as DEFAULT_PORT, STREAM_MAX_BUSY_POLL_US as MAX_BUSY_POLL_US,
+    STREAM_MAX_CONNECTIONS as MAX_CONNECTIONS, STREAM_MAX_SIZE as MAX_SIZE,
+};
 use crate::engine::RunError;
 use crate::latency::LatencySummary;
 use crate::post_clock::{tsc_usable, PostClock};
@@ -45,112 +48,12 @@ use crate::report::{self, LatencyResult, RULE};
 mod conn;
 use conn::{Conn, TokioConn};
 
-/// The rdma_cm port of `stride-perf stream` unless `--port` says otherwise.
-pub const DEFAULT_PORT: u16 = 18600;
-/// The largest size, 4 MiB (the top of `--all`).
-pub const MAX_SIZE: u64 = 4 << 20;
 /// Iterations per size unless `--iters` says otherwise.
 pub const DEFAULT_ITERS: u64 = 1000;
-/// The most connections of one run.
-pub const MAX_CONNECTIONS: u32 = 64;
-/// The longest busy poll `--busy-poll-us` takes (one second).
-pub const MAX_BUSY_POLL_US: u64 = 1_000_000;
 /// How long a read or write may wait for the peer before the run fails.
 const IO_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the server waits for the second and later connections of a run.
 const ACCEPT_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Options of `stride-perf stream`.
-#[derive(Debug, Clone, Args)]
-pub struct StreamArgs {
-    /// Measure latency (lat: a ping-pong; each sample is one round trip / 2, as ib_send_lat)
-    /// or bandwidth (bw: one-way streaming, the server answering one byte at the end).
-    pub test: Test,
-
-    /// The server to connect to (an address of its RDMA device: rdma_cm resolves it); without
-    /// it, this side is the server, which serves one client run and exits.
-    pub server: Option<String>,
-
-    /// Message size in bytes, 1 to 4194304 (default: lat 64, bw 65536): what the client
-    /// writes per round trip (lat) or per write (bw). A server given -s serves only clients
-    /// with the same size.
-    #[arg(short = 's', long, value_parser = clap::value_parser!(u64).range(1..=MAX_SIZE))]
-    pub size: Option<u64>,
-
-    /// Run every size from 1 B to 4 MiB in powers of two (2^0 to 2^22).
-    #[arg(short = 'a', long = "all", conflicts_with = "size")]
-    pub all_sizes: bool,
-
-    /// Iterations per size and connection (default 1000): round trips for lat (at least 3:
-    /// the statistics drop the two largest samples, as perftest), messages for bw. A server
-    /// given -n serves only clients with the same count.
-    #[arg(short = 'n', long = "iters", value_parser = clap::value_parser!(u64).range(1..))]
-    pub iterations: Option<u64>,
-
-    /// rdma_cm port (in the TCP port space) the server listens on and the client connects to.
-    #[arg(short = 'p', long = "port", default_value_t = DEFAULT_PORT)]
-    pub port: u16,
-
-    /// Server only: the address to listen on (default 0.0.0.0: every RDMA device's
-    /// addresses).
-    #[arg(long = "bind", value_name = "ADDR")]
-    pub bind: Option<IpAddr>,
-
-    /// Move each `size` bytes as one trespass message (send_msg / recv_msg) instead of
-    /// stream bytes (write_all / read_exact). The server follows the client unless it was
-    /// given --messages itself, in which case the client must use messages too.
-    #[arg(long = "messages")]
-    pub messages: bool,
-
-    /// Open N connections (1 to 64), one thread each, started together at every size:
-    /// bandwidth is all their bytes over the time from the common start to the last
-    /// connection's end; latency samples are pooled. A server given it serves only clients
-    /// with the same N.
-    #[arg(long = "connections", value_name = "N",
-          value_parser = clap::value_parser!(u32).range(1..=MAX_CONNECTIONS as i64))]
-    pub connections: Option<u32>,
-
-    /// The least time trespass's blocking calls spin on the completion queue before they
-    /// sleep on the completion channel, in microseconds (0 to 1000000; default: trespass's,
-    /// 20). Above it trespass adapts the spin to how long waits take (--busy-poll-max-us).
-    /// Each side sets its own.
-    #[arg(long = "busy-poll-us", value_name = "USEC",
-          value_parser = clap::value_parser!(u64).range(0..=MAX_BUSY_POLL_US))]
-    pub busy_poll_us: Option<u64>,
-
-    /// The limit of trespass's adaptive spin, in microseconds (0 to 1000000; 0 turns the
-    /// adaptation off; default: trespass's, 250): while a connection's waits typically end
-    /// within half of it, a wait spins up to twice their average before sleeping. Each side
-    /// sets its own. With --tokio it also fixes whether the spin adapts (without it, the
-    /// tokio front end adapts while its runtime is not crowded, as here it never is).
-    #[arg(long = "busy-poll-max-us", value_name = "USEC",
-          value_parser = clap::value_parser!(u64).range(0..=MAX_BUSY_POLL_US))]
-    pub busy_poll_max_us: Option<u64>,
-
-    /// Turn trespass's nodelay off on this side (Stream::set_nodelay(false)): small writes
-    /// are held until 16 KiB are pending, a message is sent or this side blocks in a read.
-    /// Default: nodelay on, every write goes out at once.
-    #[arg(long = "coalesce")]
-    pub coalesce: bool,
-
-    /// Drive each connection through trespass's tokio front end (trespass::tokio::Stream)
-    /// instead of the blocking calls: each connection's thread runs a current-thread tokio
-    /// runtime of its own (the per-core mode) and every read and write awaits in its
-    /// reactor. Each side sets its own.
-    #[arg(long = "tokio")]
-    pub tokio: bool,
-
-    /// Draw this side's receives from one shared receive queue of DEPTH receives for all its
-    /// connections (trespass's Config::shared_receive_queue, 8 to 4194304) instead of a
-    /// receive queue per connection. Each side sets its own.
-    #[arg(long = "shared-receive-queue", value_name = "DEPTH",
-          value_parser = clap::value_parser!(u32).range(8..=(1 << 22)))]
-    pub shared_receive_queue: Option<u32>,
-
-    /// Client only: also write the results as JSON to this file.
-    #[arg(long = "json", value_name = "FILE")]
-    pub json: Option<PathBuf>,
-}
 
 /// How the bytes travel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
