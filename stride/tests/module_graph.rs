@@ -1,4 +1,5 @@
-//! stride-perf's module graph has no import circle and no arrow up to `lib.rs`.
+//! stride-perf's module graph has no import circle and no arrow up to `lib.rs`, and every
+//! module sits in its layer of `stride/ARCHITECTURE.md` (see that page).
 //!
 //! The analyzer is sideway's, shared by path (`sideway/tests/support/module_graph.rs`, whose
 //! header says how arrows are drawn and what is checked; its own tests are in sideway's
@@ -17,6 +18,11 @@ fn manifest_dir() -> &'static Path {
 #[test]
 fn the_crate_has_no_import_circle_and_nothing_points_up_to_lib_rs() {
     module_graph::assert_no_circle(manifest_dir(), 10);
+}
+
+#[test]
+fn every_module_sits_in_its_layer_of_architecture_md_and_no_arrow_points_up() {
+    module_graph::assert_layers(manifest_dir(), 10);
 }
 
 /// Prints the graph (`cargo test -p stride-perf --test module_graph -- --nocapture`), to
