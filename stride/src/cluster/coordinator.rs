@@ -40,12 +40,12 @@ pub(super) fn start(
     let port = rendezvous
         .rsplit_once(':')
         .and_then(|(_, p)| p.parse::<u16>().ok())
-        .ok_or_else(|| RunError::new(format!("rendezvous {rendezvous}: no port")))?;
+        .ok_or_else(|| RunError::usage(format!("rendezvous {rendezvous}: no port")))?;
     // Every address of this host: the others reach it by its name or address.
     let listener = TcpListener::bind(("::", port))
         .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
         .map_err(|e| {
-            RunError::new(format!(
+            RunError::setup(format!(
                 "rank 0: cannot listen for the other ranks on TCP port {port}: {e} (another \
                  run on this host? pick another with -p or --rendezvous)"
             ))
@@ -58,7 +58,7 @@ pub(super) fn start(
                 .iter()
                 .all(|a| std::net::TcpListener::bind((a.ip(), 0)).is_err())
         {
-            return Err(RunError::new(format!(
+            return Err(RunError::usage(format!(
                 "rank 0 runs on {}, but the rendezvous {rendezvous} is another host's: the \
                  other ranks would wait there in vain; pass --rendezvous with this host's \
                  name",
@@ -207,7 +207,7 @@ impl Coordinator {
             got.sort_by_key(|r| (r.pair.client, r.pair.server));
             got.dedup_by_key(|r| r.pair);
             if got.len() != jobs.len() {
-                return Err(RunError::new(format!(
+                return Err(RunError::peer_invalid(format!(
                     "step {}: {} of its {} pairs reported results",
                     index + 1,
                     got.len(),
@@ -259,7 +259,7 @@ impl Coordinator {
                         .map(|(i, _)| i.to_string())
                         .collect();
                     self.ranks = came.into_iter().flatten().collect();
-                    return Err(RunError::new(format!(
+                    return Err(RunError::timeout(format!(
                         "rank{} {} never arrived at rank 0 within {} s (--cluster-timeout): \
                          did they start, with the same -p/--rendezvous? {} of {} ranks came",
                         if missing.len() == 1 { "" } else { "s" },
@@ -304,7 +304,7 @@ impl Coordinator {
                     if let Some(problem) = problem {
                         self.ranks = came.into_iter().flatten().collect();
                         self.ranks.push(rank);
-                        return Err(RunError::new(problem));
+                        return Err(RunError::usage(problem));
                     }
                     let slot = rank.member.rank;
                     if let Some(s) = came.get_mut(slot) {
@@ -317,7 +317,7 @@ impl Coordinator {
                         .and_then(Option::as_ref)
                         .map_or_else(|| format!("rank {rank}"), Rank::name);
                     self.ranks = came.into_iter().flatten().collect();
-                    return Err(RunError::new(format!(
+                    return Err(RunError::peer_gone(format!(
                         "{who} {e} before every rank arrived: it died or was killed; see its \
                          output"
                     )));
@@ -343,7 +343,7 @@ impl Coordinator {
     fn broadcast(&mut self, msg: &Control) -> Result<(), RunError> {
         for r in &mut self.ranks {
             wire::send(&mut r.stream, msg).map_err(|e| {
-                RunError::new(format!(
+                RunError::peer_gone(format!(
                     "{} is gone ({e}): it died or was killed; see its output",
                     name_of(&r.member)
                 ))
@@ -363,9 +363,16 @@ impl Coordinator {
         loop {
             if let Some(at) = failed_at {
                 if at.elapsed() >= GRACE || !deaths.is_empty() {
+                    // A rank that died is the news; else the ranks' own reasons came.
+                    let died = !deaths.is_empty();
                     let mut all = deaths;
                     all.extend(failures);
-                    return Err(RunError::new(all.join("; ")));
+                    let text = all.join("; ");
+                    return Err(if died {
+                        RunError::peer_gone(text)
+                    } else {
+                        RunError::peer_aborted(text)
+                    });
                 }
             }
             if done.iter().all(|&d| d) {
@@ -377,7 +384,7 @@ impl Coordinator {
             }
             for r in &self.ranks {
                 if r.heard.elapsed() >= self.limit {
-                    return Err(RunError::new(format!(
+                    return Err(RunError::timeout(format!(
                         "{} sent nothing for {} s during step {}: it hangs or its host is \
                          gone (--cluster-timeout)",
                         r.name(),
@@ -419,7 +426,7 @@ impl Coordinator {
                         index + 1
                     );
                     if failed_at.is_none() {
-                        return Err(RunError::new(death));
+                        return Err(RunError::peer_gone(death));
                     }
                     deaths.push(death);
                 }
@@ -447,7 +454,7 @@ impl Coordinator {
                     failed_at.get_or_insert_with(Instant::now);
                 }
                 Ok(other) => {
-                    return Err(RunError::new(format!(
+                    return Err(RunError::peer_invalid(format!(
                         "{who} sent a message out of step {}: {}",
                         index + 1,
                         sideway::peer_text::printable(&format!("{other:?}"), 200)
@@ -631,6 +638,35 @@ mod tests {
     }
 
     #[test]
+    fn a_rank_whose_pair_failed_ends_the_run_with_its_reason() {
+        let (handle, port) = coordinator(2, &[]);
+        let mut ranks: Vec<TcpStream> = (0..2).map(|r| rank(port, r, 2)).collect();
+        for s in &mut ranks {
+            assert!(matches!(next(s), Control::Table { .. }));
+            assert!(matches!(next(s), Control::Step { index: 0, .. }));
+        }
+        let reason = "pair 0 -> 1 on rank 0 (n00): RDMA WRITE on QP 0 failed";
+        wire::send(
+            &mut ranks[0],
+            &Control::Failed {
+                index: 0,
+                reason: reason.to_owned(),
+            },
+        )
+        .unwrap();
+        for s in &mut ranks {
+            assert_eq!(
+                next(s),
+                Control::Abort {
+                    reason: reason.to_owned()
+                }
+            );
+        }
+        let e = handle.join().unwrap().unwrap_err();
+        assert_eq!(e, RunError::PeerAborted(reason.to_owned()));
+    }
+
+    #[test]
     fn a_rank_that_dies_is_named_to_every_other_rank() {
         let (handle, port) = coordinator(3, &[]);
         let mut ranks: Vec<TcpStream> = (0..3).map(|r| rank(port, r, 3)).collect();
@@ -649,8 +685,13 @@ mod tests {
                  was killed; see its output"
             );
         }
-        let e = handle.join().unwrap().unwrap_err().to_string();
-        assert!(e.starts_with("rank 1 (host n01, pid 101) closed"), "{e}");
+        let e = handle.join().unwrap().unwrap_err();
+        assert!(matches!(e, RunError::PeerGone(_)), "{e:?}");
+        assert!(
+            e.to_string()
+                .starts_with("rank 1 (host n01, pid 101) closed"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -669,7 +710,8 @@ mod tests {
             );
         }
         assert!(started.elapsed() < Duration::from_secs(10));
-        assert!(handle.join().unwrap().is_err());
+        let e = handle.join().unwrap().unwrap_err();
+        assert!(matches!(e, RunError::Timeout(_)), "{e:?}");
 
         // Rank 1 registers, then says nothing more: not even heartbeats.
         let (handle, port) = coordinator(2, &["--cluster-timeout", "2"]);
@@ -689,7 +731,8 @@ mod tests {
             reason.starts_with("rank 1 (host n01, pid 101) sent nothing for 2 s during step 1"),
             "{reason}"
         );
-        assert!(handle.join().unwrap().is_err());
+        let e = handle.join().unwrap().unwrap_err();
+        assert!(matches!(e, RunError::Timeout(_)), "{e:?}");
 
         // Two processes claim rank 0; a rank with another world size.
         let (handle, port) = coordinator(3, &[]);
@@ -702,7 +745,8 @@ mod tests {
             reason.starts_with("two processes say they are rank 0"),
             "{reason}"
         );
-        assert!(handle.join().unwrap().is_err());
+        let e = handle.join().unwrap().unwrap_err();
+        assert!(matches!(e, RunError::Usage(_)), "{e:?}");
         let (handle, port) = coordinator(3, &[]);
         let mut a = rank(port, 1, 4);
         let Control::Abort { reason } = next(&mut a) else {
@@ -712,6 +756,7 @@ mod tests {
             reason.contains("says the run has 4 ranks; rank 0 says 3"),
             "{reason}"
         );
-        assert!(handle.join().unwrap().is_err());
+        let e = handle.join().unwrap().unwrap_err();
+        assert!(matches!(e, RunError::Usage(_)), "{e:?}");
     }
 }

@@ -24,7 +24,7 @@ enum Event {
     /// A message from rank 0, or why none can come.
     Control(Result<Control, RecvError>),
     /// A pair of the step ended.
-    Pair(PairJob, Box<Result<(SideReport, SideReport), String>>),
+    Pair(PairJob, Box<Result<(SideReport, SideReport), RunError>>),
 }
 
 /// Streams of pairs' clients, handed from the pair listener to the pairs that wait for them,
@@ -78,7 +78,7 @@ fn connect_rank_zero(
             Err(e) => last = e.to_string(),
         }
         if Instant::now() >= deadline {
-            return Err(RunError::new(format!(
+            return Err(RunError::peer_gone(format!(
                 "rank {rank}: no rank 0 at {rendezvous} within {} s ({last}): did rank 0 \
                  start, and on that host? Pass --rendezvous HOST:PORT when rank 0 runs \
                  elsewhere",
@@ -124,22 +124,22 @@ fn run_member(
 ) -> Result<(), RunError> {
     let me = launch.rank;
     let pair_listener = TcpListener::bind(("0.0.0.0", 0))
-        .map_err(|e| RunError::new(format!("rank {me}: cannot open a pair listener: {e}")))?;
+        .map_err(|e| RunError::setup(format!("rank {me}: cannot open a pair listener: {e}")))?;
     let (device, port, gid) = engine::device_summary(verb, args)?;
     let mut control = connect_rank_zero(rendezvous, me, limit)?;
     let set = |r: std::io::Result<()>| {
-        r.map_err(|e| RunError::new(format!("rank {me}: control connection: {e}")))
+        r.map_err(|e| RunError::setup(format!("rank {me}: control connection: {e}")))
     };
     set(control.set_nodelay(true))?;
     set(control.set_write_timeout(Some(limit)))?;
     // Others reach this rank's pairs at the address it reached rank 0 from.
     let local_ip = control
         .local_addr()
-        .map_err(|e| RunError::new(format!("rank {me}: control connection: {e}")))?
+        .map_err(|e| RunError::setup(format!("rank {me}: control connection: {e}")))?
         .ip();
     let pair_port = pair_listener
         .local_addr()
-        .map_err(|e| RunError::new(format!("rank {me}: pair listener: {e}")))?
+        .map_err(|e| RunError::setup(format!("rank {me}: pair listener: {e}")))?
         .port();
     let member = Member {
         rank: me,
@@ -152,13 +152,14 @@ fn run_member(
         pair_addr: std::net::SocketAddr::new(local_ip, pair_port).to_string(),
     };
     let rank_zero = format!("rank 0 (at {rendezvous})");
-    wire::send(&mut control, &Control::Register { member })
-        .map_err(|e| RunError::new(format!("rank {me}: registering with {rank_zero}: {e}")))?;
+    wire::send(&mut control, &Control::Register { member }).map_err(|e| {
+        RunError::peer_gone(format!("rank {me}: registering with {rank_zero}: {e}"))
+    })?;
 
     let (events, inbox) = mpsc::channel();
     let mut reader = control
         .try_clone()
-        .map_err(|e| RunError::new(format!("rank {me}: control connection: {e}")))?;
+        .map_err(|e| RunError::setup(format!("rank {me}: control connection: {e}")))?;
     let to_main = events.clone();
     thread::spawn(move || loop {
         let msg = wire::recv(&mut reader);
@@ -217,7 +218,7 @@ struct MemberState<'a> {
 impl MemberState<'_> {
     fn send(&mut self, msg: &Control) -> Result<(), RunError> {
         wire::send(&mut self.control, msg).map_err(|e| {
-            RunError::new(format!(
+            RunError::peer_gone(format!(
                 "rank {}: {} is gone ({e}): it ended or died; see its output",
                 self.me, self.rank_zero
             ))
@@ -230,7 +231,7 @@ impl MemberState<'_> {
         let mut beat = Instant::now();
         // The step running: its number, the pairs still running, the results so far, and
         // the first failure.
-        let mut step: Option<(usize, usize, Vec<PairResult>, Option<String>)> = None;
+        let mut step: Option<(usize, usize, Vec<PairResult>, Option<RunError>)> = None;
         let mut failed_at: Option<Instant> = None;
         loop {
             if beat.elapsed() >= HEARTBEAT {
@@ -238,7 +239,7 @@ impl MemberState<'_> {
                 beat = Instant::now();
             }
             if heard.elapsed() >= self.limit {
-                return Err(RunError::new(format!(
+                return Err(RunError::timeout(format!(
                     "rank {me}: {} sent nothing for {} s: it hangs or its host is gone \
                      (--cluster-timeout)",
                     self.rank_zero,
@@ -247,7 +248,7 @@ impl MemberState<'_> {
             }
             if let Some(at) = failed_at {
                 if at.elapsed() >= self.limit {
-                    return Err(RunError::new(format!(
+                    return Err(RunError::timeout(format!(
                         "rank {me}: a pair failed and {} did not stop the run within {} s",
                         self.rank_zero,
                         self.limit.as_secs()
@@ -263,14 +264,18 @@ impl MemberState<'_> {
             };
             match event {
                 Event::Control(Err(RecvError::Closed)) => {
-                    return Err(RunError::new(format!(
+                    return Err(RunError::peer_gone(format!(
                         "rank {me}: {} closed the control connection: it ended or died; see \
                          its output",
                         self.rank_zero
                     )))
                 }
                 Event::Control(Err(e)) => {
-                    return Err(RunError::new(format!("rank {me}: {}: {e}", self.rank_zero)))
+                    let text = format!("rank {me}: {}: {e}", self.rank_zero);
+                    return Err(match e {
+                        RecvError::Garbage(_) => RunError::peer_invalid(text),
+                        RecvError::Closed | RecvError::Io(_) => RunError::peer_gone(text),
+                    });
                 }
                 Event::Control(Ok(msg)) => {
                     heard = Instant::now();
@@ -290,7 +295,7 @@ impl MemberState<'_> {
                             step = Some((index, mine.len(), Vec::new(), None));
                         }
                         Control::Abort { reason } => {
-                            return Err(RunError::new(format!(
+                            return Err(RunError::peer_aborted(format!(
                                 "the cluster run stopped: {}",
                                 sideway::peer_text::printable(
                                     &reason,
@@ -300,7 +305,7 @@ impl MemberState<'_> {
                         }
                         Control::Finish => return Ok(()),
                         other => {
-                            return Err(RunError::new(format!(
+                            return Err(RunError::peer_invalid(format!(
                                 "rank {me}: {} sent an unexpected message: {other:?}",
                                 self.rank_zero
                             )))
@@ -329,7 +334,8 @@ impl MemberState<'_> {
                 if let Some((index, _, results, failure)) = step.take() {
                     match failure {
                         None => self.send(&Control::StepDone { index, results })?,
-                        Some(reason) => {
+                        Some(failure) => {
+                            let reason = failure.to_string();
                             self.send(&Control::Failed { index, reason })?;
                             failed_at = Some(Instant::now());
                         }
@@ -348,7 +354,7 @@ impl MemberState<'_> {
             job.client
         };
         let peer = self.members.get(peer_rank).cloned().ok_or_else(|| {
-            RunError::new(format!(
+            RunError::peer_invalid(format!(
                 "rank {me}: step {index} names rank {peer_rank}, which the table lacks"
             ))
         })?;
@@ -374,14 +380,14 @@ impl MemberState<'_> {
                                 step: index,
                             },
                         )
-                        .map_err(|e| RunError::new(format!("greeting {who}: {e}")))?;
+                        .map_err(|e| RunError::peer_gone(format!("greeting {who}: {e}")))?;
                         let mut oob = OobChannel::from_stream(stream, PAIR_EXCHANGE)?;
                         oob.client_handshake(params)?;
                         oob
                     } else {
                         let stream =
                             arrivals.take((index, job.client), limit).ok_or_else(|| {
-                                RunError::new(format!(
+                                RunError::timeout(format!(
                                     "{who} did not connect for our pair within {} s",
                                     limit.as_secs()
                                 ))
@@ -396,12 +402,14 @@ impl MemberState<'_> {
             let outcome = std::panic::catch_unwind(run)
                 .unwrap_or_else(|_| Err(RunError::new("the pair's thread panicked")))
                 .map_err(|e| {
-                    format!(
-                        "pair {} -> {} on rank {me} ({}): {e}",
-                        job.client,
-                        job.server,
-                        super::launcher::host_name()
-                    )
+                    e.map_text(|text| {
+                        format!(
+                            "pair {} -> {} on rank {me} ({}): {text}",
+                            job.client,
+                            job.server,
+                            super::launcher::host_name()
+                        )
+                    })
                 });
             let _ = events.send(Event::Pair(job, Box::new(outcome)));
         });
@@ -410,11 +418,12 @@ impl MemberState<'_> {
 }
 
 fn connect_pair(addr: &str, who: &str) -> Result<TcpStream, RunError> {
-    let sockaddr = addr
-        .parse::<std::net::SocketAddr>()
-        .map_err(|e| RunError::new(format!("{who} registered a bad pair address {addr}: {e}")))?;
-    let stream = TcpStream::connect_timeout(&sockaddr, PAIR_EXCHANGE)
-        .map_err(|e| RunError::new(format!("connecting to {who}'s pair listener {addr}: {e}")))?;
+    let sockaddr = addr.parse::<std::net::SocketAddr>().map_err(|e| {
+        RunError::peer_invalid(format!("{who} registered a bad pair address {addr}: {e}"))
+    })?;
+    let stream = TcpStream::connect_timeout(&sockaddr, PAIR_EXCHANGE).map_err(|e| {
+        RunError::peer_gone(format!("connecting to {who}'s pair listener {addr}: {e}"))
+    })?;
     let _ = stream.set_nodelay(true);
     Ok(stream)
 }

@@ -66,14 +66,14 @@ pub fn check_args(args: &RunArgs) -> Result<(), RunError> {
             (c.heatmap.is_some(), "--heatmap"),
         ];
         if let Some((_, flag)) = stray.iter().find(|(set, _)| *set) {
-            return Err(RunError::new(format!(
+            return Err(RunError::usage(format!(
                 "{flag} applies to cluster runs only: add --cluster"
             )));
         }
         return Ok(());
     }
     if args.rdma_cm {
-        return Err(RunError::new(
+        return Err(RunError::usage(
             "-R (rdma_cm) is not supported with --cluster: a cluster's pairs trade their \
              endpoints over TCP; drop -R",
         ));
@@ -88,7 +88,7 @@ pub fn rendezvous_address(args: &RunArgs, launch: &Launch) -> Result<String, Run
             .rsplit_once(':')
             .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
         if !port_ok {
-            return Err(RunError::new(format!(
+            return Err(RunError::usage(format!(
                 "--rendezvous {given}: expected HOST:PORT (e.g. node01:18515, or [::1]:18515)"
             )));
         }
@@ -98,7 +98,7 @@ pub fn rendezvous_address(args: &RunArgs, launch: &Launch) -> Result<String, Run
     match &launch.rank_zero {
         RankZeroHost::ThisHost => Ok(format!("127.0.0.1:{port}")),
         RankZeroHost::Node(host) => Ok(format!("{host}:{port}")),
-        RankZeroHost::Unknown(why) => Err(RunError::new(format!(
+        RankZeroHost::Unknown(why) => Err(RunError::usage(format!(
             "{why}: pass --rendezvous HOST:PORT naming rank 0's host (the first host of \
              mpirun's host list) and a free TCP port"
         ))),
@@ -108,9 +108,9 @@ pub fn rendezvous_address(args: &RunArgs, launch: &Launch) -> Result<String, Run
 /// Runs this process's rank of a cluster run.
 pub fn run(verb: Verb, args: &RunArgs) -> Result<(), RunError> {
     check_args(args)?;
-    let launch = Launch::from_env().map_err(|e| RunError::new(e.to_string()))?;
+    let launch = Launch::from_env().map_err(|e| RunError::usage(e.to_string()))?;
     if launch.size < 2 {
-        return Err(RunError::new(format!(
+        return Err(RunError::usage(format!(
             "{}: the run has {} rank; a cluster run needs at least two (srun -n 2, mpirun -np \
              2)",
             launch.kind, launch.size
@@ -157,10 +157,11 @@ mod tests {
         assert!(check_args(&args(&["write", "bw"])).is_ok());
         let e = check_args(&args(&["write", "bw", "--pattern", "ring"])).unwrap_err();
         assert_eq!(
-            e.to_string(),
-            "--pattern applies to cluster runs only: add --cluster"
+            e,
+            RunError::Usage("--pattern applies to cluster runs only: add --cluster".into())
         );
         let e = check_args(&args(&["write", "bw", "--cluster", "-R"])).unwrap_err();
+        assert!(matches!(e, RunError::Usage(_)), "{e:?}");
         assert!(
             e.to_string().contains("-R (rdma_cm) is not supported"),
             "{e}"
@@ -209,7 +210,10 @@ mod tests {
         for bad in ["n01", "n01:x", ":5", "n01:70000"] {
             let a = args(&["write", "bw", "--cluster", "--rendezvous", bad]);
             assert!(
-                rendezvous_address(&a, &launch(RankZeroHost::ThisHost)).is_err(),
+                matches!(
+                    rendezvous_address(&a, &launch(RankZeroHost::ThisHost)),
+                    Err(RunError::Usage(_))
+                ),
                 "{bad}"
             );
         }

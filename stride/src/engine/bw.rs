@@ -330,7 +330,7 @@ fn warm_up(
         }
         left = left.saturating_sub(got as u64);
         if got == 0 && Instant::now() > deadline {
-            return Err(RunError::new(format!(
+            return Err(RunError::timeout(format!(
                 "the warm-up's {left} last completions did not come within {} s: the peer \
                  stopped answering; check its output",
                 STALL.as_secs()

@@ -43,7 +43,7 @@ fn move_qp(id: &CmId, qp: &QueuePair, states: &[QpTargetState]) -> Result<(), Ru
     for &state in states {
         let attr = id.init_qp_attr(state)?;
         qp.modify(&attr).map_err(|e| {
-            RunError::new(format!(
+            RunError::setup(format!(
                 "moving QP {:#x} to {state:?} with rdma_cm's attributes: {e}",
                 qp.qp_num()
             ))
@@ -66,7 +66,7 @@ fn conn_param(qp: &QueuePair, params: &TestParams) -> ConnParam {
 fn check_device(id: &CmId, device: &str) -> Result<(), RunError> {
     let ctx = id.device_context()?;
     if ctx.name() != device {
-        return Err(RunError::new(format!(
+        return Err(RunError::usage(format!(
             "rdma_cm routes this connection through {}, but the run uses {device}: pass -d {} \
              or connect to an address of {device}",
             ctx.name(),
@@ -95,7 +95,7 @@ fn set_tos(id: &CmId, tos: u8) -> Result<(), RunError> {
         )
     };
     if ret != 0 {
-        return Err(RunError::new(format!(
+        return Err(RunError::setup(format!(
             "--tos {tos}: rdma_set_option(RDMA_OPTION_ID_TOS) failed: {}",
             std::io::Error::last_os_error()
         )));
@@ -158,14 +158,14 @@ pub(crate) fn connect_all(
 ) -> Result<CmLinks, RunError> {
     let addrs: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
-        .map_err(|e| RunError::new(format!("cannot resolve {host}: {e}")))?
+        .map_err(|e| RunError::setup(format!("cannot resolve {host}: {e}")))?
         .collect();
     let server = addrs
         .iter()
         .find(|a| a.is_ipv4())
         .or_else(|| addrs.first())
         .copied()
-        .ok_or_else(|| RunError::new(format!("{host} resolves to no address")))?;
+        .ok_or_else(|| RunError::setup(format!("{host} resolves to no address")))?;
     let channel = EventChannel::new()?;
     let mut ids = Vec::with_capacity(res.qps.len());
     for qp in &res.qps {

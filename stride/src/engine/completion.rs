@@ -37,12 +37,15 @@ pub(crate) fn wc_failed(
     } else {
         String::new()
     };
-    RunError::new(format!(
-        "{what} on QP {qp} (QPN {:#x}) failed at message {message} of that QP: {}{}{hint}{tried}",
-        e.qp_num,
-        e.status,
-        if hint.is_empty() { "" } else { ": " }
-    ))
+    RunError::Completion {
+        status: e.status,
+        text: format!(
+            "{what} on QP {qp} (QPN {:#x}) failed at message {message} of that QP: {}{}{hint}{tried}",
+            e.qp_num,
+            e.status,
+            if hint.is_empty() { "" } else { ": " }
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -57,7 +60,18 @@ mod tests {
             qp_num: 0x11,
             vendor_err: 0,
         };
-        let text = wc_failed(&e, op_name(Verb::Write), 0, 1, 14).to_string();
+        let failed = wc_failed(&e, op_name(Verb::Write), 0, 1, 14);
+        assert!(
+            matches!(
+                failed,
+                RunError::Completion {
+                    status: sideway::WcStatus::RemAccessErr,
+                    ..
+                }
+            ),
+            "{failed:?}"
+        );
+        let text = failed.to_string();
         assert!(
             text.starts_with("RDMA WRITE on QP 0 (QPN 0x11) failed at message 1 of that QP: "),
             "{text}"

@@ -58,9 +58,9 @@ const RNR_RETRY: u8 = 6;
 pub(crate) fn require_mlx5(ctx: &sideway::DeviceContext) -> Result<(), RunError> {
     dv::require::<Mlx5>(ctx, DC_NEED).map_err(|e| match e {
         // Names the device, its driver and DC_NEED.
-        DvError::WrongProvider { .. } => RunError::new(e.to_string()),
+        DvError::WrongProvider { .. } => RunError::setup(e.to_string()),
         // Names the library and the package to install.
-        other => RunError::new(format!("{other}; {DC_NEED}")),
+        other => RunError::setup(format!("{other}; {DC_NEED}")),
     })
 }
 
@@ -127,7 +127,7 @@ pub(crate) struct DcSetup<'r> {
 impl DcQps {
     /// Creates the DCIs and DCTs `roles` ask for (`mlx5dv_create_qp`).
     pub(crate) fn create(s: &DcSetup<'_>, roles: DcRoles) -> Result<Self, RunError> {
-        let dc_err = |e: DvError| RunError::new(e.to_string());
+        let dc_err = |e: DvError| RunError::setup(e.to_string());
         let mut dcis = Vec::new();
         let mut dcts = Vec::new();
         for _ in 0..s.qps {
@@ -197,14 +197,14 @@ impl DcQps {
         let mut dests = Vec::with_capacity(self.dcis.len());
         for (q, dci) in self.dcis.iter().enumerate() {
             let remote = remotes.get(q).ok_or_else(|| {
-                RunError::new(format!(
+                RunError::peer_invalid(format!(
                     "the peer sent {} QP endpoints, this side has {} DC initiators",
                     remotes.len(),
                     self.dcis.len()
                 ))
             })?;
             let Some(target) = remote.dc else {
-                return Err(RunError::new(format!(
+                return Err(RunError::usage(format!(
                     "the peer's QP {q} names no DC target: it does not run -c DC as a target \
                      (run the same options on both sides)"
                 )));

@@ -22,7 +22,7 @@ pub(crate) fn catch_stop_signals() -> Result<(), super::error::RunError> {
         // replaces the disposition of a valid signal number and touches no Rust memory.
         let old = unsafe { libc::signal(sig, handler) };
         if old == libc::SIG_ERR {
-            return Err(super::error::RunError::new(format!(
+            return Err(super::error::RunError::setup(format!(
                 "cannot catch signal {sig} to end --run-infinitely cleanly: {}",
                 std::io::Error::last_os_error()
             )));

@@ -291,14 +291,14 @@ pub(crate) fn run_size(
     let half = *half;
     let inline = *inline;
     if bufs.qps() == 0 {
-        return Err(RunError::new("a latency test needs one QP"));
+        return Err(RunError::usage("a latency test needs one QP"));
     }
     let staging = super::bw::Staging::of(bufs.is_staged(), params, size, half);
     let is_dc = dc.is_some();
     let mut qp = match (dc.as_mut(), qps.first_mut()) {
         (Some(dc), _) => LatQp::Dc(dc),
         (None, Some(qp)) => LatQp::Qp(qp),
-        (None, None) => return Err(RunError::new("a latency test needs one QP")),
+        (None, None) => return Err(RunError::usage("a latency test needs one QP")),
     };
     let mut pp = PingPong {
         srq: srq.as_deref(),

@@ -124,7 +124,7 @@ impl LinkWatch {
                     );
                 }
                 AsyncEventKind::DeviceFatal => {
-                    return Err(RunError::new(format!(
+                    return Err(RunError::link(format!(
                         "{name} failed (device fatal event): the device must be reset or its \
                          driver reloaded"
                     )));
@@ -133,7 +133,7 @@ impl LinkWatch {
                 | AsyncEventKind::QpReqErr
                 | AsyncEventKind::QpAccessErr
                 | AsyncEventKind::CqErr => {
-                    return Err(RunError::new(format!(
+                    return Err(RunError::link(format!(
                         "{name}: {event}: a queue of this run failed outside any completion; \
                          the peer or the link is the likely cause, see its output"
                     )));
@@ -143,7 +143,7 @@ impl LinkWatch {
         }
         if let (Some(since), Some(limit)) = (self.down_since, down_limit(self.qp_timeout)) {
             if since.elapsed() > limit {
-                return Err(RunError::new(format!(
+                return Err(RunError::link(format!(
                     "the link of {} port {} went down {} ago and is still down: longer than \
                      the peer keeps resending, {}, so its operations have failed; check the \
                      cable, the switch or the peer's interface",
@@ -169,17 +169,19 @@ impl LinkWatch {
         while self.down_since.is_none() && Instant::now() < deadline {
             // An error here (a fatal event) is the better explanation.
             if let Err(fatal) = self.check() {
-                return RunError::new(format!("{e}; meanwhile {fatal}"));
+                return e.map_text(|t| format!("{t}; meanwhile {fatal}"));
             }
             std::thread::sleep(Duration::from_millis(5));
         }
         match self.down_since {
-            Some(t) => RunError::new(format!(
-                "{e}; {} port {} went down {} before: the link is the likely cause",
-                self.ctx.name(),
-                self.port,
-                show(t.elapsed())
-            )),
+            Some(t) => e.map_text(|text| {
+                format!(
+                    "{text}; {} port {} went down {} before: the link is the likely cause",
+                    self.ctx.name(),
+                    self.port,
+                    show(t.elapsed())
+                )
+            }),
             None => e,
         }
     }

@@ -56,7 +56,7 @@ const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(15);
 /// Refuses what this version cannot do yet, before touching anything.
 fn check_supported(params: &TestParams) -> Result<(), RunError> {
     if params.events && params.verb == Verb::Write && params.test == Test::Lat {
-        return Err(RunError::new(
+        return Err(RunError::usage(
             "-e (completion events) does not apply to write lat: its ping-pong spins on the \
              last byte of the buffer, not on a completion queue; drop -e",
         ));
@@ -145,16 +145,16 @@ fn pin(args: &RunArgs) -> Result<Option<String>, RunError> {
     use crate::cpu::{numa_node_cpus, parse_cpu_list, pin_to, CpuList};
     let (cpus, why) = match (&args.pin_cores, args.numa_node) {
         (Some(list), _) => (
-            parse_cpu_list(list).map_err(|e| RunError::new(format!("--pin-cores: {e}")))?,
+            parse_cpu_list(list).map_err(|e| RunError::usage(format!("--pin-cores: {e}")))?,
             "--pin-cores".to_owned(),
         ),
         (None, Some(node)) => (
-            numa_node_cpus(node).map_err(|e| RunError::new(format!("--numa-node: {e}")))?,
+            numa_node_cpus(node).map_err(|e| RunError::usage(format!("--numa-node: {e}")))?,
             format!("--numa-node {node}"),
         ),
         (None, None) => return Ok(None),
     };
-    let got = pin_to(&cpus).map_err(RunError::new)?;
+    let got = pin_to(&cpus).map_err(RunError::setup)?;
     Ok(Some(format!("cores {} ({why}; read back)", CpuList(&got))))
 }
 
@@ -303,7 +303,7 @@ fn run_connected(
         eprintln!("stride-perf: pre-flight: {note}");
     }
     if !diagnosis.errors.is_empty() {
-        return Err(RunError::new(format!(
+        return Err(RunError::setup(format!(
             "pre-flight check, before connecting: {}",
             diagnosis.errors.join("; ")
         )));
@@ -333,7 +333,7 @@ fn run_connected(
     let theirs = oob.exchange_endpoints(&ours, res.buffer_len())?;
     let (our_first, their_first) = match (ours.first(), theirs.first()) {
         (Some(a), Some(b)) => (*a, *b),
-        _ => return Err(RunError::new("the peer sent no QP endpoints")),
+        _ => return Err(RunError::peer_invalid("the peer sent no QP endpoints")),
     };
     let mtu = path_mtu(params, our_first.mtu, their_first.mtu)?;
     // Held until the end of the run: dropping an id tears its connection down.
@@ -342,7 +342,7 @@ fn run_connected(
         let links = match (&args.server, listener) {
             (Some(host), _) => cm::connect_all(host, args.port, &res, params, dev.name())?,
             (None, Some(listener)) => listener.accept_all(&res, params, dev.name())?,
-            (None, None) => return Err(RunError::new("-R: the server has no rdma_cm listener")),
+            (None, None) => return Err(RunError::usage("-R: the server has no rdma_cm listener")),
         };
         Some(links)
     } else {
@@ -663,6 +663,7 @@ mod tests {
         assert!(check_supported(&params(&["write", "bw", "-R"])).is_ok());
         assert!(check_supported(&params(&["write", "bw", "-e"])).is_ok());
         let e = check_supported(&params(&["write", "lat", "-e"])).unwrap_err();
+        assert!(matches!(e, RunError::Usage(_)), "{e:?}");
         assert!(e.to_string().contains("does not apply to write lat"), "{e}");
         assert!(check_supported(&params(&["write", "bw", "-c", "UC"])).is_ok());
     }

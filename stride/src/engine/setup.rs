@@ -57,7 +57,7 @@ impl DeviceSide {
         let largest = params.sizes.iter().copied().max().unwrap_or(0);
         let max_msg = u64::from(port_attr.max_msg_sz());
         if largest > max_msg {
-            return Err(RunError::new(format!(
+            return Err(RunError::usage(format!(
                 "a {largest}-byte message is larger than {} port {port} allows ({max_msg} bytes, \
                  its max_msg_sz): use a smaller -s",
                 ctx.name()
@@ -66,7 +66,7 @@ impl DeviceSide {
         if params.connection == Connection::Ud {
             let mtu = u64::from(port_attr.active_mtu().bytes().unwrap_or(256));
             if largest > mtu {
-                return Err(RunError::new(format!(
+                return Err(RunError::usage(format!(
                     "a {largest}-byte message does not fit one UD datagram: {} port {port} has \
                      a {mtu}-byte MTU; use -s {mtu} or less (or -c RC)",
                     ctx.name()
@@ -90,7 +90,7 @@ impl DeviceSide {
             } else {
                 "use --mr-per-qp (one region per QP), fewer QPs or a smaller -s"
             };
-            return Err(RunError::new(format!(
+            return Err(RunError::usage(format!(
                 "{what}, more than {} registers ({} bytes, its max_mr_size): {fix}",
                 ctx.name(),
                 dev_attr.max_mr_size()
@@ -118,7 +118,7 @@ impl DeviceSide {
                     })
                     .collect();
                 let best = best_gid(&table).ok_or_else(|| {
-                    RunError::new(format!(
+                    RunError::setup(format!(
                         "{} port {port} is RoCE but has no usable (non-zero) GID: give the \
                          network interface an IP address, or pass -x",
                         ctx.name()
@@ -385,7 +385,7 @@ impl Resources {
         let receives = params.verb == Verb::Send;
         let max_wr = dev.dev_attr.max_qp_wr();
         if params.tx_depth > max_wr || (receives && params.rx_depth > max_wr) {
-            return Err(RunError::new(format!(
+            return Err(RunError::usage(format!(
                 "{} allows at most {max_wr} work requests per queue: lower -t or -r",
                 dev.name()
             )));
@@ -453,7 +453,7 @@ impl Resources {
             let most = dev.dev_attr.max_srq_wr();
             if entries > most {
                 let why = if dc_targets { "-c DC" } else { "--use-srq" };
-                return Err(RunError::new(format!(
+                return Err(RunError::usage(format!(
                     "{why}: -r {} × -q {qps_n} = {entries} receives, more than {} allows in a \
                      shared receive queue ({most}, its max_srq_wr): lower -r or -q",
                     params.rx_depth,
@@ -585,7 +585,7 @@ impl Resources {
         mtu: Mtu,
     ) -> Result<(), RunError> {
         if remotes.len() != self.bufs.qps() {
-            return Err(RunError::new(format!(
+            return Err(RunError::peer_invalid(format!(
                 "the peer sent {} QP endpoints, this side has {} QPs",
                 remotes.len(),
                 self.bufs.qps()
@@ -596,7 +596,7 @@ impl Resources {
             |limit: u32| u8::try_from(params.outstanding.min(limit).max(1)).unwrap_or(u8::MAX);
         if let Some(dc) = &mut self.dc {
             if dev.gid.is_none() && params.traffic_class.is_some() {
-                return Err(RunError::new(
+                return Err(RunError::usage(
                     "--tclass sets the GRH's traffic class, and this InfiniBand port is \
                      LID-routed, without a GRH: pass -x to route by GID, or drop --tclass",
                 ));
@@ -634,7 +634,7 @@ impl Resources {
                     opts.traffic_class(tc);
                 }
             } else if params.traffic_class.is_some() {
-                return Err(RunError::new(
+                return Err(RunError::usage(
                     "--tclass sets the GRH's traffic class, and this InfiniBand port is \
                      LID-routed, without a GRH: pass -x to route by GID, or drop --tclass",
                 ));
@@ -663,7 +663,7 @@ impl Resources {
             let largest = params.sizes.iter().copied().max().unwrap_or(0);
             let mtu_bytes = u64::from(mtu.bytes().unwrap_or(256));
             if largest > mtu_bytes {
-                return Err(RunError::new(format!(
+                return Err(RunError::usage(format!(
                     "a {largest}-byte message does not fit one UD datagram on this path \
                      ({mtu_bytes}-byte MTU, the smaller of the two ports'): use -s {mtu_bytes} \
                      or less"
@@ -682,7 +682,7 @@ impl Resources {
             Some(qp) if qp.qp_type() != QpType::Ud => {
                 let attr = qp
                     .query(QpAttrMask::AV)
-                    .map_err(|e| RunError::new(e.to_string()))?;
+                    .map_err(|e| RunError::setup(e.to_string()))?;
                 Ok(Some(attr.ah_attr().traffic_class()))
             }
             _ => Ok(None),
@@ -820,7 +820,7 @@ pub(crate) fn remote_target(
     half: usize,
 ) -> Result<RemoteTarget, RunError> {
     let ep = remotes.get(q).ok_or_else(|| {
-        RunError::new(format!(
+        RunError::peer_invalid(format!(
             "the peer sent {} QP endpoints, but this run has more QPs (none for QP {q}): the \
              peer is broken or runs another test; run the same options on both sides",
             remotes.len()
@@ -830,7 +830,7 @@ pub(crate) fn remote_target(
         .ok()
         .and_then(|h| ep.addr.checked_add(h))
         .ok_or_else(|| {
-            RunError::new(format!(
+            RunError::peer_invalid(format!(
                 "the peer's QP {q} advertised its buffer at address {:#x}, too close to the end \
                  of the 64-bit address space for its {half}-byte halves: the peer is broken; \
                  run the same stride-perf version on both sides",
@@ -865,13 +865,14 @@ pub(crate) fn sleep_on(
 
 /// The path MTU: `-m` when given, else the smaller of the two ports' active MTUs.
 pub(crate) fn path_mtu(params: &TestParams, ours: u32, theirs: u32) -> Result<Mtu, RunError> {
-    let (bytes, whose) = match params.mtu {
-        Some(m) => (m, "-m"),
-        None if theirs < ours => (theirs, "the peer's active MTU"),
-        None => (ours, "this port's active MTU"),
+    // Whose number it is says what kind of failure a bad one is.
+    let (bytes, whose, kind): (u32, &str, fn(String) -> RunError) = match params.mtu {
+        Some(m) => (m, "-m", RunError::Usage),
+        None if theirs < ours => (theirs, "the peer's active MTU", RunError::PeerInvalid),
+        None => (ours, "this port's active MTU", RunError::Setup),
     };
     Mtu::from_bytes(bytes).ok_or_else(|| {
-        RunError::new(format!(
+        kind(format!(
             "{whose} {bytes} is not a path MTU (256, 512, 1024, 2048 or 4096)"
         ))
     })
@@ -949,10 +950,19 @@ mod tests {
     fn a_path_mtu_that_is_not_one_names_whose_it_is() {
         let p = crate::params::from_args(&["write", "bw"]).unwrap();
         assert_eq!(path_mtu(&p, 4096, 1024).unwrap(), Mtu::Mtu1024);
-        let e = path_mtu(&p, 1024, 0).unwrap_err().to_string();
-        assert!(e.starts_with("the peer's active MTU 0 is not"), "{e}");
-        let e = path_mtu(&p, 100, 1024).unwrap_err().to_string();
-        assert!(e.starts_with("this port's active MTU 100 is not"), "{e}");
+        let e = path_mtu(&p, 1024, 0).unwrap_err();
+        assert!(matches!(e, RunError::PeerInvalid(_)), "{e:?}");
+        assert!(
+            e.to_string().starts_with("the peer's active MTU 0 is not"),
+            "{e}"
+        );
+        let e = path_mtu(&p, 100, 1024).unwrap_err();
+        assert!(matches!(e, RunError::Setup(_)), "{e:?}");
+        assert!(
+            e.to_string()
+                .starts_with("this port's active MTU 100 is not"),
+            "{e}"
+        );
         let p = crate::params::from_args(&["write", "bw", "-m", "512"]).unwrap();
         assert_eq!(path_mtu(&p, 1024, 0).unwrap(), Mtu::Mtu512);
     }

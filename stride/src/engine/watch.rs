@@ -77,7 +77,7 @@ impl Watch {
             self.link.check()?;
             let left = limit.saturating_sub(started.elapsed());
             if left.is_zero() {
-                return Err(RunError::new(format!(
+                return Err(RunError::timeout(format!(
                     "waited {} s for the peer to reach \"{step}\": it is stuck or the network \
                      between the two sides is down; check the peer's output",
                     limit.as_secs()
@@ -123,7 +123,7 @@ impl Watch {
             self.last_progress = progress;
             self.last_change = now;
         } else if now.duration_since(self.last_change) > self.stall {
-            return Err(RunError::new(format!(
+            return Err(RunError::timeout(format!(
                 "no progress for {} s after {progress} operations: the peer stopped \
                  answering, or the fabric lost messages (on UC a lost message is never \
                  resent); check the peer's output",

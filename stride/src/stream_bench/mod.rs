@@ -680,9 +680,9 @@ fn server_addr(host: &str, port: u16) -> Result<SocketAddr, RunError> {
     }
     (host, port)
         .to_socket_addrs()
-        .map_err(|e| RunError::new(format!("cannot resolve {host}: {e}")))?
+        .map_err(|e| RunError::setup(format!("cannot resolve {host}: {e}")))?
         .next()
-        .ok_or_else(|| RunError::new(format!("{host} resolves to no address")))
+        .ok_or_else(|| RunError::setup(format!("{host} resolves to no address")))
 }
 
 /// Runs `stride-perf stream`: the client when an address is given, else the server.
@@ -782,7 +782,7 @@ fn banner(a: &StreamArgs, role: &str, peer: &str, plan: Option<&Plan>, tsc: bool
 }
 
 fn client(a: &StreamArgs, host: &str) -> Result<(), RunError> {
-    let plan = Plan::client(a).map_err(RunError::new)?;
+    let plan = Plan::client(a).map_err(RunError::usage)?;
     let addr = server_addr(host, a.port)?;
     let tsc = tsc_usable(crate::clock::current_source().as_deref());
     let cfg = config(a);
@@ -797,17 +797,17 @@ fn client(a: &StreamArgs, host: &str) -> Result<(), RunError> {
                 ),
                 _ => String::new(),
             };
-            RunError::new(format!(
+            RunError::peer_gone(format!(
                 "connecting to {addr} (connection {} of {}): {e}{hint}",
                 i + 1,
                 plan.connections
             ))
         })?;
-        prepare(&mut s, a).map_err(|e| RunError::new(format!("setting up the stream: {e}")))?;
+        prepare(&mut s, a).map_err(|e| RunError::setup(format!("setting up the stream: {e}")))?;
         // The first size's request goes at once: the server reads it before it accepts the
         // next connection (it learns the connection count from it).
         Conn::write_all(&mut s, &plan.request(i, plan.sizes[0]).encode())
-            .map_err(|e| RunError::new(format!("sending the first request: {e}")))?;
+            .map_err(|e| RunError::peer_gone(format!("sending the first request: {e}")))?;
         streams.push(s);
     }
     banner(a, "client", &addr.to_string(), Some(&plan), tsc);
@@ -1046,7 +1046,7 @@ fn one_size(
 }
 
 fn server(a: &StreamArgs) -> Result<(), RunError> {
-    check_server(a).map_err(RunError::new)?;
+    check_server(a).map_err(RunError::usage)?;
     let addr = SocketAddr::new(a.bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), a.port);
     let mut listener = config(a).bind(addr).map_err(|e| {
         let hint = if e.kind() == io::ErrorKind::AddrInUse {
@@ -1054,7 +1054,7 @@ fn server(a: &StreamArgs) -> Result<(), RunError> {
         } else {
             String::new()
         };
-        RunError::new(format!("listening on {addr} (rdma_cm): {e}{hint}"))
+        RunError::setup(format!("listening on {addr} (rdma_cm): {e}{hint}"))
     })?;
     banner(a, "server", &addr.to_string(), None, false);
     println!(
@@ -1064,12 +1064,12 @@ fn server(a: &StreamArgs) -> Result<(), RunError> {
     let _ = io::stdout().flush();
     let (mut s, peer) = listener
         .accept()
-        .map_err(|e| RunError::new(format!("accepting a connection: {e}")))?;
-    prepare(&mut s, a).map_err(|e| RunError::new(format!("setting up the stream: {e}")))?;
+        .map_err(|e| RunError::setup(format!("accepting a connection: {e}")))?;
+    prepare(&mut s, a).map_err(|e| RunError::setup(format!("setting up the stream: {e}")))?;
     let first = read_request(&mut s).map_err(RunError::new)?;
     let refuse = |s: &mut Stream, why: String| -> RunError {
         let _ = write_reply(s, &why);
-        RunError::new(format!("refused the client {peer}: {why}"))
+        RunError::usage(format!("refused the client {peer}: {why}"))
     };
     let wrong = mismatches(a, &first);
     if !wrong.is_empty() {
@@ -1084,11 +1084,11 @@ fn server(a: &StreamArgs) -> Result<(), RunError> {
     let deadline = Instant::now() + ACCEPT_TIMEOUT;
     listener
         .set_nonblocking(true)
-        .map_err(|e| RunError::new(e.to_string()))?;
+        .map_err(|e| RunError::setup(e.to_string()))?;
     while pending.len() < first.connections as usize {
         match listener.accept() {
             Ok((mut s, _)) => {
-                prepare(&mut s, a).map_err(|e| RunError::new(format!("setting up: {e}")))?;
+                prepare(&mut s, a).map_err(|e| RunError::setup(format!("setting up: {e}")))?;
                 let r = read_request(&mut s).map_err(RunError::new)?;
                 if let Some(why) = differs_from_run(&first, &r) {
                     return Err(refuse(&mut s, why));
@@ -1097,7 +1097,7 @@ fn server(a: &StreamArgs) -> Result<(), RunError> {
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 if Instant::now() > deadline {
-                    return Err(RunError::new(format!(
+                    return Err(RunError::timeout(format!(
                         "only {} of the client's {} connections arrived within {} s",
                         pending.len(),
                         first.connections,
@@ -1106,7 +1106,7 @@ fn server(a: &StreamArgs) -> Result<(), RunError> {
                 }
                 thread::sleep(Duration::from_millis(1));
             }
-            Err(e) => return Err(RunError::new(format!("accepting a connection: {e}"))),
+            Err(e) => return Err(RunError::setup(format!("accepting a connection: {e}"))),
         }
     }
     let args = Arc::new(a.clone());
