@@ -5,8 +5,9 @@
 //!   `size` bytes and writes them back, the client reads them. The client stamps the start of
 //!   every round trip (the post clock of [`crate::post_clock`]); each sample is the interval
 //!   between two starts, one round trip, halved as `ib_send_lat` halves it, and the
-//!   statistics are perftest's ([`LatencySummary`]). The row adds the round trips per second
-//!   (every round trip of every connection over the run's wall time).
+//!   statistics are perftest's ([`LatencySummary`](crate::latency::LatencySummary)). The
+//!   row adds the round trips per second (every round trip of every connection over the
+//!   run's wall time).
 //! - `stream bw`: one-way streaming. The client writes `iters` messages of `size` bytes, the
 //!   server reads all of them and answers one byte; the bandwidth is the bytes over the time
 //!   from the first write to that answer (so it includes one small message's way back).
@@ -26,527 +27,40 @@
 use std::fmt;
 use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
-use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use trespass::{Config, Stream};
 
-use crate::bandwidth::BandwidthResult;
 use crate::cli::Test;
 pub use crate::cli::{
     StreamArgs, STREAM_DEFAULT_PORT as DEFAULT_PORT, STREAM_MAX_BUSY_POLL_US as MAX_BUSY_POLL_US,
     STREAM_MAX_CONNECTIONS as MAX_CONNECTIONS, STREAM_MAX_SIZE as MAX_SIZE,
 };
 use crate::engine::RunError;
-use crate::latency::LatencySummary;
 use crate::post_clock::{tsc_usable, PostClock};
-use crate::report::{self, LatencyResult, RULE};
+use crate::report::RULE;
 
 mod conn;
+mod plan;
+mod results;
 use conn::{Conn, TokioConn};
+use plan::differs_from_run;
+pub use plan::{
+    all_sizes, check_server, default_size, mismatches, Plan, Request, Transfer, DEFAULT_ITERS,
+    REQUEST_LEN,
+};
+use results::row;
+pub use results::{
+    bandwidth_header, bandwidth_row, latency_header, latency_row, pool_latency, sum_bandwidth,
+    ConnectionRun, StreamLatency, StreamReport, StreamResult,
+};
 
-/// Iterations per size unless `--iters` says otherwise.
-pub const DEFAULT_ITERS: u64 = 1000;
 /// How long a read or write may wait for the peer before the run fails.
 const IO_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the server waits for the second and later connections of a run.
 const ACCEPT_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// How the bytes travel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Transfer {
-    /// Stream bytes: `write_all` and `read_exact`.
-    Stream,
-    /// One trespass message per `size` bytes: `send_msg` and `recv_msg`.
-    Messages,
-}
-
-impl Transfer {
-    fn describe(self) -> &'static str {
-        match self {
-            Transfer::Stream => "byte stream (write_all / read_exact)",
-            Transfer::Messages => "messages (send_msg / recv_msg)",
-        }
-    }
-}
-
-/// A client's run, resolved from its options.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Plan {
-    /// Latency or bandwidth.
-    pub test: Test,
-    /// The sizes, in run order.
-    pub sizes: Vec<u64>,
-    /// Iterations per size and connection.
-    pub iterations: u64,
-    /// Stream bytes or messages.
-    pub transfer: Transfer,
-    /// Parallel connections.
-    pub connections: u32,
-    /// Whether the sizes are `--all`'s.
-    pub all_sizes: bool,
-}
-
-/// The sizes of `--all`: 1 B to 4 MiB in powers of two.
-pub fn all_sizes() -> Vec<u64> {
-    (0..=22).map(|k| 1u64 << k).collect()
-}
-
-/// The size used without `-s` or `-a`.
-pub fn default_size(test: Test) -> u64 {
-    match test {
-        Test::Lat => 64,
-        Test::Bw => 65536,
-    }
-}
-
-impl Plan {
-    /// The client's run from its options; refuses combinations that make no sense, naming
-    /// the option.
-    pub fn client(a: &StreamArgs) -> Result<Plan, String> {
-        if a.bind.is_some() {
-            return Err(
-                "--bind is the server's listening address; a client (given a server address) \
-                 connects through whatever device reaches the server"
-                    .into(),
-            );
-        }
-        let iterations = a.iterations.unwrap_or(DEFAULT_ITERS);
-        if a.test == Test::Lat && iterations < 3 {
-            return Err(format!(
-                "-n {iterations}: a latency run needs at least 3 round trips (the statistics \
-                 drop the two largest samples, as perftest's)"
-            ));
-        }
-        let connections = a.connections.unwrap_or(1);
-        if a.test == Test::Lat {
-            // Each round trip keeps its post stamp and then its sample, per connection, all
-            // allocated before the run: refuse what cannot fit rather than fail to allocate.
-            let per_iteration = 16 * u64::from(connections.max(1));
-            let most = crate::params::MAX_STAMP_BYTES / per_iteration;
-            if iterations > most {
-                return Err(format!(
-                    "-n {iterations} is more than stride-perf records: each round trip keeps \
-                     {per_iteration} bytes of timestamps and samples, and it allows {} GiB \
-                     (at most -n {most} here); use a smaller -n",
-                    crate::params::MAX_STAMP_BYTES >> 30
-                ));
-            }
-        }
-        let sizes = if a.all_sizes {
-            all_sizes()
-        } else {
-            vec![a.size.unwrap_or(default_size(a.test))]
-        };
-        Ok(Plan {
-            test: a.test,
-            sizes,
-            iterations,
-            transfer: if a.messages {
-                Transfer::Messages
-            } else {
-                Transfer::Stream
-            },
-            connections,
-            all_sizes: a.all_sizes,
-        })
-    }
-
-    /// The request that sets up `size` on connection `index`.
-    pub fn request(&self, index: u32, size: u64) -> Request {
-        Request {
-            test: self.test,
-            transfer: self.transfer,
-            all_sizes: self.all_sizes,
-            connections: self.connections,
-            index,
-            size,
-            iterations: self.iterations,
-        }
-    }
-}
-
-/// The server's options checked before it listens.
-pub fn check_server(a: &StreamArgs) -> Result<(), String> {
-    if a.json.is_some() {
-        return Err("--json is the client's: the client measures, the server only serves".into());
-    }
-    if a.test == Test::Lat && a.iterations.is_some_and(|n| n < 3) {
-        return Err(
-            "-n: a latency run needs at least 3 round trips (the statistics drop the two \
-             largest samples)"
-                .into(),
-        );
-    }
-    Ok(())
-}
-
-/// What a client asks of the server for one size on one connection. `size` 0 ends the run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Request {
-    /// Latency or bandwidth.
-    pub test: Test,
-    /// Stream bytes or messages.
-    pub transfer: Transfer,
-    /// Whether the client runs `--all`.
-    pub all_sizes: bool,
-    /// The client's connection count.
-    pub connections: u32,
-    /// This connection's index among them, from 0.
-    pub index: u32,
-    /// Message size; 0: the run is over.
-    pub size: u64,
-    /// Iterations of this size on this connection.
-    pub iterations: u64,
-}
-
-/// The request's first bytes.
-const MAGIC: [u8; 8] = *b"STRDSTRM";
-/// The request's layout version.
-const VERSION: u16 = 1;
-/// Bytes of an encoded [`Request`].
-pub const REQUEST_LEN: usize = 40;
-
-impl Request {
-    /// The request that ends a connection's run.
-    pub fn done(plan: &Plan, index: u32) -> Request {
-        plan.request(index, 0)
-    }
-
-    /// Whether this request ends the run.
-    pub fn is_done(&self) -> bool {
-        self.size == 0
-    }
-
-    /// The request on the wire: magic, version, test, flags, connections, index, then size
-    /// and iterations, little-endian.
-    pub fn encode(&self) -> [u8; REQUEST_LEN] {
-        let mut b = [0u8; REQUEST_LEN];
-        b[..8].copy_from_slice(&MAGIC);
-        b[8..10].copy_from_slice(&VERSION.to_le_bytes());
-        b[10] = match self.test {
-            Test::Lat => 0,
-            Test::Bw => 1,
-        };
-        b[11] = u8::from(self.transfer == Transfer::Messages) | (u8::from(self.all_sizes) << 1);
-        b[12..16].copy_from_slice(&self.connections.to_le_bytes());
-        b[16..20].copy_from_slice(&self.index.to_le_bytes());
-        b[24..32].copy_from_slice(&self.size.to_le_bytes());
-        b[32..40].copy_from_slice(&self.iterations.to_le_bytes());
-        b
-    }
-
-    /// Reads a request, refusing anything that is not one of this version's.
-    pub fn decode(b: &[u8; REQUEST_LEN]) -> Result<Request, String> {
-        if b[..8] != MAGIC {
-            return Err("the client is not a stride-perf stream client".into());
-        }
-        let version = u16::from_le_bytes([b[8], b[9]]);
-        if version != VERSION {
-            return Err(format!(
-                "the client speaks version {version} of stride-perf stream's setup, this \
-                 server {VERSION}: run the same stride-perf on both sides"
-            ));
-        }
-        let test = match b[10] {
-            0 => Test::Lat,
-            1 => Test::Bw,
-            t => return Err(format!("unknown test {t} in the client's request")),
-        };
-        if b[11] & !3 != 0 {
-            return Err(format!(
-                "unknown flags {:#x} in the client's request",
-                b[11]
-            ));
-        }
-        let word = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
-        let long = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
-        let r = Request {
-            test,
-            transfer: if b[11] & 1 != 0 {
-                Transfer::Messages
-            } else {
-                Transfer::Stream
-            },
-            all_sizes: b[11] & 2 != 0,
-            connections: word(12),
-            index: word(16),
-            size: long(24),
-            iterations: long(32),
-        };
-        if r.connections == 0 || r.connections > MAX_CONNECTIONS || r.index >= r.connections {
-            return Err(format!(
-                "connection {} of {} in the client's request",
-                r.index, r.connections
-            ));
-        }
-        if r.size > MAX_SIZE {
-            return Err(format!(
-                "size {} in the client's request is above {MAX_SIZE}",
-                r.size
-            ));
-        }
-        if !r.is_done() && (r.iterations == 0 || (r.test == Test::Lat && r.iterations < 3)) {
-            return Err(format!(
-                "{} iterations in the client's request",
-                r.iterations
-            ));
-        }
-        Ok(r)
-    }
-}
-
-/// The settings given on the server's command line that differ from the client's request,
-/// each as a sentence; empty when the server may serve it. What the server was not given,
-/// it takes from the client.
-pub fn mismatches(a: &StreamArgs, r: &Request) -> Vec<String> {
-    let mut out = Vec::new();
-    if a.test != r.test {
-        out.push(format!(
-            "the server runs stream {}, the client stream {}",
-            a.test.as_str(),
-            r.test.as_str()
-        ));
-    }
-    if a.messages && r.transfer != Transfer::Messages {
-        out.push("the server was given --messages, the client was not".into());
-    }
-    if a.all_sizes && !r.all_sizes {
-        out.push("the server was given -a, the client was not".into());
-    }
-    if let Some(s) = a.size {
-        if r.all_sizes {
-            out.push(format!("the server was given -s {s}, the client -a"));
-        } else if !r.is_done() && r.size != s {
-            out.push(format!(
-                "the server was given -s {s}, the client -s {}",
-                r.size
-            ));
-        }
-    }
-    if let Some(n) = a.iterations {
-        if !r.is_done() && r.iterations != n {
-            out.push(format!(
-                "the server was given -n {n}, the client -n {}",
-                r.iterations
-            ));
-        }
-    }
-    if let Some(c) = a.connections {
-        if r.connections != c {
-            out.push(format!(
-                "the server was given --connections {c}, the client --connections {}",
-                r.connections
-            ));
-        }
-    }
-    out
-}
-
-/// The differences between a later connection's request and the first one's (the run's).
-fn differs_from_run(first: &Request, r: &Request) -> Option<String> {
-    (first.test != r.test
-        || first.transfer != r.transfer
-        || first.connections != r.connections
-        || first.all_sizes != r.all_sizes)
-        .then(|| {
-            "a connection's request differs from the run's first connection (test, transfer, \
-             --connections or -a)"
-                .to_owned()
-        })
-}
-
-/// One size's latency result: perftest's columns and the round trips per second.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct StreamLatency {
-    /// Message size in bytes.
-    pub bytes: u64,
-    /// Round trips measured, all connections together.
-    pub iterations: u64,
-    /// The statistics of one round trip / 2, in microseconds.
-    pub summary: LatencySummary,
-    /// Round trips per second: every connection's round trips over the run's wall time
-    /// (from the common start to the last connection's end).
-    pub round_trips_per_sec: f64,
-}
-
-/// One size's result.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
-pub enum StreamResult {
-    /// `stream lat`.
-    Latency(StreamLatency),
-    /// `stream bw`: the average over the run (no peak).
-    Bandwidth(BandwidthResult),
-}
-
-impl StreamResult {
-    /// The message size.
-    pub fn bytes(&self) -> u64 {
-        match self {
-            StreamResult::Latency(r) => r.bytes,
-            StreamResult::Bandwidth(r) => r.bytes,
-        }
-    }
-}
-
-/// The JSON file of `stride-perf stream --json`: the client's results.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StreamReport {
-    /// Always "stride-perf".
-    pub tool: String,
-    /// The tool's version.
-    pub version: String,
-    /// "stream lat" or "stream bw".
-    pub test: String,
-    /// Stream bytes or messages.
-    pub transfer: Transfer,
-    /// Parallel connections.
-    pub connections: u32,
-    /// This side's busy poll in microseconds; `None`: trespass's default.
-    pub busy_poll_us: Option<u64>,
-    /// This side's limit of the adaptive spin in microseconds; `None`: trespass's default.
-    #[serde(default)]
-    pub busy_poll_max_us: Option<u64>,
-    /// Whether this side's nodelay was on.
-    pub nodelay: bool,
-    /// Whether this side drove its connections through trespass's tokio front end
-    /// (`--tokio`).
-    #[serde(default)]
-    pub tokio: bool,
-    /// This side's shared receive queue depth (`--shared-receive-queue`); `None`: a
-    /// receive queue per connection.
-    #[serde(default)]
-    pub shared_receive_queue: Option<u32>,
-    /// The server's address.
-    pub server: String,
-    /// How the samples were stamped (`tsc` or the monotonic clock).
-    pub clock: String,
-    /// One entry per size, in run order.
-    pub results: Vec<StreamResult>,
-}
-
-impl StreamReport {
-    /// Writes the report as pretty JSON, replacing `path` atomically.
-    pub fn write_json(&self, path: &Path) -> io::Result<()> {
-        report::write_json_file(self, path)
-    }
-
-    /// Reads a report written by [`StreamReport::write_json`].
-    pub fn read_json(path: &Path) -> Result<Self, String> {
-        report::read_json_file(path, "a stride-perf stream result file")
-    }
-}
-
-/// What one connection measured of one size: its samples (lat, microseconds per round
-/// trip) and its start and end in seconds from the run's common origin.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ConnectionRun {
-    /// Round-trip samples in microseconds (lat); empty for bw.
-    pub samples: Vec<f64>,
-    /// When this connection started, in seconds from the common origin.
-    pub start_s: f64,
-    /// When it finished.
-    pub end_s: f64,
-    /// Messages it moved.
-    pub messages: u64,
-}
-
-/// The wall time of connections run together: from the first start to the last end.
-fn span(runs: &[ConnectionRun]) -> f64 {
-    let start = runs.iter().map(|r| r.start_s).fold(f64::INFINITY, f64::min);
-    let end = runs
-        .iter()
-        .map(|r| r.end_s)
-        .fold(f64::NEG_INFINITY, f64::max);
-    end - start
-}
-
-/// The latency result of `size` from every connection's samples, pooled.
-pub fn pool_latency(size: u64, runs: &[ConnectionRun]) -> Result<StreamLatency, String> {
-    let mut samples: Vec<f64> = runs
-        .iter()
-        .flat_map(|r| r.samples.iter().copied())
-        .collect();
-    let iterations = samples.len() as u64;
-    let summary = LatencySummary::from_samples(&mut samples, 2.0).map_err(|e| e.to_string())?;
-    let wall = span(runs);
-    if !(wall > 0.0 && wall.is_finite()) {
-        return Err("the run took no measurable time".into());
-    }
-    Ok(StreamLatency {
-        bytes: size,
-        iterations,
-        summary,
-        round_trips_per_sec: iterations as f64 / wall,
-    })
-}
-
-/// The bandwidth result of `size` from every connection: all bytes over the wall time.
-pub fn sum_bandwidth(size: u64, runs: &[ConnectionRun]) -> Result<BandwidthResult, String> {
-    let messages: u64 = runs.iter().map(|r| r.messages).sum();
-    let wall = span(runs);
-    if messages == 0 {
-        return Err("no message was moved".into());
-    }
-    if !(wall > 0.0 && wall.is_finite()) {
-        return Err("the run took no measurable time: raise -n or -s".into());
-    }
-    Ok(BandwidthResult {
-        bytes: size,
-        iterations: messages,
-        peak_bytes_per_sec: None,
-        avg_bytes_per_sec: size as f64 * messages as f64 / wall,
-        msg_rate_mpps: messages as f64 / wall / 1e6,
-        intervals: None,
-        cpu_util_percent: None,
-    })
-}
-
-/// The latency table's header: perftest's columns and the round trips per second.
-pub fn latency_header() -> String {
-    format!("{}  round trips/sec", report::latency_header().trim_end())
-}
-
-/// One latency row.
-pub fn latency_row(r: &StreamLatency) -> String {
-    let row = report::latency_row(&LatencyResult {
-        bytes: r.bytes,
-        iterations: r.iterations,
-        summary: r.summary,
-    });
-    format!("{row}\t\t{:.0}", r.round_trips_per_sec)
-}
-
-/// The bandwidth table's header: MiB/s (2^20 bytes, perftest's "MB/sec") and Gb/s.
-pub fn bandwidth_header() -> String {
-    format!(
-        "{RULE}\n #bytes     #iterations    BW average[MiB/sec]    BW average[Gb/sec]    MsgRate[Mpps]"
-    )
-}
-
-/// One bandwidth row.
-pub fn bandwidth_row(r: &BandwidthResult) -> String {
-    format!(
-        " {:<7}    {:<10}       {:<10.2}             {:<10.3}            {:<7.6}",
-        r.bytes,
-        r.iterations,
-        r.avg(false),
-        r.avg(true),
-        r.msg_rate_mpps
-    )
-}
-
-fn row(r: &StreamResult) -> String {
-    match r {
-        StreamResult::Latency(l) => latency_row(l),
-        StreamResult::Bandwidth(b) => bandwidth_row(b),
-    }
-}
 
 /// A barrier that a failing thread can break, so that the others stop waiting.
 struct Gate {
@@ -1236,6 +750,7 @@ fn serve_connection(
 mod tests {
     use super::*;
     use crate::cli::{Cli, Command};
+    use crate::latency::LatencySummary;
     use clap::Parser;
 
     fn args(extra: &[&str]) -> Result<StreamArgs, clap::Error> {
