@@ -609,6 +609,13 @@ pub struct StreamArgs {
     #[arg(long = "messages")]
     pub messages: bool,
 
+    /// Lend each `size` bytes as one trespass message, zero-copy (lend_msg: the receiver's
+    /// recv_msg fetches it with RDMA READ; the sender takes its buffer back with reclaim,
+    /// keeping up to 8 lent). The echo of `lat` is lent back the same way. The server
+    /// follows the client unless it was given --lend itself.
+    #[arg(long = "lend", conflicts_with = "messages")]
+    pub lend: bool,
+
     /// Open N connections (1 to 64), one thread each, started together at every size:
     /// bandwidth is all their bytes over the time from the common start to the last
     /// connection's end; latency samples are pooled. A server given it serves only clients

@@ -14,6 +14,7 @@
 //! | --- | --- | --- |
 //! | `trespass-stream` | `stride-perf stream lat`: write_all + read_exact ping-pong, t_avg | `stride-perf stream bw` |
 //! | `trespass-messages` | the same with `--messages` (send_msg / recv_msg) | `stride-perf stream bw --messages` |
+//! | `trespass-lent` | the same with `--lend` (lend_msg / reclaim, zero-copy both ways) | `stride-perf stream bw --lend` |
 //! | `trespass-spin` | `stream lat` with `--busy-poll-us 1000000` on both sides | `stream bw` likewise |
 //! | `trespass-tokio` | `stream lat` with `--tokio` on both sides (the tokio front end) | `stream bw` likewise |
 //! | `trespass-tokio-adaptive` | the same with `--busy-poll-max-us 250` on both sides | likewise |
@@ -40,6 +41,8 @@ pub enum Case {
     TrespassStream,
     /// trespass, messages.
     TrespassMessages,
+    /// trespass, lent messages (zero-copy: `--lend`).
+    TrespassLent,
     /// trespass, stream bytes, both sides spinning instead of sleeping
     /// ([`SPIN_BUSY_POLL_US`]), as the verbs programs and rstream do.
     TrespassSpin,
@@ -64,9 +67,10 @@ pub enum Case {
 
 impl Case {
     /// Every case, in table order.
-    pub const ALL: [Case; 9] = [
+    pub const ALL: [Case; 10] = [
         Case::TrespassStream,
         Case::TrespassMessages,
+        Case::TrespassLent,
         Case::TrespassSpin,
         Case::TrespassTokio,
         Case::TrespassTokioAdaptive,
@@ -81,6 +85,7 @@ impl Case {
         match self {
             Case::TrespassStream => "trespass-stream",
             Case::TrespassMessages => "trespass-messages",
+            Case::TrespassLent => "trespass-lent",
             Case::TrespassSpin => "trespass-spin",
             Case::TrespassTokio => "trespass-tokio",
             Case::TrespassTokioAdaptive => "trespass-tokio-adaptive",
@@ -102,6 +107,7 @@ impl Case {
             self,
             Case::TrespassStream
                 | Case::TrespassMessages
+                | Case::TrespassLent
                 | Case::TrespassSpin
                 | Case::TrespassTokio
                 | Case::TrespassTokioAdaptive
@@ -124,6 +130,7 @@ impl Job {
         let case = match self.case {
             Case::TrespassStream => "stream",
             Case::TrespassMessages => "messages",
+            Case::TrespassLent => "lent",
             Case::TrespassSpin => "spin",
             Case::TrespassTokio => "tokio",
             Case::TrespassTokioAdaptive => "tokio-adaptive",
@@ -143,6 +150,7 @@ impl Job {
         let case = match case {
             "stream" => Case::TrespassStream,
             "messages" => Case::TrespassMessages,
+            "lent" => Case::TrespassLent,
             "spin" => Case::TrespassSpin,
             "tokio" => Case::TrespassTokio,
             "tokio-adaptive" => Case::TrespassTokioAdaptive,
@@ -476,6 +484,7 @@ pub fn summarize(runs: &[Run]) -> Vec<Row> {
             for trespass in [
                 Case::TrespassStream,
                 Case::TrespassMessages,
+                Case::TrespassLent,
                 Case::TrespassSpin,
                 Case::TrespassTokio,
                 Case::TrespassTokioAdaptive,
@@ -546,6 +555,7 @@ fn ratio_text(r: Option<&Ratio>) -> String {
 fn transfer(r: &Row) -> &'static str {
     match r.trespass {
         Case::TrespassMessages => "trespass messages",
+        Case::TrespassLent => "trespass lent messages (zero-copy)",
         Case::TrespassSpin => "trespass stream, spinning",
         Case::TrespassTokio => "trespass stream, tokio",
         Case::TrespassTokioAdaptive => "trespass stream, tokio, adaptive spin",

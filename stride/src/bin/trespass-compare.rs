@@ -177,6 +177,7 @@ fn spec(job: Job, size: u64, iters: u64, port: u16, dev: &Device, a: &RunArgs, t
     match job.case {
         Case::TrespassStream
         | Case::TrespassMessages
+        | Case::TrespassLent
         | Case::TrespassSpin
         | Case::TrespassTokio
         | Case::TrespassTokioAdaptive => {
@@ -188,6 +189,9 @@ fn spec(job: Job, size: u64, iters: u64, port: u16, dev: &Device, a: &RunArgs, t
             let mut server = s(&[&stride, "stream", test, "--bind", &dev.ip, "-p", &port_s]);
             if job.case == Case::TrespassMessages {
                 client.push("--messages".into());
+            }
+            if job.case == Case::TrespassLent {
+                client.push("--lend".into());
             }
             if matches!(job.case, Case::TrespassTokio | Case::TrespassTokioAdaptive) {
                 client.push("--tokio".into());

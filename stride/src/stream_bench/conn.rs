@@ -25,6 +25,10 @@ pub(crate) trait Conn {
     fn recv_msg(&mut self, msg: &mut Vec<u8>) -> io::Result<Option<usize>>;
     /// Closes the write side (the peer reads the end of the stream).
     fn shutdown_write(&mut self) -> io::Result<()>;
+    /// Lends `buf` as one message (zero-copy).
+    fn lend_msg(&mut self, buf: Vec<u8>) -> io::Result<()>;
+    /// Takes back the oldest lent buffer once the peer fetched it.
+    fn reclaim(&mut self) -> io::Result<Vec<u8>>;
 }
 
 impl Conn for trespass::Stream {
@@ -45,6 +49,12 @@ impl Conn for trespass::Stream {
     }
     fn shutdown_write(&mut self) -> io::Result<()> {
         self.shutdown(std::net::Shutdown::Write)
+    }
+    fn lend_msg(&mut self, buf: Vec<u8>) -> io::Result<()> {
+        Ok(trespass::Stream::lend_msg(self, buf)?)
+    }
+    fn reclaim(&mut self) -> io::Result<Vec<u8>> {
+        trespass::Stream::reclaim(self)
     }
 }
 
@@ -124,5 +134,74 @@ impl Conn for TokioConn {
     }
     fn shutdown_write(&mut self) -> io::Result<()> {
         within(&self.rt, self.timeout, self.stream.shutdown())
+    }
+    fn lend_msg(&mut self, buf: Vec<u8>) -> io::Result<()> {
+        within(&self.rt, self.timeout, async {
+            Ok(self.stream.lend_msg(buf).await?)
+        })
+    }
+    fn reclaim(&mut self) -> io::Result<Vec<u8>> {
+        within(&self.rt, self.timeout, self.stream.reclaim())
+    }
+}
+
+/// Buffers lent at most at once by one side of a `--lend` run.
+const LEND_DEPTH: usize = 8;
+
+/// One side's lent buffers in a `--lend` run: up to [`LEND_DEPTH`] lent at once, each
+/// taken back (reclaimed) to be lent again, so a run allocates only its first few.
+#[derive(Default)]
+pub(crate) struct Lender {
+    /// Buffers back from the peer, ready to lend again.
+    free: Vec<Vec<u8>>,
+    /// Lent and not yet reclaimed.
+    out: usize,
+}
+
+impl Lender {
+    /// Lends a buffer holding `bytes`: one back from the peer when one of that length is
+    /// (its bytes are what an earlier message of the run carried: a run lends the same
+    /// bytes every time), else a new one while fewer than the depth are out, else the
+    /// oldest once the peer returns it.
+    pub(crate) fn lend_copy(&mut self, s: &mut impl Conn, bytes: &[u8]) -> io::Result<()> {
+        let buf = match self.free.pop() {
+            Some(b) if b.len() == bytes.len() => b,
+            _ if self.out < LEND_DEPTH => bytes.to_vec(),
+            _ => {
+                let b = s.reclaim()?;
+                self.out -= 1;
+                if b.len() == bytes.len() {
+                    b
+                } else {
+                    bytes.to_vec()
+                }
+            }
+        };
+        self.lend(s, buf)
+    }
+
+    /// Lends `buf` as it is (first taking the oldest back when the depth is out).
+    pub(crate) fn lend(&mut self, s: &mut impl Conn, buf: Vec<u8>) -> io::Result<()> {
+        if self.out >= LEND_DEPTH {
+            self.free.push(s.reclaim()?);
+            self.out -= 1;
+        }
+        s.lend_msg(buf)?;
+        self.out += 1;
+        Ok(())
+    }
+
+    /// A buffer to receive into: one back from the peer, or an empty one.
+    pub(crate) fn target(&mut self) -> Vec<u8> {
+        self.free.pop().unwrap_or_default()
+    }
+
+    /// Takes every lent buffer back.
+    pub(crate) fn drain(&mut self, s: &mut impl Conn) -> io::Result<()> {
+        while self.out > 0 {
+            self.free.push(s.reclaim()?);
+            self.out -= 1;
+        }
+        Ok(())
     }
 }

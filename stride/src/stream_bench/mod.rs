@@ -45,7 +45,7 @@ use crate::report::RULE;
 mod conn;
 mod plan;
 mod results;
-use conn::{Conn, TokioConn};
+use conn::{Conn, Lender, TokioConn};
 use plan::differs_from_run;
 pub use plan::{
     all_sizes, check_server, default_size, mismatches, Plan, Request, Transfer, DEFAULT_ITERS,
@@ -127,10 +127,11 @@ fn prepare(s: &mut Stream, a: &StreamArgs) -> io::Result<()> {
     Ok(())
 }
 
-fn send(s: &mut impl Conn, buf: &[u8], transfer: Transfer) -> io::Result<()> {
+fn send(s: &mut impl Conn, buf: &[u8], transfer: Transfer, lender: &mut Lender) -> io::Result<()> {
     match transfer {
         Transfer::Stream => s.write_all(buf),
         Transfer::Messages => s.send_msg(buf),
+        Transfer::Lent => lender.lend_copy(s, buf),
     }
 }
 
@@ -144,7 +145,7 @@ fn recv(
 ) -> io::Result<()> {
     match transfer {
         Transfer::Stream => s.read_exact(buf),
-        Transfer::Messages => match s.recv_msg(msg)? {
+        Transfer::Messages | Transfer::Lent => match s.recv_msg(msg)? {
             Some(n) if n == buf.len() => Ok(()),
             Some(n) => Err(io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -516,6 +517,7 @@ fn one_size(
         return Err("another connection failed".into());
     }
     let iters = plan.iterations;
+    let mut lender = Lender::default();
     match plan.test {
         Test::Lat => {
             let clock = PostClock::start(tsc);
@@ -523,13 +525,16 @@ fn one_size(
             let start = origin.elapsed().as_secs_f64();
             for i in 0..iters {
                 stamps.push(clock.now());
-                send(s, &buf[..n], plan.transfer)
+                send(s, &buf[..n], plan.transfer, &mut lender)
                     .map_err(io_error(format_args!("round trip {i}: writing")))?;
                 recv(s, &mut back[..n], msg, plan.transfer)
                     .map_err(io_error(format_args!("round trip {i}: reading the echo")))?;
             }
             stamps.push(clock.now());
             let end = origin.elapsed().as_secs_f64();
+            lender
+                .drain(s)
+                .map_err(io_error("taking the lent buffers back"))?;
             let samples = clock.intervals_us(&stamps).map_err(|e| e.to_string())?;
             Ok(ConnectionRun {
                 samples,
@@ -541,7 +546,7 @@ fn one_size(
         Test::Bw => {
             let start = origin.elapsed().as_secs_f64();
             for i in 0..iters {
-                send(s, &buf[..n], plan.transfer)
+                send(s, &buf[..n], plan.transfer, &mut lender)
                     .map_err(io_error(format_args!("message {i}: writing")))?;
             }
             let mut answer = [0u8; 1];
@@ -549,6 +554,9 @@ fn one_size(
                 "reading the server's answer after the last message",
             ))?;
             let end = origin.elapsed().as_secs_f64();
+            lender
+                .drain(s)
+                .map_err(io_error("taking the lent buffers back"))?;
             Ok(ConnectionRun {
                 samples: Vec::new(),
                 start_s: start,
@@ -676,6 +684,7 @@ fn serve_connection(
     let mut served = Vec::new();
     let mut buf = Vec::new();
     let mut msg = Vec::new();
+    let mut lender = Lender::default();
     loop {
         if req.is_done() {
             // Answers the client's last read with the end of the stream.
@@ -710,8 +719,21 @@ fn serve_connection(
                             s.send_msg(&msg)
                                 .map_err(io_error(format_args!("round trip {i}: echoing")))?;
                         }
+                        Transfer::Lent => {
+                            // The message fetched into a buffer back from the client is
+                            // lent back as it is: no copy on this side either.
+                            let mut got = lender.target();
+                            recv(&mut s, &mut buf[..n], &mut got, Transfer::Lent)
+                                .map_err(io_error(format_args!("round trip {i}: reading")))?;
+                            lender
+                                .lend(&mut s, got)
+                                .map_err(io_error(format_args!("round trip {i}: echoing")))?;
+                        }
                     }
                 }
+                lender
+                    .drain(&mut s)
+                    .map_err(io_error("taking the lent echoes back"))?;
             }
             Test::Bw => {
                 match req.transfer {
@@ -730,9 +752,9 @@ fn serve_connection(
                             left -= got as u64;
                         }
                     }
-                    Transfer::Messages => {
+                    Transfer::Messages | Transfer::Lent => {
                         for i in 0..req.iterations {
-                            recv(&mut s, &mut buf[..n], &mut msg, Transfer::Messages)
+                            recv(&mut s, &mut buf[..n], &mut msg, req.transfer)
                                 .map_err(io_error(format_args!("message {i}")))?;
                         }
                     }
@@ -882,6 +904,22 @@ mod tests {
         assert!(Request::decode(&bad.encode()).is_err());
         let bad = Request { iterations: 2, ..r };
         assert!(Request::decode(&bad.encode()).is_err());
+        // Lent messages travel as their own flag; messages and lent at once are refused.
+        let lent = Plan::client(&args(&["bw", "--lend", "-s", "1048576", "h"]).unwrap()).unwrap();
+        assert_eq!(lent.transfer, Transfer::Lent);
+        let r = lent.request(0, 1 << 20);
+        assert_eq!(Request::decode(&r.encode()), Ok(r));
+        let mut b = r.encode();
+        b[11] |= 1;
+        assert!(Request::decode(&b).unwrap_err().contains("unknown flags"));
+        assert!(args(&["bw", "--lend", "--messages", "h"]).is_err());
+        let server = args(&["bw", "--lend"]).unwrap();
+        let plain = Plan::client(&args(&["bw", "--messages", "h"]).unwrap()).unwrap();
+        assert_eq!(
+            mismatches(&server, &plain.request(0, 65536)),
+            ["the server was given --lend, the client was not"]
+        );
+        assert!(mismatches(&server, &r).is_empty());
     }
 
     #[test]

@@ -19,6 +19,9 @@ pub enum Transfer {
     Stream,
     /// One trespass message per `size` bytes: `send_msg` and `recv_msg`.
     Messages,
+    /// One lent message per `size` bytes (zero-copy): `lend_msg` and `reclaim`, and
+    /// `recv_msg` at the receiver.
+    Lent,
 }
 
 impl Transfer {
@@ -27,6 +30,7 @@ impl Transfer {
         match self {
             Transfer::Stream => "byte stream (write_all / read_exact)",
             Transfer::Messages => "messages (send_msg / recv_msg)",
+            Transfer::Lent => "lent messages, zero-copy (lend_msg / reclaim, recv_msg)",
         }
     }
 }
@@ -103,7 +107,9 @@ impl Plan {
             test: a.test,
             sizes,
             iterations,
-            transfer: if a.messages {
+            transfer: if a.lend {
+                Transfer::Lent
+            } else if a.messages {
                 Transfer::Messages
             } else {
                 Transfer::Stream
@@ -189,7 +195,9 @@ impl Request {
             Test::Lat => 0,
             Test::Bw => 1,
         };
-        b[11] = u8::from(self.transfer == Transfer::Messages) | (u8::from(self.all_sizes) << 1);
+        b[11] = u8::from(self.transfer == Transfer::Messages)
+            | (u8::from(self.all_sizes) << 1)
+            | (u8::from(self.transfer == Transfer::Lent) << 2);
         b[12..16].copy_from_slice(&self.connections.to_le_bytes());
         b[16..20].copy_from_slice(&self.index.to_le_bytes());
         b[24..32].copy_from_slice(&self.size.to_le_bytes());
@@ -214,7 +222,7 @@ impl Request {
             1 => Test::Bw,
             t => return Err(format!("unknown test {t} in the client's request")),
         };
-        if b[11] & !3 != 0 {
+        if b[11] & !7 != 0 || b[11] & 5 == 5 {
             return Err(format!(
                 "unknown flags {:#x} in the client's request",
                 b[11]
@@ -226,6 +234,8 @@ impl Request {
             test,
             transfer: if b[11] & 1 != 0 {
                 Transfer::Messages
+            } else if b[11] & 4 != 0 {
+                Transfer::Lent
             } else {
                 Transfer::Stream
             },
@@ -271,6 +281,9 @@ pub fn mismatches(a: &StreamArgs, r: &Request) -> Vec<String> {
     }
     if a.messages && r.transfer != Transfer::Messages {
         out.push("the server was given --messages, the client was not".into());
+    }
+    if a.lend && r.transfer != Transfer::Lent {
+        out.push("the server was given --lend, the client was not".into());
     }
     if a.all_sizes && !r.all_sizes {
         out.push("the server was given -a, the client was not".into());
