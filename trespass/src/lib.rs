@@ -40,7 +40,10 @@
 //!
 //! # What it does not do (yet)
 //!
-//! No zero-copy transfers: that is the next step. Many connections can share one receive
+//! Zero-copy is for whole messages: [`Stream::lend_msg`] hands a buffer to the peer, which
+//! fetches it with RDMA READ into its own, and [`Stream::reclaim`] gives it back (each lent
+//! buffer is registered for its transfer alone; stream bytes are always copied). Many
+//! connections can share one receive
 //! queue per device ([`Config::shared_receive_queue`]). The thread-per-core mode is the tokio front end on one pinned current-thread runtime per
 //! core (`docs/trespass-async.md` says why that runtime). The keep-alive probes are
 //! answered by one process-wide helper thread.
