@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # stride-perf stream (trespass measured as perftest measures the verbs): latency and
-# bandwidth rows, over the byte stream and over messages, one and two connections, through
-# the blocking calls and through tokio (--tokio), with a sane row on the client for each. A
-# short run of each; scripts/trespass-compare is the measurement.
+# bandwidth rows, over the byte stream, over messages and over lent messages (zero-copy),
+# one and two connections, through the blocking calls and through tokio (--tokio), with a
+# sane row on the client for each. A short run of each; scripts/trespass-compare is the
+# measurement.
 # Binary: ${STRIDE_BIN:-target/debug/stride-perf}.
 # e2e-hosts: 1 2
 set -uo pipefail
@@ -50,5 +51,7 @@ stream_run "stream bw, 2 connections of 1 KiB messages" bw 1024 500 --connection
 stream_run "stream lat on tokio, 64 B" lat 64 200 --tokio
 stream_run "stream lat on tokio with the adaptive spin, 64 B" lat 64 200 --tokio --busy-poll-max-us 250
 stream_run "stream bw on tokio, 2 connections of 4 KiB messages" bw 4096 300 --connections 2 --messages --tokio
+stream_run "stream lat, lent messages of 1 MiB (zero-copy)" lat 1048576 20 --lend
+stream_run "stream bw on tokio, lent messages of 1 MiB (zero-copy)" bw 1048576 40 --lend --tokio
 [ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
 echo "all stride-perf stream runs gave their rows"
