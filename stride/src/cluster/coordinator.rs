@@ -2,6 +2,7 @@
 //! gathers the results, watches every rank (heartbeats, closed connections), and ends the
 //! run on every rank, naming the culprit, when one dies, hangs, fails or never comes.
 
+use std::collections::BTreeMap;
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::path::Path;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -237,12 +238,13 @@ impl Coordinator {
     /// Waits until every rank registered, at most the timeout.
     fn gather(&mut self, inbox: &Receiver<Event>) -> Result<(), RunError> {
         let deadline = Instant::now() + self.limit;
-        let mut came: Vec<Option<Rank>> = (0..self.size).map(|_| None).collect();
+        // Ranks as they arrive: nothing is allocated for a rank before it comes.
+        let mut came: BTreeMap<usize, Rank> = BTreeMap::new();
         let mut beat = Instant::now();
-        while came.iter().any(Option::is_none) {
+        while came.len() < self.size {
             // Those who came wait for the others: tell them rank 0 is alive.
             if beat.elapsed() >= HEARTBEAT {
-                for r in came.iter_mut().flatten() {
+                for r in came.values_mut() {
                     let _ = wire::send(&mut r.stream, &Control::Heartbeat);
                 }
                 beat = Instant::now();
@@ -252,20 +254,15 @@ impl Coordinator {
                 Ok(e) => e,
                 Err(RecvTimeoutError::Timeout) if !left.is_zero() => continue,
                 Err(RecvTimeoutError::Timeout) => {
-                    let missing: Vec<String> = came
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, r)| r.is_none())
-                        .map(|(i, _)| i.to_string())
-                        .collect();
-                    self.ranks = came.into_iter().flatten().collect();
+                    let missing = self.size - came.len();
+                    let list = missing_ranks(&came, self.size);
+                    self.ranks = came.into_values().collect();
                     return Err(RunError::timeout(format!(
-                        "rank{} {} never arrived at rank 0 within {} s (--cluster-timeout): \
+                        "rank{} {list} never arrived at rank 0 within {} s (--cluster-timeout): \
                          did they start, with the same -p/--rendezvous? {} of {} ranks came",
-                        if missing.len() == 1 { "" } else { "s" },
-                        missing.join(", "),
+                        if missing == 1 { "" } else { "s" },
                         self.limit.as_secs(),
-                        self.size - missing.len(),
+                        self.size - missing,
                         self.size
                     )));
                 }
@@ -286,7 +283,14 @@ impl Coordinator {
                             member.size,
                             self.size
                         ))
-                    } else if let Some(Some(first)) = came.get(member.rank) {
+                    } else if member.rank >= self.size {
+                        Some(format!(
+                            "{} says it is rank {} of a run of {} ranks",
+                            name_of(&member),
+                            member.rank,
+                            self.size
+                        ))
+                    } else if let Some(first) = came.get(&member.rank) {
                         Some(format!(
                             "two processes say they are rank {}: {} and {}",
                             member.rank,
@@ -302,21 +306,17 @@ impl Coordinator {
                         heard: Instant::now(),
                     };
                     if let Some(problem) = problem {
-                        self.ranks = came.into_iter().flatten().collect();
+                        self.ranks = came.into_values().collect();
                         self.ranks.push(rank);
                         return Err(RunError::usage(problem));
                     }
-                    let slot = rank.member.rank;
-                    if let Some(s) = came.get_mut(slot) {
-                        *s = Some(rank);
-                    }
+                    came.insert(rank.member.rank, rank);
                 }
                 Event::From(rank, Err(e)) => {
                     let who = came
-                        .get(rank)
-                        .and_then(Option::as_ref)
+                        .get(&rank)
                         .map_or_else(|| format!("rank {rank}"), Rank::name);
-                    self.ranks = came.into_iter().flatten().collect();
+                    self.ranks = came.into_values().collect();
                     return Err(RunError::peer_gone(format!(
                         "{who} {e} before every rank arrived: it died or was killed; see its \
                          output"
@@ -324,13 +324,13 @@ impl Coordinator {
                 }
                 Event::From(rank, Ok(_)) => {
                     // Those who came early keep up their heartbeats while the others come.
-                    if let Some(Some(r)) = came.get_mut(rank) {
+                    if let Some(r) = came.get_mut(&rank) {
                         r.heard = Instant::now();
                     }
                 }
             }
         }
-        self.ranks = came.into_iter().flatten().collect();
+        self.ranks = came.into_values().collect();
         println!(
             " cluster: {} ranks registered with rank 0 ({}, pattern {})",
             self.size,
@@ -492,8 +492,43 @@ fn write_files(
     Ok(())
 }
 
+/// Ranks a missing-rank message names at most; the rest are counted.
+const MISSING_LISTED: usize = 20;
+
+/// The ranks below `size` that are not in `came`, as a message lists them: the first
+/// [`MISSING_LISTED`], then how many more.
+fn missing_ranks<T>(came: &BTreeMap<usize, T>, size: usize) -> String {
+    let missing = size - came.len();
+    let mut listed: Vec<String> = (0..size)
+        .filter(|r| !came.contains_key(r))
+        .take(MISSING_LISTED)
+        .map(|r| r.to_string())
+        .collect();
+    if missing > listed.len() {
+        listed.push(format!("and {} more", missing - listed.len()));
+    }
+    listed.join(", ")
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_missing_rank_list_names_twenty_and_counts_the_rest() {
+        let mut came = BTreeMap::new();
+        assert_eq!(missing_ranks(&came, 3), "0, 1, 2");
+        came.insert(1, ());
+        assert_eq!(missing_ranks(&came, 3), "0, 2");
+        let most: BTreeMap<usize, ()> = (0..99_990).map(|r| (r, ())).collect();
+        assert_eq!(
+            missing_ranks(&most, 100_000),
+            "99990, 99991, 99992, 99993, 99994, 99995, 99996, 99997, 99998, 99999"
+        );
+        let none = BTreeMap::<usize, ()>::new();
+        let text = missing_ranks(&none, 100_000);
+        assert!(text.ends_with(", 19, and 99980 more"), "{text}");
+        assert!(text.len() < 200, "{text}");
+    }
+
     use super::*;
     use crate::cluster::launcher::{LauncherKind, RankZeroHost};
     use crate::cluster::report::tests::member;
@@ -754,6 +789,19 @@ mod tests {
         };
         assert!(
             reason.contains("says the run has 4 ranks; rank 0 says 3"),
+            "{reason}"
+        );
+        let e = handle.join().unwrap().unwrap_err();
+        assert!(matches!(e, RunError::Usage(_)), "{e:?}");
+        // A rank number outside the run (it was dropped silently, and the run waited for
+        // the timeout).
+        let (handle, port) = coordinator(3, &[]);
+        let mut a = rank(port, 7, 3);
+        let Control::Abort { reason } = next(&mut a) else {
+            panic!("no abort")
+        };
+        assert!(
+            reason.contains("says it is rank 7 of a run of 3 ranks"),
             "{reason}"
         );
         let e = handle.join().unwrap().unwrap_err();

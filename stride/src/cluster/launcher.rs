@@ -230,6 +230,12 @@ fn number(
 }
 
 /// The rank and world size from `rank_var` and `size_var`, both required, rank < size.
+/// The most ranks a cluster run may have: what a launcher's size variable may say. A run is
+/// a series of pairwise steps over every rank; far beyond this it would not finish, and a
+/// larger number is a launcher's mistake (or a stray variable), refused before anything is
+/// sized by it.
+pub const MAX_RANKS: usize = HOST_LIST_MAX;
+
 fn rank_and_size(
     kind: LauncherKind,
     var: &impl Fn(&str) -> Option<String>,
@@ -242,6 +248,12 @@ fn rank_and_size(
         (Some(rank), Some(0)) => Err(inconsistent(
             kind,
             format!("{size_var}=0 (rank {rank}): a run needs at least two ranks"),
+        )),
+        (Some(_), Some(size)) if size > MAX_RANKS => Err(inconsistent(
+            kind,
+            format!(
+                "{size_var}={size} is more ranks than a cluster run takes (at most {MAX_RANKS})"
+            ),
         )),
         (Some(rank), Some(size)) if rank >= size => Err(inconsistent(
             kind,
@@ -485,6 +497,16 @@ mod tests {
             (
                 &[("OMPI_COMM_WORLD_RANK", "1")][..],
                 "OMPI_COMM_WORLD_RANK is set but OMPI_COMM_WORLD_SIZE is not",
+            ),
+            // A size no run has is refused before anything is sized by it (it aborted on a
+            // failed allocation of a slot per rank).
+            (
+                &[("OMPI_COMM_WORLD_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "4000000000")][..],
+                "OMPI_COMM_WORLD_SIZE=4000000000 is more ranks than a cluster run takes (at most 65536)",
+            ),
+            (
+                &[("PMI_RANK", "0"), ("PMI_SIZE", "65537")][..],
+                "PMI_SIZE=65537 is more ranks",
             ),
             (
                 &[("PMI_RANK", "x"), ("PMI_SIZE", "2")][..],

@@ -92,6 +92,17 @@ pub fn rendezvous_address(args: &RunArgs, launch: &Launch) -> Result<String, Run
                 "--rendezvous {given}: expected HOST:PORT (e.g. node01:18515, or [::1]:18515)"
             )));
         }
+        // Port 0 would let rank 0 listen on a port the system picks, which no other rank
+        // can know: every other rank would wait in vain.
+        if given
+            .rsplit_once(':')
+            .is_some_and(|(_, port)| port.parse() == Ok(0u16))
+        {
+            return Err(RunError::usage(format!(
+                "--rendezvous {given}: port 0 lets the system pick rank 0's port, which the \
+                 other ranks cannot know; name a free TCP port (1-65535)"
+            )));
+        }
         return Ok(given.clone());
     }
     let port = args.port;
@@ -207,7 +218,12 @@ mod tests {
             rendezvous_address(&a, &launch(RankZeroHost::ThisHost)).unwrap(),
             "[::1]:7000"
         );
-        for bad in ["n01", "n01:x", ":5", "n01:70000"] {
+        let a = args(&["write", "bw", "--cluster", "--rendezvous", "n01:0"]);
+        let e = rendezvous_address(&a, &launch(RankZeroHost::ThisHost))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("port 0"), "{e}");
+        for bad in ["n01", "n01:x", ":5", "n01:70000", "[::1]:0"] {
             let a = args(&["write", "bw", "--cluster", "--rendezvous", bad]);
             assert!(
                 matches!(
