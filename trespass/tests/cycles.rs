@@ -72,7 +72,8 @@ fn many_connect_transfer_close_cycles_leak_no_fd_and_no_rdma_object() {
     }
 }
 
-/// `cycles` connections to a listener on `addr`, each echoing 64 bytes: the fds and RDMA
+/// `cycles` connections to a listener on `addr`, each echoing 64 bytes (written, or lent
+/// every other cycle): the fds and RDMA
 /// objects after the last may not exceed those after the fifth (the listener, and in the
 /// shared mode the pool it holds, exist at both points).
 fn cycle(addr: SocketAddr, config: &Config, cycles: usize) {
@@ -99,10 +100,19 @@ fn cycle(addr: SocketAddr, config: &Config, cycles: usize) {
             before = (fds(), rdma_resources());
         }
         let mut c = cfg.connect(addr).unwrap();
-        c.write_all(&common::pattern(i as u64, 64)).unwrap();
+        // Every other cycle lends its bytes (zero-copy): the server's read fetches them,
+        // and the buffer comes back; a registration either side kept would show below.
+        if i % 2 == 1 {
+            c.lend_msg(common::pattern(i as u64, 64)).unwrap();
+        } else {
+            c.write_all(&common::pattern(i as u64, 64)).unwrap();
+        }
         let mut back = Vec::new();
         c.read_to_end(&mut back).unwrap();
         assert_eq!(back[..], common::pattern(i as u64, 64)[..]);
+        if i % 2 == 1 {
+            assert_eq!(c.reclaim().unwrap(), common::pattern(i as u64, 64));
+        }
     }
     thread::sleep(Duration::from_millis(300));
     let (after_fds, after_rdma) = (fds(), rdma_resources());
