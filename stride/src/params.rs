@@ -2,9 +2,11 @@
 //! combinations that cannot work, and compared between the two sides before a run.
 
 use std::fmt;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::buffer::BufferKind;
 use crate::cli::{AtomicType, Connection, RateUnit, RunArgs, Test, Verb};
 
 /// The largest size of an `-a` sweep: 8 MiB.
@@ -568,6 +570,72 @@ impl TestParams {
     /// interval's.
     pub fn timed(&self) -> bool {
         self.duration.is_some() || self.run_infinitely
+    }
+}
+
+/// What one side decides alone, from its own command line: where the peer is, which device,
+/// port, GID, memory and cores this side uses, how it posts and polls, and how it reports.
+/// Unlike [`TestParams`] it is never sent to the peer, and the two sides need not agree on
+/// it. The engine reads these, not the command line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SideParams {
+    /// The server's address: this side is the client when it is set.
+    pub server: Option<String>,
+    /// The out-of-band TCP port (`-p`), also rdma_cm's with `-R`.
+    pub port: u16,
+    /// The RDMA device (`-d`); the first one when `None`.
+    pub device: Option<String>,
+    /// The device's port (`-i`).
+    pub ib_port: u8,
+    /// The GID index (`-x`); chosen here when `None`.
+    pub gid_index: Option<u8>,
+    /// The memory the test buffers live in (`--use-hugepages`, `--use-cuda`, ...).
+    pub buffer: BufferKind,
+    /// The cores to pin to (`--pin-cores`), a CPU list.
+    pub pin_cores: Option<String>,
+    /// The NUMA node whose cores to pin to (`--numa-node`), without `--pin-cores`.
+    pub numa_node: Option<u32>,
+    /// Whether `-I` was given (else a latency test on some devices inlines by default).
+    pub inline_given: bool,
+    /// `--use-old-post-send`: post with `ibv_post_send`.
+    pub use_old_post_send: bool,
+    /// `--use-wr-api`: post with `ibv_wr_*`.
+    pub use_wr_api: bool,
+    /// `--extended-poll`: poll extended CQs.
+    pub extended_poll: bool,
+    /// `--report-gbits`: bandwidth in Gb/s.
+    pub report_gbits: bool,
+    /// `--report-both`: print the peer's table too.
+    pub report_both: bool,
+    /// `--json`: the file the report is written to.
+    pub json: Option<PathBuf>,
+}
+
+impl SideParams {
+    /// This side's choices, read from its command line.
+    pub fn from_args(a: &RunArgs) -> Self {
+        SideParams {
+            server: a.server.clone(),
+            port: a.port,
+            device: a.device.clone(),
+            ib_port: a.ib_port,
+            gid_index: a.gid_index,
+            buffer: BufferKind::from_args(a),
+            pin_cores: a.pin_cores.clone(),
+            numa_node: a.numa_node,
+            inline_given: a.inline_size.is_some(),
+            use_old_post_send: a.use_old_post_send,
+            use_wr_api: a.use_wr_api,
+            extended_poll: a.extended_poll,
+            report_gbits: a.report_gbits,
+            report_both: a.report_both,
+            json: a.json.clone(),
+        }
+    }
+
+    /// True on the client side (the one given the server's address).
+    pub fn is_client(&self) -> bool {
+        self.server.is_some()
     }
 }
 

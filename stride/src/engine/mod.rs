@@ -35,11 +35,11 @@ use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use crate::bandwidth::{interval_summary, BandwidthResult, BandwidthTimes};
-use crate::buffer::{BufferKind, Memory};
+use crate::buffer::Memory;
 use crate::cli::{RunArgs, Test, Verb};
 use crate::clock::{current_source, ClockCheck};
 use crate::oob::{OobChannel, QpEndpoint};
-use crate::params::TestParams;
+use crate::params::{SideParams, TestParams};
 use crate::post_clock::PostClock;
 use crate::preflight;
 use crate::progress::Progress;
@@ -97,18 +97,21 @@ pub(crate) fn run_side(
     quiet: bool,
     open: impl FnOnce(&TestParams) -> Result<OobChannel, RunError>,
 ) -> Result<(SideReport, SideReport), RunError> {
+    // The command line is read here, once: below, the engine sees the test's parameters
+    // (the ones both sides agree on) and this side's own.
     let mut params = TestParams::resolve(verb, args)?;
+    let side = SideParams::from_args(args);
     check_supported(&params)?;
     // Before any memory is touched, so that it comes from the pinned cores' node.
-    let pinned = pin(args)?;
+    let pinned = pin(&side)?;
     // First: with --use-cuda and no driver (or no such GPU) nothing else runs.
-    let memory = Memory::prepare(BufferKind::from_args(args))?;
-    let dev = DeviceSide::open(args, &params)?;
+    let memory = Memory::prepare(side.buffer)?;
+    let dev = DeviceSide::open(&side, &params)?;
     if let Some(warning) = params.fit_device(
         dev.name(),
         dev.dev_attr.max_qp_rd_atom(),
         dev.dev_attr.vendor_id(),
-        args.inline_size.is_some(),
+        side.inline_given,
     ) {
         eprintln!("{warning}");
     }
@@ -122,7 +125,7 @@ pub(crate) fn run_side(
         &dev,
         &memory,
         &clock,
-        args,
+        &side,
         &params,
         &mut oob,
         SideOptions { pinned, quiet },
@@ -141,9 +144,9 @@ struct SideOptions {
 }
 
 /// Pins the process as `--pin-cores` or `--numa-node` ask; returns the banner's line.
-fn pin(args: &RunArgs) -> Result<Option<String>, RunError> {
+fn pin(side: &SideParams) -> Result<Option<String>, RunError> {
     use crate::cpu::{numa_node_cpus, parse_cpu_list, pin_to, CpuList};
-    let (cpus, why) = match (&args.pin_cores, args.numa_node) {
+    let (cpus, why) = match (&side.pin_cores, side.numa_node) {
         (Some(list), _) => (
             parse_cpu_list(list).map_err(|e| RunError::usage(format!("--pin-cores: {e}")))?,
             "--pin-cores".to_owned(),
@@ -162,7 +165,7 @@ fn pin(args: &RunArgs) -> Result<Option<String>, RunError> {
 /// port, and the GID line of the banner.
 pub(crate) fn device_summary(verb: Verb, args: &RunArgs) -> Result<(String, u8, String), RunError> {
     let params = TestParams::resolve(verb, args)?;
-    let dev = DeviceSide::open(args, &params)?;
+    let dev = DeviceSide::open(&SideParams::from_args(args), &params)?;
     Ok((dev.name().to_owned(), dev.port, dev.gid_line()))
 }
 
@@ -279,7 +282,7 @@ fn run_connected(
     dev: &DeviceSide,
     memory: &Memory,
     clock: &ClockCheck,
-    args: &RunArgs,
+    side_params: &SideParams,
     params: &TestParams,
     oob: &mut OobChannel,
     side: SideOptions,
@@ -293,7 +296,7 @@ fn run_connected(
             }
         };
     }
-    let is_client = args.server.is_some();
+    let is_client = side_params.is_client();
     let role_name = if is_client { "client" } else { "server" };
     // Before anything is created, let alone moved to RTR: can the two ports talk at all?
     let our_port = dev.profile(role_name);
@@ -312,7 +315,7 @@ fn run_connected(
         dev,
         memory,
         params,
-        VerbsApi::from_args(args, dev),
+        VerbsApi::from_side(side_params, dev),
         is_client,
     )?;
     for why in [&res.api.qp_fallback, &res.api.cq_fallback]
@@ -325,7 +328,11 @@ fn run_connected(
     // With -R the server listens before the client learns anything, so that the client's
     // connection requests find the listener.
     let listener = match (params.rdma_cm, is_client) {
-        (true, false) => Some(cm::CmListener::listen(args.port, params.qps, params.tos)?),
+        (true, false) => Some(cm::CmListener::listen(
+            side_params.port,
+            params.qps,
+            params.tos,
+        )?),
         _ => None,
     };
     // Checked as it comes (one endpoint per QP, every buffer within the address space):
@@ -339,8 +346,8 @@ fn run_connected(
     // Held until the end of the run: dropping an id tears its connection down.
     let _cm_links = if params.rdma_cm {
         res.remotes = theirs;
-        let links = match (&args.server, listener) {
-            (Some(host), _) => cm::connect_all(host, args.port, &res, params, dev.name())?,
+        let links = match (&side_params.server, listener) {
+            (Some(host), _) => cm::connect_all(host, side_params.port, &res, params, dev.name())?,
             (None, Some(listener)) => listener.accept_all(&res, params, dev.name())?,
             (None, None) => return Err(RunError::usage("-R: the server has no rdma_cm listener")),
         };
@@ -439,7 +446,7 @@ fn run_connected(
             .min(8 << 20),
         (Test::Lat, None) => usize::try_from(params.iterations).unwrap_or(0),
     });
-    let gbits = args.report_gbits;
+    let gbits = side_params.report_gbits;
     let header = match params.test {
         Test::Bw => report::bandwidth_header(gbits),
         Test::Lat => report::latency_header(),
@@ -598,11 +605,11 @@ fn run_connected(
             println!("{}", report::row_for(r, gbits));
         }
     }
-    if args.report_both && measures && !quiet {
+    if side_params.report_both && measures && !quiet {
         print_both(&this_side, &peer, gbits, params.bidirectional);
     }
     println!("{}", report::RULE);
-    if let Some(path) = &args.json {
+    if let Some(path) = &side_params.json {
         let report = Report {
             tool: "stride-perf".to_owned(),
             version: env!("CARGO_PKG_VERSION").to_owned(),

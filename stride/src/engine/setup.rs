@@ -24,10 +24,10 @@ use sideway::memory_region::Sge;
 use super::dc::{av_to as dc_av, DcQps, DcRoles, DcSetup, DcStates};
 use super::error::RunError;
 use crate::buffer::{region_len, Memory, QpBuffer, QpBuffers};
-use crate::cli::{AtomicType, Connection, RunArgs, Verb};
+use crate::cli::{AtomicType, Connection, Verb};
 use crate::gid_select::{best_gid, GidCandidate};
 use crate::oob::QpEndpoint;
-use crate::params::TestParams;
+use crate::params::{SideParams, TestParams};
 use crate::preflight::{GidInfo, LinkKind, PortProfile};
 
 /// The device, port and GID a side runs on.
@@ -45,13 +45,13 @@ pub(crate) struct DeviceSide {
 
 impl DeviceSide {
     /// Opens the device and port, picks the GID, and checks that the sizes fit the port.
-    pub(crate) fn open(args: &RunArgs, params: &TestParams) -> Result<Self, RunError> {
-        let ctx = sideway::open_device(args.device.as_deref())?;
+    pub(crate) fn open(side: &SideParams, params: &TestParams) -> Result<Self, RunError> {
+        let ctx = sideway::open_device(side.device.as_deref())?;
         if params.connection == Connection::Dc {
             // Before any QP is made, and before a server waits for its client.
             super::dc::require_mlx5(&ctx)?;
         }
-        let port = args.ib_port;
+        let port = side.ib_port;
         let port_attr = ctx.query_port(port)?;
         let dev_attr = ctx.query_device()?;
         let largest = params.sizes.iter().copied().max().unwrap_or(0);
@@ -96,7 +96,7 @@ impl DeviceSide {
                 dev_attr.max_mr_size()
             )));
         }
-        let (gid, gid_auto) = match args.gid_index {
+        let (gid, gid_auto) = match side.gid_index {
             Some(index) => {
                 let entry = ctx.query_gid(port, index)?;
                 let cand = GidCandidate {
@@ -240,12 +240,12 @@ pub(crate) fn perftest_posts_with_wr(vendor_id: u32, vendor_part_id: u32) -> boo
 }
 
 impl VerbsApi {
-    /// What the command line asks for: perftest's choice for the device (`ibv_wr_*` posting
+    /// What this side's options ask for: perftest's choice for the device (`ibv_wr_*` posting
     /// on the devices where perftest uses it, [`perftest_posts_with_wr`], classic elsewhere;
     /// `ibv_poll_cq` polling) unless `--use-old-post-send`, `--use-wr-api` or
     /// `--extended-poll` says otherwise.
-    pub(crate) fn from_args(args: &RunArgs, dev: &DeviceSide) -> Self {
-        let (extended_qp, qp_why) = match (args.use_old_post_send, args.use_wr_api) {
+    pub(crate) fn from_side(side: &SideParams, dev: &DeviceSide) -> Self {
+        let (extended_qp, qp_why) = match (side.use_old_post_send, side.use_wr_api) {
             (true, _) => (false, "--use-old-post-send"),
             (false, true) => (true, "--use-wr-api"),
             (false, false) => (
@@ -256,7 +256,7 @@ impl VerbsApi {
         VerbsApi {
             extended_qp,
             qp_why,
-            extended_cq: args.extended_poll,
+            extended_cq: side.extended_poll,
             qp_fallback: None,
             cq_fallback: None,
         }
