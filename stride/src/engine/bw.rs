@@ -340,53 +340,186 @@ fn warm_up(
     Ok(())
 }
 
-/// Runs one size. `tx` and `rx` are cleared and refilled; they must have been allocated
-/// with room for every message. Returns what this side measured, if anything, with the
-/// reporting intervals of a timed run.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn run_size(
+/// What one size of a bandwidth run works with: this side's resources, the test's
+/// parameters, the channel to the peer, this side's role, the records of its messages
+/// (`tx`, `rx`: cleared and refilled, allocated with room for every message), the time the
+/// stamps count from, and the watchdog.
+pub(crate) struct BwSize<'a> {
+    pub(crate) res: &'a mut Resources,
+    pub(crate) params: &'a TestParams,
+    pub(crate) oob: &'a mut OobChannel,
+    pub(crate) role: BwRole,
+    pub(crate) tx: &'a mut BandwidthTimes,
+    pub(crate) rx: &'a mut BandwidthTimes,
+    pub(crate) base: Instant,
+    pub(crate) watch: &'a mut Watch,
+}
+
+/// A size's counts and limits, fixed before its loop starts.
+struct SizePlan {
+    /// A run timed by the clock (`-D`, `--run-infinitely`) rather than counted.
+    duration_mode: bool,
+    /// When a `-D` run stops posting.
+    deadline: Option<Instant>,
+    tx_depth: u64,
+    post_list: u64,
+    cq_mod: u64,
+    /// Per QP: the messages to post, and those posted, signaled and completed so far.
+    counts: Vec<QpCount>,
+    /// The messages a counted run receives in all, when this side receives.
+    rx_expected: Option<u64>,
+    rx_depth: u64,
+    /// Per QP: the receives completed.
+    rx_per_qp: Vec<u64>,
+    /// Per QP: the receives left out of the loop, posted after it.
+    rx_deferred: Vec<u32>,
+}
+
+impl SizePlan {
+    /// The plan of a size over `n` QPs. A `-D` run's deadline starts now.
+    fn new(params: &TestParams, n: usize, role: BwRole) -> Self {
+        let duration_mode = params.timed();
+        let per_qp = if duration_mode {
+            u64::MAX
+        } else {
+            params.iterations
+        };
+        let deadline = params
+            .duration
+            .map(|d| Instant::now() + Duration::from_secs(d));
+        let counts = vec![
+            QpCount {
+                target: if role.sends { per_qp } else { 0 },
+                ..QpCount::default()
+            };
+            n
+        ];
+        let rx_expected = if duration_mode || !role.receives {
+            None
+        } else {
+            Some(params.iterations * n as u64)
+        };
+        SizePlan {
+            duration_mode,
+            deadline,
+            tx_depth: u64::from(params.tx_depth),
+            post_list: u64::from(params.post_list),
+            cq_mod: u64::from(params.cq_mod),
+            counts,
+            rx_expected,
+            // As perftest: during a run of a fixed number of messages, a receive is
+            // reposted only while the messages still to come need it; those it leaves out
+            // are posted after the run, outside the measured time, so that the next size
+            // starts with a full queue.
+            rx_depth: u64::from(params.rx_depth),
+            rx_per_qp: vec![0u64; n],
+            rx_deferred: vec![0u32; n],
+        }
+    }
+}
+
+/// Where a size's loop ended: what the steps after it need.
+struct LoopEnd {
+    /// The side said it sent its last message (`send -b` timed), and waits for the peer's.
+    says_sent: bool,
+    sent_step: String,
+    rx_deferred: Vec<u32>,
+    rx_expected: Option<u64>,
+    rx_count: u64,
+    total_done: u64,
+    meter: Option<IntervalMeter>,
+    /// When the measured loop started.
+    t0: f64,
+}
+
+/// After a size's loop: waits for the peer's last message (`send -b` timed), posts the
+/// receives the loop left out, and refuses a loss that RC should never allow.
+fn settle(
     res: &mut Resources,
     params: &TestParams,
     oob: &mut OobChannel,
+    end: &LoopEnd,
+) -> Result<(), RunError> {
+    if end.says_sent {
+        oob.expect_ready(&end.sent_step)?;
+    }
+    for (q, &deferred) in end.rx_deferred.iter().enumerate() {
+        if deferred > 0 {
+            res.post_recvs(q, deferred)?;
+        }
+    }
+    if let Some(expected) = end.rx_expected {
+        let rx_count = end.rx_count;
+        if rx_count < expected && params.connection == Connection::Rc {
+            return Err(RunError::new(format!(
+                "received {rx_count} of {expected} messages over RC before the peer finished: \
+                 messages were lost, which RC should never allow"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What the side that measures reports for a size: its bandwidth from the records of what
+/// it sent (or, sending nothing, received), and a timed run's intervals, the last printed.
+fn size_result(
+    end: LoopEnd,
     size: u64,
     role: BwRole,
-    tx: &mut BandwidthTimes,
-    rx: &mut BandwidthTimes,
-    base: Instant,
-    watch: &mut Watch,
+    params: &TestParams,
+    tx: &BandwidthTimes,
+    rx: &BandwidthTimes,
 ) -> Result<Option<(BandwidthResult, Vec<Interval>)>, RunError> {
-    let duration_mode = params.timed();
+    let (times, count, peak) = if role.sends {
+        (tx, end.total_done, params.reports_peak())
+    } else if role.receives {
+        (rx, end.rx_count, false)
+    } else {
+        return Ok(None);
+    };
+    let mut result = BandwidthResult::compute(size, times, peak)?;
+    let mut intervals = Vec::new();
+    if let Some(mut m) = end.meter {
+        let end_t = times.completed.last().map_or(end.t0, |&(_, t)| t);
+        if let Some(iv) = m.finish(end_t, count) {
+            println!("{}", interval_line(&iv, role.gbits));
+        }
+        result = result.with_intervals(&m.intervals);
+        intervals = m.intervals;
+    }
+    Ok(Some((result, intervals)))
+}
+
+/// Runs one size. Returns what this side measured, if anything, with the reporting
+/// intervals of a timed run.
+pub(crate) fn run_size(
+    run: BwSize<'_>,
+    size: u64,
+) -> Result<Option<(BandwidthResult, Vec<Interval>)>, RunError> {
+    let BwSize {
+        res,
+        params,
+        oob,
+        role,
+        tx,
+        rx,
+        base,
+        watch,
+    } = run;
     let n = res.bufs.qps();
-    let per_qp = if duration_mode {
-        u64::MAX
-    } else {
-        params.iterations
-    };
-    let deadline = params
-        .duration
-        .map(|d| Instant::now() + Duration::from_secs(d));
-    let tx_depth = u64::from(params.tx_depth);
-    let post_list = u64::from(params.post_list);
-    let cq_mod = u64::from(params.cq_mod);
-    let mut counts = vec![
-        QpCount {
-            target: if role.sends { per_qp } else { 0 },
-            ..QpCount::default()
-        };
-        n
-    ];
+    let SizePlan {
+        duration_mode,
+        deadline,
+        tx_depth,
+        post_list,
+        cq_mod,
+        mut counts,
+        rx_expected,
+        rx_depth,
+        mut rx_per_qp,
+        mut rx_deferred,
+    } = SizePlan::new(params, n, role);
     let recv_sges: Vec<Sge> = (0..n).map(|q| res.recv_sge(q)).collect();
-    let rx_expected = if duration_mode || !role.receives {
-        None
-    } else {
-        Some(params.iterations * n as u64)
-    };
-    // As perftest: during a run of a fixed number of messages, a receive is reposted only
-    // while the messages still to come need it; those it leaves out are posted after the
-    // run, outside the measured time, so that the next size starts with a full queue.
-    let rx_depth = u64::from(params.rx_depth);
-    let mut rx_per_qp = vec![0u64; n];
-    let mut rx_deferred = vec![0u32; n];
     tx.posted.clear();
     tx.completed.clear();
     rx.posted.clear();
@@ -674,40 +807,18 @@ pub(crate) fn run_size(
         }
     }
 
-    if says_sent {
-        oob.expect_ready(&sent_step)?;
-    }
-    for (q, &deferred) in rx_deferred.iter().enumerate() {
-        if deferred > 0 {
-            res.post_recvs(q, deferred)?;
-        }
-    }
-    if let Some(expected) = rx_expected {
-        if rx_count < expected && params.connection == Connection::Rc {
-            return Err(RunError::new(format!(
-                "received {rx_count} of {expected} messages over RC before the peer finished: \
-                 messages were lost, which RC should never allow"
-            )));
-        }
-    }
-    let (times, count, peak) = if role.sends {
-        (&*tx, total_done, params.reports_peak())
-    } else if role.receives {
-        (&*rx, rx_count, false)
-    } else {
-        return Ok(None);
+    let end = LoopEnd {
+        says_sent,
+        sent_step,
+        rx_deferred,
+        rx_expected,
+        rx_count,
+        total_done,
+        meter,
+        t0,
     };
-    let mut result = BandwidthResult::compute(size, times, peak)?;
-    let mut intervals = Vec::new();
-    if let Some(mut m) = meter {
-        let end = times.completed.last().map_or(t0, |&(_, t)| t);
-        if let Some(iv) = m.finish(end, count) {
-            println!("{}", interval_line(&iv, role.gbits));
-        }
-        result = result.with_intervals(&m.intervals);
-        intervals = m.intervals;
-    }
-    Ok(Some((result, intervals)))
+    settle(res, params, oob, &end)?;
+    size_result(end, size, role, params, tx, rx)
 }
 
 #[cfg(test)]

@@ -485,19 +485,21 @@ fn run_connected(
         let cpu_before = params.cpu_util.then(crate::cpu::CpuTimes::now).flatten();
         let result = match params.test {
             Test::Bw => bw::run_size(
-                &mut res,
-                params,
-                oob,
-                size,
-                bw::BwRole {
-                    sends,
-                    receives,
-                    gbits,
+                bw::BwSize {
+                    res: &mut res,
+                    params,
+                    oob,
+                    role: bw::BwRole {
+                        sends,
+                        receives,
+                        gbits,
+                    },
+                    tx: &mut tx,
+                    rx: &mut rx,
+                    base,
+                    watch: &mut watch,
                 },
-                &mut tx,
-                &mut rx,
-                base,
-                &mut watch,
+                size,
             )?
             .map(|(mut r, intervals)| {
                 let cpu_after = cpu_before.and(crate::cpu::CpuTimes::now());
