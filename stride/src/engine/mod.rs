@@ -41,7 +41,7 @@ use crate::clock::{current_source, ClockCheck};
 use crate::oob::{OobChannel, QpEndpoint};
 use crate::params::{SideParams, TestParams};
 use crate::post_clock::PostClock;
-use crate::preflight;
+use crate::preflight::{self, PortProfile};
 use crate::progress::Progress;
 use crate::report::{self, IntervalSeries, Report, SideReport, SizeResult};
 use sideway::peer_text::{printable, PEER_TEXT_MAX};
@@ -178,18 +178,33 @@ fn verb_title(verb: Verb) -> &'static str {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn print_banner(
-    dev: &DeviceSide,
-    memory: &Memory,
-    clock: &ClockCheck,
-    params: &TestParams,
-    res: &Resources,
-    ours: &QpEndpoint,
-    theirs: &QpEndpoint,
+/// What the banner shows: the device, the memory, the clock, the test, the resources, the
+/// first QP's endpoints on both sides, the path MTU in bytes and this side's role.
+#[derive(Clone, Copy)]
+struct Banner<'a> {
+    dev: &'a DeviceSide,
+    memory: &'a Memory,
+    clock: &'a ClockCheck,
+    params: &'a TestParams,
+    res: &'a Resources,
+    ours: &'a QpEndpoint,
+    theirs: &'a QpEndpoint,
     mtu: u32,
-    role: &str,
-) {
+    role: &'a str,
+}
+
+fn print_banner(banner: Banner<'_>) {
+    let Banner {
+        dev,
+        memory,
+        clock,
+        params,
+        res,
+        ours,
+        theirs,
+        mtu,
+        role,
+    } = banner;
     let test = match params.test {
         Test::Bw => "bandwidth",
         Test::Lat => "latency",
@@ -278,26 +293,31 @@ fn print_banner(
     }
 }
 
-fn run_connected(
+/// A side connected to its peer: its resources, both ports' profiles, both first endpoints,
+/// the path MTU, and with `-R` the rdma_cm connections, held until the end of the run
+/// (dropping an id tears its connection down).
+struct Connected {
+    res: Resources,
+    our_port: PortProfile,
+    their_port: PortProfile,
+    our_first: QpEndpoint,
+    their_first: QpEndpoint,
+    mtu: sideway::device::Mtu,
+    _cm_links: Option<cm::CmLinks>,
+}
+
+/// From the pre-flight check to the "connected" barrier: checks that the two ports can
+/// talk, creates the QPs and buffers, trades endpoints, connects (over rdma_cm with `-R`)
+/// and fills the receive queues.
+fn connect(
     dev: &DeviceSide,
     memory: &Memory,
-    clock: &ClockCheck,
     side_params: &SideParams,
     params: &TestParams,
     oob: &mut OobChannel,
-    side: SideOptions,
-) -> Result<(SideReport, SideReport), RunError> {
-    let SideOptions { pinned, quiet } = side;
-    // A cluster's rank prints nothing of a pair: rank 0 prints the whole run's report.
-    macro_rules! println {
-        ($($t:tt)*) => {
-            if !quiet {
-                std::println!($($t)*);
-            }
-        };
-    }
+    role_name: &str,
+) -> Result<Connected, RunError> {
     let is_client = side_params.is_client();
-    let role_name = if is_client { "client" } else { "server" };
     // Before anything is created, let alone moved to RTR: can the two ports talk at all?
     let our_port = dev.profile(role_name);
     let their_port = oob.exchange_profiles(&our_port)?;
@@ -358,21 +378,41 @@ fn run_connected(
     };
     res.fill_receive_queues(params)?;
     oob.barrier("connected")?;
-    if !quiet {
-        print_banner(
-            dev,
-            memory,
-            clock,
-            params,
-            &res,
-            &our_first,
-            &their_first,
-            mtu.bytes().unwrap_or(0),
-            role_name,
-        );
+    Ok(Connected {
+        res,
+        our_port,
+        their_port,
+        our_first,
+        their_first,
+        mtu,
+        _cm_links,
+    })
+}
+
+/// The lines printed once the two sides are connected, unless `quiet`: the banner, the
+/// pre-flight summary, the CPU pinning, and the type of service or traffic class (read back
+/// from QP 0 where it can be, quiet or not).
+fn print_connected(
+    banner: Banner<'_>,
+    our_port: &PortProfile,
+    their_port: &PortProfile,
+    pinned: Option<&str>,
+    quiet: bool,
+) -> Result<(), RunError> {
+    // A cluster's rank prints nothing of a pair: rank 0 prints the whole run's report.
+    macro_rules! println {
+        ($($t:tt)*) => {
+            if !quiet {
+                std::println!($($t)*);
+            }
+        };
     }
-    println!(" Pre-flight      : {}", our_port.summary(&their_port));
-    if let Some(line) = &pinned {
+    let Banner { params, res, .. } = banner;
+    if !quiet {
+        print_banner(banner);
+    }
+    println!(" Pre-flight      : {}", our_port.summary(their_port));
+    if let Some(line) = pinned {
         println!(" CPU pinning     : {line}");
     }
     if let Some(tos) = params.tos {
@@ -394,6 +434,55 @@ fn run_connected(
             }
         }
     }
+    Ok(())
+}
+
+fn run_connected(
+    dev: &DeviceSide,
+    memory: &Memory,
+    clock: &ClockCheck,
+    side_params: &SideParams,
+    params: &TestParams,
+    oob: &mut OobChannel,
+    side: SideOptions,
+) -> Result<(SideReport, SideReport), RunError> {
+    let SideOptions { pinned, quiet } = side;
+    // A cluster's rank prints nothing of a pair: rank 0 prints the whole run's report.
+    macro_rules! println {
+        ($($t:tt)*) => {
+            if !quiet {
+                std::println!($($t)*);
+            }
+        };
+    }
+    let is_client = side_params.is_client();
+    let role_name = if is_client { "client" } else { "server" };
+    let Connected {
+        mut res,
+        our_port,
+        their_port,
+        our_first,
+        their_first,
+        mtu,
+        _cm_links,
+    } = connect(dev, memory, side_params, params, oob, role_name)?;
+    print_connected(
+        Banner {
+            dev,
+            memory,
+            clock,
+            params,
+            res: &res,
+            ours: &our_first,
+            theirs: &their_first,
+            mtu: mtu.bytes().unwrap_or(0),
+            role: role_name,
+        },
+        &our_port,
+        &their_port,
+        pinned.as_deref(),
+        quiet,
+    )?;
 
     // The passive side waits at the "done" barrier for as long as the peer measures: with
     // --run-infinitely, until the peer is interrupted (a year stands for that).
@@ -422,30 +511,7 @@ fn run_connected(
             params.report_interval
         );
     }
-    let messages = if params.timed() {
-        1
-    } else {
-        usize::try_from(params.iterations.saturating_mul(u64::from(params.qps)))
-            .unwrap_or(usize::MAX)
-    };
-    let mut tx = BandwidthTimes::with_capacity(if params.test == Test::Bw && sends {
-        messages
-    } else {
-        0
-    });
-    let mut rx = BandwidthTimes::with_capacity(if params.test == Test::Bw && receives {
-        messages.max(1)
-    } else {
-        1
-    });
-    let mut posted: Vec<u64> = Vec::with_capacity(match (params.test, params.duration) {
-        (Test::Bw, _) => 0,
-        // Duration mode: room for a fast device's worth; more only grows the vector.
-        (Test::Lat, Some(d)) => usize::try_from(d.saturating_mul(1_000_000))
-            .unwrap_or(usize::MAX)
-            .min(8 << 20),
-        (Test::Lat, None) => usize::try_from(params.iterations).unwrap_or(0),
-    });
+    let (mut tx, mut rx, mut posted) = records(params, sends, receives);
     let gbits = side_params.report_gbits;
     let header = match params.test {
         Test::Bw => report::bandwidth_header(gbits),
@@ -539,27 +605,8 @@ fn run_connected(
         }
         progress.clear();
         if let Some(r) = result {
-            if header_per_row {
-                println!("{header}");
-            }
-            println!("{}", report::row_for(&r, gbits));
-            if let SizeResult::Bandwidth(BandwidthResult {
-                intervals: Some(stats),
-                ..
-            }) = &r
-            {
-                println!("{}", interval_summary(stats, params.report_interval, gbits));
-            }
-            if params.cpu_util {
-                if let SizeResult::Bandwidth(b) = &r {
-                    match b.cpu_util_percent {
-                        Some(u) => println!(
-                            " CPU utilization : {u:.1} % of all CPUs during the measured loop \
-                             (/proc/stat)"
-                        ),
-                        None => println!(" CPU utilization : /proc/stat could not be read"),
-                    }
-                }
+            if !quiet {
+                print_row(&r, params, header_per_row.then_some(header.as_str()), gbits);
             }
             results.push(r);
         }
@@ -574,7 +621,91 @@ fn run_connected(
             println!(" Data validation : the peer checks the data that lands there");
         }
     }
-    let mut clock_note = clock.description_for(params.test);
+    let this_side = side_report(
+        dev,
+        memory,
+        clock_note(clock, params.test),
+        &res,
+        role_name,
+        results,
+        interval_series,
+    );
+    trade_results(
+        oob,
+        params,
+        side_params,
+        this_side,
+        measures,
+        quiet,
+        &header,
+    )
+}
+
+/// A size's row: the header above it (`header`, for a timed bandwidth run), a timed run's
+/// interval summary and, with `--cpu-util`, the CPU's use.
+fn print_row(r: &SizeResult, params: &TestParams, header: Option<&str>, gbits: bool) {
+    if let Some(header) = header {
+        println!("{header}");
+    }
+    println!("{}", report::row_for(r, gbits));
+    if let SizeResult::Bandwidth(BandwidthResult {
+        intervals: Some(stats),
+        ..
+    }) = r
+    {
+        println!("{}", interval_summary(stats, params.report_interval, gbits));
+    }
+    if params.cpu_util {
+        if let SizeResult::Bandwidth(b) = r {
+            match b.cpu_util_percent {
+                Some(u) => println!(
+                    " CPU utilization : {u:.1} % of all CPUs during the measured loop \
+                     (/proc/stat)"
+                ),
+                None => println!(" CPU utilization : /proc/stat could not be read"),
+            }
+        }
+    }
+}
+
+/// The records of a run's messages, allocated before it with room for every message: a
+/// bandwidth test's sent and received messages, a latency test's post stamps.
+fn records(
+    params: &TestParams,
+    sends: bool,
+    receives: bool,
+) -> (BandwidthTimes, BandwidthTimes, Vec<u64>) {
+    let messages = if params.timed() {
+        1
+    } else {
+        usize::try_from(params.iterations.saturating_mul(u64::from(params.qps)))
+            .unwrap_or(usize::MAX)
+    };
+    let tx = BandwidthTimes::with_capacity(if params.test == Test::Bw && sends {
+        messages
+    } else {
+        0
+    });
+    let rx = BandwidthTimes::with_capacity(if params.test == Test::Bw && receives {
+        messages.max(1)
+    } else {
+        1
+    });
+    let posted: Vec<u64> = Vec::with_capacity(match (params.test, params.duration) {
+        (Test::Bw, _) => 0,
+        // Duration mode: room for a fast device's worth; more only grows the vector.
+        (Test::Lat, Some(d)) => usize::try_from(d.saturating_mul(1_000_000))
+            .unwrap_or(usize::MAX)
+            .min(8 << 20),
+        (Test::Lat, None) => usize::try_from(params.iterations).unwrap_or(0),
+    });
+    (tx, rx, posted)
+}
+
+/// The clock as this side's report describes it: noted as switched, with a warning, when the
+/// clocksource changed during the run.
+fn clock_note(clock: &ClockCheck, test: Test) -> String {
+    let mut clock_note = clock.description_for(test);
     let source_now = current_source();
     if let Some(warning) = clock.switched(source_now.as_deref()) {
         eprintln!("{warning}");
@@ -583,7 +714,20 @@ fn run_connected(
             source_now.as_deref().unwrap_or("another clocksource")
         ));
     }
-    let this_side = SideReport {
+    clock_note
+}
+
+/// This side's report: who it is, what it ran on and what it measured.
+fn side_report(
+    dev: &DeviceSide,
+    memory: &Memory,
+    clock_note: String,
+    res: &Resources,
+    role_name: &str,
+    results: Vec<SizeResult>,
+    interval_series: Vec<IntervalSeries>,
+) -> SideReport {
+    SideReport {
         role: role_name.to_owned(),
         device: dev.name().to_owned(),
         gid_index: dev.gid.map_or(0, |g| g.index),
@@ -594,7 +738,30 @@ fn run_connected(
         polling: Some(res.api.polling()),
         results,
         intervals: interval_series,
-    };
+    }
+}
+
+/// Trades this side's report for the peer's and reports the run: the peer's rows on a side
+/// that measured nothing (or with `--report-both`), the closing rule, and the JSON file.
+/// Returns both sides' reports.
+fn trade_results(
+    oob: &mut OobChannel,
+    params: &TestParams,
+    side_params: &SideParams,
+    this_side: SideReport,
+    measures: bool,
+    quiet: bool,
+    header: &str,
+) -> Result<(SideReport, SideReport), RunError> {
+    // A cluster's rank prints nothing of a pair: rank 0 prints the whole run's report.
+    macro_rules! println {
+        ($($t:tt)*) => {
+            if !quiet {
+                std::println!($($t)*);
+            }
+        };
+    }
+    let gbits = side_params.report_gbits;
     let peer = oob.exchange_results(&this_side)?;
     if !measures {
         println!(
