@@ -195,6 +195,278 @@ fn check_stamp_memory(
     Ok(())
 }
 
+/// Refuses a verb on a transport that cannot carry it, and what `-c DC` does not support.
+fn check_connection(verb: Verb, a: &RunArgs) -> Result<(), ParamError> {
+    use Connection::*;
+    match (verb, a.connection) {
+        (Verb::Read, Uc | Ud) => {
+            bail("RDMA READ needs a reliable connection: use -c RC (the default)")?
+        }
+        (Verb::Atomic, Uc | Ud) => {
+            bail("atomic operations need a reliable connection: use -c RC (the default)")?
+        }
+        (Verb::Write, Ud) => bail("RDMA WRITE is not possible on UD: use -c RC or -c UC")?,
+        _ => {}
+    }
+    if a.connection == Dc {
+        if a.rdma_cm {
+            bail(
+                "-R connects QPs through rdma_cm, which makes RC and UD QPs only; DC QPs are \
+                 made with mlx5dv_create_qp and connected by stride-perf's own exchange: \
+                 drop -R with -c DC",
+            )?;
+        }
+        if a.inline_size.is_some_and(|i| i > 0) {
+            bail(
+                "-I: stride-perf's DC initiators post from registered memory, not inline \
+                 data; drop -I with -c DC",
+            )?;
+        }
+        if a.use_old_post_send {
+            bail(
+                "--use-old-post-send: a DC request names its target with \
+                 mlx5dv_wr_set_dc_addr, which only the ibv_wr_* API has; drop it with -c DC",
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Refuses what the test buffers' memory does not allow: `--staging` without a plain
+/// `--use-cuda` GPU, and, with the NIC in GPU memory, write lat's polling and inline data.
+fn check_memory(verb: Verb, a: &RunArgs, bw: bool) -> Result<(), ParamError> {
+    if a.staging {
+        if a.use_cuda_dmabuf.is_some() {
+            bail(
+                "--staging copies between the GPU and registered host memory, so nothing \
+                 on the GPU is registered, by dma-buf or otherwise: use --use-cuda GPU \
+                 --staging",
+            )?;
+        }
+        if a.use_cuda.is_none() {
+            bail(
+                "--staging copies each message between a GPU buffer and host memory, and \
+                 this run has no GPU buffer: add --use-cuda GPU, or drop --staging",
+            )?;
+        }
+    }
+    // With --staging the NIC works in host memory: every test and -I work.
+    if let Some(gpu) = a.gpu_option().filter(|_| !a.staging) {
+        if verb == Verb::Write && !bw {
+            bail(format!(
+                "write lat polls the last byte of the receive buffer in host memory, which \
+                 a GPU buffer is not; use send lat or read lat with {gpu}, or drop {gpu}"
+            ))?;
+        }
+        if a.inline_size.is_some_and(|i| i > 0) {
+            bail(format!(
+                "-I (inline data) copies the message from host memory, which a GPU buffer \
+                 is not; drop -I with {gpu}"
+            ))?;
+        }
+    }
+    Ok(())
+}
+
+/// Refuses options that do not fit the test (`bw`: a bandwidth test) or each other, and
+/// counts of zero.
+fn check_options(verb: Verb, a: &RunArgs, bw: bool) -> Result<(), ParamError> {
+    if !bw {
+        if a.qps != 1 {
+            bail("latency tests use one QP: drop -q")?;
+        }
+        if a.bidirectional {
+            bail("-b (bidirectional) is for bandwidth tests only")?;
+        }
+        if a.post_list != 1 {
+            bail("-l (post list) is for bandwidth tests only")?;
+        }
+    }
+    if a.data_validation && verb == Verb::Atomic && (a.duration.is_some() || a.run_infinitely) {
+        bail(
+            "--data-validation of atomics checks the target's final value against the \
+             number of operations, which a timed run does not fix: use -n",
+        )?;
+    }
+    if a.run_infinitely && !bw {
+        bail("--run-infinitely is for bandwidth tests: use -D with latency tests")?;
+    }
+    if a.rate_limit.is_some() && !bw {
+        bail("--rate-limit paces bandwidth tests; a latency test sends one message at a time")?;
+    }
+    if a.tclass.is_some() && a.rdma_cm {
+        bail(
+            "--tclass sets the GRH of the QPs stride connects itself; with -R rdma_cm \
+             builds the path: use --tos (perftest's way with -R)",
+        )?;
+    }
+    if a.use_srq {
+        if verb != Verb::Send || !bw {
+            bail(
+                "--use-srq shares the receive queue of SEND bandwidth tests: the other \
+                 tests post no receives to share",
+            )?;
+        }
+        if a.data_validation && a.qps > 1 {
+            bail(
+                "--data-validation compares each QP's buffer with that QP's pattern, and \
+                 with --use-srq a message may land in any QP's receive: use -q 1, or drop \
+                 one",
+            )?;
+        }
+    }
+    if a.mr_per_qp && !bw {
+        bail(
+            "--mr-per-qp gives each of -q's QPs its own memory region, and a latency test \
+             runs one QP: use it with a bandwidth test",
+        )?;
+    }
+    if a.perform_warm_up {
+        if !bw || verb == Verb::Send {
+            bail(
+                "--perform-warm-up warms up one-sided bandwidth tests (write, read, atomic \
+                 bw): a SEND's receiver counts every message, and a latency test's first \
+                 samples are its own",
+            )?;
+        }
+        if verb == Verb::Atomic && a.data_validation {
+            bail(
+                "--perform-warm-up's atomics would change the target whose final value \
+                 --data-validation checks: drop one",
+            )?;
+        }
+    }
+    if a.cpu_util && !bw {
+        bail("--cpu-util measures bandwidth tests (perftest's --cpu_util does too)")?;
+    }
+    if a.burst_size == Some(0) {
+        bail("--burst-size must be at least 1")?;
+    }
+    if let Some(burst) = a.burst_size {
+        if burst < a.post_list {
+            bail(format!(
+                "--burst-size {burst} is smaller than the post list (-l {}): a burst holds \
+                 at least one post list",
+                a.post_list
+            ))?;
+        }
+    }
+    for (flag, value) in [
+        ("-q", a.qps),
+        ("-l", a.post_list),
+        ("-r", a.rx_depth),
+        ("-o", a.outstanding.unwrap_or(1)),
+    ] {
+        if value == 0 {
+            bail(format!("{flag} must be at least 1"))?;
+        }
+    }
+    Ok(())
+}
+
+/// The message sizes: `-s`, every power of two with `-a`, or the test's default; checked.
+fn resolve_sizes(verb: Verb, a: &RunArgs, bw: bool) -> Result<Vec<u64>, ParamError> {
+    let sizes = if a.all_sizes {
+        if verb == Verb::Atomic {
+            vec![8]
+        } else {
+            (1..=23).map(|p| 1u64 << p).collect()
+        }
+    } else {
+        vec![a.size.unwrap_or(match (verb, bw) {
+            (Verb::Atomic, _) => 8,
+            (_, true) => 65536,
+            (_, false) => 2,
+        })]
+    };
+    if verb == Verb::Atomic && sizes != [8] {
+        bail("atomic operations move 8 bytes: use -s 8 (the default)")?;
+    }
+    if sizes.contains(&0) {
+        bail("-s must be at least 1 byte")?;
+    }
+    if sizes.iter().any(|&s| s > u64::from(u32::MAX)) {
+        bail("-s must fit in 32 bits (at most 4294967295 bytes)")?;
+    }
+    Ok(sizes)
+}
+
+/// A run's counts: iterations, send and receive queue depths, and CQ moderation.
+struct Counts {
+    iterations: u64,
+    tx_depth: u32,
+    rx_depth: u32,
+    cq_mod: u32,
+}
+
+/// The iterations (`-n`), queue depths (`-t`, `-r`) and CQ moderation (`-Q`), with
+/// perftest's defaults and limits, for a run of `sizes`; checked.
+fn resolve_counts(verb: Verb, a: &RunArgs, bw: bool, sizes: &[u64]) -> Result<Counts, ParamError> {
+    use Connection::*;
+    let iterations = a.iterations.unwrap_or(match (verb, bw) {
+        (Verb::Write, true) => 5000,
+        _ => 1000,
+    });
+    if iterations == 0 {
+        bail("-n must be at least 1")?;
+    }
+    if a.duration.is_none() && !a.run_infinitely {
+        check_stamp_memory(iterations, a.qps, bw, a.bidirectional)?;
+    }
+    if !bw && a.duration.is_none() && iterations < 3 {
+        bail("latency statistics need at least 3 iterations (-n 3)")?;
+    }
+    if a.duration == Some(0) {
+        bail("-D must be at least 1 second")?;
+    }
+    let tx_depth = a.tx_depth.unwrap_or(if bw { 128 } else { 1 });
+    if tx_depth == 0 {
+        bail("-t must be at least 1")?;
+    }
+    if a.post_list > tx_depth {
+        bail(format!(
+            "-l {} needs -t of at least {}",
+            a.post_list, a.post_list
+        ))?;
+    }
+    // As perftest: a run of a fixed number of iterations never keeps more in flight
+    // than it has messages, nor (SEND) posts more receives than it will use; UD and UC
+    // SENDs, which lose what finds no receive, get one receive per message by default.
+    let iters_u32 = u32::try_from(iterations).unwrap_or(u32::MAX);
+    let (tx_depth, rx_depth) = if a.duration.is_none() && !a.run_infinitely {
+        let rx_depth = match a.connection {
+            Ud | Uc if a.rx_depth == DEFAULT_RX_DEPTH => iters_u32.min(UD_UC_MAX_RX_DEPTH),
+            _ => a.rx_depth.min(iters_u32),
+        };
+        // A post list still fits (its last batch may be shorter).
+        (tx_depth.min(iters_u32).max(a.post_list), rx_depth)
+    } else {
+        (tx_depth, a.rx_depth)
+    };
+    // As perftest: one signaled completion per 100 messages, but every message signaled
+    // above 8 KiB (where moderation buys nothing and a lost completion would skew the
+    // time), except for UD, for -a sweeps (one setting for every size) and with -e; with
+    // a post list, one per list.
+    let largest = sizes.iter().copied().max().unwrap_or(0);
+    let default_cq_mod = if a.post_list > 1 {
+        a.post_list
+    } else if largest > 8192 && a.connection != Ud && !a.all_sizes && !a.events {
+        1
+    } else {
+        100
+    };
+    let cq_mod = a.cq_mod.unwrap_or(default_cq_mod).min(tx_depth);
+    if cq_mod == 0 {
+        bail("-Q must be at least 1")?;
+    }
+    Ok(Counts {
+        iterations,
+        tx_depth,
+        rx_depth,
+        cq_mod,
+    })
+}
+
 impl TestParams {
     /// How the QPs share registered memory (`--mr-per-qp`).
     pub fn mr_layout(&self) -> crate::buffer::MrLayout {
@@ -203,237 +475,17 @@ impl TestParams {
 
     /// Resolves the command line for `verb`, or says which options do not fit together.
     pub fn resolve(verb: Verb, a: &RunArgs) -> Result<Self, ParamError> {
-        use Connection::*;
-        match (verb, a.connection) {
-            (Verb::Read, Uc | Ud) => {
-                bail("RDMA READ needs a reliable connection: use -c RC (the default)")?
-            }
-            (Verb::Atomic, Uc | Ud) => {
-                bail("atomic operations need a reliable connection: use -c RC (the default)")?
-            }
-            (Verb::Write, Ud) => bail("RDMA WRITE is not possible on UD: use -c RC or -c UC")?,
-            _ => {}
-        }
-        if a.connection == Dc {
-            if a.rdma_cm {
-                bail(
-                    "-R connects QPs through rdma_cm, which makes RC and UD QPs only; DC QPs are \
-                     made with mlx5dv_create_qp and connected by stride-perf's own exchange: \
-                     drop -R with -c DC",
-                )?;
-            }
-            if a.inline_size.is_some_and(|i| i > 0) {
-                bail(
-                    "-I: stride-perf's DC initiators post from registered memory, not inline \
-                     data; drop -I with -c DC",
-                )?;
-            }
-            if a.use_old_post_send {
-                bail(
-                    "--use-old-post-send: a DC request names its target with \
-                     mlx5dv_wr_set_dc_addr, which only the ibv_wr_* API has; drop it with -c DC",
-                )?;
-            }
-        }
+        check_connection(verb, a)?;
         let bw = a.test == Test::Bw;
-        if a.staging {
-            if a.use_cuda_dmabuf.is_some() {
-                bail(
-                    "--staging copies between the GPU and registered host memory, so nothing \
-                     on the GPU is registered, by dma-buf or otherwise: use --use-cuda GPU \
-                     --staging",
-                )?;
-            }
-            if a.use_cuda.is_none() {
-                bail(
-                    "--staging copies each message between a GPU buffer and host memory, and \
-                     this run has no GPU buffer: add --use-cuda GPU, or drop --staging",
-                )?;
-            }
-        }
-        // With --staging the NIC works in host memory: every test and -I work.
-        if let Some(gpu) = a.gpu_option().filter(|_| !a.staging) {
-            if verb == Verb::Write && !bw {
-                bail(format!(
-                    "write lat polls the last byte of the receive buffer in host memory, which \
-                     a GPU buffer is not; use send lat or read lat with {gpu}, or drop {gpu}"
-                ))?;
-            }
-            if a.inline_size.is_some_and(|i| i > 0) {
-                bail(format!(
-                    "-I (inline data) copies the message from host memory, which a GPU buffer \
-                     is not; drop -I with {gpu}"
-                ))?;
-            }
-        }
-        if !bw {
-            if a.qps != 1 {
-                bail("latency tests use one QP: drop -q")?;
-            }
-            if a.bidirectional {
-                bail("-b (bidirectional) is for bandwidth tests only")?;
-            }
-            if a.post_list != 1 {
-                bail("-l (post list) is for bandwidth tests only")?;
-            }
-        }
-        if a.data_validation && verb == Verb::Atomic && (a.duration.is_some() || a.run_infinitely) {
-            bail(
-                "--data-validation of atomics checks the target's final value against the \
-                 number of operations, which a timed run does not fix: use -n",
-            )?;
-        }
-        if a.run_infinitely && !bw {
-            bail("--run-infinitely is for bandwidth tests: use -D with latency tests")?;
-        }
-        if a.rate_limit.is_some() && !bw {
-            bail("--rate-limit paces bandwidth tests; a latency test sends one message at a time")?;
-        }
-        if a.tclass.is_some() && a.rdma_cm {
-            bail(
-                "--tclass sets the GRH of the QPs stride connects itself; with -R rdma_cm \
-                 builds the path: use --tos (perftest's way with -R)",
-            )?;
-        }
-        if a.use_srq {
-            if verb != Verb::Send || !bw {
-                bail(
-                    "--use-srq shares the receive queue of SEND bandwidth tests: the other \
-                     tests post no receives to share",
-                )?;
-            }
-            if a.data_validation && a.qps > 1 {
-                bail(
-                    "--data-validation compares each QP's buffer with that QP's pattern, and \
-                     with --use-srq a message may land in any QP's receive: use -q 1, or drop \
-                     one",
-                )?;
-            }
-        }
-        if a.mr_per_qp && !bw {
-            bail(
-                "--mr-per-qp gives each of -q's QPs its own memory region, and a latency test \
-                 runs one QP: use it with a bandwidth test",
-            )?;
-        }
-        if a.perform_warm_up {
-            if !bw || verb == Verb::Send {
-                bail(
-                    "--perform-warm-up warms up one-sided bandwidth tests (write, read, atomic \
-                     bw): a SEND's receiver counts every message, and a latency test's first \
-                     samples are its own",
-                )?;
-            }
-            if verb == Verb::Atomic && a.data_validation {
-                bail(
-                    "--perform-warm-up's atomics would change the target whose final value \
-                     --data-validation checks: drop one",
-                )?;
-            }
-        }
-        if a.cpu_util && !bw {
-            bail("--cpu-util measures bandwidth tests (perftest's --cpu_util does too)")?;
-        }
-        if a.burst_size == Some(0) {
-            bail("--burst-size must be at least 1")?;
-        }
-        if let Some(burst) = a.burst_size {
-            if burst < a.post_list {
-                bail(format!(
-                    "--burst-size {burst} is smaller than the post list (-l {}): a burst holds \
-                     at least one post list",
-                    a.post_list
-                ))?;
-            }
-        }
-        for (flag, value) in [
-            ("-q", a.qps),
-            ("-l", a.post_list),
-            ("-r", a.rx_depth),
-            ("-o", a.outstanding.unwrap_or(1)),
-        ] {
-            if value == 0 {
-                bail(format!("{flag} must be at least 1"))?;
-            }
-        }
-        let sizes = if a.all_sizes {
-            if verb == Verb::Atomic {
-                vec![8]
-            } else {
-                (1..=23).map(|p| 1u64 << p).collect()
-            }
-        } else {
-            vec![a.size.unwrap_or(match (verb, bw) {
-                (Verb::Atomic, _) => 8,
-                (_, true) => 65536,
-                (_, false) => 2,
-            })]
-        };
-        if verb == Verb::Atomic && sizes != [8] {
-            bail("atomic operations move 8 bytes: use -s 8 (the default)")?;
-        }
-        if sizes.contains(&0) {
-            bail("-s must be at least 1 byte")?;
-        }
-        if sizes.iter().any(|&s| s > u64::from(u32::MAX)) {
-            bail("-s must fit in 32 bits (at most 4294967295 bytes)")?;
-        }
-        let iterations = a.iterations.unwrap_or(match (verb, bw) {
-            (Verb::Write, true) => 5000,
-            _ => 1000,
-        });
-        if iterations == 0 {
-            bail("-n must be at least 1")?;
-        }
-        if a.duration.is_none() && !a.run_infinitely {
-            check_stamp_memory(iterations, a.qps, bw, a.bidirectional)?;
-        }
-        if !bw && a.duration.is_none() && iterations < 3 {
-            bail("latency statistics need at least 3 iterations (-n 3)")?;
-        }
-        if a.duration == Some(0) {
-            bail("-D must be at least 1 second")?;
-        }
-        let tx_depth = a.tx_depth.unwrap_or(if bw { 128 } else { 1 });
-        if tx_depth == 0 {
-            bail("-t must be at least 1")?;
-        }
-        if a.post_list > tx_depth {
-            bail(format!(
-                "-l {} needs -t of at least {}",
-                a.post_list, a.post_list
-            ))?;
-        }
-        // As perftest: a run of a fixed number of iterations never keeps more in flight
-        // than it has messages, nor (SEND) posts more receives than it will use; UD and UC
-        // SENDs, which lose what finds no receive, get one receive per message by default.
-        let iters_u32 = u32::try_from(iterations).unwrap_or(u32::MAX);
-        let (tx_depth, rx_depth) = if a.duration.is_none() && !a.run_infinitely {
-            let rx_depth = match a.connection {
-                Ud | Uc if a.rx_depth == DEFAULT_RX_DEPTH => iters_u32.min(UD_UC_MAX_RX_DEPTH),
-                _ => a.rx_depth.min(iters_u32),
-            };
-            // A post list still fits (its last batch may be shorter).
-            (tx_depth.min(iters_u32).max(a.post_list), rx_depth)
-        } else {
-            (tx_depth, a.rx_depth)
-        };
-        // As perftest: one signaled completion per 100 messages, but every message signaled
-        // above 8 KiB (where moderation buys nothing and a lost completion would skew the
-        // time), except for UD, for -a sweeps (one setting for every size) and with -e; with
-        // a post list, one per list.
-        let largest = sizes.iter().copied().max().unwrap_or(0);
-        let default_cq_mod = if a.post_list > 1 {
-            a.post_list
-        } else if largest > 8192 && a.connection != Ud && !a.all_sizes && !a.events {
-            1
-        } else {
-            100
-        };
-        let cq_mod = a.cq_mod.unwrap_or(default_cq_mod).min(tx_depth);
-        if cq_mod == 0 {
-            bail("-Q must be at least 1")?;
-        }
+        check_memory(verb, a, bw)?;
+        check_options(verb, a, bw)?;
+        let sizes = resolve_sizes(verb, a, bw)?;
+        let Counts {
+            iterations,
+            tx_depth,
+            rx_depth,
+            cq_mod,
+        } = resolve_counts(verb, a, bw, &sizes)?;
         if let Some(mtu) = a.mtu {
             if ![256, 512, 1024, 2048, 4096].contains(&mtu) {
                 bail(format!(
