@@ -242,25 +242,36 @@ fn prepare<'q>(qp: &'q mut QueuePair, op: &WrOpOwned<'q>) -> PostSendGuard<'q> {
     guard
 }
 
-/// Runs one size; `posted` (one stamp of `stamps` per post) must have room for every
-/// iteration.
+/// What one size of a latency run works with: this side's resources, the test's parameters,
+/// the channel to the peer, which side this is, the post stamps (`posted`, one of `stamps`
+/// per post, with room for every iteration) and the watchdog.
+pub(crate) struct LatSize<'a> {
+    pub(crate) res: &'a mut Resources,
+    pub(crate) params: &'a TestParams,
+    pub(crate) oob: &'a mut OobChannel,
+    pub(crate) is_client: bool,
+    pub(crate) posted: &'a mut Vec<u64>,
+    pub(crate) stamps: &'a PostClock,
+    pub(crate) watch: &'a mut Watch,
+}
+
+/// Runs one size.
 /// Returns what this side measured: nothing on the server of READ and atomic tests.
 ///
 /// The measured loops do as little per iteration as perftest's: a post's stamp is one TSC
 /// reading where the kernel keeps time with the TSC ([`PostClock`]; the arithmetic that turns
 /// stamps into microseconds runs after the loop), a WRITE's SGE is made once, before the
 /// loop, and each request is built while the loop waits ([`prepare`]).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn run_size(
-    res: &mut Resources,
-    params: &TestParams,
-    oob: &mut OobChannel,
-    size: u64,
-    is_client: bool,
-    posted: &mut Vec<u64>,
-    stamps: &PostClock,
-    watch: &mut Watch,
-) -> Result<Option<LatencyResult>, RunError> {
+pub(crate) fn run_size(run: LatSize<'_>, size: u64) -> Result<Option<LatencyResult>, RunError> {
+    let LatSize {
+        res,
+        params,
+        oob,
+        is_client,
+        posted,
+        stamps,
+        watch,
+    } = run;
     watch.start();
     posted.clear();
     let duration_mode = params.duration.is_some();
@@ -315,10 +326,7 @@ pub(crate) fn run_size(
         send_op: op_name(params.verb),
         qp_timeout: params.qp_timeout,
     };
-    let rtt_factor = match params.verb {
-        Verb::Write | Verb::Send => 2.0,
-        Verb::Read | Verb::Atomic => 1.0,
-    };
+    let rtt_factor = rtt_factor(params.verb);
     match params.verb {
         Verb::Write => {
             let last = usize::try_from(size - 1).unwrap_or(half - 1).min(half - 1);
@@ -506,13 +514,33 @@ pub(crate) fn run_size(
         }
     }
     pp.drain(oob)?;
+    latency_result(size, posted, stamps, rtt_factor).map(Some)
+}
+
+/// How many one-way trips a sample spans: a ping-pong's (WRITE, SEND) round trip is two,
+/// and is halved; a READ's or atomic's is its own.
+fn rtt_factor(verb: Verb) -> f64 {
+    match verb {
+        Verb::Write | Verb::Send => 2.0,
+        Verb::Read | Verb::Atomic => 1.0,
+    }
+}
+
+/// A size's result from its post stamps: the intervals between them, in microseconds (the
+/// arithmetic the loop left out), and their statistics.
+fn latency_result(
+    size: u64,
+    posted: &[u64],
+    stamps: &PostClock,
+    rtt_factor: f64,
+) -> Result<LatencyResult, RunError> {
     let mut intervals = stamps
         .intervals_us(posted)
         .map_err(|e| RunError::new(e.to_string()))?;
     let summary = LatencySummary::from_samples(&mut intervals, rtt_factor)?;
-    Ok(Some(LatencyResult {
+    Ok(LatencyResult {
         bytes: size,
         iterations: posted.len() as u64,
         summary,
-    }))
+    })
 }

@@ -582,14 +582,16 @@ fn run_connected(
                 SizeResult::Bandwidth(r)
             }),
             Test::Lat => lat::run_size(
-                &mut res,
-                params,
-                oob,
+                lat::LatSize {
+                    res: &mut res,
+                    params,
+                    oob,
+                    is_client,
+                    posted: &mut posted,
+                    stamps: &stamps,
+                    watch: &mut watch,
+                },
                 size,
-                is_client,
-                &mut posted,
-                &stamps,
-                &mut watch,
             )?
             .map(SizeResult::Latency),
         };
