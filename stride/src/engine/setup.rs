@@ -360,6 +360,152 @@ pub(crate) const QP_INDEX_MASK: u64 = 0xffff_ffff;
 /// The Q_Key of UD QPs: `ConnectOptions`' default, the same on both sides.
 pub(crate) const UD_QKEY: u32 = 0x1111_1111;
 
+/// Refuses queue depths (`-t`, and `-r` when the side receives) over the device's most work
+/// requests per queue.
+fn check_queue_depths(
+    dev: &DeviceSide,
+    params: &TestParams,
+    receives: bool,
+) -> Result<(), RunError> {
+    let max_wr = dev.dev_attr.max_qp_wr();
+    if params.tx_depth > max_wr || (receives && params.rx_depth > max_wr) {
+        return Err(RunError::usage(format!(
+            "{} allows at most {max_wr} work requests per queue: lower -t or -r",
+            dev.name()
+        )));
+    }
+    Ok(())
+}
+
+/// A CQ of `cqe` entries, reporting to `events` (`-e`): extended when `api` asks for it,
+/// classic on a device without extended CQs (`api` then says so, and why).
+fn create_cq(
+    dev: &DeviceSide,
+    cqe: u32,
+    events: Option<&Arc<CompletionChannel>>,
+    api: &mut VerbsApi,
+) -> Result<Arc<CompletionQueue>, RunError> {
+    let mut b = dev.ctx.create_cq_builder();
+    b.cqe(cqe);
+    if let Some(channel) = events {
+        b.channel(channel);
+    }
+    if !api.extended_cq {
+        return Ok(b.build()?);
+    }
+    match b.build_ex() {
+        Ok(cq) => Ok(cq),
+        Err(e) => {
+            let lacks = match &e {
+                sideway::CompletionQueueError::Create { source, .. } => lacks_extended(source),
+                sideway::CompletionQueueError::MissingFunction { .. } => true,
+                _ => false,
+            };
+            if !lacks {
+                return Err(e.into());
+            }
+            api.extended_cq = false;
+            api.cq_fallback = Some(format!("{} has no extended CQs ({e})", dev.name()));
+            Ok(b.build()?)
+        }
+    }
+}
+
+/// The shared receive queue of `--use-srq` (SEND tests: `-r` receives per QP) or of DC
+/// targets (`dc_targets`), if the side has one; refused over the device's most entries.
+fn create_srq(
+    dev: &DeviceSide,
+    pd: &Arc<ProtectionDomain>,
+    params: &TestParams,
+    receives: bool,
+    dc_targets: bool,
+) -> Result<Option<Arc<SharedReceiveQueue>>, RunError> {
+    if !((receives && params.use_srq) || dc_targets) {
+        return Ok(None);
+    }
+    let qps_n = params.qps;
+    let entries = if receives {
+        params.rx_depth.saturating_mul(qps_n)
+    } else {
+        1
+    };
+    let most = dev.dev_attr.max_srq_wr();
+    if entries > most {
+        let why = if dc_targets { "-c DC" } else { "--use-srq" };
+        return Err(RunError::usage(format!(
+            "{why}: -r {} × -q {qps_n} = {entries} receives, more than {} allows in a \
+             shared receive queue ({most}, its max_srq_wr): lower -r or -q",
+            params.rx_depth,
+            dev.name()
+        )));
+    }
+    let mut b = pd.create_srq_builder();
+    b.max_wr(entries).max_sge(1);
+    Ok(Some(b.build()?))
+}
+
+/// What every RC, UC or UD QP of a side is made with.
+struct QpSpec<'a> {
+    dev: &'a DeviceSide,
+    pd: &'a Arc<ProtectionDomain>,
+    qp_type: QpType,
+    send_cq: &'a Arc<CompletionQueue>,
+    recv_cq: &'a Arc<CompletionQueue>,
+    srq: Option<&'a Arc<SharedReceiveQueue>>,
+    params: &'a TestParams,
+    /// The side posts receives (SEND tests).
+    receives: bool,
+    inline_size: u32,
+}
+
+/// One QP of `spec`: extended when `api` asks for it; classic when the device has no
+/// extended QPs, which the `first` QP finds out (`api` then says so, and why).
+fn create_qp(spec: &QpSpec<'_>, api: &mut VerbsApi, first: bool) -> Result<QueuePair, RunError> {
+    let QpSpec {
+        dev,
+        pd,
+        qp_type,
+        send_cq,
+        recv_cq,
+        srq,
+        params,
+        receives,
+        inline_size,
+    } = *spec;
+    let mut qb = pd.create_qp_builder();
+    qb.qp_type(qp_type)
+        .send_cq(send_cq)
+        .recv_cq(recv_cq)
+        .max_send_wr(params.tx_depth)
+        .max_recv_wr(if receives { params.rx_depth } else { 1 })
+        .max_send_sge(1)
+        .max_recv_sge(1)
+        .max_inline_data(inline_size)
+        .send_ops_flags(send_ops(params));
+    if let Some(srq) = srq {
+        qb.srq(srq);
+    }
+    let qp = if api.extended_qp {
+        match qb.build_ex() {
+            Ok(qp) => qp,
+            Err(sideway::QueuePairError::Create { ref source, .. })
+                if first && lacks_extended(source) =>
+            {
+                api.extended_qp = false;
+                api.qp_fallback = Some(format!(
+                    "{} has no extended QPs (ibv_create_qp_ex: {source})",
+                    dev.name()
+                ));
+                qb.build()?
+            }
+            Err(e) => return Err(e.into()),
+        }
+    } else {
+        qb.build()?
+    };
+    Ok(qp)
+}
+
 impl Resources {
     /// Creates the CQs, QPs and buffers (in `memory`) for `params`, on the client's side
     /// (`is_client`) or the server's (which DC QPs a side holds depends on it).
@@ -383,13 +529,7 @@ impl Resources {
         let half = half_for(largest + ud_extra);
         let qps_n = params.qps;
         let receives = params.verb == Verb::Send;
-        let max_wr = dev.dev_attr.max_qp_wr();
-        if params.tx_depth > max_wr || (receives && params.rx_depth > max_wr) {
-            return Err(RunError::usage(format!(
-                "{} allows at most {max_wr} work requests per queue: lower -t or -r",
-                dev.name()
-            )));
-        }
+        check_queue_depths(dev, params, receives)?;
         let send_cqe = params.tx_depth.saturating_mul(qps_n).max(1);
         let recv_cqe = if receives {
             params.rx_depth.saturating_mul(qps_n)
@@ -401,36 +541,8 @@ impl Resources {
         } else {
             None
         };
-        let cq = |cqe: u32, api: &mut VerbsApi| -> Result<_, RunError> {
-            let mut b = dev.ctx.create_cq_builder();
-            b.cqe(cqe);
-            if let Some(channel) = &events {
-                b.channel(channel);
-            }
-            if !api.extended_cq {
-                return Ok(b.build()?);
-            }
-            match b.build_ex() {
-                Ok(cq) => Ok(cq),
-                Err(e) => {
-                    let lacks = match &e {
-                        sideway::CompletionQueueError::Create { source, .. } => {
-                            lacks_extended(source)
-                        }
-                        sideway::CompletionQueueError::MissingFunction { .. } => true,
-                        _ => false,
-                    };
-                    if !lacks {
-                        return Err(e.into());
-                    }
-                    api.extended_cq = false;
-                    api.cq_fallback = Some(format!("{} has no extended CQs ({e})", dev.name()));
-                    Ok(b.build()?)
-                }
-            }
-        };
-        let send_cq = cq(send_cqe, &mut api)?;
-        let recv_cq = cq(recv_cqe, &mut api)?;
+        let send_cq = create_cq(dev, send_cqe, events.as_ref(), &mut api)?;
+        let recv_cq = create_cq(dev, recv_cqe, events.as_ref(), &mut api)?;
         let qp_type = match params.connection {
             Connection::Rc => QpType::Rc,
             Connection::Uc => QpType::Uc,
@@ -444,28 +556,7 @@ impl Resources {
             | AccessFlags::REMOTE_ATOMIC;
         // DC targets receive through a shared receive queue, whatever the verb.
         let dc_targets = dc_roles.is_some_and(|r| r.targets);
-        let srq = if (receives && params.use_srq) || dc_targets {
-            let entries = if receives {
-                params.rx_depth.saturating_mul(qps_n)
-            } else {
-                1
-            };
-            let most = dev.dev_attr.max_srq_wr();
-            if entries > most {
-                let why = if dc_targets { "-c DC" } else { "--use-srq" };
-                return Err(RunError::usage(format!(
-                    "{why}: -r {} × -q {qps_n} = {entries} receives, more than {} allows in a \
-                     shared receive queue ({most}, its max_srq_wr): lower -r or -q",
-                    params.rx_depth,
-                    dev.name()
-                )));
-            }
-            let mut b = pd.create_srq_builder();
-            b.max_wr(entries).max_sge(1);
-            Some(b.build()?)
-        } else {
-            None
-        };
+        let srq = create_srq(dev, &pd, params, receives, dc_targets)?;
         let mut qps = Vec::new();
         let mut psns = Vec::new();
         // The parameter check refused -I with GPU buffers; this keeps the default at 0 too.
@@ -494,38 +585,19 @@ impl Resources {
             }
             None => None,
         };
+        let spec = QpSpec {
+            dev,
+            pd: &pd,
+            qp_type,
+            send_cq: &send_cq,
+            recv_cq: &recv_cq,
+            srq: srq.as_ref(),
+            params,
+            receives,
+            inline_size,
+        };
         for i in (0..qps_n).filter(|_| dc.is_none()) {
-            let mut qb = pd.create_qp_builder();
-            qb.qp_type(qp_type)
-                .send_cq(&send_cq)
-                .recv_cq(&recv_cq)
-                .max_send_wr(params.tx_depth)
-                .max_recv_wr(if receives { params.rx_depth } else { 1 })
-                .max_send_sge(1)
-                .max_recv_sge(1)
-                .max_inline_data(inline_size)
-                .send_ops_flags(send_ops(params));
-            if let Some(srq) = &srq {
-                qb.srq(srq);
-            }
-            let qp = if api.extended_qp {
-                match qb.build_ex() {
-                    Ok(qp) => qp,
-                    Err(sideway::QueuePairError::Create { ref source, .. })
-                        if i == 0 && lacks_extended(source) =>
-                    {
-                        api.extended_qp = false;
-                        api.qp_fallback = Some(format!(
-                            "{} has no extended QPs (ibv_create_qp_ex: {source})",
-                            dev.name()
-                        ));
-                        qb.build()?
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            } else {
-                qb.build()?
-            };
+            let qp = create_qp(&spec, &mut api, i == 0)?;
             // The provider may round the inline size; never ask more than every QP gives.
             inline = inline.min(qp.cap().max_inline_data);
             qps.push(qp);
