@@ -405,7 +405,7 @@ impl Waiter {
     fn wait(
         &mut self,
         wcs: &mut [WorkCompletion],
-        progress: impl Fn() -> String,
+        progress: &dyn Fn() -> String,
     ) -> Result<usize, CliError> {
         let started = Instant::now();
         let stall = self.stall;
@@ -564,8 +564,14 @@ trait PingSide {
     fn post_send(&mut self) -> Result<(), CliError>;
     /// Posts `n` more receives.
     fn post_recvs(&mut self, n: u32) -> Result<(), CliError>;
-    /// How the side waits for its completions.
-    fn waiter(&mut self) -> &mut Waiter;
+    /// Waits until at least one completion is in `wcs` ([`Waiter::wait`]).
+    fn wait(
+        &mut self,
+        wcs: &mut [WorkCompletion],
+        progress: &dyn Fn() -> String,
+    ) -> Result<usize, CliError>;
+    /// `-t`: the timestamp of the `i`-th completion the last wait returned.
+    fn stamp(&mut self, i: usize) -> u64;
     /// The message bytes of a receive that wrote `byte_len` bytes (UD's include the GRH).
     fn payload_len(&self, byte_len: u32) -> u32 {
         byte_len
@@ -640,8 +646,16 @@ fn open_dm(
 }
 
 impl PingSide for Side {
-    fn waiter(&mut self) -> &mut Waiter {
-        &mut self.waiter
+    fn wait(
+        &mut self,
+        wcs: &mut [WorkCompletion],
+        progress: &dyn Fn() -> String,
+    ) -> Result<usize, CliError> {
+        self.waiter.wait(wcs, progress)
+    }
+
+    fn stamp(&mut self, i: usize) -> u64 {
+        self.waiter.stamps[i]
     }
 
     fn received_at(&mut self, ts: u64) {
@@ -824,16 +838,23 @@ fn exchange(side: &mut impl PingSide, args: &PingpongArgs) -> Result<(), CliErro
     }
     let mut wcs = [WorkCompletion::default(); 2];
     while rcnt < args.iters || scnt < args.iters {
-        let n = side
-            .waiter()
-            .wait(&mut wcs, || format!("{scnt} sends and {rcnt} receives"))?;
+        let n = side.wait(&mut wcs, &|| format!("{scnt} sends and {rcnt} receives"))?;
         for (i, wc) in wcs[..n].iter().enumerate() {
-            check_completion(wc, args.size, side.payload_len(wc.byte_len()))?;
+            if let Err(e) = check_completion(wc, args.size, side.payload_len(wc.byte_len())) {
+                if wc.wr_id() == RECV_WRID && wc.ok().is_ok() && scnt < args.iters {
+                    // A short message: the peer runs with a smaller -s and waits for our
+                    // reply. Send it (ours is longer, so the peer's receive fails and it
+                    // names -s too, as two rdma-core programs do) before giving up; else the
+                    // peer would wait for it until its stall timeout, or forever.
+                    answer_once(side, pending & !RECV_WRID);
+                }
+                return Err(e);
+            }
             match (wc.wr_id(), wc.opcode()) {
                 (SEND_WRID, _) => scnt += 1,
                 (RECV_WRID, WcOpcode::Recv) => {
                     if args.memory.timestamps {
-                        let ts = side.waiter().stamps[i];
+                        let ts = side.stamp(i);
                         side.received_at(ts);
                     }
                     rcnt += 1;
@@ -857,6 +878,23 @@ fn exchange(side: &mut impl PingSide, args: &PingpongArgs) -> Result<(), CliErro
         }
     }
     Ok(())
+}
+
+/// Sends the one reply a peer waits for before this side gives up on a size mismatch, and
+/// waits (at most the stall timeout) for its completion, so that the message leaves before
+/// the queue pair is destroyed. `pending` holds SEND_WRID while a send of ours is still in
+/// flight: the peer then gets that one instead. Whatever fails here is dropped: the caller
+/// reports the mismatch.
+fn answer_once(side: &mut impl PingSide, pending: u64) {
+    if pending & SEND_WRID == 0 && side.post_send().is_err() {
+        return;
+    }
+    let mut wcs = [WorkCompletion::default(); 2];
+    while let Ok(n) = side.wait(&mut wcs, &|| "the reply to a short message".to_owned()) {
+        if wcs[..n].iter().any(|wc| wc.wr_id() == SEND_WRID) {
+            return;
+        }
+    }
 }
 
 /// The Q_Key both sides of a UD pingpong use, as `ibv_ud_pingpong` does.
@@ -892,8 +930,16 @@ struct UdSide {
 }
 
 impl PingSide for UdSide {
-    fn waiter(&mut self) -> &mut Waiter {
-        &mut self.waiter
+    fn wait(
+        &mut self,
+        wcs: &mut [WorkCompletion],
+        progress: &dyn Fn() -> String,
+    ) -> Result<usize, CliError> {
+        self.waiter.wait(wcs, progress)
+    }
+
+    fn stamp(&mut self, i: usize) -> u64 {
+        self.waiter.stamps[i]
     }
 
     fn payload_len(&self, byte_len: u32) -> u32 {
@@ -1280,7 +1326,7 @@ pub fn run_srq(args: &PingpongArgs, num_qp: u32) -> Result<(), CliError> {
     while rcnt < args.iters || scnt < args.iters {
         let n = side
             .waiter
-            .wait(&mut wcs, || format!("{scnt} sends and {rcnt} receives"))?;
+            .wait(&mut wcs, &|| format!("{scnt} sends and {rcnt} receives"))?;
         for wc in &wcs[..n] {
             check_completion(wc, args.size, wc.byte_len())?;
             let i = side
@@ -1365,6 +1411,90 @@ mod tests {
             opcode: sideway::sys::ibv_wc_opcode::IBV_WC_RECV,
             ..Default::default()
         })
+    }
+
+    /// A side whose completions are scripted, for [`exchange`]'s logic.
+    struct ScriptedSide {
+        /// What each wait returns, in order; an empty script stalls.
+        script: std::collections::VecDeque<WorkCompletion>,
+        sends: u32,
+    }
+
+    impl PingSide for ScriptedSide {
+        fn post_send(&mut self) -> Result<(), CliError> {
+            self.sends += 1;
+            Ok(())
+        }
+        fn post_recvs(&mut self, _n: u32) -> Result<(), CliError> {
+            Ok(())
+        }
+        fn wait(
+            &mut self,
+            wcs: &mut [WorkCompletion],
+            progress: &dyn Fn() -> String,
+        ) -> Result<usize, CliError> {
+            match self.script.pop_front() {
+                Some(wc) => {
+                    wcs[0] = wc;
+                    Ok(1)
+                }
+                None => Err(CliError::run(stall_message(
+                    Duration::from_secs(30),
+                    &progress(),
+                ))),
+            }
+        }
+        fn stamp(&mut self, _i: usize) -> u64 {
+            0
+        }
+    }
+
+    fn args(server: Option<&str>, size: u32) -> PingpongArgs {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            common: PingpongArgs,
+        }
+        let size = size.to_string();
+        let mut argv = vec!["pingpong", "-s", &size];
+        argv.extend(server);
+        <Cli as clap::Parser>::parse_from(argv).common
+    }
+
+    #[test]
+    fn a_larger_server_answers_a_short_message_before_it_fails() {
+        use sideway::sys::ibv_wc_status::*;
+        // The peer's receive fails on our longer reply, which fails our send on RC.
+        let send_done = WorkCompletion::from(sideway::sys::ibv_wc {
+            status: IBV_WC_REM_INV_REQ_ERR,
+            wr_id: SEND_WRID,
+            opcode: sideway::sys::ibv_wc_opcode::IBV_WC_SEND,
+            ..Default::default()
+        });
+        let mut side = ScriptedSide {
+            script: [completion(IBV_WC_SUCCESS, RECV_WRID, 1024), send_done].into(),
+            sends: 0,
+        };
+        let err = exchange(&mut side, &args(None, 4096))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("-s 4096"), "{err}");
+        // The peer got its one reply (so that its receive fails too), and this side waited
+        // for that send's completion before giving up.
+        assert_eq!(side.sends, 1);
+        assert!(side.script.is_empty());
+
+        // A client's first send is still in flight when the short reply comes: no second.
+        let mut side = ScriptedSide {
+            script: [completion(IBV_WC_SUCCESS, RECV_WRID, 1024), send_done].into(),
+            sends: 0,
+        };
+        let err = exchange(&mut side, &args(Some("host"), 4096))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("-s 4096"), "{err}");
+        assert_eq!(side.sends, 1);
+        assert!(side.script.is_empty());
     }
 
     #[test]
