@@ -4,7 +4,8 @@
 # data on both sides checked against the pattern rdma-core's rping prints; the same with -q
 # (each side's own QP, named in the connection's qp_num) both ways; -t, which rdma-core 56
 # lists but does not handle, ends both programs alike (the usage, exit status 22). Then a
-# client with no server must fail, quickly and saying why. Runs where scripts/softroce runs commands.
+# client with no server must fail, quickly and saying why. A server's -C is ignored, as
+# rdma-core's server ignores it: the count is the client's. Runs where scripts/softroce runs commands.
 #
 # Under `scripts/softroce run --hosts 2` every server runs on the peer host, on its address,
 # and every client here, across the link.
@@ -73,6 +74,23 @@ pair "rdma-core's client, our server" "$ours" rping
 pair "ours against ours" "$ours" "$ours"
 pair "-q: our client, rdma-core's server" rping "$ours" -q
 pair "-q: rdma-core's client, our server" "$ours" rping -q
+
+# -C is the client's: rdma-core 56's server ignores its own and serves until the client
+# disconnects. A server with -C 2 and a client with -C 5: five pings, both sides succeed.
+count_pair() {
+    local name=$1 server=$2 client=$3
+    port=$((port + 1))
+    echo "-C is the client's, $name: server $server -C 2, client $client -C 5, port $port"
+    run_pair "wait_cm_listen $port 30" \
+        "$server" -s -a "$ip" -p "$port" -C 2 -v -- \
+        "$client" -c -a "$ip" -p "$port" -C 5 -V
+    got=$(grep -c "^server ping data: rdma-ping-" "$PAIR_DIR/server.log" || true)
+    [ "$got" -eq 5 ] || { echo "  FAIL: the server printed $got pings, wanted 5" >&2; exit 1; }
+    echo "  ok: the server served the client's 5 pings"
+}
+count_pair "rdma-core against itself (the reference)" rping rping
+count_pair "our server, rdma-core's client" "$ours" rping
+count_pair "our server, our client" "$ours" "$ours"
 
 echo "-t: rdma-core 56 lists it but handles it nowhere; both end with the usage and EINVAL"
 usage_theirs=$(mktemp)

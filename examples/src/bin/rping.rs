@@ -53,7 +53,8 @@ struct Args {
     #[arg(short = 'p', long = "port", default_value_t = 7174)]
     port: u16,
 
-    /// Pings to exchange (default: until interrupted)
+    /// Client: pings to exchange (default: until interrupted). A server takes it and ignores
+    /// it, as rdma-core's does: it serves until the client disconnects
     #[arg(short = 'C', long = "count", value_name = "COUNT")]
     count: Option<u64>,
 
@@ -382,15 +383,11 @@ fn serve(run: &mut Run<'_>, id: &Arc<sideway::rdmacm::CmId>) -> Result<(), CliEr
     run.debug(|| format!("connection from {peer:?} established"));
 
     let mut ping = 0u64;
-    // Each ping is two steps, each opened by the client's advertisement: its source buffer
+    // -C is the client's: as rdma-core's server, this one serves until the client
+    // disconnects, however many pings it asked for. Each ping is two steps, each opened by the client's advertisement: its source buffer
     // (READ from it), then its sink (WRITE what was read into it).
     let mut read_len = None;
     loop {
-        if read_len.is_none() && args.count.is_some_and(|c| ping >= c) {
-            // Every ping asked for is done; the client disconnects next.
-            conn.wait_peer_disconnect()?;
-            break;
-        }
         let wc = match conn.wait_or_disconnect(&[WR_RECV], "the client's next advertisement")? {
             Waited::Done(wcs) => wcs[0],
             Waited::Disconnected => break,
