@@ -1188,6 +1188,22 @@ impl SrqSide {
 /// first `-q` are the QPs', the rest all zero (observed on rdma-core 56).
 pub const SRQ_WIRE_LINES: usize = 256;
 
+/// The endpoints of the peer's QPs among the `SRQ_WIRE_LINES` lines it sent (the first
+/// ones; the rest are all zero, QP number 0 included), one for each of this side's `n_qp`.
+/// A peer with another `-q` sent fewer or more: that ends the run here, with both counts,
+/// rather than as a QP modify error about QP number 0 or a stall.
+fn srq_peer_endpoints(wire: &[Endpoint], n_qp: usize) -> Result<Vec<Endpoint>, CliError> {
+    let sent = wire.iter().take_while(|ep| ep.qp_num != 0).count();
+    if sent != n_qp {
+        let fewer = if sent < n_qp { "fewer" } else { "more" };
+        return Err(CliError::run(format!(
+            "the peer sent {sent} QP endpoints, {fewer} than this side's {n_qp} (-q {n_qp}): \
+             it runs with -q {sent}; both sides need the same -q"
+        )));
+    }
+    Ok(wire[..n_qp].to_vec())
+}
+
 /// Runs one side of an SRQ pingpong (server when `args.server` is `None`), as
 /// `ibv_srq_pingpong` does: `num_qp` RC QPs receiving from one SRQ of `rx_depth`
 /// receives, one endpoint line per QP each way, `iters` exchanges in all.
@@ -1286,7 +1302,7 @@ pub fn run_srq(args: &PingpongArgs, num_qp: u32) -> Result<(), CliError> {
                 args.exchange_timeout(),
             )
             .map_err(CliError::run)?;
-            let remote: Vec<Endpoint> = remote.iter().take(n_qp).copied().collect();
+            let remote = srq_peer_endpoints(&remote, n_qp)?;
             connect_all(&side.qps, &remote)?;
             remote
         }
@@ -1296,8 +1312,9 @@ pub fn run_srq(args: &PingpongArgs, num_qp: u32) -> Result<(), CliError> {
                 &wire_local,
                 args.exchange_timeout(),
                 |peer| {
-                    let peer: Vec<Endpoint> = peer.iter().take(n_qp).copied().collect();
-                    connect_all(&side.qps, &peer).map_err(|e| e.to_string().into())
+                    srq_peer_endpoints(peer, n_qp)
+                        .and_then(|peer| connect_all(&side.qps, &peer))
+                        .map_err(|e| e.to_string().into())
                 },
             )
             .map_err(CliError::run)?;
@@ -1495,6 +1512,36 @@ mod tests {
         assert!(err.contains("-s 4096"), "{err}");
         assert_eq!(side.sends, 1);
         assert!(side.script.is_empty());
+    }
+
+    #[test]
+    fn a_different_srq_q_is_named_before_any_qp_is_connected() {
+        let ep = |qp_num| Endpoint {
+            qp_num,
+            ..Endpoint::default()
+        };
+        // As ibv_srq_pingpong sends them: its -q lines, then zeros up to SRQ_WIRE_LINES.
+        let wire = |q: u32| {
+            let mut v: Vec<_> = (1..=q).map(|n| ep(0x100 + n)).collect();
+            v.resize(SRQ_WIRE_LINES, Endpoint::default());
+            v
+        };
+        let got = srq_peer_endpoints(&wire(4), 4).unwrap();
+        assert_eq!(
+            got.iter().map(|e| e.qp_num).collect::<Vec<_>>(),
+            [0x101, 0x102, 0x103, 0x104]
+        );
+        let err = srq_peer_endpoints(&wire(2), 4).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "the peer sent 2 QP endpoints, fewer than this side's 4 (-q 4): it runs with -q 2; \
+             both sides need the same -q"
+        );
+        let err = srq_peer_endpoints(&wire(8), 4).unwrap_err().to_string();
+        assert!(
+            err.contains("sent 8 QP endpoints, more than this side's 4 (-q 4)"),
+            "{err}"
+        );
     }
 
     #[test]
