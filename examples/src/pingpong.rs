@@ -361,11 +361,19 @@ struct Waiter {
     polls: ClaimedCq,
     channel: Option<Arc<CompletionChannel>>,
     stall: Duration,
+    /// The run's transport and `-n`, which the stall message names.
+    transport: QpType,
+    iters: u64,
 }
 
 impl Waiter {
     /// Creates the CQ (extended with `-N`) and, with `-e`, its channel, armed.
-    fn new(ctx: &Arc<DeviceContext>, cqe: u32, args: &PingpongArgs) -> Result<Self, CliError> {
+    fn new(
+        ctx: &Arc<DeviceContext>,
+        cqe: u32,
+        args: &PingpongArgs,
+        transport: QpType,
+    ) -> Result<Self, CliError> {
         let channel = if args.events {
             Some(ctx.create_comp_channel().map_err(CliError::run)?)
         } else {
@@ -396,6 +404,8 @@ impl Waiter {
             stamps: [0; 2],
             channel,
             stall: Duration::from_secs(args.stall_timeout),
+            transport,
+            iters: args.iters,
         })
     }
 
@@ -409,7 +419,8 @@ impl Waiter {
     ) -> Result<usize, CliError> {
         let started = Instant::now();
         let stall = self.stall;
-        let stalled = || CliError::run(stall_message(stall, &progress()));
+        let (transport, iters) = (self.transport, self.iters);
+        let stalled = || CliError::run(stall_message(stall, &progress(), transport, iters));
         loop {
             let n = if self.timestamps {
                 self.poll_stamped(wcs)?
@@ -454,12 +465,30 @@ impl Waiter {
     }
 }
 
-/// Why a side that waited `stall` for a completion gives up, after `progress`.
-fn stall_message(stall: Duration, progress: &str) -> String {
+/// Why a side of a `transport` run of `iters` exchanges that waited `stall` for a completion
+/// gives up, after `progress`: only the causes that transport can have. A peer with a
+/// smaller `-n` is done early on every transport; a message that does not fit the peer's
+/// receive buffer fails both sides on RC but is lost on UC and UD, as is one the link drops.
+fn stall_message(stall: Duration, progress: &str, transport: QpType, iters: u64) -> String {
+    let lost = match transport {
+        QpType::Uc => {
+            ", or our message was lost (UC resends nothing, and drops a message longer than \
+             the peer's -s)"
+        }
+        QpType::Ud => {
+            ", or our message was dropped (UD resends nothing, and drops a message longer \
+             than the peer's receive buffer)"
+        }
+        _ => "",
+    };
+    let same = match transport {
+        QpType::Uc | QpType::Ud => "the same -n and the same message size (-s)",
+        _ => "the same -n",
+    };
     format!(
-        "no completion for {} s after {progress}: the peer stopped, is unreachable, or drops \
-         our messages (a UD message longer than the peer's receive buffer is dropped); check \
-         the peer's output, and that both sides use the same message size (-s)",
+        "no completion for {} s after {progress} of -n {iters}: the peer stopped (with a \
+         smaller -n it is done already), is unreachable{lost}; check the peer's output, and \
+         that both sides use {same}",
         stall.as_secs()
     )
 }
@@ -701,7 +730,7 @@ fn open_side(
     } else {
         None
     };
-    let waiter = Waiter::new(ctx, args.rx_depth + 1, args)?;
+    let waiter = Waiter::new(ctx, args.rx_depth + 1, args, qp_type)?;
     let cq = Arc::clone(&waiter.cq);
     let mut qp_builder = pd.create_qp_builder();
     qp_builder
@@ -1040,7 +1069,7 @@ pub fn run_ud(args: &PingpongArgs, size_given: bool) -> Result<(), CliError> {
     let size = args.size as usize;
     let pd = ctx.alloc_pd().map_err(CliError::run)?;
     let buf = register_buffer(&pd, GRH_LEN + size, &args.memory, FILL)?;
-    let waiter = Waiter::new(&ctx, args.rx_depth + 1, args)?;
+    let waiter = Waiter::new(&ctx, args.rx_depth + 1, args, QpType::Ud)?;
     let mut qp_builder = pd.create_qp_builder();
     qp_builder
         .qp_type(QpType::Ud)
@@ -1224,7 +1253,7 @@ pub fn run_srq(args: &PingpongArgs, num_qp: u32) -> Result<(), CliError> {
     check_device(&ctx, &args.memory, SRQ_ODP)?;
     let pd = ctx.alloc_pd().map_err(CliError::run)?;
     let buf = register_buffer(&pd, size, &args.memory, SRQ_FILL)?;
-    let waiter = Waiter::new(&ctx, args.rx_depth + num_qp, args)?;
+    let waiter = Waiter::new(&ctx, args.rx_depth + num_qp, args, QpType::Rc)?;
     let srq = pd
         .create_srq_builder()
         .max_wr(args.rx_depth)
@@ -1458,6 +1487,8 @@ mod tests {
                 None => Err(CliError::run(stall_message(
                     Duration::from_secs(30),
                     &progress(),
+                    QpType::Rc,
+                    1000,
                 ))),
             }
         }
@@ -1579,13 +1610,33 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(!err.contains("-s"), "{err}");
-        let stall = stall_message(Duration::from_secs(30), "1 sends and 0 receives");
+    }
+
+    #[test]
+    fn the_stall_message_names_what_the_transport_can_have_and_n() {
+        let progress = "500 sends and 500 receives";
+        let rc = stall_message(Duration::from_secs(30), progress, QpType::Rc, 1000);
+        assert_eq!(
+            rc,
+            "no completion for 30 s after 500 sends and 500 receives of -n 1000: the peer \
+             stopped (with a smaller -n it is done already), is unreachable; check the peer's \
+             output, and that both sides use the same -n"
+        );
+        let uc = stall_message(Duration::from_secs(30), progress, QpType::Uc, 1000);
         assert!(
-            stall.starts_with("no completion for 30 s after 1 sends and 0 receives")
-                && stall.ends_with(
-                    "check the peer's output, and that both sides use the same message size (-s)"
-                ),
-            "{stall}"
+            uc.contains("of -n 1000") && uc.contains("UC resends nothing"),
+            "{uc}"
+        );
+        assert!(
+            uc.ends_with("the same -n and the same message size (-s)"),
+            "{uc}"
+        );
+        assert!(!uc.contains("UD"), "{uc}");
+        let ud = stall_message(Duration::from_secs(30), progress, QpType::Ud, 1000);
+        assert!(ud.contains("UD resends nothing"), "{ud}");
+        assert!(
+            ud.ends_with("the same -n and the same message size (-s)"),
+            "{ud}"
         );
     }
 
