@@ -34,8 +34,27 @@ use std::fmt;
 /// assert_eq!(format!("{report:?}"), "no RDMA device named \"mlx9\"; available: rxe0");
 /// ```
 ///
-/// `Report` is not itself an [`Error`] (that is what lets `?` convert any error into it);
-/// [`error`](Self::error) and [`into_inner`](Self::into_inner) give the error back.
+/// `Report` is a report, not an error: it is not itself an [`Error`] (that is what lets `?`
+/// convert any error into it, as `From<E: Error>` would otherwise clash with `From<T> for
+/// T`). [`error`](Self::error) and [`into_inner`](Self::into_inner) give the error back,
+/// and so does `?` in a function that returns `Box<dyn Error>` (with or without
+/// `+ Send + Sync`): the box holds the error the report wraps, to print or downcast.
+///
+/// ```
+/// use std::error::Error;
+///
+/// fn parse(text: &str) -> Result<sideway::Gid, sideway::Report> {
+///     Ok(text.parse()?)
+/// }
+///
+/// fn caller() -> Result<(), Box<dyn Error>> {
+///     let _gid = parse("not a gid")?; // Report into Box<dyn Error>
+///     Ok(())
+/// }
+///
+/// let err = caller().unwrap_err();
+/// assert!(err.downcast_ref::<sideway::ParseGidError>().is_some());
+/// ```
 pub struct Report(Box<dyn Error + Send + Sync + 'static>);
 
 impl Report {
@@ -58,6 +77,22 @@ impl Report {
 impl<E: Error + Send + Sync + 'static> From<E> for Report {
     fn from(error: E) -> Self {
         Report::new(error)
+    }
+}
+
+/// `?` from a function returning `Report` into one returning `Box<dyn Error + Send + Sync>`:
+/// the box holds the wrapped error.
+impl From<Report> for Box<dyn Error + Send + Sync + 'static> {
+    fn from(report: Report) -> Self {
+        report.0
+    }
+}
+
+/// `?` from a function returning `Report` into one returning `Box<dyn Error>`: the box holds
+/// the wrapped error.
+impl From<Report> for Box<dyn Error + 'static> {
+    fn from(report: Report) -> Self {
+        report.0
     }
 }
 
@@ -136,6 +171,27 @@ mod tests {
             format!("{:?}", Report::from(outer(false))),
             "failed to open rxe0\n\nCaused by:\n    no such device"
         );
+    }
+
+    #[test]
+    fn question_mark_turns_a_report_into_a_boxed_error() {
+        fn reported() -> Result<(), Report> {
+            Err(outer(true).into())
+        }
+        fn boxed() -> Result<(), Box<dyn Error>> {
+            reported()?;
+            Ok(())
+        }
+        fn boxed_send_sync() -> Result<(), Box<dyn Error + Send + Sync>> {
+            reported()?;
+            Ok(())
+        }
+        let err = boxed().unwrap_err();
+        assert_eq!(err.to_string(), "failed to open rxe0: no such device");
+        assert!(err.downcast_ref::<Outer>().is_some());
+        let err = boxed_send_sync().unwrap_err();
+        assert!(err.downcast_ref::<Outer>().is_some());
+        assert!(err.source().is_some());
     }
 
     /// A compile-time check: every error type of the crate converts with `?`, so each is
