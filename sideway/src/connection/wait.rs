@@ -5,7 +5,12 @@
 //! the completion of the receive that holds the peer's reply to it: a program that waits for
 //! one `wr_id` at a time must keep what came early. The waiter polls (spinning briefly,
 //! then sleeping so an idle wait costs no CPU) or, given the CQ's completion channel, sleeps
-//! in the channel's events; every wait is bounded by its timeout.
+//! in the channel's events; every wait is bounded by its timeout, unless that is
+//! [`CompletionWaiter::NO_TIMEOUT`].
+//!
+//! [`wait`](CompletionWaiter::wait) and [`wait_all`](CompletionWaiter::wait_all) wait for
+//! given work requests; [`wait_any`](CompletionWaiter::wait_any) for whichever of several
+//! completes first (a receive or the send, say).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -66,7 +71,15 @@ pub struct CompletionWaiter {
 }
 
 impl CompletionWaiter {
-    /// A waiter on `cq` that polls, each wait lasting at most `timeout`.
+    /// The timeout of a waiter whose waits have no deadline: pass it to [`new`](Self::new)
+    /// or [`set_timeout`](Self::set_timeout). (Any timeout too long to add to the current
+    /// time means the same.) Such a wait ends only with its completions, an error, or its
+    /// `stop` ([`wait_all_unless`](Self::wait_all_unless)); a wait for a peer that left
+    /// needs a `stop` that watches for it (see the [connection docs](super)).
+    pub const NO_TIMEOUT: Duration = Duration::MAX;
+
+    /// A waiter on `cq` that polls, each wait lasting at most `timeout`
+    /// ([`NO_TIMEOUT`](Self::NO_TIMEOUT): as long as it takes).
     pub fn new(cq: &Arc<CompletionQueue>, timeout: Duration) -> Self {
         CompletionWaiter {
             cq: Arc::clone(cq),
@@ -95,7 +108,8 @@ impl CompletionWaiter {
         self.timeout
     }
 
-    /// Sets how long each wait may take.
+    /// Sets how long each wait may take ([`NO_TIMEOUT`](Self::NO_TIMEOUT): as long as it
+    /// takes).
     pub fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout;
     }
@@ -125,6 +139,23 @@ impl CompletionWaiter {
         }
     }
 
+    /// Waits for the successful completion of whichever of `wr_ids` completes first (the
+    /// oldest kept one, if one was polled already) and returns it; completions of the others
+    /// stay kept for later waits.
+    pub fn wait_any(&mut self, wr_ids: &[u64]) -> Result<WorkCompletion, WaitError> {
+        let mut want = Any { wr_ids, got: None };
+        if self.run(&mut want, || Ok::<bool, WaitError>(false))? {
+            if let Some(wc) = want.got {
+                return Ok(wc);
+            }
+        }
+        // `stop` never says stop, and a finished wait holds its completion.
+        Err(WaitError::Timeout {
+            missing: wr_ids.to_vec(),
+            timeout: self.timeout,
+        })
+    }
+
     /// Like [`wait_all`](Self::wait_all), but calls `stop` whenever the CQ is idle (every
     /// few milliseconds at most) and gives up, returning `Ok(None)`, when it says true: for
     /// waits that another event ends, such as the peer disconnecting. Completions polled
@@ -132,33 +163,43 @@ impl CompletionWaiter {
     pub fn wait_all_unless<E: From<WaitError>>(
         &mut self,
         wr_ids: &[u64],
-        mut stop: impl FnMut() -> Result<bool, E>,
+        stop: impl FnMut() -> Result<bool, E>,
     ) -> Result<Option<Vec<WorkCompletion>>, E> {
-        let deadline = Instant::now() + self.timeout;
-        let mut got: Vec<Option<WorkCompletion>> = vec![None; wr_ids.len()];
+        let mut want = All {
+            wr_ids,
+            got: vec![None; wr_ids.len()],
+        };
+        if !self.run(&mut want, stop)? {
+            return Ok(None);
+        }
+        Ok(Some(want.got.into_iter().flatten().collect()))
+    }
+
+    /// Polls until `want` is satisfied (true) or `stop` says stop (false); fails on a failed
+    /// completion or at the deadline.
+    fn run<E: From<WaitError>>(
+        &mut self,
+        want: &mut impl Want,
+        mut stop: impl FnMut() -> Result<bool, E>,
+    ) -> Result<bool, E> {
+        let deadline = deadline(Instant::now(), self.timeout);
         let early = std::mem::take(&mut self.early);
         for wc in early {
-            self.claim(wr_ids, &mut got, wc);
+            self.file(want, wc);
         }
         let mut idle_polls = 0u32;
-        while got.iter().any(Option::is_none) {
-            if self.poll_into(wr_ids, &mut got)? {
+        while !want.done() {
+            if self.poll_into(want)? {
                 idle_polls = 0;
                 continue;
             }
             if stop()? {
-                return Ok(None);
+                return Ok(false);
             }
             let now = Instant::now();
-            if now >= deadline {
-                let missing = wr_ids
-                    .iter()
-                    .zip(&got)
-                    .filter(|(_, g)| g.is_none())
-                    .map(|(&id, _)| id)
-                    .collect();
+            if deadline.is_some_and(|d| now >= d) {
                 return Err(WaitError::Timeout {
-                    missing,
+                    missing: want.missing(),
                     timeout: self.timeout,
                 }
                 .into());
@@ -167,11 +208,13 @@ impl CompletionWaiter {
                 Some(channel) => {
                     self.cq.req_notify(false).map_err(WaitError::from)?;
                     // A completion that came before the CQ was armed raises no event.
-                    if self.poll_into(wr_ids, &mut got)? {
+                    if self.poll_into(want)? {
                         continue;
                     }
                     // Short slices, so `stop` is asked now and then.
-                    let slice = (deadline - now).min(Duration::from_millis(10));
+                    let slice = deadline
+                        .map_or(Duration::MAX, |d| d - now)
+                        .min(Duration::from_millis(10));
                     match channel.get_cq_event(Some(slice)) {
                         Ok(_) | Err(EventError::Timeout { .. }) => {}
                         Err(e) => return Err(WaitError::from(e).into()),
@@ -188,36 +231,156 @@ impl CompletionWaiter {
                 }
             }
         }
-        Ok(Some(got.into_iter().flatten().collect()))
+        Ok(true)
     }
 
     /// Polls what the CQ has, filing each completion; true when there was any.
-    fn poll_into(
-        &mut self,
-        wr_ids: &[u64],
-        got: &mut [Option<WorkCompletion>],
-    ) -> Result<bool, WaitError> {
+    fn poll_into(&mut self, want: &mut impl Want) -> Result<bool, WaitError> {
         let cq = Arc::clone(&self.cq);
         let mut poller = cq.poll()?;
         let mut any = false;
         while let Some(wc) = poller.next_completion()? {
             any = true;
             wc.ok()?;
-            self.claim(wr_ids, got, wc);
+            self.file(want, wc);
         }
         Ok(any)
     }
 
-    /// Files `wc` under the first unfilled work request of `wr_ids` it completes, or with
-    /// the early ones.
-    fn claim(&mut self, wr_ids: &[u64], got: &mut [Option<WorkCompletion>], wc: WorkCompletion) {
-        let slot = wr_ids
+    /// Gives `wc` to `want`, or keeps it with the early ones.
+    fn file(&mut self, want: &mut impl Want, wc: WorkCompletion) {
+        if let Some(wc) = want.offer(wc) {
+            self.early.push(wc);
+        }
+    }
+}
+
+/// When a wait of `timeout` that starts at `now` ends; `None`: never
+/// ([`CompletionWaiter::NO_TIMEOUT`], or any timeout past what an `Instant` can hold).
+fn deadline(now: Instant, timeout: Duration) -> Option<Instant> {
+    now.checked_add(timeout)
+}
+
+/// What a wait is for: the completions it takes, and when it has them all.
+trait Want {
+    /// Takes `wc` if this wait wants it; gives it back otherwise.
+    fn offer(&mut self, wc: WorkCompletion) -> Option<WorkCompletion>;
+    /// Whether the wait has what it waits for.
+    fn done(&self) -> bool;
+    /// The `wr_id`s still missing, for the timeout's error.
+    fn missing(&self) -> Vec<u64>;
+}
+
+/// Every one of `wr_ids`, in their order; an id named twice takes two completions.
+struct All<'a> {
+    wr_ids: &'a [u64],
+    got: Vec<Option<WorkCompletion>>,
+}
+
+impl Want for All<'_> {
+    fn offer(&mut self, wc: WorkCompletion) -> Option<WorkCompletion> {
+        let slot = self
+            .wr_ids
             .iter()
-            .zip(got.iter_mut())
+            .zip(self.got.iter_mut())
             .find(|(&id, g)| id == wc.wr_id() && g.is_none());
         match slot {
-            Some((_, g)) => *g = Some(wc),
-            None => self.early.push(wc),
+            Some((_, g)) => {
+                *g = Some(wc);
+                None
+            }
+            None => Some(wc),
         }
+    }
+
+    fn done(&self) -> bool {
+        self.got.iter().all(Option::is_some)
+    }
+
+    fn missing(&self) -> Vec<u64> {
+        self.wr_ids
+            .iter()
+            .zip(&self.got)
+            .filter(|(_, g)| g.is_none())
+            .map(|(&id, _)| id)
+            .collect()
+    }
+}
+
+/// The first completion of any of `wr_ids`.
+struct Any<'a> {
+    wr_ids: &'a [u64],
+    got: Option<WorkCompletion>,
+}
+
+impl Want for Any<'_> {
+    fn offer(&mut self, wc: WorkCompletion) -> Option<WorkCompletion> {
+        if self.got.is_none() && self.wr_ids.contains(&wc.wr_id()) {
+            self.got = Some(wc);
+            None
+        } else {
+            Some(wc)
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.got.is_some()
+    }
+
+    fn missing(&self) -> Vec<u64> {
+        self.wr_ids.to_vec()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wc(wr_id: u64) -> WorkCompletion {
+        WorkCompletion::from(rdma_mummy_sys::ibv_wc {
+            wr_id,
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn any_takes_the_first_of_its_ids_and_leaves_the_rest() {
+        let mut want = Any {
+            wr_ids: &[2, 3],
+            got: None,
+        };
+        assert!(!want.done());
+        assert_eq!(want.offer(wc(1)).map(|w| w.wr_id()), Some(1));
+        assert!(want.offer(wc(3)).is_none());
+        assert!(want.done());
+        // Once it has one, the others are kept for later waits.
+        assert_eq!(want.offer(wc(2)).map(|w| w.wr_id()), Some(2));
+        assert_eq!(want.got.map(|w| w.wr_id()), Some(3));
+        assert_eq!(want.missing(), [2, 3]);
+    }
+
+    #[test]
+    fn all_fills_each_id_once_in_order() {
+        let mut want = All {
+            wr_ids: &[5, 5, 6],
+            got: vec![None; 3],
+        };
+        assert!(want.offer(wc(6)).is_none());
+        assert!(want.offer(wc(5)).is_none());
+        assert_eq!(want.missing(), [5]);
+        assert_eq!(want.offer(wc(7)).map(|w| w.wr_id()), Some(7));
+        assert!(want.offer(wc(5)).is_none());
+        assert!(want.done());
+        assert_eq!(want.offer(wc(5)).map(|w| w.wr_id()), Some(5));
+    }
+
+    #[test]
+    fn no_timeout_means_no_deadline() {
+        let now = Instant::now();
+        assert_eq!(deadline(now, CompletionWaiter::NO_TIMEOUT), None);
+        assert_eq!(
+            deadline(now, Duration::from_secs(5)),
+            Some(now + Duration::from_secs(5))
+        );
     }
 }
