@@ -18,8 +18,10 @@ pub enum CmError {
     /// librdmacm (or libibverbs) could not be loaded at all.
     #[error(transparent)]
     Library(#[from] LoadError),
-    /// A call failed.
-    #[error("{call} failed{endpoints}: {source}")]
+    /// A call failed. Creating a channel or an id fails with "No such device" on a machine
+    /// without an RDMA device: the message then says what to do, as
+    /// [`DeviceError::NoDevice`](crate::DeviceError::NoDevice)'s does.
+    #[error("{call} failed{endpoints}: {source}{}", call_hint(call, source))]
     Call {
         /// The librdmacm or verbs call.
         call: &'static str,
@@ -278,6 +280,23 @@ fn timeout_text(timeout: Duration, waiting_for: Option<EventType>, ends: &Endpoi
 
 fn show(addr: &Option<SocketAddr>) -> String {
     addr.map_or_else(|| "the peer".to_owned(), |a| a.to_string())
+}
+
+/// What a failed `call` adds to its errno: librdmacm's setup calls fail with ENODEV when
+/// the machine has no RDMA device at all.
+pub(super) fn call_hint(call: &str, source: &io::Error) -> String {
+    let setup = matches!(
+        call,
+        "rdma_create_event_channel" | "rdma_create_id" | "rdma_get_devices"
+    );
+    if setup && source.raw_os_error() == Some(libc::ENODEV) {
+        format!(
+            " (no RDMA device on this machine; {})",
+            crate::verbs::device::NO_DEVICE_HELP
+        )
+    } else {
+        String::new()
+    }
 }
 
 pub(super) fn addr_hint(source: &io::Error) -> &'static str {

@@ -147,6 +147,35 @@ fn errors_say_what_and_where() {
             .starts_with("rdma_listen failed (on 198.18.0.1:7000): "),
         "{e}"
     );
+    assert!(!e.to_string().contains("rdma link add"), "{e}");
+}
+
+#[test]
+fn setup_without_a_device_says_what_to_do_as_open_device_does() {
+    let no_device = |call| CmError::Call {
+        call,
+        endpoints: Endpoints::default(),
+        source: io::Error::from_raw_os_error(libc::ENODEV),
+    };
+    let help = crate::DeviceError::NoDevice.to_string();
+    let help = help.trim_start_matches("no RDMA device found; ");
+    for call in [
+        "rdma_create_event_channel",
+        "rdma_create_id",
+        "rdma_get_devices",
+    ] {
+        let s = no_device(call).to_string();
+        assert!(
+            s.starts_with(&format!("{call} failed: "))
+                && s.contains("no RDMA device on this machine"),
+            "{s}"
+        );
+        assert!(s.contains(help) && s.contains("rdma link add"), "{s}");
+    }
+    // Elsewhere ENODEV means something else: no guidance there.
+    assert!(!no_device("rdma_bind_addr")
+        .to_string()
+        .contains("rdma link add"));
 }
 
 /// A value that holds its own context reference and gives it back in `Drop`, as `CmId` does

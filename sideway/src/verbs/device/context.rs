@@ -19,6 +19,13 @@ use rdma_mummy_sys::{Library, LoadError};
 use crate::errno::{fresh, from_ret, non_null};
 use crate::macros::c_enum;
 
+/// What to do on a machine without an RDMA device: said by [`DeviceError::NoDevice`], and
+/// by rdma_cm's calls that fail there with "No such device"
+/// ([`CmError::Call`](crate::rdmacm::CmError::Call)).
+pub(crate) const NO_DEVICE_HELP: &str = "without an RDMA NIC, create a SoftRoCE device \
+     (`rdma link add rxe0 type rxe netdev IFACE`, kernel module rdma_rxe), or run inside the \
+     project's rig: scripts/softroce run -- COMMAND";
+
 /// Why a device could not be listed, opened or queried.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -33,11 +40,7 @@ pub enum DeviceError {
         source: io::Error,
     },
     /// There is no RDMA device on this machine.
-    #[error(
-        "no RDMA device found; without an RDMA NIC, create a SoftRoCE device \
-         (`rdma link add rxe0 type rxe netdev IFACE`, kernel module rdma_rxe), or run inside \
-         the project's rig: scripts/softroce run -- COMMAND"
-    )]
+    #[error("no RDMA device found; {NO_DEVICE_HELP}")]
     NoDevice,
     /// No device has the name asked for.
     #[error("no RDMA device named {name:?}; available: {}", available.join(", "))]
