@@ -31,9 +31,21 @@ const LISTS: [(&str, &str); 3] = [
 struct Export<'a> {
     name: &'a str,
     forwarded: bool,
+    /// Not every release the list covers (its `# releases:` line) exports it: an export of
+    /// a newer rdma-core than some supported one.
+    newer: bool,
 }
 
+// Functions the installed headers declare that the shim does not define (build.rs).
+include!(concat!(env!("OUT_DIR"), "/unshimmed_functions.rs"));
+
 fn exports(list: &str) -> Vec<Export<'_>> {
+    let releases: BTreeSet<&str> = list
+        .lines()
+        .find_map(|line| line.strip_prefix("# releases: "))
+        .expect("an export list names its releases")
+        .split(',')
+        .collect();
     list.lines()
         .filter(|line| !line.starts_with('#') && !line.is_empty())
         .map(|line| {
@@ -44,9 +56,11 @@ fn exports(list: &str) -> Vec<Export<'_>> {
                 disposition.starts_with("forward") || disposition.starts_with("left out: "),
                 "export list line without a disposition: {line:?}"
             );
+            let present: BTreeSet<&str> = fields[2].split(',').collect();
             Export {
                 name: fields[0],
                 forwarded: disposition.starts_with("forward"),
+                newer: !releases.is_subset(&present),
             }
         })
         .collect()
@@ -93,6 +107,7 @@ fn the_shim_defines_every_forwarded_export_and_nothing_left_out() {
         .collect();
     let mut forwarded = BTreeSet::new();
     let mut left_out = BTreeSet::new();
+    let mut newer = BTreeSet::new();
     for (_, list) in LISTS {
         for e in exports(list) {
             if e.forwarded {
@@ -100,9 +115,25 @@ fn the_shim_defines_every_forwarded_export_and_nothing_left_out() {
             } else {
                 left_out.insert(e.name);
             }
+            if e.newer {
+                newer.insert(e.name);
+            }
         }
     }
-    let missing: Vec<_> = forwarded.difference(&defined).collect();
+    // Present in the headers => forwarded: an export of a newer release than the installed
+    // headers' (the lists follow rdma-core's newest release) is generated from a header that
+    // declares it; while none does, the shim need not define it. One the headers do declare
+    // is in UNSHIMMED_FUNCTIONS, and must be defined.
+    let (missing, undeclared): (Vec<&str>, Vec<&str>) = forwarded
+        .difference(&defined)
+        .copied()
+        .partition(|name| !newer.contains(name) || UNSHIMMED_FUNCTIONS.contains(name));
+    if !undeclared.is_empty() {
+        println!(
+            "not defined, as the installed headers do not declare them (a newer rdma-core's): \
+             {undeclared:?}"
+        );
+    }
     assert!(
         missing.is_empty(),
         "the shim does not define {missing:?}, which the export lists say it forwards; run \
@@ -131,7 +162,7 @@ fn the_shim_defines_every_forwarded_export_and_nothing_left_out() {
     );
     println!(
         "{} forwarded exports defined, {} left out, {} shim functions",
-        forwarded.len(),
+        forwarded.len() - undeclared.len(),
         left_out.len(),
         defined.len() - forwarded.len()
     );
