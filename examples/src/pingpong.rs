@@ -1336,18 +1336,31 @@ pub fn run_srq(args: &PingpongArgs, num_qp: u32) -> Result<(), CliError> {
             remote
         }
         None => {
+            // A peer with another -q still gets our endpoints before this side fails: its
+            // side can then end too (ibv_srq_pingpong's client waits for them forever).
+            let mut other_q = None;
             let remote = exchange::server_exchange_many(
                 args.port,
                 &wire_local,
                 args.exchange_timeout(),
-                |peer| {
-                    srq_peer_endpoints(peer, n_qp)
-                        .and_then(|peer| connect_all(&side.qps, &peer))
-                        .map_err(|e| e.to_string().into())
+                |peer| match srq_peer_endpoints(peer, n_qp) {
+                    Ok(peer) => connect_all(&side.qps, &peer).map_err(|e| e.to_string().into()),
+                    Err(e) => {
+                        other_q = Some(e);
+                        Ok(())
+                    }
                 },
-            )
-            .map_err(CliError::run)?;
-            remote.iter().take(n_qp).copied().collect()
+            );
+            // The mismatch is the news, whether or not the peer said "done" after it.
+            if let Some(e) = other_q {
+                return Err(e);
+            }
+            remote
+                .map_err(CliError::run)?
+                .iter()
+                .take(n_qp)
+                .copied()
+                .collect()
         }
     };
     for ep in &remote {
