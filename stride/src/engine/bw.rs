@@ -567,7 +567,8 @@ pub(crate) fn run_size(
     let mut recv_poll = recv_cq.claim()?;
     let mut wcs = [WorkCompletion::default(); 32];
     if params.warm_up && role.sends {
-        warm_up(&mut senders, n, &mut send_poll, &mut wcs, tx_depth, params)?;
+        warm_up(&mut senders, n, &mut send_poll, &mut wcs, tx_depth, params)
+            .map_err(|e| watch.explain(oob, e))?;
     }
     watch.start();
     let mut total_done = 0u64;
@@ -669,13 +670,10 @@ pub(crate) fn run_size(
                         let e = first_cause(e, &wcs[i + 1..got], &mut send_poll);
                         // The first message of those this completion covers.
                         let at = counts.get(q).map_or(0, |c| c.completed) + 1;
-                        return Err(watch.explain(wc_failed(
-                            &e,
-                            op_name(params.verb),
-                            q,
-                            at,
-                            params.qp_timeout,
-                        )));
+                        return Err(watch.explain(
+                            oob,
+                            wc_failed(&e, op_name(params.verb), q, at, params.qp_timeout),
+                        ));
                     }
                     let covered = wc.wr_id() >> 32;
                     counts[q].completed += covered;
@@ -713,13 +711,9 @@ pub(crate) fn run_size(
                     let q = (wc.wr_id() & QP_INDEX_MASK) as usize;
                     if let Err(e) = wc.ok() {
                         let at = rx_per_qp.get(q).map_or(0, |&n| n) + 1;
-                        return Err(watch.explain(wc_failed(
-                            &e,
-                            "receive",
-                            q,
-                            at,
-                            params.qp_timeout,
-                        )));
+                        return Err(
+                            watch.explain(oob, wc_failed(&e, "receive", q, at, params.qp_timeout))
+                        );
                     }
                     rx_per_qp[q] += 1;
                     let t = match staging.after_receive {

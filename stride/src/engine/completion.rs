@@ -5,6 +5,7 @@
 use super::error::RunError;
 use super::link;
 use crate::cli::Verb;
+use crate::oob::OobError;
 
 /// The operation a verb's work requests carry, as a person names it.
 pub(crate) fn op_name(verb: Verb) -> &'static str {
@@ -45,6 +46,30 @@ pub(crate) fn wc_failed(
             e.status,
             if hint.is_empty() { "" } else { ": " }
         ),
+    }
+}
+
+/// Who a failed completion is blamed on, given what the peer's out-of-band channel said
+/// when it was looked at just after (`peer`, as [`crate::oob::OobChannel::peer_spoke`]
+/// returns it). A peer that died (SIGTERM, SIGKILL, an exit after an error) takes its
+/// memory and QPs with it, so this side's work fails with whatever status the dead peer's
+/// NIC or the kernel happens to give (a remote access error, a too-long send): that status
+/// says nothing of the cause. So a closed channel names the peer first
+/// ([`RunError::PeerGone`]), a peer that sent its reason gives it
+/// ([`RunError::PeerAborted`]), and the status only follows; a peer still there leaves
+/// the completion's own message. Errors other than a failed completion pass unchanged.
+pub(crate) fn blame(failed: RunError, peer: Result<bool, OobError>) -> RunError {
+    let RunError::Completion { status, .. } = &failed else {
+        return failed;
+    };
+    match peer {
+        Err(e @ (OobError::Closed { .. } | OobError::PeerAborted(_))) => {
+            let status = *status;
+            RunError::from(e).map_text(|t| {
+                format!("{t}; this side's work then failed with {status}, which follows from that")
+            })
+        }
+        _ => failed,
     }
 }
 
@@ -96,5 +121,51 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    fn remote_access_error() -> RunError {
+        let e = sideway::WorkCompletionError {
+            status: sideway::completion_queue::WcStatus::RemAccessErr,
+            wr_id: 1,
+            qp_num: 0x11,
+            vendor_err: 0,
+        };
+        wc_failed(&e, op_name(Verb::Read), 0, 5, 14)
+    }
+
+    #[test]
+    fn a_failed_completion_names_a_closed_peer_first() {
+        let closed = Err(OobError::Closed {
+            what: "watching the peer during the run".into(),
+        });
+        let e = blame(remote_access_error(), closed);
+        assert!(matches!(e, RunError::PeerGone(_)), "{e:?}");
+        let text = e.to_string();
+        assert!(
+            text.starts_with("watching the peer during the run: the peer closed the connection"),
+            "{text}"
+        );
+        assert!(text.contains("(10), which follows from that"), "{text}");
+        assert!(!text.contains("remote key"), "{text}");
+
+        let aborted = Err(OobError::PeerAborted("its device died".into()));
+        let e = blame(remote_access_error(), aborted);
+        assert!(matches!(e, RunError::PeerAborted(_)), "{e:?}");
+        assert!(
+            e.to_string()
+                .starts_with("the peer stopped: its device died; "),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_failed_completion_with_the_peer_still_there_keeps_its_status() {
+        for peer in [Ok(false), Ok(true), Err(OobError::Garbage("x".into()))] {
+            let e = blame(remote_access_error(), peer);
+            assert_eq!(e, remote_access_error());
+        }
+        let other = RunError::timeout("no progress");
+        let closed = Err(OobError::Closed { what: "w".into() });
+        assert_eq!(blame(other.clone(), closed), other);
     }
 }

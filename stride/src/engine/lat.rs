@@ -128,8 +128,13 @@ impl PingPong<'_> {
             let got = self.send_cq.poll_into(&mut self.wcs[..1])?;
             if got > 0 {
                 if let Err(e) = self.wcs[0].ok() {
-                    let failed = wc_failed(&e, self.send_op, 0, self.progress + 1, self.qp_timeout);
-                    return Err(self.watch.explain(failed));
+                    return Err(wc_failed(
+                        &e,
+                        self.send_op,
+                        0,
+                        self.progress + 1,
+                        self.qp_timeout,
+                    ));
                 }
                 self.outstanding = false;
                 return Ok(true);
@@ -138,9 +143,23 @@ impl PingPong<'_> {
         Ok(false)
     }
 
-    /// Waits until `ready()` holds and our last send is complete.
+    /// Waits until `ready()` holds and our last send is complete. A failed completion is
+    /// explained by the watchdog (the peer's state first, then the link).
     #[inline(always)]
     fn wait(
+        &mut self,
+        oob: &mut OobChannel,
+        ready: impl FnMut(&mut Self) -> Result<bool, RunError>,
+    ) -> Result<Waited, RunError> {
+        match self.wait_for(oob, ready) {
+            Ok(w) => Ok(w),
+            Err(e) => Err(self.watch.explain(oob, e)),
+        }
+    }
+
+    /// [`PingPong::wait`] without the explanation of a failed completion.
+    #[inline(always)]
+    fn wait_for(
         &mut self,
         oob: &mut OobChannel,
         mut ready: impl FnMut(&mut Self) -> Result<bool, RunError>,
@@ -173,7 +192,11 @@ impl PingPong<'_> {
     /// Waits for our last send to complete.
     fn drain(&mut self, oob: &mut OobChannel) -> Result<(), RunError> {
         while self.outstanding {
-            if !self.reap_send()? {
+            let reaped = match self.reap_send() {
+                Ok(r) => r,
+                Err(e) => return Err(self.watch.explain(oob, e)),
+            };
+            if !reaped {
                 self.watch.idle(oob, self.progress)?;
                 self.nap()?;
             }
@@ -203,8 +226,13 @@ impl PingPong<'_> {
             return Ok(false);
         }
         if let Err(e) = self.wcs[1].ok() {
-            let failed = wc_failed(&e, "receive", 0, self.progress + 1, self.qp_timeout);
-            return Err(self.watch.explain(failed));
+            return Err(wc_failed(
+                &e,
+                "receive",
+                0,
+                self.progress + 1,
+                self.qp_timeout,
+            ));
         }
         match (self.srq, qp) {
             (Some(srq), _) => {

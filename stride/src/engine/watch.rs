@@ -11,6 +11,7 @@
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
+use super::completion::blame;
 use super::error::RunError;
 use super::link::LinkWatch;
 use crate::oob::OobChannel;
@@ -21,6 +22,9 @@ pub(crate) const STALL: Duration = Duration::from_secs(20);
 const SPINS_PER_CHECK: u32 = 1024;
 /// How often the out-of-band channel is looked at.
 const PEER_CHECK: Duration = Duration::from_millis(10);
+/// How long a failed completion waits for a dying peer's out-of-band channel to close (its
+/// QPs and memory may go a moment before its socket does).
+const PEER_GRACE: Duration = Duration::from_millis(100);
 
 /// The longest a barrier sleeps before it looks at the link's state again (a port that
 /// stays down past the peer's retry budget ends the wait; no event says when that is).
@@ -98,10 +102,28 @@ impl Watch {
         self.peer_spoke
     }
 
-    /// A failed completion's error, with the link's part in it if its port went down.
+    /// A failed completion's error: the peer first if its out-of-band channel closed or it
+    /// aborted (see [`blame`]), else the completion's status, with the link's part in it if
+    /// its port went down. Other errors pass unchanged.
     #[cold]
-    pub(crate) fn explain(&mut self, e: RunError) -> RunError {
-        self.link.explain(e)
+    pub(crate) fn explain(&mut self, oob: &mut OobChannel, e: RunError) -> RunError {
+        if !matches!(e, RunError::Completion { .. }) {
+            return e;
+        }
+        let deadline = Instant::now() + PEER_GRACE;
+        loop {
+            let peer = oob.peer_spoke();
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !matches!(peer, Ok(false)) || left.is_zero() {
+                return match blame(e, peer) {
+                    e @ RunError::Completion { .. } => self.link.explain(e),
+                    e => e,
+                };
+            }
+            if wait_readable([oob.as_fd()], left).is_err() {
+                return self.link.explain(e);
+            }
+        }
     }
 
     /// Called on every turn of a loop that may wait (or at least on every idle one);
