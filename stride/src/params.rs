@@ -590,6 +590,11 @@ impl TestParams {
             ("iterations (-n)", self.iterations.to_string()),
             ("duration (-D)", format!("{:?}", self.duration)),
             ("number of QPs (-q)", self.qps.to_string()),
+            (
+                "path MTU (-m)",
+                self.mtu
+                    .map_or_else(|| "not given".to_owned(), |m| m.to_string()),
+            ),
             ("post list (-l)", self.post_list.to_string()),
             ("bidirectional (-b)", self.bidirectional.to_string()),
             ("atomic type (-A)", format!("{:?}", self.atomic_type)),
@@ -920,6 +925,18 @@ mod tests {
         assert!(
             m.iter().any(|l| l.starts_with("number of QPs (-q)")),
             "{m:?}"
+        );
+    }
+
+    #[test]
+    fn a_different_path_mtu_is_named_with_both_values() {
+        let a = params(&["send", "bw", "-m", "1024"]).unwrap();
+        let b = params(&["send", "bw", "-m", "512"]).unwrap();
+        assert_eq!(a.mismatches(&b), ["path MTU (-m): here 1024, peer 512"]);
+        let c = params(&["send", "bw"]).unwrap();
+        assert_eq!(
+            a.mismatches(&c),
+            ["path MTU (-m): here 1024, peer not given"]
         );
     }
 

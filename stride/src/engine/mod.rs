@@ -47,7 +47,7 @@ use crate::report::{self, IntervalSeries, Report, SideReport, SizeResult};
 use sideway::peer_text::{printable, PEER_TEXT_MAX};
 
 use link::LinkWatch;
-use setup::{path_mtu, DeviceSide, Resources, VerbsApi};
+use setup::{mtu_note, path_mtu, DeviceSide, Resources, VerbsApi};
 use watch::{Watch, STALL};
 
 /// How long each setup exchange may wait for the peer.
@@ -230,8 +230,9 @@ fn print_banner(banner: Banner<'_>) {
         params.tx_depth, params.post_list
     );
     println!(
-        " CQ moderation   : {:<14}Path MTU      : {mtu} B",
-        params.cq_mod
+        " CQ moderation   : {:<14}Path MTU      : {mtu} B{}",
+        params.cq_mod,
+        mtu_note(params.mtu, mtu).unwrap_or_default()
     );
     println!(
         " Inline data     : {:<14}Run           : {amount}",

@@ -939,6 +939,10 @@ pub(crate) fn sleep_on(
 pub(crate) fn path_mtu(params: &TestParams, ours: u32, theirs: u32) -> Result<Mtu, RunError> {
     // Whose number it is says what kind of failure a bad one is.
     let (bytes, whose, kind): (u32, &str, fn(String) -> RunError) = match params.mtu {
+        // As perftest: never more than both ports' active MTU.
+        Some(m) if Mtu::from_bytes(ours.min(theirs)).is_some() => {
+            (m.min(ours).min(theirs), "-m", RunError::Usage)
+        }
         Some(m) => (m, "-m", RunError::Usage),
         None if theirs < ours => (theirs, "the peer's active MTU", RunError::PeerInvalid),
         None => (ours, "this port's active MTU", RunError::Setup),
@@ -948,6 +952,17 @@ pub(crate) fn path_mtu(params: &TestParams, ours: u32, theirs: u32) -> Result<Mt
             "{whose} {bytes} is not a path MTU (256, 512, 1024, 2048 or 4096)"
         ))
     })
+}
+
+/// What the banner adds after the path MTU (`used` bytes) when it is not what `-m` asked:
+/// the active MTU of a port (this side's or the peer's) is smaller.
+pub(crate) fn mtu_note(asked: Option<u32>, used: u32) -> Option<String> {
+    match asked {
+        Some(m) if m != used => Some(format!(
+            " (-m {m} asked: the smaller active MTU of the two ports is {used} B)"
+        )),
+        _ => None,
+    }
 }
 
 /// A 24-bit starting PSN, different per process, QP and run.
@@ -1037,6 +1052,20 @@ mod tests {
         );
         let p = crate::params::from_args(&["write", "bw", "-m", "512"]).unwrap();
         assert_eq!(path_mtu(&p, 1024, 0).unwrap(), Mtu::Mtu512);
+    }
+
+    #[test]
+    fn a_path_mtu_above_a_ports_active_mtu_is_lowered_and_said() {
+        let p = crate::params::from_args(&["write", "bw", "-m", "4096"]).unwrap();
+        assert_eq!(path_mtu(&p, 1024, 4096).unwrap(), Mtu::Mtu1024);
+        assert_eq!(path_mtu(&p, 4096, 2048).unwrap(), Mtu::Mtu2048);
+        assert_eq!(path_mtu(&p, 4096, 4096).unwrap(), Mtu::Mtu4096);
+        assert_eq!(
+            mtu_note(Some(4096), 1024).as_deref(),
+            Some(" (-m 4096 asked: the smaller active MTU of the two ports is 1024 B)")
+        );
+        assert_eq!(mtu_note(Some(1024), 1024), None);
+        assert_eq!(mtu_note(None, 1024), None);
     }
 
     #[test]
