@@ -142,9 +142,14 @@ fn show_wait(d: Duration) -> String {
 fn connect_text(source: &io::Error, port: u16, limit: Duration) -> String {
     let start = "start it first with the same options and no address";
     match source.kind() {
-        io::ErrorKind::ConnectionRefused => {
-            format!("connection refused: is the server running, on port {port}? {start}")
-        }
+        // A server takes one client, and stops listening until it is started again: a
+        // refusal while it runs (or right after its run, before its restart) is that.
+        io::ErrorKind::ConnectionRefused => format!(
+            "connection refused: is the server running, on port {port}? A server takes one \
+             client per run and listens only while it waits for one, so a running server may \
+             be busy with another client, or have just ended its run: try again once that \
+             run is over and the server is started anew; else {start}"
+        ),
         io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => format!(
             "no answer within {}: the address routes nowhere or a firewall drops it; check \
              the address and -p {port}",

@@ -143,7 +143,10 @@ mod tests {
             e,
             format!(
                 "TCP connect to the stride-perf server at 127.0.0.1:{port}: connection refused: \
-                 is the server running, on port {port}? start it first with the same options \
+                 is the server running, on port {port}? A server takes one client per run and \
+                 listens only while it waits for one, so a running server may be busy with \
+                 another client, or have just ended its run: try again once that run is over \
+                 and the server is started anew; else start it first with the same options \
                  and no address"
             )
         );
@@ -159,6 +162,29 @@ mod tests {
              check the address and -p {port}"
         );
         assert!(text.ends_with(&want), "{text}");
+    }
+
+    #[test]
+    fn a_second_client_of_a_busy_server_is_told_it_may_be_busy() {
+        // A server that took its one client: its listener is gone while that run lasts.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let first = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (_busy, _) = listener.accept().unwrap();
+        drop(listener);
+        let e = OobChannel::connect("127.0.0.1", port, Duration::from_secs(15)).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("is the server running"), "{text}");
+        assert!(text.contains("may be busy with another client"), "{text}");
+        drop(first);
+        // Only a refusal says so: a silent address is another matter.
+        let timed_out = OobError::Connect {
+            addr: format!("127.0.0.1:{port}"),
+            port,
+            limit: Duration::from_secs(15),
+            source: io::ErrorKind::TimedOut.into(),
+        };
+        assert!(!timed_out.to_string().contains("busy"), "{timed_out}");
     }
 
     #[test]
