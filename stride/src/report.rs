@@ -322,6 +322,32 @@ pub fn bandwidth_row(r: &BandwidthResult, gbits: bool) -> String {
     )
 }
 
+/// A `-b` (bidirectional) size's row as perftest prints it: the sum of both directions (the
+/// peaks too, when both sides have one; the iterations are this side's), and under it each
+/// direction's average bandwidth, this side's first (on a line of its own, so that the row
+/// keeps perftest's five columns for whatever reads them).
+pub fn bidirectional_row(ours: &BandwidthResult, peer: &BandwidthResult, gbits: bool) -> String {
+    let both = BandwidthResult {
+        bytes: ours.bytes,
+        iterations: ours.iterations,
+        peak_bytes_per_sec: ours
+            .peak_bytes_per_sec
+            .zip(peer.peak_bytes_per_sec)
+            .map(|(a, b)| a + b),
+        avg_bytes_per_sec: ours.avg_bytes_per_sec + peer.avg_bytes_per_sec,
+        msg_rate_mpps: ours.msg_rate_mpps + peer.msg_rate_mpps,
+        intervals: None,
+        cpu_util_percent: None,
+    };
+    let unit = if gbits { "Gb/sec" } else { "MiB/sec" };
+    format!(
+        "{}\n Each direction  : this side {:.2} {unit}, peer {:.2} {unit}",
+        bandwidth_row(&both, gbits),
+        ours.avg(gbits),
+        peer.avg(gbits)
+    )
+}
+
 /// The latency table's header, as perftest prints it.
 pub fn latency_header() -> String {
     format!(
@@ -390,6 +416,42 @@ mod tests {
             intervals: None,
             cpu_util_percent: None,
         }
+    }
+
+    #[test]
+    fn a_bidirectional_row_is_the_sum_with_each_direction_beside_it() {
+        let ours = bw();
+        let peer = BandwidthResult {
+            peak_bytes_per_sec: Some(1048576.0 * 1000.0),
+            avg_bytes_per_sec: 1048576.0 * 500.0,
+            msg_rate_mpps: 0.008,
+            ..bw()
+        };
+        let row = bidirectional_row(&ours, &peer, false);
+        let sum = BandwidthResult {
+            peak_bytes_per_sec: Some(3.0 * 1048576.0 * 1000.0),
+            avg_bytes_per_sec: 1048576.0 * 1500.0,
+            msg_rate_mpps: 0.024,
+            ..bw()
+        };
+        assert_eq!(
+            row,
+            format!(
+                "{}\n Each direction  : this side 1000.00 MiB/sec, peer 500.00 MiB/sec",
+                bandwidth_row(&sum, false)
+            )
+        );
+        assert!(row.contains("1500.00"), "{row}");
+        // A side without a peak (perftest's rule: over 20,000 iterations) has none summed.
+        let no_peak = BandwidthResult {
+            peak_bytes_per_sec: None,
+            ..peer
+        };
+        let row = bidirectional_row(&ours, &no_peak, false);
+        assert!(
+            row.starts_with(" 65536      5000             0.00 "),
+            "{row}"
+        );
     }
 
     #[test]

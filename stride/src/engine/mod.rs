@@ -260,7 +260,10 @@ fn print_banner(banner: Banner<'_>) {
     println!(" Clock           : {}", clock.description_for(params.test));
     println!(" Link type       : {}", dev.link_type());
     if params.bidirectional {
-        println!(" Bidirectional   : both sides measure their own direction");
+        println!(
+            " Bidirectional   : each side measures its own direction; a bandwidth row is \
+             both directions' sum, with each beside it"
+        );
     }
     if params.rdma_cm {
         println!(" QP setup        : rdma_cm (-R): path, PSNs and QP numbers from rdma_cm");
@@ -520,6 +523,7 @@ fn run_connected(
     };
     // A timed bandwidth run prints its intervals first and the header just above its row.
     let header_per_row = params.timed() && params.test == Test::Bw;
+    let both_directions = params.bidirectional && params.test == Test::Bw;
     if measures && !header_per_row {
         println!("{header}");
     }
@@ -608,8 +612,15 @@ fn run_connected(
         }
         progress.clear();
         if let Some(r) = result {
-            if !quiet {
-                print_row(&r, params, header_per_row.then_some(header.as_str()), gbits);
+            // With -b a bandwidth row is both directions': printed once the peer's are here.
+            if !quiet && !both_directions {
+                print_row(
+                    &report::row_for(&r, gbits),
+                    &r,
+                    params,
+                    header_per_row.then_some(header.as_str()),
+                    gbits,
+                );
             }
             results.push(r);
         }
@@ -644,13 +655,13 @@ fn run_connected(
     )
 }
 
-/// A size's row: the header above it (`header`, for a timed bandwidth run), a timed run's
-/// interval summary and, with `--cpu-util`, the CPU's use.
-fn print_row(r: &SizeResult, params: &TestParams, header: Option<&str>, gbits: bool) {
+/// A size's row (`row`, the text of `r`'s): the header above it (`header`, for a timed
+/// bandwidth run), a timed run's interval summary and, with `--cpu-util`, the CPU's use.
+fn print_row(row: &str, r: &SizeResult, params: &TestParams, header: Option<&str>, gbits: bool) {
     if let Some(header) = header {
         println!("{header}");
     }
-    println!("{}", report::row_for(r, gbits));
+    println!("{row}");
     if let SizeResult::Bandwidth(BandwidthResult {
         intervals: Some(stats),
         ..
@@ -777,6 +788,9 @@ fn trade_results(
             println!("{}", report::row_for(r, gbits));
         }
     }
+    if params.bidirectional && params.test == Test::Bw && !quiet {
+        print_both_directions(&this_side, &peer, params, gbits, header);
+    }
     if side_params.report_both && measures && !quiet {
         print_both(&this_side, &peer, gbits, params.bidirectional);
     }
@@ -799,6 +813,27 @@ fn trade_results(
         println!(" results (both sides) written to {}", path.display());
     }
     Ok((this_side, peer))
+}
+
+/// `-b` bandwidth rows, as perftest prints them: each size's two directions summed, each
+/// direction under the sum (a size the peer has no row for prints this side's alone).
+fn print_both_directions(
+    ours: &SideReport,
+    peer: &SideReport,
+    params: &TestParams,
+    gbits: bool,
+    header: &str,
+) {
+    let header_per_row = params.timed().then_some(header);
+    for (k, r) in ours.results.iter().enumerate() {
+        let row = match (r, peer.results.get(k)) {
+            (SizeResult::Bandwidth(a), Some(SizeResult::Bandwidth(b))) => {
+                report::bidirectional_row(a, b, gbits)
+            }
+            _ => report::row_for(r, gbits),
+        };
+        print_row(&row, r, params, header_per_row, gbits);
+    }
 }
 
 /// `--report-both`: the peer's rows under this side's, and with `-b` each size's two
