@@ -57,6 +57,74 @@ fn rdtsc() -> u64 {
     0
 }
 
+/// The most post stamps a latency run keeps for one size when it is timed (`-D`): 8 Mi
+/// stamps, 64 MiB, allocated before the run. A run timed by the clock has no count to size
+/// its stamps by, so past this its statistics (minimum, median, average, deviation,
+/// percentiles) are those of its first `DURATION_STAMPS_MAX` iterations, which on a fast
+/// device are its first few seconds; its iteration count is still every iteration.
+pub const DURATION_STAMPS_MAX: usize = 8 << 20;
+
+/// The post stamps of one size of a latency run: at most `cap` of them are kept (the first
+/// ones), and every stamp is counted. Its room is allocated before the run (the measured
+/// loop allocates only past it), and a run of any length holds at most `cap` stamps.
+#[derive(Debug, Clone, Default)]
+pub struct StampLog {
+    kept: Vec<u64>,
+    cap: usize,
+    total: u64,
+}
+
+impl StampLog {
+    /// A log that keeps at most `cap` stamps, with room for all of them.
+    pub fn with_cap(cap: usize) -> Self {
+        Self::with_room(cap, cap)
+    }
+
+    /// A log that keeps at most `cap` stamps, with room for `room` of them at first.
+    pub fn with_room(room: usize, cap: usize) -> Self {
+        StampLog {
+            kept: Vec::with_capacity(room.min(cap)),
+            cap,
+            total: 0,
+        }
+    }
+
+    /// Counts a stamp, and keeps it while there is room.
+    #[inline(always)]
+    pub fn push(&mut self, stamp: u64) {
+        self.total += 1;
+        if self.kept.len() < self.cap {
+            self.kept.push(stamp);
+        }
+    }
+
+    /// Forgets every stamp (a new size), keeping the room.
+    pub fn clear(&mut self) {
+        self.kept.clear();
+        self.total = 0;
+    }
+
+    /// The stamps kept, in order: the first [`StampLog::cap`] ones.
+    pub fn kept(&self) -> &[u64] {
+        &self.kept
+    }
+
+    /// How many stamps were pushed, kept or not.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// The most stamps kept.
+    pub fn cap(&self) -> usize {
+        self.cap
+    }
+
+    /// The room allocated, in stamps.
+    pub fn capacity(&self) -> usize {
+        self.kept.capacity()
+    }
+}
+
 /// The clock the latency loops stamp their posts with; see the module documentation.
 #[derive(Debug, Clone, Copy)]
 pub struct PostClock {
@@ -219,5 +287,27 @@ mod tests {
         assert!(!tsc_usable(Some("hpet")));
         assert!(!tsc_usable(Some("kvm-clock")));
         assert!(!tsc_usable(None));
+    }
+
+    #[test]
+    fn a_stamp_log_keeps_its_first_stamps_up_to_its_cap_and_counts_all() {
+        let mut log = StampLog::with_cap(1000);
+        let room = log.capacity();
+        for t in 0..1_000_000u64 {
+            log.push(t);
+        }
+        assert_eq!(log.total(), 1_000_000);
+        assert_eq!(log.kept().len(), 1000);
+        assert_eq!(log.kept()[999], 999);
+        assert_eq!(log.capacity(), room, "the log never grows");
+        log.clear();
+        assert_eq!((log.total(), log.kept().len()), (0, 0));
+        assert_eq!(log.capacity(), room);
+        // Less room than the cap: it grows to the cap, never past it.
+        let mut log = StampLog::with_room(10, 1000);
+        for t in 0..100_000u64 {
+            log.push(t);
+        }
+        assert_eq!((log.total(), log.kept().len()), (100_000, 1000));
     }
 }

@@ -33,7 +33,7 @@ use crate::cli::Verb;
 use crate::latency::LatencySummary;
 use crate::oob::OobChannel;
 use crate::params::TestParams;
-use crate::post_clock::PostClock;
+use crate::post_clock::{PostClock, StampLog};
 use crate::report::LatencyResult;
 
 /// What a ping-pong posts on: its QP, or with `-c DC` its DC initiator (QP index 0).
@@ -278,7 +278,7 @@ pub(crate) struct LatSize<'a> {
     pub(crate) params: &'a TestParams,
     pub(crate) oob: &'a mut OobChannel,
     pub(crate) is_client: bool,
-    pub(crate) posted: &'a mut Vec<u64>,
+    pub(crate) posted: &'a mut StampLog,
     pub(crate) stamps: &'a PostClock,
     pub(crate) watch: &'a mut Watch,
 }
@@ -558,17 +558,27 @@ fn rtt_factor(verb: Verb) -> f64 {
 /// arithmetic the loop left out), and their statistics.
 fn latency_result(
     size: u64,
-    posted: &[u64],
+    posted: &StampLog,
     stamps: &PostClock,
     rtt_factor: f64,
 ) -> Result<LatencyResult, RunError> {
+    let kept = posted.kept();
+    if posted.total() > kept.len() as u64 {
+        eprintln!(
+            "stride-perf: {size} B: the statistics are those of the first {} of the {} \
+             iterations (a -D run keeps at most {} post stamps)",
+            kept.len(),
+            posted.total(),
+            posted.cap()
+        );
+    }
     let mut intervals = stamps
-        .intervals_us(posted)
+        .intervals_us(kept)
         .map_err(|e| RunError::new(e.to_string()))?;
     let summary = LatencySummary::from_samples(&mut intervals, rtt_factor)?;
     Ok(LatencyResult {
         bytes: size,
-        iterations: posted.len() as u64,
+        iterations: posted.total(),
         summary,
     })
 }

@@ -40,7 +40,7 @@ use crate::cli::{RunArgs, Test, Verb};
 use crate::clock::{current_source, ClockCheck};
 use crate::oob::{OobChannel, QpEndpoint};
 use crate::params::{SideParams, TestParams};
-use crate::post_clock::PostClock;
+use crate::post_clock::{PostClock, StampLog, DURATION_STAMPS_MAX};
 use crate::preflight::{self, PortProfile};
 use crate::progress::Progress;
 use crate::report::{self, IntervalSeries, Report, SideReport, SizeResult};
@@ -688,7 +688,7 @@ fn records(
     params: &TestParams,
     sends: bool,
     receives: bool,
-) -> (BandwidthTimes, BandwidthTimes, Vec<u64>) {
+) -> (BandwidthTimes, BandwidthTimes, StampLog) {
     let messages = if params.timed() {
         1
     } else {
@@ -705,14 +705,19 @@ fn records(
     } else {
         1
     });
-    let posted: Vec<u64> = Vec::with_capacity(match (params.test, params.duration) {
-        (Test::Bw, _) => 0,
-        // Duration mode: room for a fast device's worth; more only grows the vector.
-        (Test::Lat, Some(d)) => usize::try_from(d.saturating_mul(1_000_000))
-            .unwrap_or(usize::MAX)
-            .min(8 << 20),
-        (Test::Lat, None) => usize::try_from(params.iterations).unwrap_or(0),
-    });
+    let posted = match (params.test, params.duration) {
+        (Test::Bw, _) => StampLog::with_cap(0),
+        // Duration mode: room for a fast device's worth; more grows the log up to its bound,
+        // the statistics then being the first DURATION_STAMPS_MAX iterations'.
+        (Test::Lat, Some(d)) => StampLog::with_room(
+            usize::try_from(d.saturating_mul(1_000_000)).unwrap_or(usize::MAX),
+            DURATION_STAMPS_MAX,
+        ),
+        // Counted: room for every iteration, as many as come kept.
+        (Test::Lat, None) => {
+            StampLog::with_room(usize::try_from(params.iterations).unwrap_or(0), usize::MAX)
+        }
+    };
     (tx, rx, posted)
 }
 
@@ -869,6 +874,16 @@ mod tests {
 
     fn params(args: &[&str]) -> TestParams {
         crate::params::from_args(args).unwrap()
+    }
+
+    #[test]
+    fn a_timed_latency_run_keeps_a_bounded_number_of_stamps() {
+        let (_, _, posted) = records(&params(&["write", "lat", "-D", "3600"]), true, true);
+        assert_eq!(posted.cap(), DURATION_STAMPS_MAX);
+        assert!(posted.capacity() <= DURATION_STAMPS_MAX);
+        let (_, _, posted) = records(&params(&["write", "lat", "-n", "1000"]), true, true);
+        assert!(posted.capacity() >= 1000);
+        assert_eq!(posted.cap(), usize::MAX, "a counted run keeps every stamp");
     }
 
     #[test]
