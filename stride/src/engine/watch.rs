@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use super::completion::blame;
 use super::error::RunError;
 use super::link::LinkWatch;
-use crate::oob::OobChannel;
+use crate::oob::{OobChannel, OobError};
 
 /// How long a measured loop may go without any progress before it gives up.
 pub(crate) const STALL: Duration = Duration::from_secs(20);
@@ -110,19 +110,10 @@ impl Watch {
         if !matches!(e, RunError::Completion { .. }) {
             return e;
         }
-        let deadline = Instant::now() + PEER_GRACE;
-        loop {
-            let peer = oob.peer_spoke();
-            let left = deadline.saturating_duration_since(Instant::now());
-            if !matches!(peer, Ok(false)) || left.is_zero() {
-                return match blame(e, peer) {
-                    e @ RunError::Completion { .. } => self.link.explain(e),
-                    e => e,
-                };
-            }
-            if wait_readable([oob.as_fd()], left).is_err() {
-                return self.link.explain(e);
-            }
+        let peer = look_at_peer(oob, PEER_GRACE);
+        match blame(e, peer) {
+            e @ RunError::Completion { .. } => self.link.explain(e),
+            e => e,
         }
     }
 
@@ -163,6 +154,24 @@ impl Watch {
     }
 }
 
+/// The peer's state just after a failed completion, as [`OobChannel::peer_spoke`] says it:
+/// looked at until it reports an error (the channel closed, the peer aborted) or `grace`
+/// passes. A message waiting (a passive side says "done" at once) is no sign of life: the
+/// channel may still close behind it.
+fn look_at_peer(oob: &mut OobChannel, grace: Duration) -> Result<bool, OobError> {
+    let deadline = Instant::now() + grace;
+    loop {
+        let peer = oob.peer_spoke();
+        let left = deadline.saturating_duration_since(Instant::now());
+        if peer.is_err() || left.is_zero() {
+            return peer;
+        }
+        if wait_readable([oob.as_fd()], left).is_err() {
+            return peer;
+        }
+    }
+}
+
 /// Sleeps until one of `fds` is readable (or closed), or `limit` passes, or a signal comes.
 fn wait_readable<const N: usize>(
     fds: [BorrowedFd<'_>; N],
@@ -186,4 +195,58 @@ fn wait_readable<const N: usize>(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{TcpListener, TcpStream};
+    use std::thread;
+
+    use super::*;
+    use crate::oob::Message;
+
+    /// A connected pair over loopback: (this side, the peer).
+    fn pair() -> (OobChannel, OobChannel) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let peer = TcpStream::connect(addr).unwrap();
+        let (ours, _) = listener.accept().unwrap();
+        let t = Duration::from_secs(5);
+        (
+            OobChannel::from_stream(ours, t).unwrap(),
+            OobChannel::from_stream(peer, t).unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_peer_that_said_done_and_then_closed_is_seen_closed() {
+        let (mut ours, mut peer) = pair();
+        peer.send(&Message::Ready {
+            step: "done".into(),
+        })
+        .unwrap();
+        let closer = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(30));
+            drop(peer);
+        });
+        let seen = look_at_peer(&mut ours, Duration::from_secs(5));
+        closer.join().unwrap();
+        assert!(matches!(seen, Err(OobError::Closed { .. })), "{seen:?}");
+        let failed = RunError::Completion {
+            status: sideway::WcStatus::RemAccessErr,
+            text: "RDMA READ failed: remote access error (10)".into(),
+        };
+        let e = blame(failed, seen);
+        assert!(matches!(e, RunError::PeerGone(_)), "{e:?}");
+    }
+
+    #[test]
+    fn a_peer_still_there_is_looked_at_for_the_grace_only() {
+        let (mut ours, _peer) = pair();
+        let started = Instant::now();
+        let seen = look_at_peer(&mut ours, Duration::from_millis(50));
+        assert!(matches!(seen, Ok(false)), "{seen:?}");
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
 }
