@@ -262,7 +262,7 @@ fn print_banner(banner: Banner<'_>) {
     if params.bidirectional {
         println!(
             " Bidirectional   : each side measures its own direction; a bandwidth row is \
-             both directions' sum, with each beside it"
+             both directions' sum, each direction on the line under it"
         );
     }
     if params.rdma_cm {
