@@ -2,16 +2,14 @@
 # What the device half of the tests needs from the host, which has cargo and a C compiler
 # (the SoftRoCE guest has neither): sourced by scripts/test and scripts/guest-tests.
 
-# The test binaries cargo builds, as "EXECUTABLE<TAB>PACKAGE_DIR" lines for scripts/guest-tests.
+# The test binaries cargo builds, as "EXECUTABLE<TAB>PACKAGE_DIR" lines for scripts/guest-tests:
+# the test harnesses among cargo's JSON messages (xtask test-binaries), not the programs cargo
+# builds for integration tests to run. Needs scripts/lib/host.sh.
 list_test_binaries() {
     local list=$1
-    # Only test harnesses ("test":true): cargo also reports the binaries it builds for
-    # integration tests, which are programs, not tests.
-    cargo test --workspace --no-run --message-format=json 2>/dev/null |
-        grep '"executable":"' | grep -E '"profile":\{[^}]*"test":true' |
-        sed -E 's/.*"manifest_path":"([^"]*)\/Cargo\.toml".*"executable":"([^"]*)".*/\2\t\1/' \
-            >"$list"
-    [ -s "$list" ] || { echo "cargo listed no test binaries" >&2; return 1; }
+    build_xtask || return 1
+    cargo test --workspace --locked --no-run --message-format=json 2>/dev/null |
+        xtask test-binaries >"$list" || return 1
     echo "$(wc -l <"$list") test binaries"
 }
 

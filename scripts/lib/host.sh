@@ -67,3 +67,15 @@ ensure_packages() {
     fi
     rm -f "$log"
 }
+
+# build_xtask: builds the workspace's tool for the scripts' parsing jobs (xtask/: cargo's JSON
+# messages, test outputs), a no-op when it is up to date. Not inside a pipe from another
+# cargo: the two would wait on each other's lock of target/.
+build_xtask() {
+    cargo build --quiet --locked --release --manifest-path "$(repo_root)/Cargo.toml" -p xtask
+}
+
+# xtask ARGS...: runs it (build_xtask first).
+xtask() { "$(repo_root)/target/release/xtask" "$@"; }
+
+repo_root() { (cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P); }

@@ -29,8 +29,9 @@ else
     note "Miri is not available here (no nightly toolchain, or its component could not be" \
         "fetched): running Valgrind's memcheck over the same tests instead"
     command -v valgrind >/dev/null 2>&1 || ensure_packages "checking memory" valgrind
-    bin=$(cargo test -p sideway-rdma --lib --no-run --message-format=json 2>/dev/null |
-        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1)
+    build_xtask || die "building xtask" "cargo build -p xtask failed (above)"
+    bin=$(cargo test -p sideway-rdma --lib --locked --no-run --message-format=json 2>/dev/null |
+        xtask test-binaries --executables)
     [ -x "$bin" ] || die "could not find sideway's unit-test binary"
     valgrind --error-exitcode=1 --errors-for-leak-kinds=definite --leak-check=full -q "$bin"
 fi
