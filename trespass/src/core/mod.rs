@@ -17,7 +17,7 @@
 //!
 //! Lending (zero-copy, both hellos with [`crate::wire::FLAG_LENDS`]): the lender begins a
 //! message with [`Connection::begin_lend`] and commits the region's 16-byte
-//! [`Lend`] descriptor as its bytes; the core announces it with a LEND control message, and
+//! [`Lend`](crate::wire::Lend) descriptor as its bytes; the core announces it with a LEND control message, and
 //! [`Connection::poll_returned`] counts the regions the peer returned. The receiver sees the
 //! descriptor as a message with [`RecvWindow::lent`] set, consumes it, hands its bytes to
 //! [`Connection::begin_fetch`], posts the RDMA READs [`Connection::poll_transmit`] names
@@ -34,13 +34,16 @@
 //!   it is signalled, so completions always come back to free it.
 
 mod credit;
+mod lend;
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use credit::{wire_value, Cumulative};
 
-use crate::wire::{Control, Hello, Imm, Lend, CONTROL_RESERVE, LEND_LEN, MSG_CHARGE};
+use crate::wire::{Control, Hello, Imm, CONTROL_RESERVE, LEND_LEN, MSG_CHARGE};
+
+use lend::Fetch;
 
 /// Coalescing threshold with `nodelay` off: held bytes go out once this many are pending
 /// (or half the send buffer, when that is less: a full buffer must always drain).
@@ -156,16 +159,6 @@ pub struct RecvWindow {
     /// [`consume_message`](Connection::consume_message) and hand them to
     /// [`begin_fetch`](Connection::begin_fetch), never to the application.
     pub lent: bool,
-}
-
-/// The region being fetched: its descriptor and how far the READs got.
-#[derive(Debug, Clone, Copy)]
-struct Fetch {
-    lend: Lend,
-    /// Bytes whose READ was handed out.
-    posted: u32,
-    /// The last READ's work request (signalled), once handed out.
-    last_wr: Option<u64>,
 }
 
 /// One connection's protocol state. See the [module docs](self) for the order of calls.
@@ -510,105 +503,6 @@ impl Connection {
         }
         self.msgs.push_back((self.app_tail, u64::MAX));
         Ok(())
-    }
-
-    /// Begins a lent message: what is committed up to the commit with `ends_message` must
-    /// be a [`Lend`] descriptor ([`LEND_LEN`] bytes) naming memory the peer may READ until
-    /// it returns it ([`poll_returned`](Self::poll_returned)).
-    ///
-    /// # Errors
-    ///
-    /// As [`begin_message`](Self::begin_message); [`ConnError::Local`] when this side or the
-    /// peer does not lend ([`can_lend`](Self::can_lend)).
-    pub fn begin_lend(&mut self) -> Result<(), ConnError> {
-        if !self.can_lend() {
-            return Err(ConnError::Local(
-                "the peer does not take lent buffers (its hello has no lends flag)".into(),
-            ));
-        }
-        self.begin_message()?;
-        self.lend_starts.push_back(self.app_tail);
-        self.lends_begun += 1;
-        Ok(())
-    }
-
-    /// True when both sides said they lend: [`begin_lend`](Self::begin_lend) may be used.
-    pub fn can_lend(&self) -> bool {
-        self.limits.lends && self.peer.lends
-    }
-
-    /// Regions lent (begun with [`begin_lend`](Self::begin_lend)) and not yet returned.
-    pub fn lent_outstanding(&self) -> u64 {
-        self.lends_begun - self.returned
-    }
-
-    /// Lent regions the peer returned so far, in all: a waiter compares it with what it
-    /// saw before waiting.
-    pub fn returned_total(&self) -> u64 {
-        self.returned
-    }
-
-    /// How many more lent regions the peer returned since the last call, oldest first: the
-    /// driver revokes their keys and gives their memory back.
-    pub fn poll_returned(&mut self) -> u64 {
-        let n = self.returned - self.returned_taken;
-        self.returned_taken = self.returned;
-        n
-    }
-
-    /// Starts fetching the region whose descriptor the application just consumed (a
-    /// [`RecvWindow`] with `lent` set, read whole): [`poll_transmit`](Self::poll_transmit)
-    /// then names the RDMA READs that bring it over.
-    ///
-    /// # Errors
-    ///
-    /// The connection's error; [`ConnError::Protocol`] when the descriptor is bad (this
-    /// fails the connection); [`ConnError::Local`] when a fetch is already running.
-    pub fn begin_fetch(&mut self, descriptor: &[u8]) -> Result<(), ConnError> {
-        self.check()?;
-        if self.fetch.is_some() {
-            return Err(ConnError::Local(
-                "a fetch begun while another is running".into(),
-            ));
-        }
-        match Lend::decode(descriptor, self.limits.max_message) {
-            Ok(lend) => {
-                self.fetch = Some(Fetch {
-                    lend,
-                    posted: 0,
-                    last_wr: None,
-                });
-                Ok(())
-            }
-            Err(e) => {
-                self.protocol(e.to_string());
-                Err(ConnError::Protocol(e.to_string()))
-            }
-        }
-    }
-
-    /// The region being fetched, if any.
-    pub fn fetching(&self) -> Option<&Lend> {
-        self.fetch.as_ref().map(|f| &f.lend)
-    }
-
-    /// True once every READ of the region being fetched completed successfully: its bytes
-    /// are in the target.
-    pub fn fetch_done(&self) -> bool {
-        self.fetch.as_ref().is_some_and(|f| {
-            f.posted == f.lend.len && f.last_wr.is_some_and(|last| last < self.wr_done)
-        })
-    }
-
-    /// Ends a fetch that is [done](Self::fetch_done): the region goes back to the peer (a
-    /// RETURN is sent). Returns its length; `None` when no fetch is done.
-    pub fn finish_fetch(&mut self) -> Option<u32> {
-        if !self.fetch_done() {
-            return None;
-        }
-        let f = self.fetch.take()?;
-        self.returns_due += 1;
-        Some(f.lend.len)
     }
 
     /// Records that the application copied `n` bytes into the send window: stream bytes,
@@ -1175,32 +1069,6 @@ impl Connection {
             return Some(t);
         }
         self.signal_transmit()
-    }
-
-    /// The next RDMA READ of the region being fetched, while the send queue has room.
-    fn read_transmit(&mut self) -> Option<Transmit> {
-        if self.error.is_some() || self.broken.is_some() || self.sq_free() == 0 {
-            return None;
-        }
-        let f = self.fetch?;
-        if f.posted == f.lend.len {
-            return None;
-        }
-        let len = (f.lend.len - f.posted).min(READ_CHUNK);
-        let last = f.posted + len == f.lend.len;
-        // The last is signalled: its completion says every READ before it landed.
-        let mut t = self.alloc_wr(last);
-        t.read = true;
-        t.local_offset = f.posted;
-        t.remote_offset = f.posted;
-        t.len = len;
-        self.read_wrs.push_back(t.wr_id);
-        let f = self.fetch.as_mut()?;
-        f.posted += len;
-        if last {
-            f.last_wr = Some(t.wr_id);
-        }
-        Some(t)
     }
 
     fn poll_imm_transmit(&mut self) -> Option<Transmit> {
