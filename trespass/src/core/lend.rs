@@ -61,7 +61,7 @@ impl Connection {
     }
 
     /// Starts fetching the region whose descriptor the application just consumed (a
-    /// [`RecvWindow`] with `lent` set, read whole): [`poll_transmit`](Self::poll_transmit)
+    /// [`RecvWindow`](super::RecvWindow) with `lent` set, read whole): [`poll_transmit`](Self::poll_transmit)
     /// then names the RDMA READs that bring it over.
     ///
     /// # Errors
