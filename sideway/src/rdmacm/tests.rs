@@ -157,7 +157,7 @@ fn setup_without_a_device_says_what_to_do_as_open_device_does() {
         endpoints: Endpoints::default(),
         source: io::Error::from_raw_os_error(libc::ENODEV),
     };
-    let help = crate::DeviceError::NoDevice.to_string();
+    let help = crate::verbs::device::DeviceError::NoDevice.to_string();
     let help = help.trim_start_matches("no RDMA device found; ");
     for call in [
         "rdma_create_event_channel",
