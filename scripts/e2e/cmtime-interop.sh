@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Our cmtime (examples/src/bin/cmtime.rs) against rdma-core's, both ways, and against itself:
+# Our cmtime (examples/src/bin/cmtime/main.rs) against rdma-core's, both ways, and against itself:
 # 100 connections per round, every side must succeed and print its tables (one for the round
 # with QPs, one for the round without), with a row for every step. The steps each side
 # performs must show positive times in every column. Then, with 20 connections, the flags
