@@ -157,14 +157,7 @@ pub(super) fn open_side(
 /// what rdma-core's programs print.
 pub fn run_connected(args: &PingpongArgs, qp_type: QpType) -> Result<(), CliError> {
     let mtu = args.check()?;
-    let ctx = sideway::open_device(args.ib_dev.as_deref())?;
-    let port = ctx.query_port(args.ib_port)?;
-    if port.link_layer() == sideway::device::LinkLayer::Ethernet && args.gid_idx.is_none() {
-        return Err(CliError::run(
-            "this port is RoCE (Ethernet), which needs a GID: pass -g with a GID index \
-             (show_gids lists them)",
-        ));
-    }
+    let (ctx, gid, lid) = open_checked(args)?;
     let mut side = open_side(&ctx, args, qp_type)?;
     let psn = random_psn();
     let mut opts = ConnectOptions::new();
@@ -176,12 +169,8 @@ pub fn run_connected(args: &PingpongArgs, qp_type: QpType) -> Result<(), CliErro
     if let Some(g) = args.gid_idx {
         opts.gid_index(g);
     }
-    let gid = match args.gid_idx {
-        Some(g) => ctx.query_gid(args.ib_port, g)?.gid,
-        None => Gid::ZERO,
-    };
     let local = Endpoint {
-        lid: port.lid(),
+        lid,
         qp_num: side.qp.qp_num(),
         psn,
         gid,
