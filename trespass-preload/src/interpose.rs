@@ -1,0 +1,530 @@
+//! The functions this library puts in front of the C library's. Each catches panics (none
+//! may cross into C: a panic becomes `EIO`) and goes straight to the C library when called
+//! from inside the library itself.
+
+use std::ffi::{c_int, c_void};
+use std::io;
+use std::mem::size_of;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use libc::{sockaddr, sockaddr_storage, socklen_t};
+
+use crate::stats::{count, Event};
+use crate::table::{self, Conn, Entry};
+use crate::{addr, internal, pump, real};
+
+fn set_errno(e: c_int) {
+    // SAFETY: __errno_location returns this thread's errno.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// Runs an entry point's body; a panic becomes -1 with `EIO`.
+fn entry(body: impl FnOnce() -> c_int) -> c_int {
+    std::panic::catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|_| {
+        set_errno(libc::EIO);
+        -1
+    })
+}
+
+/// Keeps `errno` across calls whose own failures are not the caller's business.
+fn keep_errno<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: as in `set_errno`.
+    let saved = unsafe { *libc::__errno_location() };
+    let r = f();
+    set_errno(saved);
+    r
+}
+
+fn int_opt(fd: c_int, level: c_int, name: c_int) -> Option<c_int> {
+    let mut v: c_int = 0;
+    let mut len = size_of::<c_int>() as socklen_t;
+    // SAFETY: `v` and `len` are valid for an int option.
+    let r = unsafe { real::getsockopt(fd, level, name, (&raw mut v).cast(), &mut len) };
+    (r == 0).then_some(v)
+}
+
+/// The family of `fd` if it is a TCP socket (IPv4 or IPv6 stream, protocol TCP).
+fn tcp_family(fd: c_int) -> Option<c_int> {
+    let family = int_opt(fd, libc::SOL_SOCKET, libc::SO_DOMAIN)?;
+    if !matches!(family, libc::AF_INET | libc::AF_INET6) {
+        return None;
+    }
+    let stream = int_opt(fd, libc::SOL_SOCKET, libc::SO_TYPE)? == libc::SOCK_STREAM;
+    let tcp = int_opt(fd, libc::SOL_SOCKET, libc::SO_PROTOCOL)? == libc::IPPROTO_TCP;
+    (stream && tcp).then_some(family)
+}
+
+fn name_of(
+    fd: c_int,
+    f: unsafe fn(c_int, *mut sockaddr, *mut socklen_t) -> c_int,
+) -> Option<SocketAddr> {
+    // SAFETY: an all-zero sockaddr_storage is valid.
+    let mut s: sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<sockaddr_storage>() as socklen_t;
+    // SAFETY: `s` has `len` bytes.
+    if unsafe { f(fd, (&raw mut s).cast(), &mut len) } != 0 {
+        return None;
+    }
+    addr::from_storage(&s, len as usize)
+}
+
+/// Whether `e` says this machine has no RDMA device (rdma_cm's ENODEV anywhere in its
+/// chain of causes).
+fn no_device(e: &io::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = e.get_ref().map(|e| e as _);
+    while let Some(c) = cause {
+        if c.downcast_ref::<io::Error>().and_then(io::Error::raw_os_error) == Some(libc::ENODEV) {
+            return true;
+        }
+        cause = c.source();
+    }
+    e.raw_os_error() == Some(libc::ENODEV)
+}
+
+fn fail_event(e: &io::Error) -> Event {
+    if no_device(e) {
+        return Event::ConnectTcpNoDevice;
+    }
+    match e.kind() {
+        io::ErrorKind::ConnectionRefused => Event::ConnectTcpRefused,
+        io::ErrorKind::AddrNotAvailable | io::ErrorKind::NotFound => Event::ConnectTcpNoDevice,
+        io::ErrorKind::TimedOut => Event::ConnectTcpTimeout,
+        _ => Event::ConnectTcpError,
+    }
+}
+
+/// connect(2): tries trespass first, see the crate's docs.
+///
+/// # Safety
+///
+/// connect(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    // SAFETY: the caller's arguments, passed on as they came.
+    let direct = || unsafe { real::connect(fd, addr, len) };
+    if internal::get() {
+        return direct();
+    }
+    entry(|| {
+        // SAFETY: the caller promises `len` readable bytes at `addr`.
+        let Some(peer) = (unsafe { addr::read(addr, len) }) else {
+            return direct();
+        };
+        let Some(family) = keep_errno(|| tcp_family(fd)) else {
+            return direct();
+        };
+        let config = crate::config();
+        if !config.covers(peer) {
+            count(Event::ConnectTcpRule);
+            return direct();
+        }
+        let target = addr::unmap(peer);
+        if table::recently_unanswered(target.ip()) {
+            count(Event::ConnectTcpTimeout);
+            crate::log(format_args!("{peer}: over TCP (no RDMA answer lately)"));
+            return direct();
+        }
+        let attempt = internal::with(|| -> io::Result<()> {
+            let stream = trespass::Stream::connect_timeout(&target, config.timeout)?;
+            attach(fd, family, stream)
+        });
+        match attempt {
+            Ok(()) => {
+                count(Event::ConnectRdma);
+                crate::log(format_args!("{peer}: over RDMA"));
+                0
+            }
+            Err(e) => {
+                let event = fail_event(&e);
+                if event == Event::ConnectTcpTimeout {
+                    table::note_unanswered(target.ip());
+                }
+                count(event);
+                crate::log(format_args!("{peer}: over TCP ({e})"));
+                direct()
+            }
+        }
+    })
+}
+
+/// Puts one end of a socket pair in `fd`'s place (keeping its descriptor and status flags)
+/// and hands the other, with `stream`, to the pump.
+fn attach(fd: c_int, family: c_int, stream: trespass::Stream) -> io::Result<()> {
+    let local = stream.local_addr()?;
+    let peer = stream.peer_addr()?;
+    let (mine, theirs) = std::os::unix::net::UnixStream::pair()?;
+    pump::ensure()?;
+    // SAFETY: fcntl queries of an fd the caller passed to connect.
+    let (status, descriptor) =
+        unsafe { (libc::fcntl(fd, libc::F_GETFL), libc::fcntl(fd, libc::F_GETFD)) };
+    if status < 0 || descriptor < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let cloexec = if descriptor & libc::FD_CLOEXEC != 0 { libc::O_CLOEXEC } else { 0 };
+    // SAFETY: `mine` is open; `fd` is the caller's socket, which this replaces as connect
+    // would have connected it.
+    if unsafe { real::dup3(mine.as_raw_fd(), fd, cloexec) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    drop(mine);
+    if status & libc::O_NONBLOCK != 0 {
+        // SAFETY: F_SETFL on `fd`, now the socket pair's end.
+        unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) };
+    }
+    table::insert(
+        fd,
+        Entry::Conn(Conn { local, peer, family, pair: true, nodelay: false }),
+    );
+    pump::send(pump::Job::Carry { stream, app: OwnedFd::from(theirs) })
+}
+
+static LISTENERS: AtomicU64 = AtomicU64::new(1);
+
+/// listen(2): also listens for trespass on the socket's address.
+///
+/// # Safety
+///
+/// listen(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
+    // SAFETY: the caller's arguments.
+    let r = unsafe { real::listen(fd, backlog) };
+    if r != 0 || internal::get() {
+        return r;
+    }
+    entry(|| {
+        keep_errno(|| {
+            if tcp_family(fd).is_none() || table::get(fd).is_some() {
+                return;
+            }
+            let Some(local) = name_of(fd, real::getsockname) else { return };
+            let config = crate::config();
+            if !config.covers_listener(local) {
+                count(Event::ListenTcpRule);
+                return;
+            }
+            let started = internal::with(|| -> io::Result<u64> {
+                pump::ensure()?;
+                let listener = trespass::Listener::bind(addr::unmap(local))?;
+                let id = LISTENERS.fetch_add(1, Ordering::Relaxed);
+                table::insert(fd, Entry::Listener { id });
+                let reach = addr::reach_locally(local);
+                pump::send(pump::Job::Listen { id, listener, reach })?;
+                Ok(id)
+            });
+            match started {
+                Ok(_) => {
+                    count(Event::ListenRdma);
+                    crate::log(format_args!("listening on {local}: over RDMA and TCP"));
+                }
+                Err(e) => {
+                    table::remove(fd);
+                    count(if no_device(&e) { Event::ListenTcpNoDevice } else { Event::ListenTcpError });
+                    crate::log(format_args!("listening on {local}: over TCP only ({e})"));
+                }
+            }
+        });
+        0
+    })
+}
+
+/// After an accept: a connection from the pump carries an RDMA peer, whose address the
+/// caller gets.
+fn accepted(nfd: c_int, out: *mut sockaddr, len: *mut socklen_t) {
+    let Some(source) = name_of(nfd, real::getpeername) else { return };
+    match table::take_marker(source) {
+        Some(m) => {
+            let family = int_opt(nfd, libc::SOL_SOCKET, libc::SO_DOMAIN).unwrap_or(libc::AF_INET);
+            table::insert(
+                nfd,
+                Entry::Conn(Conn { local: m.local, peer: m.peer, family, pair: false, nodelay: false }),
+            );
+            // SAFETY: the caller's accept arguments (null, or valid for `*len` bytes).
+            unsafe { addr::write(m.peer, family, out, len) };
+            count(Event::AcceptRdma);
+        }
+        None => count(Event::AcceptTcp),
+    }
+}
+
+/// accept(2).
+///
+/// # Safety
+///
+/// accept(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn accept(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    // SAFETY: the caller's arguments.
+    let nfd = unsafe { real::accept(fd, addr, len) };
+    if nfd >= 0 && !internal::get() {
+        entry(|| {
+            keep_errno(|| accepted(nfd, addr, len));
+            0
+        });
+    }
+    nfd
+}
+
+/// accept4(2).
+///
+/// # Safety
+///
+/// accept4(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn accept4(
+    fd: c_int,
+    addr: *mut sockaddr,
+    len: *mut socklen_t,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    let nfd = unsafe { real::accept4(fd, addr, len, flags) };
+    if nfd >= 0 && !internal::get() {
+        entry(|| {
+            keep_errno(|| accepted(nfd, addr, len));
+            0
+        });
+    }
+    nfd
+}
+
+/// Forgets `fd` before it is closed or replaced; stops listening for RDMA with its last fd.
+fn forget(fd: c_int) {
+    if let Some(id) = table::remove(fd) {
+        pump::stop_listening(id);
+    }
+}
+
+/// close(2).
+///
+/// # Safety
+///
+/// close(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    entry(|| {
+        keep_errno(|| forget(fd));
+        0
+    });
+    // SAFETY: the caller's argument.
+    unsafe { real::close(fd) }
+}
+
+/// dup(2).
+///
+/// # Safety
+///
+/// dup(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    // SAFETY: the caller's argument.
+    let new = unsafe { real::dup(fd) };
+    if new >= 0 {
+        entry(|| {
+            table::copy(fd, new);
+            0
+        });
+    }
+    new
+}
+
+fn duplicated(old: c_int, new: c_int) {
+    if old != new {
+        forget(new);
+        table::copy(old, new);
+    }
+}
+
+/// dup2(2).
+///
+/// # Safety
+///
+/// dup2(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    // SAFETY: the caller's arguments.
+    let r = unsafe { real::dup2(old, new) };
+    if r >= 0 {
+        entry(|| {
+            duplicated(old, new);
+            0
+        });
+    }
+    r
+}
+
+/// dup3(2).
+///
+/// # Safety
+///
+/// dup3(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    // SAFETY: the caller's arguments.
+    let r = unsafe { real::dup3(old, new, flags) };
+    if r >= 0 {
+        entry(|| {
+            duplicated(old, new);
+            0
+        });
+    }
+    r
+}
+
+fn conn(fd: c_int) -> Option<Conn> {
+    match table::get(fd)? {
+        Entry::Conn(c) => Some(c),
+        Entry::Listener { .. } => None,
+    }
+}
+
+/// getpeername(2): a carried connection's RDMA peer.
+///
+/// # Safety
+///
+/// getpeername(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn getpeername(fd: c_int, out: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    entry(|| match conn(fd) {
+        Some(c) if !out.is_null() && !len.is_null() => {
+            // SAFETY: the caller's arguments, checked non-null.
+            unsafe { addr::write(c.peer, c.family, out, len) };
+            0
+        }
+        // SAFETY: the caller's arguments.
+        _ => unsafe { real::getpeername(fd, out, len) },
+    })
+}
+
+/// getsockname(2): a carried connection's RDMA address.
+///
+/// # Safety
+///
+/// getsockname(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn getsockname(fd: c_int, out: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    entry(|| match conn(fd) {
+        Some(c) if !out.is_null() && !len.is_null() => {
+            // SAFETY: the caller's arguments, checked non-null.
+            unsafe { addr::write(c.local, c.family, out, len) };
+            0
+        }
+        // SAFETY: the caller's arguments.
+        _ => unsafe { real::getsockname(fd, out, len) },
+    })
+}
+
+/// Writes an option value the way the kernel does for ints: at most `*len` bytes (an int's
+/// worth), the length written into `*len`.
+///
+/// # Safety
+///
+/// `val` is valid for `*len` bytes; `len` is valid.
+unsafe fn put_opt(bytes: &[u8], val: *mut c_void, len: *mut socklen_t) -> c_int {
+    if val.is_null() || len.is_null() {
+        set_errno(libc::EFAULT);
+        return -1;
+    }
+    // SAFETY: `len` is valid (the caller's promise, checked non-null).
+    let room = unsafe { *len } as usize;
+    let n = room.min(bytes.len());
+    // SAFETY: `val` has `room` bytes, `n` is at most that.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), val.cast::<u8>(), n);
+        *len = n as socklen_t;
+    }
+    0
+}
+
+/// getsockopt(2): the connecting side's socket pair answers as the TCP socket it stands
+/// for (`SO_DOMAIN`, `SO_PROTOCOL`, `TCP_NODELAY`, `TCP_INFO`, other TCP options as 0).
+///
+/// # Safety
+///
+/// getsockopt(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn getsockopt(
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    val: *mut c_void,
+    len: *mut socklen_t,
+) -> c_int {
+    entry(|| {
+        let pair = conn(fd).filter(|c| c.pair);
+        let int = |v: c_int| {
+            // SAFETY: the caller's arguments.
+            unsafe { put_opt(&v.to_ne_bytes(), val, len) }
+        };
+        match (pair, level, name) {
+            (Some(c), libc::SOL_SOCKET, libc::SO_DOMAIN) => int(c.family),
+            (Some(_), libc::SOL_SOCKET, libc::SO_PROTOCOL) => int(libc::IPPROTO_TCP),
+            (Some(c), libc::IPPROTO_TCP, libc::TCP_NODELAY) => int(c.nodelay.into()),
+            (Some(_), libc::IPPROTO_TCP, libc::TCP_INFO) => {
+                // SAFETY: tcp_info is plain integers, for which zero is valid.
+                let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+                info.tcpi_state = 1; // TCP_ESTABLISHED
+                // SAFETY: `info` is a plain struct of its own size.
+                let bytes = unsafe {
+                    std::slice::from_raw_parts(
+                        (&raw const info).cast::<u8>(),
+                        size_of::<libc::tcp_info>(),
+                    )
+                };
+                // SAFETY: the caller's arguments.
+                unsafe { put_opt(bytes, val, len) }
+            }
+            (Some(_), libc::IPPROTO_TCP, _) => int(0),
+            // SAFETY: the caller's arguments.
+            _ => unsafe { real::getsockopt(fd, level, name, val, len) },
+        }
+    })
+}
+
+/// setsockopt(2): TCP options on the connecting side's socket pair are accepted (the
+/// carried connection has no Nagle delay to turn off, no keepalive timers to tune) and
+/// `TCP_NODELAY` is remembered for getsockopt.
+///
+/// # Safety
+///
+/// setsockopt(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn setsockopt(
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    val: *const c_void,
+    len: socklen_t,
+) -> c_int {
+    entry(|| match conn(fd).filter(|c| c.pair) {
+        Some(_) if level == libc::IPPROTO_TCP => {
+            if name == libc::TCP_NODELAY {
+                if val.is_null() || (len as usize) < size_of::<c_int>() {
+                    set_errno(libc::EINVAL);
+                    return -1;
+                }
+                // SAFETY: `val` has an int's bytes (checked above); read unaligned.
+                let on = unsafe { val.cast::<c_int>().read_unaligned() } != 0;
+                table::update(fd, |c| c.nodelay = on);
+            }
+            0
+        }
+        // SAFETY: the caller's arguments.
+        _ => unsafe { real::setsockopt(fd, level, name, val, len) },
+    })
+}
+
+/// Reads the settings when the library is loaded, so that the counters are reported at exit
+/// (and a bad setting named) even by a program that never connects or listens.
+extern "C" fn on_load() {
+    let _ = std::panic::catch_unwind(crate::config);
+}
+
+// An ELF constructor: the dynamic loader runs the functions in `.init_array` when it loads
+// the library (a one-entry use of what the `ctor` crate wraps).
+#[used]
+#[link_section = ".init_array"]
+static ON_LOAD: extern "C" fn() = on_load;

@@ -1,0 +1,133 @@
+//! An `LD_PRELOAD` library that carries an unmodified program's TCP connections over
+//! trespass streams (RDMA), and lets them go over TCP when the peer is not served.
+//!
+//! ```text
+//! LD_PRELOAD=/path/to/libtrespass_preload.so redis-server
+//! ```
+//!
+//! - **Connecting**: a `connect` on a TCP socket first tries a trespass connection to the
+//!   same address and port (bounded by `TRESPASS_PRELOAD_TIMEOUT_MS`, 2 s by default). When
+//!   the peer accepts, the program's fd becomes one end of a Unix socket pair whose other end
+//!   the library's pump thread carries over RDMA; when it refuses (nothing listens for
+//!   trespass there), has no RDMA device, or does not answer, the connect goes on over TCP as
+//!   if the library were absent.
+//! - **Listening**: a `listen` on a TCP socket also listens for trespass on the same address
+//!   and port. The pump accepts each RDMA connection and connects it to the program's own
+//!   listener over loopback, so the program's `accept` (blocking, non-blocking, in epoll)
+//!   returns it among its TCP clients, with the RDMA peer's address.
+//! - Every data call (`read`, `write`, `send*`, `recv*`, `readv`, `writev`, `sendfile`,
+//!   `splice`) and every readiness call (`poll`, `select`, `epoll` level- or edge-triggered,
+//!   an fd in several sets) is the kernel's own on a real socket; `fork` children and `dup`s
+//!   share the connection as they would a TCP one. Interposed are only `connect`, `listen`,
+//!   `accept`, `accept4`, `close`, `dup`, `dup2`, `dup3`, `getpeername`, `getsockname`,
+//!   `getsockopt` and `setsockopt`.
+//!
+//! The environment (`TRESPASS_PRELOAD`, `_PORTS`, `_NETS`, `_TIMEOUT_MS`, `_STATS`, `_LOG`)
+//! is described in the crate's README.
+
+// The unit tests build without the interposed functions (below), which leaves their callees
+// unused there.
+#![cfg_attr(test, allow(dead_code))]
+
+mod addr;
+mod config;
+// The C library's names, exported from the shared object; not built into the unit tests,
+// whose own socket calls they would catch.
+#[cfg(not(test))]
+#[allow(unreachable_pub)] // reached by symbol name, from C
+mod interpose;
+mod pump;
+mod real;
+mod stats;
+mod table;
+
+use std::cell::RefCell;
+use std::sync::{MutexGuard, OnceLock};
+
+use config::Config;
+
+/// Whether this thread is inside the library (or is one of its own threads): socket calls
+/// made there go straight to the C library.
+pub(crate) mod internal {
+    use std::cell::Cell;
+
+    thread_local! {
+        static INSIDE: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// This thread's flag.
+    pub(crate) fn get() -> bool {
+        INSIDE.with(Cell::get)
+    }
+
+    /// Sets this thread's flag.
+    pub(crate) fn set(v: bool) {
+        INSIDE.with(|c| c.set(v));
+    }
+
+    /// Runs `f` with the flag set, restoring it after.
+    pub(crate) fn with<R>(f: impl FnOnce() -> R) -> R {
+        let before = get();
+        set(true);
+        let r = f();
+        set(before);
+        r
+    }
+}
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+
+/// The environment's settings, read on first use (which also arranges the counters' report
+/// at exit and the fork handlers).
+pub(crate) fn config() -> &'static Config {
+    CONFIG.get_or_init(|| {
+        let (config, problem) = Config::from_env(|k| std::env::var(k).ok());
+        if let Some(msg) = problem {
+            eprintln!("{msg}");
+        }
+        if config.stats != config::Stats::Off {
+            // SAFETY: `report_at_exit` is an `extern "C" fn()` that lives as long as the
+            // process (this library is never unloaded: it is preloaded).
+            unsafe { libc::atexit(report_at_exit) };
+        }
+        // SAFETY: the handlers are `extern "C" fn()`s of this never-unloaded library.
+        unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork)) };
+        config
+    })
+}
+
+extern "C" fn report_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(c) = CONFIG.get() {
+            stats::report(&c.stats);
+        }
+    });
+}
+
+type Held = (
+    MutexGuard<'static, Option<pump::Pump>>,
+    MutexGuard<'static, Option<table::Tables>>,
+);
+
+thread_local! {
+    /// The locks `before_fork` took, released by `after_fork` in the parent and the child.
+    static HELD: RefCell<Option<Held>> = const { RefCell::new(None) };
+}
+
+/// Takes the library's locks before `fork`, so that the child's copies are not held by a
+/// thread it does not have (a child that closes a socket would wait for it forever).
+extern "C" fn before_fork() {
+    let held = (pump::lock(), table::lock());
+    HELD.with(|h| *h.borrow_mut() = Some(held));
+}
+
+extern "C" fn after_fork() {
+    HELD.with(|h| drop(h.borrow_mut().take()));
+}
+
+/// Says why a connection went where it went, when `TRESPASS_PRELOAD_LOG` asks.
+pub(crate) fn log(args: std::fmt::Arguments<'_>) {
+    if CONFIG.get().is_some_and(|c| c.log) {
+        eprintln!("trespass-preload: {args}");
+    }
+}

@@ -1,0 +1,300 @@
+//! The pump: one thread per process, running a single-threaded tokio runtime, that moves
+//! bytes between each carried connection's trespass stream and the kernel socket the
+//! program holds in its place, and accepts RDMA connections for the program's listeners.
+//!
+//! The program's fd stays a real kernel socket (one end of a socket pair on the connecting
+//! side, a loopback TCP connection on the accepting side), so every call on it (read, write,
+//! poll, select, epoll in any mode and in several sets, fcntl, dup, fork, sendfile, splice)
+//! has the kernel's own meaning; only naming and setup calls are interposed. The cost is a
+//! copy through the kernel on each side; see the crate's docs.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::pin::Pin;
+use std::sync::{Mutex, MutexGuard};
+use std::task::{ready, Context, Poll};
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+
+use crate::table;
+
+/// Buffer size of each direction of a carried connection.
+const COPY_BUF: usize = 64 * 1024;
+
+/// What the pump is asked to do.
+pub(crate) enum Job {
+    /// Carry `stream` to and from `app`, the pump's end of the program's socket.
+    Carry {
+        stream: trespass::Stream,
+        app: OwnedFd,
+    },
+    /// Accept RDMA connections on `listener` and hand each to the program's TCP listener at
+    /// `reach` (a loopback connection, which the program's accept returns).
+    Listen {
+        id: u64,
+        listener: trespass::Listener,
+        reach: SocketAddr,
+    },
+    /// The program closed listener `id`.
+    StopListen { id: u64 },
+}
+
+/// This process's pump thread, by the process that started it.
+pub(crate) struct Pump {
+    pid: u32,
+    jobs: mpsc::UnboundedSender<Job>,
+}
+
+static PUMP: Mutex<Option<Pump>> = Mutex::new(None);
+
+/// The pump's lock, for the fork handlers (see `crate::fork`).
+pub(crate) fn lock() -> MutexGuard<'static, Option<Pump>> {
+    PUMP.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Hands `job` to this process's pump, starting it on first use (and again in a forked
+/// child, which has no threads of its parent's).
+pub(crate) fn send(job: Job) -> io::Result<()> {
+    let mut pump = lock();
+    running(&mut pump)?
+        .jobs
+        .send(job)
+        .map_err(|_| io::Error::other("the trespass-preload pump thread has stopped"))
+}
+
+/// Starts this process's pump if it has none yet.
+pub(crate) fn ensure() -> io::Result<()> {
+    let mut pump = lock();
+    running(&mut pump).map(drop)
+}
+
+fn running(pump: &mut Option<Pump>) -> io::Result<&Pump> {
+    let pid = std::process::id();
+    if pump.as_ref().is_none_or(|p| p.pid != pid) {
+        // A parent's pump in a child is only memory: forget it rather than drop what may
+        // hold locks of threads that do not exist here.
+        if let Some(old) = pump.take() {
+            std::mem::forget(old);
+        }
+        *pump = Some(start(pid)?);
+    }
+    Ok(pump.as_ref().expect("just made"))
+}
+
+/// Tells this process's pump, if it has one, to stop listener `id`; starts nothing.
+pub(crate) fn stop_listening(id: u64) {
+    let pump = lock();
+    if let Some(p) = pump.as_ref().filter(|p| p.pid == std::process::id()) {
+        let _ = p.jobs.send(Job::StopListen { id });
+    }
+}
+
+fn start(pid: u32) -> io::Result<Pump> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .thread_name("trespass-preload")
+        // The runtime's threads (its blocking pool runs the RDMA handshakes) call socket
+        // functions of their own: those go straight to the C library.
+        .on_thread_start(|| crate::internal::set(true))
+        .build()?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    std::thread::Builder::new()
+        .name("trespass-preload".into())
+        .spawn(move || {
+            crate::internal::set(true);
+            rt.block_on(serve(rx));
+        })?;
+    Ok(Pump { pid, jobs: tx })
+}
+
+async fn serve(mut jobs: mpsc::UnboundedReceiver<Job>) {
+    let mut listeners: HashMap<u64, AbortHandle> = HashMap::new();
+    while let Some(job) = jobs.recv().await {
+        match job {
+            Job::Carry { stream, app } => {
+                tokio::spawn(async move {
+                    if let Err(e) = carry(stream, app).await {
+                        crate::log(format_args!("a carried connection ended: {e}"));
+                    }
+                });
+            }
+            Job::Listen { id, listener, reach } => {
+                let task = tokio::spawn(listen(listener, reach));
+                listeners.insert(id, task.abort_handle());
+            }
+            Job::StopListen { id } => {
+                if let Some(task) = listeners.remove(&id) {
+                    task.abort();
+                }
+            }
+        }
+    }
+}
+
+/// Moves bytes both ways until both have ended: an end of stream on one side is a
+/// half-close of the other (TCP's meaning), an error on either ends both.
+async fn carry(stream: trespass::Stream, app: OwnedFd) -> io::Result<()> {
+    let mut rdma = trespass::tokio::Stream::from_std(stream)?;
+    let mut app = SockIo::new(app)?;
+    tokio::io::copy_bidirectional_with_sizes(&mut app, &mut rdma, COPY_BUF, COPY_BUF).await?;
+    Ok(())
+}
+
+async fn listen(listener: trespass::Listener, reach: SocketAddr) {
+    let listener = match trespass::tokio::Listener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            crate::log(format_args!("cannot listen for RDMA on the pump: {e}"));
+            return;
+        }
+    };
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                tokio::spawn(async move {
+                    if let Err(e) = hand_over(stream, peer, reach).await {
+                        crate::log(format_args!("an RDMA connection from {peer} ended: {e}"));
+                    }
+                });
+            }
+            Err(e) => {
+                crate::log(format_args!("accepting an RDMA connection failed: {e}"));
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+/// Connects to the program's listener over loopback and carries `stream` through that
+/// connection. The connection's source address is recorded before it connects, so that the
+/// program's accept, however soon it runs, finds the RDMA peer's address for it.
+async fn hand_over(
+    stream: trespass::tokio::Stream,
+    peer: SocketAddr,
+    reach: SocketAddr,
+) -> io::Result<()> {
+    let local = stream.local_addr().unwrap_or(reach);
+    let socket = match reach {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_nodelay(true)?;
+    socket.bind(SocketAddr::new(reach.ip(), 0))?;
+    let source = socket.local_addr()?;
+    table::add_marker(source, peer, local);
+    let tcp = match socket.connect(reach).await {
+        Ok(tcp) => tcp,
+        Err(e) => {
+            table::take_marker(source);
+            return Err(e);
+        }
+    };
+    let fd: OwnedFd = tcp.into_std()?.into();
+    let mut app = SockIo::new(fd)?;
+    let mut rdma = stream;
+    let r = tokio::io::copy_bidirectional_with_sizes(&mut app, &mut rdma, COPY_BUF, COPY_BUF).await;
+    // The program may never have accepted it.
+    table::take_marker(source);
+    r.map(drop)
+}
+
+/// A connected socket for tokio whose writes never raise SIGPIPE (a program that closes its
+/// end must not be killed by the pump writing to it) and whose shutdown is a half-close.
+struct SockIo {
+    fd: AsyncFd<OwnedFd>,
+}
+
+impl SockIo {
+    fn new(fd: OwnedFd) -> io::Result<SockIo> {
+        // SAFETY: fcntl on an fd this function owns; F_GETFL/F_SETFL take and return ints.
+        let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+        // SAFETY: as above.
+        if flags < 0 || unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: an OwnedFd is open and always returns the same number; the AsyncFd owns
+        // it, so nothing closes or replaces it while it is registered.
+        let fd = unsafe { AsyncFd::register(fd) }.map_err(|e| e.into_parts().1)?;
+        Ok(SockIo { fd })
+    }
+}
+
+impl AsyncRead for SockIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            let mut guard = ready!(self.fd.poll_read_ready(cx))?;
+            let unfilled = buf.initialize_unfilled();
+            let r = guard.try_io(|fd| {
+                // SAFETY: `unfilled` is writable for its length.
+                let n = unsafe {
+                    libc::recv(fd.as_raw_fd(), unfilled.as_mut_ptr().cast(), unfilled.len(), 0)
+                };
+                if n < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(n as usize)
+                }
+            });
+            match r {
+                Ok(Ok(n)) => {
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Ok(Err(e)) => return Poll::Ready(Err(e)),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+impl AsyncWrite for SockIo {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        loop {
+            let mut guard = ready!(self.fd.poll_write_ready(cx))?;
+            let r = guard.try_io(|fd| {
+                // SAFETY: `buf` is readable for its length; MSG_NOSIGNAL turns a closed
+                // peer into EPIPE instead of a signal.
+                let n = unsafe {
+                    libc::send(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL)
+                };
+                if n < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(n as usize)
+                }
+            });
+            match r {
+                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Ok(r) => return Poll::Ready(r),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // SAFETY: shutdown on the fd this value owns.
+        let r = unsafe { libc::shutdown(self.fd.get_ref().as_raw_fd(), libc::SHUT_WR) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            // The program closed its end already: nothing is left to tell.
+            if e.raw_os_error() != Some(libc::ENOTCONN) {
+                return Poll::Ready(Err(e));
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}

@@ -1,0 +1,88 @@
+//! The C library's own socket calls, found with `dlsym(RTLD_NEXT, ...)`: the definitions
+//! this library's exported functions stand in front of.
+//!
+//! Each is looked up once, on first use, and kept. The `libc` crate gives the declarations
+//! and `dlsym`; `libloading`, the usual crate for symbol lookup, models a library handle it
+//! opened and closes, which `RTLD_NEXT` (a pseudo-handle) is not, so it would add nothing here.
+
+use std::ffi::{c_int, c_void, CStr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use libc::{sockaddr, socklen_t};
+
+/// The next definition of `name` after this library's, or an abort: without it, calling
+/// through would recurse into this library forever.
+fn lookup(name: &CStr) -> usize {
+    // SAFETY: `name` is NUL-terminated; RTLD_NEXT is a valid pseudo-handle for dlsym.
+    let f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+    if f.is_null() {
+        // Nothing sensible can continue: the C library has no such function.
+        let msg = format!(
+            "trespass-preload: the C library has no `{}`; cannot run under this preload\n",
+            name.to_string_lossy()
+        );
+        // SAFETY: writing a byte buffer of its own length to fd 2.
+        unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+        std::process::abort();
+    }
+    f as usize
+}
+
+/// A cached symbol address; 0 until the first lookup (racing lookups find the same one).
+fn resolve(cache: &AtomicUsize, name: &CStr) -> usize {
+    match cache.load(Ordering::Acquire) {
+        0 => {
+            let f = lookup(name);
+            cache.store(f, Ordering::Release);
+            f
+        }
+        f => f,
+    }
+}
+
+macro_rules! real {
+    ($( $(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty; )*) => {$(
+        $(#[$m])*
+        pub(crate) unsafe fn $name($($arg: $ty),*) -> $ret {
+            static CACHE: AtomicUsize = AtomicUsize::new(0);
+            let f = resolve(&CACHE, const {
+                match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
+                    Ok(s) => s,
+                    Err(_) => panic!("symbol names have no NUL"),
+                }
+            });
+            // SAFETY: `f` is the C library's definition of this very function, whose C
+            // prototype the `libc` crate declares with these argument and return types.
+            let f: unsafe extern "C" fn($($ty),*) -> $ret = unsafe { std::mem::transmute(f) };
+            // SAFETY: the caller keeps the function's own contract (see its man page).
+            unsafe { f($($arg),*) }
+        }
+    )*};
+}
+
+real! {
+    /// connect(2).
+    fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int;
+    /// listen(2).
+    fn listen(fd: c_int, backlog: c_int) -> c_int;
+    /// accept(2).
+    fn accept(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int;
+    /// accept4(2).
+    fn accept4(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t, flags: c_int) -> c_int;
+    /// close(2).
+    fn close(fd: c_int) -> c_int;
+    /// dup(2).
+    fn dup(fd: c_int) -> c_int;
+    /// dup2(2).
+    fn dup2(old: c_int, new: c_int) -> c_int;
+    /// dup3(2).
+    fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int;
+    /// getpeername(2).
+    fn getpeername(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int;
+    /// getsockname(2).
+    fn getsockname(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int;
+    /// getsockopt(2).
+    fn getsockopt(fd: c_int, level: c_int, name: c_int, val: *mut c_void, len: *mut socklen_t) -> c_int;
+    /// setsockopt(2).
+    fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int;
+}

@@ -1,0 +1,204 @@
+//! What this process knows about the fds it carries: the addresses to answer
+//! getpeername/getsockname with, the TCP options of the connecting side's socket pair, which
+//! fds are listeners that also listen for RDMA; and the pump's loopback connections that the
+//! program's accept has not returned yet.
+
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+/// A carried connection, as its fd shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Conn {
+    /// This side's RDMA address.
+    pub(crate) local: SocketAddr,
+    /// The peer's RDMA address.
+    pub(crate) peer: SocketAddr,
+    /// The family of the program's socket (`AF_INET` or `AF_INET6`), in which addresses are
+    /// written.
+    pub(crate) family: c_int,
+    /// The fd is one end of a Unix socket pair (the connecting side), whose TCP options this
+    /// library answers; else a loopback TCP socket, which has them.
+    pub(crate) pair: bool,
+    /// `TCP_NODELAY` as the program last set it (socket pairs only).
+    pub(crate) nodelay: bool,
+}
+
+/// An fd's entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Entry {
+    /// A carried connection.
+    Conn(Conn),
+    /// A TCP listener that also listens for RDMA, as the pump's listener `id`.
+    Listener { id: u64 },
+}
+
+/// Where the pump's loopback connection to a listener came from, and whom it carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Marker {
+    pub(crate) peer: SocketAddr,
+    pub(crate) local: SocketAddr,
+}
+
+/// The fd entries, the pump's connections not yet accepted, and the peers that did not
+/// answer an RDMA connection request lately.
+#[derive(Default)]
+pub(crate) struct Tables {
+    fds: HashMap<c_int, Entry>,
+    markers: HashMap<SocketAddr, Marker>,
+    unanswered: HashMap<IpAddr, Instant>,
+}
+
+/// How long a peer that did not answer an RDMA connection request is reached over TCP
+/// without asking again: a host that does not answer rdma_cm at all has no RDMA, and each
+/// new connection to it would otherwise wait the whole timeout.
+pub(crate) const UNANSWERED_FOR: Duration = Duration::from_secs(30);
+
+static TABLES: Mutex<Option<Tables>> = Mutex::new(None);
+/// Entries in both maps: close, dup and the name calls look no further while it is 0, so
+/// programs that carry nothing pay one atomic load.
+static LEN: AtomicUsize = AtomicUsize::new(0);
+
+/// The tables' lock, also for the fork handlers.
+pub(crate) fn lock() -> MutexGuard<'static, Option<Tables>> {
+    TABLES.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn with<R>(f: impl FnOnce(&mut Tables) -> R) -> R {
+    let mut t = lock();
+    let t = t.get_or_insert_with(Tables::default);
+    let r = f(t);
+    LEN.store(t.fds.len() + t.markers.len(), Ordering::Release);
+    r
+}
+
+fn empty() -> bool {
+    LEN.load(Ordering::Acquire) == 0
+}
+
+/// Records `fd`'s entry (replacing any).
+pub(crate) fn insert(fd: c_int, entry: Entry) {
+    with(|t| t.fds.insert(fd, entry));
+}
+
+/// `fd`'s entry.
+pub(crate) fn get(fd: c_int) -> Option<Entry> {
+    if empty() {
+        return None;
+    }
+    with(|t| t.fds.get(&fd).copied())
+}
+
+/// Changes `fd`'s connection entry, if it has one.
+pub(crate) fn update(fd: c_int, f: impl FnOnce(&mut Conn)) {
+    if empty() {
+        return;
+    }
+    with(|t| {
+        if let Some(Entry::Conn(c)) = t.fds.get_mut(&fd) {
+            f(c);
+        }
+    });
+}
+
+/// Forgets `fd` (it is being closed, or replaced by dup2). Returns the listener id whose
+/// last fd this was, if any: that listener stops listening for RDMA.
+pub(crate) fn remove(fd: c_int) -> Option<u64> {
+    if empty() {
+        return None;
+    }
+    with(|t| match t.fds.remove(&fd)? {
+        Entry::Listener { id } => {
+            let still = t.fds.values().any(|e| *e == Entry::Listener { id });
+            (!still).then_some(id)
+        }
+        Entry::Conn(_) => None,
+    })
+}
+
+/// Gives `new` the entry of `old` (dup).
+pub(crate) fn copy(old: c_int, new: c_int) {
+    if empty() {
+        return;
+    }
+    with(|t| {
+        if let Some(e) = t.fds.get(&old).copied() {
+            t.fds.insert(new, e);
+        }
+    });
+}
+
+/// Records the pump's loopback connection from `source`.
+pub(crate) fn add_marker(source: SocketAddr, peer: SocketAddr, local: SocketAddr) {
+    with(|t| t.markers.insert(source, Marker { peer, local }));
+}
+
+/// Takes the record of the pump's connection from `source`, if it is one.
+pub(crate) fn take_marker(source: SocketAddr) -> Option<Marker> {
+    if empty() {
+        return None;
+    }
+    with(|t| t.markers.remove(&source))
+}
+
+/// Notes that `ip` did not answer an RDMA connection request.
+pub(crate) fn note_unanswered(ip: IpAddr) {
+    with(|t| {
+        let now = Instant::now();
+        t.unanswered.retain(|_, at| now.duration_since(*at) < UNANSWERED_FOR);
+        t.unanswered.insert(ip, now);
+    });
+}
+
+/// Whether `ip` did not answer an RDMA connection request within [`UNANSWERED_FOR`].
+pub(crate) fn recently_unanswered(ip: IpAddr) -> bool {
+    with(|t| t.unanswered.get(&ip).is_some_and(|at| at.elapsed() < UNANSWERED_FOR))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The tables are process-wide: one test walks through them in order.
+    #[test]
+    fn entries_follow_close_and_dup_and_listeners_stop_with_their_last_fd() {
+        let conn = Conn {
+            local: "198.18.0.1:1".parse().unwrap(),
+            peer: "198.18.0.2:2".parse().unwrap(),
+            family: libc::AF_INET,
+            pair: true,
+            nodelay: false,
+        };
+        assert_eq!(get(1000), None);
+        insert(1000, Entry::Conn(conn));
+        copy(1000, 1001);
+        update(1001, |c| c.nodelay = true);
+        assert_eq!(get(1000), Some(Entry::Conn(conn)));
+        assert!(matches!(get(1001), Some(Entry::Conn(c)) if c.nodelay));
+        assert_eq!(remove(1000), None);
+        assert_eq!(get(1000), None);
+        assert_eq!(remove(1001), None);
+
+        insert(2000, Entry::Listener { id: 7 });
+        copy(2000, 2001);
+        assert_eq!(remove(2000), None, "a dup still listens");
+        assert_eq!(remove(2001), Some(7), "the last fd stops it");
+        assert_eq!(remove(2001), None);
+
+        let source: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        add_marker(source, conn.peer, conn.local);
+        assert_eq!(take_marker("127.0.0.1:40001".parse().unwrap()), None);
+        assert_eq!(take_marker(source), Some(Marker { peer: conn.peer, local: conn.local }));
+        assert_eq!(take_marker(source), None);
+        assert!(empty(), "nothing is left behind");
+
+        let quiet: IpAddr = "198.18.0.9".parse().unwrap();
+        assert!(!recently_unanswered(quiet));
+        note_unanswered(quiet);
+        assert!(recently_unanswered(quiet));
+        assert!(!recently_unanswered("198.18.0.8".parse().unwrap()));
+    }
+}

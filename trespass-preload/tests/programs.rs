@@ -1,0 +1,428 @@
+//! The preload under a program that knows nothing about RDMA (`tests/c/pingpong.c`): both
+//! sides carried over RDMA, each side alone (the fallback to TCP), readiness through poll,
+//! select and epoll, a peer killed mid-transfer, many short connections, the sockets the
+//! library must leave alone, and environment rules that do not parse.
+//!
+//! Device tests: without an RDMA device each prints `skipped: <reason>`.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const PINGPONG: &str = env!("PINGPONG_EXE");
+/// The longest any one program may run: a hang is a failure, never a stuck test.
+const BOUND: Duration = Duration::from_secs(120);
+
+fn test_ip(test: &str) -> Option<IpAddr> {
+    match sideway::testing::test_ip(test).unwrap_or_else(|e| panic!("{e}")) {
+        sideway::testing::TestIp::Ready(ip) => Some(ip),
+        sideway::testing::TestIp::Skip(line) => {
+            println!("{line}");
+            None
+        }
+    }
+}
+
+/// The shared object cargo built next to this test's directory (`target/<profile>/`).
+fn library() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's path");
+    let lib = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("tests run from target/<profile>/deps")
+        .join("libtrespass_preload.so");
+    assert!(lib.exists(), "{} is missing: build the crate first", lib.display());
+    lib
+}
+
+/// A scratch directory of this test's own.
+fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("trespass-preload-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// How a program runs: with the library or without, with extra environment.
+#[derive(Clone, Default)]
+struct Run {
+    preload: bool,
+    stats: Option<PathBuf>,
+    env: Vec<(String, String)>,
+}
+
+impl Run {
+    fn preloaded(stats: PathBuf) -> Run {
+        Run { preload: true, stats: Some(stats), env: Vec::new() }
+    }
+
+    fn plain() -> Run {
+        Run::default()
+    }
+
+    fn env(mut self, k: &str, v: &str) -> Run {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(PINGPONG);
+        c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+        c.env_remove("LD_PRELOAD");
+        for k in ["TRESPASS_PRELOAD", "TRESPASS_PRELOAD_PORTS", "TRESPASS_PRELOAD_NETS"] {
+            c.env_remove(k);
+        }
+        if self.preload {
+            c.env("LD_PRELOAD", library());
+        }
+        if let Some(s) = &self.stats {
+            c.env("TRESPASS_PRELOAD_STATS", s);
+        }
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
+        c
+    }
+
+    fn spawn(&self, args: &[&str]) -> Child {
+        self.command(args).spawn().expect("starting pingpong")
+    }
+}
+
+/// Waits for `child` at most [`BOUND`], killing it (and failing) past that.
+fn finish(mut child: Child, what: &str) -> Output {
+    let start = Instant::now();
+    loop {
+        if child.try_wait().expect("waiting").is_some() {
+            return child.wait_with_output().expect("collecting output");
+        }
+        if start.elapsed() > BOUND {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("collecting output");
+            panic!("{what} ran past {BOUND:?}: {}", show(&out));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn show(out: &Output) -> String {
+    format!(
+        "{}\nstdout:\n{}stderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn ok(child: Child, what: &str) -> String {
+    let out = finish(child, what);
+    assert!(out.status.success(), "{what} failed: {}", show(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Starts a TCP server on an ephemeral port; returns it and the port.
+fn server(run: &Run, dir: &Path, args: &[&str]) -> (Child, u16) {
+    let mut all = vec!["server", "--port", "0"];
+    all.extend_from_slice(args);
+    listening(run, dir, &all)
+}
+
+/// Starts a server (`args` from its mode on) and waits until it listens; returns it and the
+/// port it wrote.
+fn listening(run: &Run, dir: &Path, args: &[&str]) -> (Child, u16) {
+    let port_file = dir.join(format!("port-{}", args.join("_").replace('/', "_")));
+    let _ = std::fs::remove_file(&port_file);
+    let pf = port_file.to_str().unwrap().to_owned();
+    let mut all = args.to_vec();
+    all.extend_from_slice(&["--port-file", &pf]);
+    let mut child = run.spawn(&all);
+    let start = Instant::now();
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&port_file) {
+            if let Ok(port) = text.trim().parse() {
+                return (child, port);
+            }
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            let out = child.wait_with_output().unwrap();
+            panic!("the server exited ({status}) before listening: {}", show(&out));
+        }
+        assert!(start.elapsed() < BOUND, "the server did not listen within {BOUND:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The counters of each process that wrote to `stats` (one line per process).
+fn counters(stats: &Path) -> Vec<HashMap<String, u64>> {
+    let text = std::fs::read_to_string(stats)
+        .unwrap_or_else(|e| panic!("{}: {e} (no counters written)", stats.display()));
+    text.lines()
+        .map(|line| {
+            assert!(line.starts_with("trespass-preload pid="), "{line}");
+            line.split(' ')
+                .skip(2)
+                .map(|kv| {
+                    let (k, v) = kv.split_once('=').unwrap_or_else(|| panic!("{line}"));
+                    (k.to_owned(), v.parse().unwrap_or_else(|_| panic!("{line}")))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The one process's counters in `stats`, checked to be exactly `expect` where named and 0
+/// elsewhere.
+fn assert_counters(stats: &Path, expect: &[(&str, u64)]) {
+    let all = counters(stats);
+    assert_eq!(all.len(), 1, "one process wrote {}: {all:?}", stats.display());
+    for (k, v) in &all[0] {
+        let want = expect.iter().find(|(n, _)| n == k).map_or(0, |(_, n)| *n);
+        assert_eq!(*v, want, "{k} in {}: {:?}", stats.display(), all[0]);
+    }
+}
+
+fn field<'a>(out: &'a str, key: &str) -> &'a str {
+    out.split_whitespace()
+        .find_map(|w| w.strip_prefix(key).and_then(|w| w.strip_prefix('=')))
+        .unwrap_or_else(|| panic!("no {key}= in {out}"))
+}
+
+#[test]
+fn both_sides_preloaded_go_over_rdma() {
+    let Some(ip) = test_ip("both_sides_preloaded_go_over_rdma") else { return };
+    let dir = scratch("both");
+    let (s_stats, c_stats) = (dir.join("server.stats"), dir.join("client.stats"));
+    let host = ip.to_string();
+    let (srv, port) = server(&Run::preloaded(s_stats.clone()), &dir, &["--bind", &host]);
+    let port = port.to_string();
+    let client = Run::preloaded(c_stats.clone())
+        .spawn(&["client", "--host", &host, "--port", &port, "--iters", "300", "--size", "1000"]);
+    let out = ok(client, "the client");
+    assert_eq!(field(&out, "round_trips"), "300", "{out}");
+    let served = ok(srv, "the server");
+    // The server's accept names the RDMA peer, the client's getsockname/getpeername the
+    // RDMA addresses, not the loopback and socket pair they ride on.
+    assert!(served.contains(&format!("accepted {host}:")), "{served}");
+    assert!(out.contains(&format!("connected {host}:{port} local {host}:")), "{out}");
+    assert_counters(&c_stats, &[("connect_rdma", 1)]);
+    assert_counters(&s_stats, &[("listen_rdma", 1), ("accept_rdma", 1)]);
+    println!("{}", out.lines().last().unwrap_or_default());
+}
+
+#[test]
+fn poll_select_and_epoll_programs_run_unchanged() {
+    let Some(ip) = test_ip("poll_select_and_epoll_programs_run_unchanged") else { return };
+    let dir = scratch("readiness");
+    let host = ip.to_string();
+    let s_stats = dir.join("server.stats");
+    let (srv, port) =
+        server(&Run::preloaded(s_stats.clone()), &dir, &["--epoll", "--count", "3"]);
+    let port = port.to_string();
+    let clients: Vec<(Child, PathBuf)> = [&["--poll"][..], &["--select"], &[]]
+        .iter()
+        .enumerate()
+        .map(|(i, extra)| {
+            let stats = dir.join(format!("client{i}.stats"));
+            let mut args = vec!["client", "--host", &host, "--port", &port, "--iters", "200"];
+            args.extend_from_slice(extra);
+            (Run::preloaded(stats.clone()).spawn(&args), stats)
+        })
+        .collect();
+    for (i, (c, stats)) in clients.into_iter().enumerate() {
+        let out = ok(c, &format!("client {i}"));
+        assert_eq!(field(&out, "round_trips"), "200", "{out}");
+        assert_counters(&stats, &[("connect_rdma", 1)]);
+    }
+    let served = ok(srv, "the epoll server");
+    assert!(served.contains("served 3 connections"), "{served}");
+    assert_counters(&s_stats, &[("listen_rdma", 1), ("accept_rdma", 3)]);
+}
+
+#[test]
+fn large_messages_arrive_whole() {
+    let Some(ip) = test_ip("large_messages_arrive_whole") else { return };
+    let dir = scratch("large");
+    let host = ip.to_string();
+    let (srv, port) = server(&Run::preloaded(dir.join("s.stats")), &dir, &[]);
+    let port = port.to_string();
+    let c = Run::preloaded(dir.join("c.stats")).spawn(&[
+        "client", "--host", &host, "--port", &port, "--iters", "20", "--size", "4194304",
+    ]);
+    let out = ok(c, "the client");
+    assert_eq!(field(&out, "round_trips"), "20", "{out}");
+    ok(srv, "the server");
+    assert_counters(&dir.join("c.stats"), &[("connect_rdma", 1)]);
+}
+
+#[test]
+fn a_preloaded_client_falls_back_to_a_plain_server() {
+    let Some(ip) = test_ip("a_preloaded_client_falls_back_to_a_plain_server") else { return };
+    let dir = scratch("fallback-client");
+    let host = ip.to_string();
+    let (srv, port) = server(&Run::plain(), &dir, &[]);
+    let port = port.to_string();
+    let stats = dir.join("c.stats");
+    let start = Instant::now();
+    let c = Run::preloaded(stats.clone())
+        .spawn(&["client", "--host", &host, "--port", &port, "--iters", "50"]);
+    let out = ok(c, "the client");
+    assert_eq!(field(&out, "round_trips"), "50", "{out}");
+    ok(srv, "the server");
+    // Nothing listens for trespass there: rdma_cm refuses at once, well within the timeout.
+    assert_counters(&stats, &[("connect_tcp_refused", 1)]);
+    println!("fell back within {:?}", start.elapsed());
+}
+
+#[test]
+fn a_plain_client_reaches_a_preloaded_server_over_tcp() {
+    let Some(ip) = test_ip("a_plain_client_reaches_a_preloaded_server_over_tcp") else { return };
+    let dir = scratch("fallback-server");
+    let host = ip.to_string();
+    let stats = dir.join("s.stats");
+    let (srv, port) = server(&Run::preloaded(stats.clone()), &dir, &["--count", "2"]);
+    let port = port.to_string();
+    // A plain client, then a preloaded one, to the same listener.
+    let out = ok(
+        Run::plain().spawn(&["client", "--host", &host, "--port", &port, "--iters", "50"]),
+        "the plain client",
+    );
+    assert_eq!(field(&out, "round_trips"), "50", "{out}");
+    let out = ok(
+        Run::preloaded(dir.join("c.stats"))
+            .spawn(&["client", "--host", &host, "--port", &port, "--iters", "50"]),
+        "the preloaded client",
+    );
+    assert_eq!(field(&out, "round_trips"), "50", "{out}");
+    ok(srv, "the server");
+    assert_counters(&stats, &[("listen_rdma", 1), ("accept_tcp", 1), ("accept_rdma", 1)]);
+}
+
+#[test]
+fn a_peer_killed_mid_transfer_ends_the_survivors_connection() {
+    let Some(ip) = test_ip("a_peer_killed_mid_transfer_ends_the_survivors_connection") else {
+        return;
+    };
+    let dir = scratch("killed");
+    let host = ip.to_string();
+    let (mut srv, port) = server(&Run::preloaded(dir.join("s.stats")), &dir, &[]);
+    let port = port.to_string();
+    let client = Run::preloaded(dir.join("c.stats"))
+        .spawn(&["client", "--host", &host, "--port", &port, "--stream", "60"]);
+    std::thread::sleep(Duration::from_secs(2));
+    srv.kill().unwrap();
+    let _ = srv.wait();
+    let killed = Instant::now();
+    let out = finish(client, "the client");
+    let took = killed.elapsed();
+    assert_eq!(out.status.code(), Some(4), "{}", show(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("peer gone"), "{}", show(&out));
+    println!("the survivor saw its peer go after {took:?}");
+}
+
+#[test]
+fn many_short_connections_in_a_row() {
+    let Some(ip) = test_ip("many_short_connections_in_a_row") else { return };
+    const N: &str = "200";
+    let dir = scratch("short");
+    let host = ip.to_string();
+    let s_stats = dir.join("s.stats");
+    let c_stats = dir.join("c.stats");
+    let (srv, port) = server(&Run::preloaded(s_stats.clone()), &dir, &["--count", N]);
+    let port = port.to_string();
+    let out = ok(
+        Run::preloaded(c_stats.clone())
+            .spawn(&["client", "--host", &host, "--port", &port, "--short", N]),
+        "the client",
+    );
+    assert_eq!(field(&out, "short_connections"), N, "{out}");
+    ok(srv, "the server");
+    assert_counters(&c_stats, &[("connect_rdma", 200)]);
+    assert_counters(&s_stats, &[("listen_rdma", 1), ("accept_rdma", 200)]);
+    println!("{}", out.trim());
+}
+
+#[test]
+fn datagram_and_unix_sockets_are_left_alone() {
+    let Some(_ip) = test_ip("datagram_and_unix_sockets_are_left_alone") else { return };
+    let dir = scratch("untouched");
+    let s_stats = dir.join("s.stats");
+    let c_stats = dir.join("c.stats");
+    let path = dir.join("sock");
+    let path = path.to_str().unwrap();
+    let srv = listening(&Run::preloaded(s_stats.clone()), &dir, &["unix-server", "--path", path]).0;
+    let out = ok(
+        Run::preloaded(c_stats.clone()).spawn(&["unix-client", "--path", path, "--iters", "20"]),
+        "the unix client",
+    );
+    assert_eq!(field(&out, "round_trips"), "20", "{out}");
+    ok(srv, "the unix server");
+    let (srv, port) = listening(
+        &Run::preloaded(s_stats.clone()),
+        &dir,
+        &["udp-server", "--bind", "127.0.0.1", "--port", "0"],
+    );
+    let port = port.to_string();
+    let out = ok(
+        Run::preloaded(c_stats.clone())
+            .spawn(&["udp-client", "--host", "127.0.0.1", "--port", &port]),
+        "the udp client",
+    );
+    assert!(out.contains("udp ok"), "{out}");
+    ok(srv, "the udp server");
+    for stats in [&s_stats, &c_stats] {
+        for process in counters(stats) {
+            assert!(process.values().all(|&n| n == 0), "{}: {process:?}", stats.display());
+        }
+    }
+}
+
+#[test]
+fn rules_that_do_not_parse_mean_tcp_and_one_message() {
+    let Some(ip) = test_ip("rules_that_do_not_parse_mean_tcp_and_one_message") else { return };
+    let dir = scratch("bad-rules");
+    let host = ip.to_string();
+    let s_stats = dir.join("s.stats");
+    let c_stats = dir.join("c.stats");
+    let bad = |stats: &PathBuf| Run::preloaded(stats.clone()).env("TRESPASS_PRELOAD_PORTS", "redis");
+    let (srv, port) = server(&bad(&s_stats), &dir, &[]);
+    let port = port.to_string();
+    let out = finish(
+        bad(&c_stats).spawn(&["client", "--host", &host, "--port", &port, "--iters", "20"]),
+        "the client",
+    );
+    assert!(out.status.success(), "{}", show(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("TRESPASS_PRELOAD_PORTS=\"redis\"").count(), 1, "{stderr}");
+    assert!(stderr.contains("over TCP"), "{stderr}");
+    ok(srv, "the server");
+    assert_counters(&c_stats, &[("connect_tcp_rule", 1)]);
+    assert_counters(&s_stats, &[("listen_tcp_rule", 1), ("accept_tcp", 1)]);
+}
+
+#[test]
+fn rules_narrow_what_is_carried() {
+    let Some(ip) = test_ip("rules_narrow_what_is_carried") else { return };
+    let dir = scratch("rules");
+    let host = ip.to_string();
+    let s_stats = dir.join("s.stats");
+    let (srv, port) = server(&Run::preloaded(s_stats.clone()), &dir, &["--count", "2"]);
+    let port_s = port.to_string();
+    // A client whose rules leave this port out goes over TCP; one whose rules name it, RDMA.
+    let other = if port == 65535 { 1 } else { port + 1 };
+    for (ports, stats, expect) in [
+        (other.to_string(), dir.join("c1.stats"), "connect_tcp_rule"),
+        (format!("{}-{}", port.saturating_sub(1).max(1), port), dir.join("c2.stats"), "connect_rdma"),
+    ] {
+        let run = Run::preloaded(stats.clone()).env("TRESPASS_PRELOAD_PORTS", &ports);
+        let out = ok(
+            run.spawn(&["client", "--host", &host, "--port", &port_s, "--iters", "10"]),
+            "a client",
+        );
+        assert_eq!(field(&out, "round_trips"), "10", "{out}");
+        assert_counters(&stats, &[(expect, 1)]);
+    }
+    ok(srv, "the server");
+    assert_counters(&s_stats, &[("listen_rdma", 1), ("accept_tcp", 1), ("accept_rdma", 1)]);
+}
