@@ -91,7 +91,7 @@ pub(crate) fn config() -> &'static Config {
             unsafe { libc::atexit(report_at_exit) };
         }
         // SAFETY: the handlers are `extern "C" fn()`s of this never-unloaded library.
-        unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork)) };
+        unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(in_child)) };
         config
     })
 }
@@ -123,6 +123,13 @@ extern "C" fn before_fork() {
 
 extern "C" fn after_fork() {
     HELD.with(|h| drop(h.borrow_mut().take()));
+}
+
+/// `after_fork` in the child, which also starts its counters from zero: each process's line
+/// counts what that process did.
+extern "C" fn in_child() {
+    after_fork();
+    stats::reset();
 }
 
 /// Says why a connection went where it went, when `TRESPASS_PRELOAD_LOG` asks.

@@ -140,9 +140,17 @@ async fn serve(mut jobs: mpsc::UnboundedReceiver<Job>) {
 /// half-close of the other (TCP's meaning), an error on either ends both.
 async fn carry(stream: trespass::Stream, app: OwnedFd) -> io::Result<()> {
     let mut rdma = trespass::tokio::Stream::from_std(stream)?;
+    spin(&mut rdma);
     let mut app = SockIo::new(app)?;
     tokio::io::copy_bidirectional_with_sizes(&mut app, &mut rdma, COPY_BUF, COPY_BUF).await?;
     Ok(())
+}
+
+/// The pump's busy poll, fixed (no adaptation beyond it): see `Config::busy_poll`.
+fn spin(stream: &mut trespass::tokio::Stream) {
+    let d = crate::config().busy_poll;
+    stream.set_busy_poll(d);
+    stream.set_busy_poll_max(d);
 }
 
 async fn listen(listener: trespass::Listener, reach: SocketAddr) {
@@ -197,6 +205,7 @@ async fn hand_over(
     let fd: OwnedFd = tcp.into_std()?.into();
     let mut app = SockIo::new(fd)?;
     let mut rdma = stream;
+    spin(&mut rdma);
     let r = tokio::io::copy_bidirectional_with_sizes(&mut app, &mut rdma, COPY_BUF, COPY_BUF).await;
     // The program may never have accepted it.
     table::take_marker(source);

@@ -60,6 +60,13 @@ pub(crate) fn count(event: Event) {
     COUNTS[event as usize].fetch_add(1, Ordering::Relaxed);
 }
 
+/// Sets every counter to zero (in a forked child).
+pub(crate) fn reset() {
+    for c in &COUNTS {
+        c.store(0, Ordering::Relaxed);
+    }
+}
+
 /// The summary line: `trespass-preload pid=N connect_rdma=1 ...`, every counter, in a fixed
 /// order.
 pub(crate) fn summary(pid: u32) -> String {

@@ -5,121 +5,25 @@
 //!
 //! Device tests: without an RDMA device each prints `skipped: <reason>`.
 
-use std::collections::HashMap;
-use std::net::IpAddr;
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
+use common::*;
+
 const PINGPONG: &str = env!("PINGPONG_EXE");
-/// The longest any one program may run: a hang is a failure, never a stuck test.
-const BOUND: Duration = Duration::from_secs(120);
 
-fn test_ip(test: &str) -> Option<IpAddr> {
-    match sideway::testing::test_ip(test).unwrap_or_else(|e| panic!("{e}")) {
-        sideway::testing::TestIp::Ready(ip) => Some(ip),
-        sideway::testing::TestIp::Skip(line) => {
-            println!("{line}");
-            None
-        }
-    }
+/// The ping-pong program run as `run` says.
+trait Pingpong {
+    fn pp(&self, args: &[&str]) -> Child;
 }
 
-/// The shared object cargo built next to this test's directory (`target/<profile>/`).
-fn library() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's path");
-    let lib = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("tests run from target/<profile>/deps")
-        .join("libtrespass_preload.so");
-    assert!(lib.exists(), "{} is missing: build the crate first", lib.display());
-    lib
-}
-
-/// A scratch directory of this test's own.
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("trespass-preload-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// How a program runs: with the library or without, with extra environment.
-#[derive(Clone, Default)]
-struct Run {
-    preload: bool,
-    stats: Option<PathBuf>,
-    env: Vec<(String, String)>,
-}
-
-impl Run {
-    fn preloaded(stats: PathBuf) -> Run {
-        Run { preload: true, stats: Some(stats), env: Vec::new() }
+impl Pingpong for Run {
+    fn pp(&self, args: &[&str]) -> Child {
+        self.spawn(PINGPONG, args)
     }
-
-    fn plain() -> Run {
-        Run::default()
-    }
-
-    fn env(mut self, k: &str, v: &str) -> Run {
-        self.env.push((k.into(), v.into()));
-        self
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(PINGPONG);
-        c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
-        c.env_remove("LD_PRELOAD");
-        for k in ["TRESPASS_PRELOAD", "TRESPASS_PRELOAD_PORTS", "TRESPASS_PRELOAD_NETS"] {
-            c.env_remove(k);
-        }
-        if self.preload {
-            c.env("LD_PRELOAD", library());
-        }
-        if let Some(s) = &self.stats {
-            c.env("TRESPASS_PRELOAD_STATS", s);
-        }
-        for (k, v) in &self.env {
-            c.env(k, v);
-        }
-        c
-    }
-
-    fn spawn(&self, args: &[&str]) -> Child {
-        self.command(args).spawn().expect("starting pingpong")
-    }
-}
-
-/// Waits for `child` at most [`BOUND`], killing it (and failing) past that.
-fn finish(mut child: Child, what: &str) -> Output {
-    let start = Instant::now();
-    loop {
-        if child.try_wait().expect("waiting").is_some() {
-            return child.wait_with_output().expect("collecting output");
-        }
-        if start.elapsed() > BOUND {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("collecting output");
-            panic!("{what} ran past {BOUND:?}: {}", show(&out));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn show(out: &Output) -> String {
-    format!(
-        "{}\nstdout:\n{}stderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn ok(child: Child, what: &str) -> String {
-    let out = finish(child, what);
-    assert!(out.status.success(), "{what} failed: {}", show(&out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Starts a TCP server on an ephemeral port; returns it and the port.
@@ -137,7 +41,7 @@ fn listening(run: &Run, dir: &Path, args: &[&str]) -> (Child, u16) {
     let pf = port_file.to_str().unwrap().to_owned();
     let mut all = args.to_vec();
     all.extend_from_slice(&["--port-file", &pf]);
-    let mut child = run.spawn(&all);
+    let mut child = run.pp(&all);
     let start = Instant::now();
     loop {
         if let Ok(text) = std::fs::read_to_string(&port_file) {
@@ -154,41 +58,6 @@ fn listening(run: &Run, dir: &Path, args: &[&str]) -> (Child, u16) {
     }
 }
 
-/// The counters of each process that wrote to `stats` (one line per process).
-fn counters(stats: &Path) -> Vec<HashMap<String, u64>> {
-    let text = std::fs::read_to_string(stats)
-        .unwrap_or_else(|e| panic!("{}: {e} (no counters written)", stats.display()));
-    text.lines()
-        .map(|line| {
-            assert!(line.starts_with("trespass-preload pid="), "{line}");
-            line.split(' ')
-                .skip(2)
-                .map(|kv| {
-                    let (k, v) = kv.split_once('=').unwrap_or_else(|| panic!("{line}"));
-                    (k.to_owned(), v.parse().unwrap_or_else(|_| panic!("{line}")))
-                })
-                .collect()
-        })
-        .collect()
-}
-
-/// The one process's counters in `stats`, checked to be exactly `expect` where named and 0
-/// elsewhere.
-fn assert_counters(stats: &Path, expect: &[(&str, u64)]) {
-    let all = counters(stats);
-    assert_eq!(all.len(), 1, "one process wrote {}: {all:?}", stats.display());
-    for (k, v) in &all[0] {
-        let want = expect.iter().find(|(n, _)| n == k).map_or(0, |(_, n)| *n);
-        assert_eq!(*v, want, "{k} in {}: {:?}", stats.display(), all[0]);
-    }
-}
-
-fn field<'a>(out: &'a str, key: &str) -> &'a str {
-    out.split_whitespace()
-        .find_map(|w| w.strip_prefix(key).and_then(|w| w.strip_prefix('=')))
-        .unwrap_or_else(|| panic!("no {key}= in {out}"))
-}
-
 #[test]
 fn both_sides_preloaded_go_over_rdma() {
     let Some(ip) = test_ip("both_sides_preloaded_go_over_rdma") else { return };
@@ -198,7 +67,7 @@ fn both_sides_preloaded_go_over_rdma() {
     let (srv, port) = server(&Run::preloaded(s_stats.clone()), &dir, &["--bind", &host]);
     let port = port.to_string();
     let client = Run::preloaded(c_stats.clone())
-        .spawn(&["client", "--host", &host, "--port", &port, "--iters", "300", "--size", "1000"]);
+        .pp(&["client", "--host", &host, "--port", &port, "--iters", "300", "--size", "1000"]);
     let out = ok(client, "the client");
     assert_eq!(field(&out, "round_trips"), "300", "{out}");
     let served = ok(srv, "the server");
@@ -227,7 +96,7 @@ fn poll_select_and_epoll_programs_run_unchanged() {
             let stats = dir.join(format!("client{i}.stats"));
             let mut args = vec!["client", "--host", &host, "--port", &port, "--iters", "200"];
             args.extend_from_slice(extra);
-            (Run::preloaded(stats.clone()).spawn(&args), stats)
+            (Run::preloaded(stats.clone()).pp(&args), stats)
         })
         .collect();
     for (i, (c, stats)) in clients.into_iter().enumerate() {
@@ -247,7 +116,7 @@ fn large_messages_arrive_whole() {
     let host = ip.to_string();
     let (srv, port) = server(&Run::preloaded(dir.join("s.stats")), &dir, &[]);
     let port = port.to_string();
-    let c = Run::preloaded(dir.join("c.stats")).spawn(&[
+    let c = Run::preloaded(dir.join("c.stats")).pp(&[
         "client", "--host", &host, "--port", &port, "--iters", "20", "--size", "4194304",
     ]);
     let out = ok(c, "the client");
@@ -266,7 +135,7 @@ fn a_preloaded_client_falls_back_to_a_plain_server() {
     let stats = dir.join("c.stats");
     let start = Instant::now();
     let c = Run::preloaded(stats.clone())
-        .spawn(&["client", "--host", &host, "--port", &port, "--iters", "50"]);
+        .pp(&["client", "--host", &host, "--port", &port, "--iters", "50"]);
     let out = ok(c, "the client");
     assert_eq!(field(&out, "round_trips"), "50", "{out}");
     ok(srv, "the server");
@@ -285,13 +154,13 @@ fn a_plain_client_reaches_a_preloaded_server_over_tcp() {
     let port = port.to_string();
     // A plain client, then a preloaded one, to the same listener.
     let out = ok(
-        Run::plain().spawn(&["client", "--host", &host, "--port", &port, "--iters", "50"]),
+        Run::plain().pp(&["client", "--host", &host, "--port", &port, "--iters", "50"]),
         "the plain client",
     );
     assert_eq!(field(&out, "round_trips"), "50", "{out}");
     let out = ok(
         Run::preloaded(dir.join("c.stats"))
-            .spawn(&["client", "--host", &host, "--port", &port, "--iters", "50"]),
+            .pp(&["client", "--host", &host, "--port", &port, "--iters", "50"]),
         "the preloaded client",
     );
     assert_eq!(field(&out, "round_trips"), "50", "{out}");
@@ -309,7 +178,7 @@ fn a_peer_killed_mid_transfer_ends_the_survivors_connection() {
     let (mut srv, port) = server(&Run::preloaded(dir.join("s.stats")), &dir, &[]);
     let port = port.to_string();
     let client = Run::preloaded(dir.join("c.stats"))
-        .spawn(&["client", "--host", &host, "--port", &port, "--stream", "60"]);
+        .pp(&["client", "--host", &host, "--port", &port, "--stream", "60"]);
     std::thread::sleep(Duration::from_secs(2));
     srv.kill().unwrap();
     let _ = srv.wait();
@@ -321,10 +190,26 @@ fn a_peer_killed_mid_transfer_ends_the_survivors_connection() {
     println!("the survivor saw its peer go after {took:?}");
 }
 
+/// `key=value` as a number.
+fn number(out: &str, key: &str) -> u64 {
+    field(out, key).parse().unwrap_or_else(|_| panic!("{key} is not a number in {out}"))
+}
+
+/// Neither fds nor memory grow from the first connection to the last: no more fds (one of
+/// the first connection's may still be closing when it is counted), and at most 16 MiB more
+/// resident memory (a per-connection leak of the smallest trespass buffers would be
+/// gigabytes).
+fn assert_no_leak(out: &str, who: &str) {
+    let (first, last) = (number(out, "open_fds_after_first"), number(out, "open_fds"));
+    assert!(last <= first, "{who}'s open fds grew from {first} to {last}: {out}");
+    let (first, last) = (number(out, "rss_kib_after_first"), number(out, "rss_kib"));
+    assert!(last <= first + 16 * 1024, "{who}'s memory grew from {first} to {last} KiB: {out}");
+}
+
 #[test]
-fn many_short_connections_in_a_row() {
-    let Some(ip) = test_ip("many_short_connections_in_a_row") else { return };
-    const N: &str = "200";
+fn a_thousand_short_connections_in_a_row_leak_nothing() {
+    let Some(ip) = test_ip("a_thousand_short_connections_in_a_row_leak_nothing") else { return };
+    const N: &str = "1000";
     let dir = scratch("short");
     let host = ip.to_string();
     let s_stats = dir.join("s.stats");
@@ -333,14 +218,63 @@ fn many_short_connections_in_a_row() {
     let port = port.to_string();
     let out = ok(
         Run::preloaded(c_stats.clone())
-            .spawn(&["client", "--host", &host, "--port", &port, "--short", N]),
+            .pp(&["client", "--host", &host, "--port", &port, "--short", N]),
         "the client",
     );
     assert_eq!(field(&out, "short_connections"), N, "{out}");
-    ok(srv, "the server");
-    assert_counters(&c_stats, &[("connect_rdma", 200)]);
-    assert_counters(&s_stats, &[("listen_rdma", 1), ("accept_rdma", 200)]);
+    let served = ok(srv, "the server");
+    assert_no_leak(&out, "the client");
+    assert_no_leak(&served, "the server");
+    assert_counters(&c_stats, &[("connect_rdma", 1000)]);
+    assert_counters(&s_stats, &[("listen_rdma", 1), ("accept_rdma", 1000)]);
     println!("{}", out.trim());
+}
+
+#[test]
+fn forked_children_use_inherited_connections() {
+    let Some(ip) = test_ip("forked_children_use_inherited_connections") else { return };
+    let dir = scratch("fork");
+    let host = ip.to_string();
+    let s_stats = dir.join("s.stats");
+    // A server that forks a child per connection; clients that fork, and fork and exec,
+    // after connecting: the children do all the talking.
+    let (srv, port) = server(&Run::preloaded(s_stats.clone()), &dir, &["--fork", "--count", "3"]);
+    let port = port.to_string();
+    for (i, how) in [&["--fork"][..], &["--exec"], &["--exec", "--poll"]].iter().enumerate() {
+        let stats = dir.join(format!("c{i}.stats"));
+        let mut args = vec!["client", "--host", &host, "--port", &port, "--iters", "200", "--size", "3000"];
+        args.extend_from_slice(how);
+        let out = ok(Run::preloaded(stats.clone()).pp(&args), &format!("client {how:?}"));
+        assert_eq!(field(&out, "round_trips"), "200", "{out}");
+        assert!(out.contains("child exited 0"), "{out}");
+        // The parent connected over RDMA; its child (and an exec'd program) counted nothing
+        // of its own.
+        let c = counters(&stats);
+        assert_eq!(c.iter().map(|p| p["connect_rdma"]).sum::<u64>(), 1, "{how:?}: {c:?}");
+    }
+    let served = ok(srv, "the forking server");
+    assert!(served.contains("served 3 connections (forked)"), "{served}");
+    let s = total(&s_stats);
+    assert_eq!((s["accept_rdma"], s["accept_tcp"]), (3, 0), "{s:?}");
+}
+
+#[test]
+fn closing_a_socket_another_thread_reads_wakes_the_reader() {
+    let Some(ip) = test_ip("closing_a_socket_another_thread_reads_wakes_the_reader") else {
+        return;
+    };
+    let dir = scratch("threads-close");
+    let host = ip.to_string();
+    let (srv, port) = server(&Run::preloaded(dir.join("s.stats")), &dir, &[]);
+    let port = port.to_string();
+    let out = ok(
+        Run::preloaded(dir.join("c.stats"))
+            .pp(&["client", "--host", &host, "--port", &port, "--threads-close"]),
+        "the client",
+    );
+    assert!(out.contains("reader returned"), "{out}");
+    ok(srv, "the server");
+    assert_counters(&dir.join("c.stats"), &[("connect_rdma", 1)]);
 }
 
 #[test]
@@ -353,7 +287,7 @@ fn datagram_and_unix_sockets_are_left_alone() {
     let path = path.to_str().unwrap();
     let srv = listening(&Run::preloaded(s_stats.clone()), &dir, &["unix-server", "--path", path]).0;
     let out = ok(
-        Run::preloaded(c_stats.clone()).spawn(&["unix-client", "--path", path, "--iters", "20"]),
+        Run::preloaded(c_stats.clone()).pp(&["unix-client", "--path", path, "--iters", "20"]),
         "the unix client",
     );
     assert_eq!(field(&out, "round_trips"), "20", "{out}");
@@ -366,7 +300,7 @@ fn datagram_and_unix_sockets_are_left_alone() {
     let port = port.to_string();
     let out = ok(
         Run::preloaded(c_stats.clone())
-            .spawn(&["udp-client", "--host", "127.0.0.1", "--port", &port]),
+            .pp(&["udp-client", "--host", "127.0.0.1", "--port", &port]),
         "the udp client",
     );
     assert!(out.contains("udp ok"), "{out}");
@@ -389,7 +323,7 @@ fn rules_that_do_not_parse_mean_tcp_and_one_message() {
     let (srv, port) = server(&bad(&s_stats), &dir, &[]);
     let port = port.to_string();
     let out = finish(
-        bad(&c_stats).spawn(&["client", "--host", &host, "--port", &port, "--iters", "20"]),
+        bad(&c_stats).pp(&["client", "--host", &host, "--port", &port, "--iters", "20"]),
         "the client",
     );
     assert!(out.status.success(), "{}", show(&out));
@@ -417,7 +351,7 @@ fn rules_narrow_what_is_carried() {
     ] {
         let run = Run::preloaded(stats.clone()).env("TRESPASS_PRELOAD_PORTS", &ports);
         let out = ok(
-            run.spawn(&["client", "--host", &host, "--port", &port_s, "--iters", "10"]),
+            run.pp(&["client", "--host", &host, "--port", &port_s, "--iters", "10"]),
             "a client",
         );
         assert_eq!(field(&out, "round_trips"), "10", "{out}");

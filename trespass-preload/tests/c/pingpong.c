@@ -4,15 +4,17 @@
  * trespass-preload's tests and benchmarks run it, with and without the preload, to exercise the
  * socket calls ordinary programs make: blocking and nonblocking connect and accept4, fcntl
  * O_NONBLOCK and SOCK_NONBLOCK, read/write/writev, poll, select, edge-triggered epoll, shutdown,
- * getpeername/getsockname, TCP_NODELAY. The udp-* and unix-* modes use sockets that the preload
- * must leave alone.
+ * getpeername/getsockname, TCP_NODELAY; and sockets that live on in a fork()ed child, in an
+ * execv()ed program, or that one thread closes while another reads them. The udp-* and unix-*
+ * modes use sockets that the preload must leave alone.
  *
- * pingpong server [--bind ADDR] --port P [--count N] [--epoll] [--port-file PATH]
- * pingpong client --host H --port P [--size S] [--iters N] [--poll|--select] [--short N]
- *                 [--stream SECONDS]
+ * pingpong server [--bind ADDR] --port P [--count N] [--epoll|--fork] [--port-file PATH]
+ * pingpong client --host H --port P [--size S] [--iters N] [--poll|--select]
+ *                 [--short N | --stream SECONDS | --fork | --exec | --threads-close]
+ * pingpong client-fd --fd N [--size S] [--iters N]
  * pingpong udp-server [--bind ADDR] --port P [--count N] [--port-file PATH]
  * pingpong udp-client --host H --port P
- * pingpong unix-server --path PATH [--count N] [--epoll]
+ * pingpong unix-server --path PATH [--count N] [--epoll|--fork]
  * pingpong unix-client --path PATH [the client options but --host and --port]
  *
  * ADDR and H are numeric IPv4 or IPv6 addresses (ADDR defaults to 0.0.0.0). A server prints
@@ -26,17 +28,47 @@
  * socket nonblocking with fcntl and waits in poll(); --select asks socket() for SOCK_NONBLOCK
  * and waits in select(). udp-client waits at most 5 s for the echo of one datagram.
  *
+ * server --fork (not with --epoll) forks a child per connection: the child closes the listening
+ * socket, echoes the connection as the plain server does and exits 0 (1 on any error); the parent
+ * closes its copy and accepts the next. After --count connections it waits for every child, fails
+ * with "child <pid> failed" (exit 1) if one did not exit 0, and prints "served <N> connections
+ * (forked)".
+ *
+ * client --fork connects, then forks: the child makes the round trips (the "round_trips=" line,
+ * then shutdown, EOF check and close); the parent closes its copy at once, waits, prints "child
+ * exited <status>" and exits with that status (128 + the signal if one killed the child).
+ * client --exec connects, then forks a child that execv()s /proc/self/exe as "client-fd --fd
+ * <N> --size S --iters I" on the connected descriptor (FD_CLOEXEC cleared); the parent does as
+ * with --fork. client-fd makes the round trips on the already connected descriptor N: no
+ * connect, TCP_NODELAY only tried, poll() if N is nonblocking. client --threads-close connects
+ * and starts a thread that blocks in read(); 300 ms later the main thread calls
+ * shutdown(SHUT_RDWR) and close(); the read must return within 5 s: the client then prints
+ * "reader returned <r>" (and the error if r is -1) and exits 0, or prints "reader stuck" and
+ * exits 1. --fork, --exec and --threads-close exclude each other and --short and --stream;
+ * --threads-close takes none of --size, --iters, --poll, --select.
+ *
+ * For leak checks, servers print "open_fds_after_first=<N>" and "rss_kib_after_first=<K>" once
+ * their first connection is closed (a --fork server: once it closed its copy), and
+ * "open_fds=<N>" and "rss_kib=<K>" right after the "served" line, before they close the
+ * listening (and epoll) socket, so that both counts see the same sockets. A client prints
+ * "open_fds=<N>" and "rss_kib=<K>" when it has closed everything at the end (with --fork or
+ * --exec, the parent only; client-fd does not), and --short also "open_fds_after_first=<N>"
+ * and "rss_kib_after_first=<K>" once its first connection is closed. N counts the entries of
+ * /proc/self/fd, K is VmRSS from /proc/self/status. Each is a line of its own.
+ *
  * Results go to stdout, line-buffered; errors are one line on stderr starting "pingpong: ".
  * Exit status: 0 success, 1 wrong or missing echo data, 2 usage error, 3 system call failed,
  * 4 the peer went away during --stream (stdout: "peer gone: <reason>").
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -49,6 +81,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -58,7 +91,8 @@
  * would deadlock once its echo fills every buffer on the way back. */
 #define WINDOW (256 * 1024)
 
-enum { SERVER = 1, CLIENT = 2, UDP_SERVER = 4, UDP_CLIENT = 8, UNIX_SERVER = 16, UNIX_CLIENT = 32 };
+enum { SERVER = 1, CLIENT = 2, UDP_SERVER = 4, UDP_CLIENT = 8, UNIX_SERVER = 16, UNIX_CLIENT = 32,
+       CLIENT_FD = 64 };
 #define INET_MODES (SERVER | CLIENT | UDP_SERVER | UDP_CLIENT)
 #define STREAM_SERVERS (SERVER | UNIX_SERVER)
 #define STREAM_CLIENTS (CLIENT | UNIX_CLIENT)
@@ -66,13 +100,16 @@ enum { SERVER = 1, CLIENT = 2, UDP_SERVER = 4, UDP_CLIENT = 8, UNIX_SERVER = 16,
 enum io_mode { IO_BLOCK, IO_POLL, IO_SELECT };
 
 enum { OPT_BIND, OPT_PORT, OPT_HOST, OPT_PATH, OPT_COUNT, OPT_EPOLL, OPT_PORT_FILE, OPT_SIZE,
-       OPT_ITERS, OPT_POLL, OPT_SELECT, OPT_SHORT, OPT_STREAM };
+       OPT_ITERS, OPT_POLL, OPT_SELECT, OPT_SHORT, OPT_STREAM, OPT_FORK, OPT_EXEC,
+       OPT_THREADS_CLOSE, OPT_FD };
 #define SEEN(o, opt) ((o)->seen & (1u << (opt)))
 
 struct opts {
 	unsigned mode, seen; /* seen: a bit per OPT_* given */
 	const char *bind, *host, *path, *port_file;
 	unsigned port;
+	int fd;      /* client-fd's --fd */
+	char *argv0; /* for --exec */
 	unsigned long long count, iters, shorts;
 	size_t size;
 	enum io_mode io;
@@ -83,6 +120,9 @@ struct target {
 	struct sockaddr_storage addr;
 	socklen_t len;
 };
+
+/* The exit status of die(); a server --fork child exits 1 on any error. */
+static int die_status = 3;
 
 __attribute__((format(printf, 2, 3), noreturn))
 static void fail(int status, const char *fmt, ...) {
@@ -96,9 +136,9 @@ static void fail(int status, const char *fmt, ...) {
 	exit(status);
 }
 
-/* A system call failed: report it with errno and exit 3. */
+/* A system call failed: report it with errno and exit 3 (die_status). */
 __attribute__((noreturn)) static void die(const char *what) {
-	fail(3, "%s: %s", what, strerror(errno));
+	fail(die_status, "%s: %s", what, strerror(errno));
 }
 
 __attribute__((noreturn)) static void peer_gone(const char *why) {
@@ -122,6 +162,51 @@ static double now(void) {
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+static void sleep_ms(long ms) {
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = ms % 1000 * 1000000 };
+	while (nanosleep(&ts, &ts) < 0)
+		if (errno != EINTR) die("nanosleep");
+}
+
+/* The entries of /proc/self/fd, less the directory's own descriptor. */
+static long count_open_fds(void) {
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	long n = 0;
+	if (!d) die("opendir /proc/self/fd");
+	int self = dirfd(d);
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.' && atoi(e->d_name) != self) n++;
+	closedir(d);
+	return n;
+}
+
+/* VmRSS from /proc/self/status in KiB; -1 if it has none. */
+static long rss_kib(void) {
+	FILE *f = fopen("/proc/self/status", "re");
+	char line[256];
+	long kib = -1;
+	if (!f) die("open /proc/self/status");
+	while (fgets(line, sizeof line, f))
+		if (sscanf(line, "VmRSS: %ld", &kib) == 1) break;
+	fclose(f);
+	return kib;
+}
+
+/* "open_fds<suffix>=N" and "rss_kib<suffix>=K", a line each. */
+static void report_resources(const char *suffix) {
+	long fds = count_open_fds();
+	printf("open_fds%s=%ld\nrss_kib%s=%ld\n", suffix, fds, suffix, rss_kib());
+}
+
+/* Waits for child pid; returns its exit status, or 128 + the signal that killed it. */
+static int wait_child(pid_t pid) {
+	int st;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR) die("waitpid");
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
 static unsigned long long parse_num(const char *opt, const char *s, unsigned long long min,
 				    unsigned long long max) {
 	char *end;
@@ -134,7 +219,7 @@ static unsigned long long parse_num(const char *opt, const char *s, unsigned lon
 
 static void parse_args(int argc, char **argv, struct opts *o) {
 	static const char *const modes[] = { "server", "client", "udp-server", "udp-client",
-					     "unix-server", "unix-client" };
+					     "unix-server", "unix-client", "client-fd" };
 	static const struct { const char *name; int id, has_arg; unsigned modes; } options[] = {
 		{ "--bind", OPT_BIND, 1, SERVER | UDP_SERVER },
 		{ "--port", OPT_PORT, 1, INET_MODES },
@@ -142,22 +227,27 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 		{ "--path", OPT_PATH, 1, UNIX_SERVER | UNIX_CLIENT },
 		{ "--count", OPT_COUNT, 1, STREAM_SERVERS | UDP_SERVER },
 		{ "--epoll", OPT_EPOLL, 0, STREAM_SERVERS },
+		{ "--fork", OPT_FORK, 0, STREAM_SERVERS | STREAM_CLIENTS },
 		{ "--port-file", OPT_PORT_FILE, 1, STREAM_SERVERS | UDP_SERVER },
-		{ "--size", OPT_SIZE, 1, STREAM_CLIENTS },
-		{ "--iters", OPT_ITERS, 1, STREAM_CLIENTS },
+		{ "--size", OPT_SIZE, 1, STREAM_CLIENTS | CLIENT_FD },
+		{ "--iters", OPT_ITERS, 1, STREAM_CLIENTS | CLIENT_FD },
 		{ "--poll", OPT_POLL, 0, STREAM_CLIENTS },
 		{ "--select", OPT_SELECT, 0, STREAM_CLIENTS },
 		{ "--short", OPT_SHORT, 1, STREAM_CLIENTS },
 		{ "--stream", OPT_STREAM, 1, STREAM_CLIENTS },
+		{ "--exec", OPT_EXEC, 0, STREAM_CLIENTS },
+		{ "--threads-close", OPT_THREADS_CLOSE, 0, STREAM_CLIENTS },
+		{ "--fd", OPT_FD, 1, CLIENT_FD },
 	};
 	const size_t n_options = sizeof options / sizeof options[0];
 
-	*o = (struct opts){ .bind = "0.0.0.0", .count = 1, .iters = 1000, .size = 64 };
+	*o = (struct opts){ .bind = "0.0.0.0", .count = 1, .iters = 1000, .size = 64,
+			    .argv0 = argc >= 1 ? argv[0] : "pingpong" };
 	for (size_t m = 0; argc >= 2 && m < sizeof modes / sizeof modes[0]; m++)
 		if (!strcmp(argv[1], modes[m])) o->mode = 1u << m;
 	if (!o->mode)
-		fail(2, "%s mode (server, client, udp-server, udp-client, unix-server or "
-		     "unix-client)", argc < 2 ? "missing" : "unknown");
+		fail(2, "%s mode (server, client, client-fd, udp-server, udp-client, "
+		     "unix-server or unix-client)", argc < 2 ? "missing" : "unknown");
 
 	for (int i = 2; i < argc; i++) {
 		const char *val = NULL;
@@ -181,6 +271,7 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 		case OPT_POLL: o->io = IO_POLL; break;
 		case OPT_SELECT: o->io = IO_SELECT; break;
 		case OPT_SHORT: o->shorts = parse_num("--short", val, 1, 1000000000); break;
+		case OPT_FD: o->fd = (int)parse_num("--fd", val, 0, 1 << 30); break;
 		case OPT_STREAM: {
 			char *end;
 			errno = 0;
@@ -203,6 +294,17 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 	if ((o->shorts || o->stream > 0) && SEEN(o, OPT_ITERS))
 		fail(2, "--iters does not apply to --short or --stream");
 	if (o->stream > 0 && !SEEN(o, OPT_SIZE)) o->size = BUF_SIZE;
+	if (o->mode == CLIENT_FD && !SEEN(o, OPT_FD)) fail(2, "client-fd needs --fd");
+	if (SEEN(o, OPT_FORK) && SEEN(o, OPT_EPOLL))
+		fail(2, "--fork and --epoll exclude each other");
+
+	int spawns = !!SEEN(o, OPT_FORK) + !!SEEN(o, OPT_EXEC) + !!SEEN(o, OPT_THREADS_CLOSE);
+	if (spawns > 1) fail(2, "--fork, --exec and --threads-close exclude each other");
+	if (spawns && (o->shorts || o->stream > 0))
+		fail(2, "--fork, --exec and --threads-close exclude --short and --stream");
+	if (SEEN(o, OPT_THREADS_CLOSE) &&
+	    (SEEN(o, OPT_SIZE) || SEEN(o, OPT_ITERS) || SEEN(o, OPT_POLL) || SEEN(o, OPT_SELECT)))
+		fail(2, "--size, --iters, --poll and --select do not apply to --threads-close");
 }
 
 /* A numeric address and port to a socket address; a bad address is a usage error. */
@@ -337,35 +439,85 @@ static int open_server(const struct opts *o, int socktype) {
 	return fd;
 }
 
+/* Accepts a connection (blocking) and greets it; -1 if accept4 should be retried. */
+static int accept_one(int lfd) {
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof ss;
+	int fd = accept4(lfd, (struct sockaddr *)&ss, &len, SOCK_CLOEXEC);
+	if (fd < 0 && (errno == EINTR || errno == ECONNABORTED)) return -1;
+	if (fd < 0) die("accept4");
+	greet(fd, "accepted");
+	return fd;
+}
+
+/* Echoes fd to EOF with buf (BUF_SIZE bytes), then shutdown(SHUT_WR) and close; returns the
+ * bytes echoed. */
+static unsigned long long echo_conn(int fd, char *buf) {
+	unsigned long long bytes = 0;
+	for (;;) {
+		ssize_t n = read(fd, buf, BUF_SIZE);
+		if (n < 0 && errno == EINTR) continue;
+		if (n < 0) die("read");
+		if (n == 0) break;
+		for (ssize_t off = 0, w; off < n; off += w)
+			if ((w = write(fd, buf + off, (size_t)(n - off))) < 0) {
+				if (errno != EINTR) die("write");
+				w = 0;
+			}
+		bytes += (unsigned long long)n;
+	}
+	shutdown_wr(fd);
+	close(fd);
+	return bytes;
+}
+
 /* Serves count connections one after the other; returns the bytes echoed. */
 static unsigned long long serve_blocking(int lfd, unsigned long long count) {
 	char *buf = xmalloc(BUF_SIZE);
 	unsigned long long bytes = 0;
 	for (unsigned long long done = 0; done < count;) {
-		struct sockaddr_storage ss;
-		socklen_t len = sizeof ss;
-		int fd = accept4(lfd, (struct sockaddr *)&ss, &len, SOCK_CLOEXEC);
-		if (fd < 0 && (errno == EINTR || errno == ECONNABORTED)) continue;
-		if (fd < 0) die("accept4");
-		greet(fd, "accepted");
-		for (;;) {
-			ssize_t n = read(fd, buf, BUF_SIZE);
-			if (n < 0 && errno == EINTR) continue;
-			if (n < 0) die("read");
-			if (n == 0) break;
-			for (ssize_t off = 0, w; off < n; off += w)
-				if ((w = write(fd, buf + off, (size_t)(n - off))) < 0) {
-					if (errno != EINTR) die("write");
-					w = 0;
-				}
-			bytes += (unsigned long long)n;
-		}
-		shutdown_wr(fd);
-		close(fd);
-		done++;
+		int fd = accept_one(lfd);
+		if (fd < 0) continue;
+		bytes += echo_conn(fd, buf);
+		if (++done == 1) report_resources("_after_first");
 	}
 	free(buf);
 	return bytes;
+}
+
+/* Serves count connections, each in a child process of its own; fails if a child does. */
+static void serve_forked(int lfd, unsigned long long count) {
+	unsigned long long running = 0;
+	pid_t failed = 0;
+	for (unsigned long long done = 0; done < count;) {
+		int fd = accept_one(lfd), st;
+		if (fd < 0) continue;
+		fflush(stdout);
+		pid_t pid = fork();
+		if (pid < 0) die("fork");
+		if (pid == 0) {
+			die_status = 1;
+			close(lfd);
+			echo_conn(fd, xmalloc(BUF_SIZE));
+			_exit(0);
+		}
+		running++;
+		if (close(fd) < 0) die("close");
+		if (++done == 1) report_resources("_after_first");
+		/* Reap the children that are done already, so that they do not pile up. */
+		while (running && (pid = waitpid(-1, &st, WNOHANG)) > 0) {
+			running--;
+			if (!failed && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) failed = pid;
+		}
+	}
+	for (; running; running--) {
+		int st;
+		pid_t pid;
+		while ((pid = waitpid(-1, &st, 0)) < 0)
+			if (errno != EINTR) die("waitpid");
+		if (!failed && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) failed = pid;
+	}
+	if (failed) fail(1, "child %d failed", (int)failed);
 }
 
 struct conn {
@@ -416,8 +568,9 @@ static int conn_service(int ep, struct conn *c, unsigned long long *bytes) {
 	return 0;
 }
 
-/* Serves count connections concurrently with edge-triggered epoll; returns the bytes echoed. */
-static unsigned long long serve_epoll(int lfd, unsigned long long count) {
+/* Serves count connections concurrently with edge-triggered epoll; returns the bytes echoed
+ * and, in *epfd, the epoll descriptor, for the caller to close. */
+static unsigned long long serve_epoll(int lfd, unsigned long long count, int *epfd) {
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLET, .data.ptr = NULL }, evs[64];
 	unsigned long long accepted = 0, finished = 0, bytes = 0;
 	int ep = epoll_create1(EPOLL_CLOEXEC);
@@ -430,7 +583,8 @@ static unsigned long long serve_epoll(int lfd, unsigned long long count) {
 		if (n < 0 && errno != EINTR) die("epoll_wait");
 		for (int i = 0; i < n; i++) {
 			if (evs[i].data.ptr) {
-				if (conn_service(ep, evs[i].data.ptr, &bytes)) finished++;
+				if (conn_service(ep, evs[i].data.ptr, &bytes) && ++finished == 1)
+					report_resources("_after_first");
 				continue;
 			}
 			/* The listener: accept up to EAGAIN, but no more than count connections. */
@@ -451,15 +605,23 @@ static unsigned long long serve_epoll(int lfd, unsigned long long count) {
 			}
 		}
 	}
-	close(ep);
+	*epfd = ep;
 	return bytes;
 }
 
 static void run_server(const struct opts *o) {
-	int lfd = open_server(o, SOCK_STREAM);
-	unsigned long long bytes = SEEN(o, OPT_EPOLL) ? serve_epoll(lfd, o->count)
-						       : serve_blocking(lfd, o->count);
-	printf("served %llu connections, %llu bytes\n", o->count, bytes);
+	int lfd = open_server(o, SOCK_STREAM), ep = -1;
+	if (SEEN(o, OPT_FORK)) {
+		serve_forked(lfd, o->count);
+		printf("served %llu connections (forked)\n", o->count);
+	} else {
+		unsigned long long bytes = SEEN(o, OPT_EPOLL) ? serve_epoll(lfd, o->count, &ep)
+							       : serve_blocking(lfd, o->count);
+		printf("served %llu connections, %llu bytes\n", o->count, bytes);
+	}
+	/* Before closing the listener and epoll: the _after_first counts had them too. */
+	report_resources("");
+	if (ep >= 0) close(ep);
 	close(lfd);
 	if (o->mode == UNIX_SERVER) unlink(o->path);
 }
@@ -604,6 +766,121 @@ __attribute__((noreturn)) static void run_stream(int fd, const struct opts *o) {
 	close(fd);
 	free(out);
 	free(in);
+	report_resources("");
+	exit(0);
+}
+
+/* The round trips' messages: base is the per-offset pattern, msg and in hold one message. */
+struct bufs {
+	uint64_t *base, *msg;
+	char *in;
+};
+
+static void bufs_init(struct bufs *b, size_t size) {
+	size_t words = (size + 7) / 8;
+	b->base = xmalloc(words * 8);
+	b->msg = xmalloc(words * 8);
+	b->in = xmalloc(size);
+	for (size_t w = 0; w < words; w++) b->base[w] = mix(~(uint64_t)w);
+}
+
+static void bufs_free(struct bufs *b) {
+	free(b->base);
+	free(b->msg);
+	free(b->in);
+}
+
+/* iters round trips of size bytes on fd, the "round_trips=" line, then finish(). */
+static void round_trips(int fd, enum io_mode io, size_t size, unsigned long long iters) {
+	struct bufs b;
+	bufs_init(&b, size);
+	double start = now();
+	for (unsigned long long i = 0; i < iters; i++) {
+		fill(b.msg, b.base, size, i);
+		round_trip(fd, io, (const char *)b.msg, b.in, size);
+		check(b.in, (const char *)b.msg, size, i);
+	}
+	double secs = now() - start;
+	printf("round_trips=%llu size=%zu seconds=%.6f rtt_us=%.3f per_second=%.1f\n",
+	       iters, size, secs, secs * 1e6 / (double)iters,
+	       secs > 0 ? (double)iters / secs : 0.0);
+	finish(fd, io);
+	bufs_free(&b);
+}
+
+/* --fork and --exec: a child takes over the connected fd, the parent closes its copy, waits,
+ * and exits with the child's status. */
+__attribute__((noreturn)) static void run_child_client(int fd, const struct opts *o) {
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid < 0) die("fork");
+	if (pid == 0 && SEEN(o, OPT_FORK)) {
+		round_trips(fd, o->io, o->size, o->iters);
+		exit(0);
+	}
+	if (pid == 0) {
+		char fdarg[16], size[32], iters[32];
+		char *args[] = { o->argv0, "client-fd", "--fd", fdarg, "--size", size,
+				 "--iters", iters, NULL };
+		int flags = fcntl(fd, F_GETFD);
+		if (flags < 0) die("fcntl F_GETFD");
+		if ((flags & FD_CLOEXEC) && fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC) < 0)
+			die("fcntl F_SETFD");
+		snprintf(fdarg, sizeof fdarg, "%d", fd);
+		snprintf(size, sizeof size, "%zu", o->size);
+		snprintf(iters, sizeof iters, "%llu", o->iters);
+		execv("/proc/self/exe", args);
+		die("execv /proc/self/exe");
+	}
+	if (close(fd) < 0) die("close");
+	int status = wait_child(pid);
+	printf("child exited %d\n", status);
+	report_resources("");
+	exit(status);
+}
+
+struct reader {
+	int fd, err, done; /* done: set (atomically) once read() returned */
+	ssize_t r;
+};
+
+static void *reader_main(void *arg) {
+	struct reader *rd = arg;
+	char c;
+	ssize_t r;
+	while ((r = read(rd->fd, &c, 1)) < 0 && errno == EINTR) {}
+	rd->r = r;
+	rd->err = errno;
+	__atomic_store_n(&rd->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/* --threads-close: close fd while another thread is blocked reading it. */
+__attribute__((noreturn)) static void run_threads_close(int fd) {
+	struct reader rd = { .fd = fd };
+	pthread_t th;
+	int rc = pthread_create(&th, NULL, reader_main, &rd);
+	if (rc) {
+		errno = rc;
+		die("pthread_create");
+	}
+	sleep_ms(300);
+	if (shutdown(fd, SHUT_RDWR) < 0 && errno != ENOTCONN) die("shutdown");
+	if (close(fd) < 0) die("close");
+	for (double deadline = now() + 5.0; !__atomic_load_n(&rd.done, __ATOMIC_ACQUIRE);) {
+		if (now() >= deadline) {
+			printf("reader stuck\n");
+			exit(1);
+		}
+		sleep_ms(10);
+	}
+	if ((rc = pthread_join(th, NULL))) {
+		errno = rc;
+		die("pthread_join");
+	}
+	if (rd.r < 0) printf("reader returned %zd (%s)\n", rd.r, strerror(rd.err));
+	else printf("reader returned %zd\n", rd.r);
+	report_resources("");
 	exit(0);
 }
 
@@ -612,45 +889,40 @@ static void run_client(const struct opts *o) {
 	int fd;
 	if (o->mode == UNIX_CLIENT) unix_target(o->path, &t);
 	else resolve(o->host, o->port, SOCK_STREAM, &t);
-	if (o->stream > 0) {
-		fd = client_connect(&t, o->io);
-		greet(fd, "connected");
-		run_stream(fd, o);
-	}
-
-	size_t words = (o->size + 7) / 8;
-	uint64_t *base = xmalloc(words * 8), *msg = xmalloc(words * 8);
-	char *in = xmalloc(o->size);
-	for (size_t w = 0; w < words; w++) base[w] = mix(~(uint64_t)w);
-	double start = now();
 	if (o->shorts) {
+		struct bufs b;
+		bufs_init(&b, o->size);
+		double start = now();
 		for (unsigned long long i = 0; i < o->shorts; i++) {
 			fd = client_connect(&t, o->io);
 			greet(fd, NULL);
-			fill(msg, base, o->size, i);
-			round_trip(fd, o->io, (const char *)msg, in, o->size);
-			check(in, (const char *)msg, o->size, i);
+			fill(b.msg, b.base, o->size, i);
+			round_trip(fd, o->io, (const char *)b.msg, b.in, o->size);
+			check(b.in, (const char *)b.msg, o->size, i);
 			finish(fd, o->io);
+			if (i == 0) report_resources("_after_first");
 		}
 		printf("short_connections=%llu seconds=%.6f\n", o->shorts, now() - start);
-	} else {
-		fd = client_connect(&t, o->io);
-		greet(fd, "connected");
-		start = now();
-		for (unsigned long long i = 0; i < o->iters; i++) {
-			fill(msg, base, o->size, i);
-			round_trip(fd, o->io, (const char *)msg, in, o->size);
-			check(in, (const char *)msg, o->size, i);
-		}
-		double secs = now() - start;
-		printf("round_trips=%llu size=%zu seconds=%.6f rtt_us=%.3f per_second=%.1f\n",
-		       o->iters, o->size, secs, secs * 1e6 / (double)o->iters,
-		       secs > 0 ? (double)o->iters / secs : 0.0);
-		finish(fd, o->io);
+		bufs_free(&b);
+		report_resources("");
+		return;
 	}
-	free(base);
-	free(msg);
-	free(in);
+
+	fd = client_connect(&t, o->io);
+	greet(fd, "connected");
+	if (o->stream > 0) run_stream(fd, o);
+	if (SEEN(o, OPT_FORK) || SEEN(o, OPT_EXEC)) run_child_client(fd, o);
+	if (SEEN(o, OPT_THREADS_CLOSE)) run_threads_close(fd);
+	round_trips(fd, o->io, o->size, o->iters);
+	report_resources("");
+}
+
+/* client-fd: the round trips on an inherited, connected descriptor. */
+static void run_client_fd(const struct opts *o) {
+	int one = 1, flags = fcntl(o->fd, F_GETFL);
+	if (flags < 0) die("fcntl F_GETFL on --fd");
+	setsockopt(o->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* may fail: no matter */
+	round_trips(o->fd, flags & O_NONBLOCK ? IO_POLL : IO_BLOCK, o->size, o->iters);
 }
 
 /* ---- UDP ---- */
@@ -709,6 +981,7 @@ int main(int argc, char **argv) {
 	parse_args(argc, argv, &o);
 	if (o.mode & STREAM_SERVERS) run_server(&o);
 	else if (o.mode & STREAM_CLIENTS) run_client(&o);
+	else if (o.mode == CLIENT_FD) run_client_fd(&o);
 	else if (o.mode == UDP_SERVER) run_udp_server(&o);
 	else run_udp_client(&o);
 	return 0;

@@ -1,0 +1,301 @@
+//! Programs nobody here wrote, under the preload on both sides, their results checked (not
+//! only their exit codes): iperf3 (one and four streams), redis-server with redis-benchmark
+//! (plain and pipelined) and redis-cli (a value written and read back), curl fetching a file
+//! from busybox httpd (a server that forks a child per connection), and a socat pipe; the
+//! fallback to TCP in both directions; and the ping-pong program of `tests/c`. Each also runs
+//! over plain TCP and under rdma-core's librspreload in the same boot, and prints one
+//! `preload-table` row per run (program, carrier, measure, value) for `docs/preload.md`;
+//! rsocket's rows are recorded whatever happens (failures included) and never fail a test.
+//!
+//! Device tests: without an RDMA device each prints `skipped: <reason>`; the programs come
+//! with the SoftRoCE guest (scripts/softroce's package list).
+
+mod common;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const PINGPONG: &str = env!("PINGPONG_EXE");
+/// How long an rsocket run may take before its row says it hung.
+const RSOCKET_BOUND: Duration = Duration::from_secs(20);
+const ALL: [Via; 3] = [Via::Trespass, Via::Tcp, Via::Rsocket];
+
+fn row(program: &str, via: Via, measure: &str, value: impl std::fmt::Display) {
+    println!("preload-table\t{program}\t{}\t{measure}\t{value}", via.name());
+}
+
+/// Runs `f` for `via`: a failure under rsocket becomes its row, anything else fails.
+fn attempt(program: &str, via: Via, f: impl FnOnce() + std::panic::UnwindSafe) {
+    let r = std::panic::catch_unwind(f);
+    match (r, via) {
+        (Ok(()), _) => {}
+        (Err(e), Via::Rsocket) => {
+            let why = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            let first = why.lines().take(4).collect::<Vec<_>>().join(" / ");
+            row(program, via, "failed", first);
+        }
+        (Err(e), _) => std::panic::resume_unwind(e),
+    }
+}
+
+/// How `via` runs a program here: a loaded guest can take more than the default 2 s to
+/// set up an RDMA connection, and a fallback would then fail the counters' checks.
+fn run(via: Via, stats: std::path::PathBuf) -> Run {
+    Run::via(via, stats).env("TRESPASS_PRELOAD_TIMEOUT_MS", "20000")
+}
+
+fn bound(via: Via) -> Duration {
+    if via == Via::Rsocket { RSOCKET_BOUND } else { BOUND }
+}
+
+fn finish_via(child: std::process::Child, via: Via, what: &str) -> String {
+    let out = wait_bounded(child, bound(via))
+        .unwrap_or_else(|out| panic!("{what} ran past {:?}: {}", bound(via), show(&out)));
+    assert!(out.status.success(), "{what} failed: {}", show(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn iperf3_one_and_four_streams() {
+    const T: &str = "iperf3_one_and_four_streams";
+    let Some(ip) = test_ip(T) else { return };
+    let Some(iperf3) = program(T, "iperf3") else { return };
+    let host = ip.to_string();
+    for via in ALL {
+        for streams in [1u64, 4] {
+            attempt("iperf3", via, || {
+                let dir = scratch(&format!("iperf3-{}-{streams}", via.name()));
+                let port = free_port();
+                let p = port.to_string();
+                let (ss, cs) = (dir.join("s.stats"), dir.join("c.stats"));
+                let mut srv = Server::new(
+                    run(via, ss.clone()).spawn(&iperf3, &["-s", "-1", "-B", &host, "-p", &p, "--forceflush"]),
+                );
+                wait_listening(port, srv.child(), via);
+                let n = streams.to_string();
+                let client = run(via, cs.clone())
+                    .spawn(&iperf3, &["-c", &host, "-p", &p, "-t", "1", "-J", "-P", &n]);
+                let out = finish_via(client, via, "the iperf3 client");
+                finish_via(srv.take(), via, "the iperf3 server");
+                let json: serde_json::Value = serde_json::from_str(&out)
+                    .unwrap_or_else(|e| panic!("iperf3's report does not parse ({e}): {out}"));
+                let bytes = json["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+                let bps = json["end"]["sum_received"]["bits_per_second"].as_f64().unwrap_or(0.0);
+                assert!(bytes > 0, "iperf3 moved nothing: {out}");
+                row("iperf3", via, &format!("{streams} stream(s), Mbit/s"), format!("{:.1}", bps / 1e6));
+                if via == Via::Trespass {
+                    // The control connection and each stream.
+                    assert_counters(&cs, &[("connect_rdma", 1 + streams)]);
+                    assert_counters(&ss, &[("listen_rdma", 1), ("accept_rdma", 1 + streams)]);
+                }
+            });
+        }
+    }
+}
+
+/// The requests per second of each test in redis-benchmark's CSV.
+fn benchmark_rps(csv: &str) -> Vec<(String, f64)> {
+    csv.lines()
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split(',').map(|c| c.trim_matches('"')).collect();
+            Some((cols.first()?.to_string(), cols.get(1)?.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn redis_set_and_get_plain_and_pipelined_with_the_data_read_back() {
+    const T: &str = "redis_set_and_get_plain_and_pipelined_with_the_data_read_back";
+    let Some(ip) = test_ip(T) else { return };
+    let (Some(server), Some(bench), Some(cli)) =
+        (program(T, "redis-server"), program(T, "redis-benchmark"), program(T, "redis-cli"))
+    else {
+        return;
+    };
+    let host = ip.to_string();
+    for via in ALL {
+        attempt("redis", via, || {
+            let dir = scratch(&format!("redis-{}", via.name()));
+            let port = free_port();
+            let p = port.to_string();
+            let (ss, cs) = (dir.join("s.stats"), dir.join("c.stats"));
+            let d = dir.to_str().unwrap();
+            let mut srv = Server::new(run(via, ss.clone()).spawn(
+                &server,
+                &[
+                    "--port", &p, "--bind", &host, "--save", "", "--appendonly", "no",
+                    "--protected-mode", "no", "--daemonize", "no", "--dir", d,
+                ],
+            ));
+            wait_listening(port, srv.child(), via);
+            let client = run(via, cs.clone());
+            for pipeline in ["1", "16"] {
+                let out = finish_via(
+                    client.spawn(
+                        &bench,
+                        &["-h", &host, "-p", &p, "-t", "set,get", "-n", "2000", "-c", "20", "-P", pipeline, "--csv"],
+                    ),
+                    via,
+                    "redis-benchmark",
+                );
+                let rps = benchmark_rps(&out);
+                for test in ["SET", "GET"] {
+                    let r = rps.iter().find(|(t, _)| t == test).map(|(_, r)| *r);
+                    let r = r.unwrap_or_else(|| panic!("no {test} line in {out}"));
+                    assert!(r > 0.0, "{out}");
+                    row("redis", via, &format!("{test} -P {pipeline}, requests/s"), format!("{r:.0}"));
+                }
+            }
+            // A 300 KB value written and read back whole.
+            let value: String = (0..300_000u32).map(|i| char::from(b'a' + (i * 7 % 26) as u8)).collect();
+            let file = dir.join("value");
+            std::fs::write(&file, &value).unwrap();
+            let mut set = client.command(&cli, &["-h", &host, "-p", &p, "-x", "set", "big"]);
+            set.stdin(Stdio::from(std::fs::File::open(&file).unwrap()));
+            let out = finish_via(set.spawn().unwrap(), via, "redis-cli set");
+            assert_eq!(out.trim(), "OK", "{out}");
+            let got = finish_via(
+                client.spawn(&cli, &["-h", &host, "-p", &p, "--raw", "get", "big"]),
+                via,
+                "redis-cli get",
+            );
+            assert!(got.trim_end_matches('\n') == value, "the value read back differs ({} bytes)", got.len());
+            let _ = finish_via(client.spawn(&cli, &["-h", &host, "-p", &p, "shutdown", "nosave"]), via, "redis-cli shutdown")
+                .len();
+            let _ = wait_bounded(srv.take(), bound(via));
+            row("redis", via, "300 KB value read back", "ok");
+            if via == Via::Trespass {
+                // Every connection of every client (the benchmark's 20 per run, and those
+                // it makes to read the server's settings; redis-cli's) went over RDMA.
+                let c = total(&cs);
+                let s = total(&ss);
+                assert!(c["connect_rdma"] >= 2 * 20 + 3, "{c:?}");
+                assert!(c.iter().all(|(k, v)| k == "connect_rdma" || *v == 0), "{c:?}");
+                assert_eq!(s["accept_rdma"], c["connect_rdma"], "{s:?}");
+                assert_eq!((s["listen_rdma"], s["accept_tcp"]), (1, 0), "{s:?}");
+            }
+        });
+    }
+}
+
+/// Serves `dir` with busybox httpd (a child per connection) under `server`, fetches `name`
+/// with curl under `client`; returns the bytes fetched.
+fn fetch(busybox: &Path, curl: &Path, host: &str, dir: &Path, server: &Run, client: &Run, via: Via) -> Vec<u8> {
+    let port = free_port();
+    let listen = format!("{host}:{port}");
+    let mut srv = Server::new(server.spawn(busybox, &["httpd", "-f", "-p", &listen, "-h", dir.to_str().unwrap()]));
+    wait_listening(port, srv.child(), via);
+    let out = dir.join("fetched");
+    let url = format!("http://{listen}/blob");
+    let r = wait_bounded(
+        client.spawn(curl, &["-sS", "--max-time", "60", "-o", out.to_str().unwrap(), &url]),
+        bound(via),
+    );
+    drop(srv);
+    let out_ok = r.unwrap_or_else(|o| panic!("curl ran past {:?}: {}", bound(via), show(&o)));
+    assert!(out_ok.status.success(), "curl failed: {}", show(&out_ok));
+    std::fs::read(&out).unwrap()
+}
+
+#[test]
+fn curl_fetches_a_file_from_a_forking_http_server_and_falls_back_both_ways() {
+    const T: &str = "curl_fetches_a_file_from_a_forking_http_server_and_falls_back_both_ways";
+    let Some(ip) = test_ip(T) else { return };
+    let (Some(busybox), Some(curl)) = (program(T, "busybox"), program(T, "curl")) else { return };
+    let host = ip.to_string();
+    let blob: Vec<u8> = (0..4_000_000u64).map(|i| (i.wrapping_mul(0x9e37_79b9) >> 13) as u8).collect();
+    for via in ALL {
+        attempt("curl + busybox httpd", via, || {
+            let dir = scratch(&format!("httpd-{}", via.name()));
+            std::fs::write(dir.join("blob"), &blob).unwrap();
+            let cs = dir.join("c.stats");
+            let start = Instant::now();
+            let got = fetch(&busybox, &curl, &host, &dir, &run(via, dir.join("s.stats")), &run(via, cs.clone()), via);
+            assert!(got == blob, "the file fetched differs ({} bytes of {})", got.len(), blob.len());
+            row("curl + busybox httpd", via, "4 MB fetched, s", format!("{:.3}", start.elapsed().as_secs_f64()));
+            if via == Via::Trespass {
+                assert_counters(&cs, &[("connect_rdma", 1)]);
+            }
+        });
+    }
+    // A preloaded client against a server without the library, and the reverse.
+    let dir = scratch("httpd-fallback");
+    std::fs::write(dir.join("blob"), &blob).unwrap();
+    let cs = dir.join("c.stats");
+    let got = fetch(&busybox, &curl, &host, &dir, &Run::plain(), &Run::preloaded(cs.clone()), Via::Trespass);
+    assert!(got == blob, "fallback client: the file differs");
+    assert_counters(&cs, &[("connect_tcp_refused", 1)]);
+    let got = fetch(&busybox, &curl, &host, &dir, &Run::preloaded(dir.join("s.stats")), &Run::plain(), Via::Trespass);
+    assert!(got == blob, "fallback server: the file differs");
+}
+
+#[test]
+fn socat_pipes_a_file() {
+    const T: &str = "socat_pipes_a_file";
+    let Some(ip) = test_ip(T) else { return };
+    let Some(socat) = program(T, "socat") else { return };
+    let host = ip.to_string();
+    let data: Vec<u8> = (0..3_000_000u64).map(|i| (i.wrapping_mul(0x2545_f491) >> 7) as u8).collect();
+    for via in ALL {
+        attempt("socat", via, || {
+            let dir = scratch(&format!("socat-{}", via.name()));
+            let (input, output) = (dir.join("in"), dir.join("out"));
+            std::fs::write(&input, &data).unwrap();
+            let port = free_port();
+            let (ss, cs) = (dir.join("s.stats"), dir.join("c.stats"));
+            let listen = format!("TCP-LISTEN:{port},bind={host},reuseaddr");
+            let sink = format!("OPEN:{},creat,trunc", output.display());
+            let mut srv = Server::new(run(via, ss.clone()).spawn(&socat, &["-u", &listen, &sink]));
+            wait_listening(port, srv.child(), via);
+            let start = Instant::now();
+            let source = format!("OPEN:{}", input.display());
+            let target = format!("TCP:{host}:{port}");
+            finish_via(run(via, cs.clone()).spawn(&socat, &["-u", &source, &target]), via, "the socat client");
+            finish_via(srv.take(), via, "the socat server");
+            let got = std::fs::read(&output).unwrap();
+            assert!(got == data, "the file piped differs ({} bytes of {})", got.len(), data.len());
+            row("socat", via, "3 MB piped, s", format!("{:.3}", start.elapsed().as_secs_f64()));
+            if via == Via::Trespass {
+                assert_counters(&cs, &[("connect_rdma", 1)]);
+                assert_counters(&ss, &[("listen_rdma", 1), ("accept_rdma", 1)]);
+            }
+        });
+    }
+}
+
+#[test]
+fn pingpong_round_trips_beside_tcp_and_rsocket() {
+    const T: &str = "pingpong_round_trips_beside_tcp_and_rsocket";
+    let Some(ip) = test_ip(T) else { return };
+    let host = ip.to_string();
+    for via in ALL {
+        attempt("pingpong", via, || {
+            let dir = scratch(&format!("pp-{}", via.name()));
+            let port = free_port();
+            let p = port.to_string();
+            let mut srv = Server::new(
+                run(via, dir.join("s.stats")).spawn(PINGPONG, &["server", "--bind", &host, "--port", &p]),
+            );
+            wait_listening(port, srv.child(), via);
+            let out = finish_via(
+                run(via, dir.join("c.stats"))
+                    .spawn(PINGPONG, &["client", "--host", &host, "--port", &p, "--iters", "1000", "--size", "64"]),
+                via,
+                "the pingpong client",
+            );
+            finish_via(srv.take(), via, "the pingpong server");
+            row("pingpong 64 B", via, "round trips/s", field(&out, "per_second"));
+            row("pingpong 64 B", via, "average round trip, us", field(&out, "rtt_us"));
+            if via == Via::Trespass {
+                assert_counters(&dir.join("c.stats"), &[("connect_rdma", 1)]);
+            }
+        });
+    }
+}
