@@ -162,7 +162,10 @@ mod tests {
     fn a_v6_socket_sees_v4_mapped_and_rdma_cm_gets_v4() {
         let v4: SocketAddr = "198.18.0.1:7".parse().unwrap();
         let mapped = round_trip(v4, libc::AF_INET6);
-        assert_eq!(mapped, "[::ffff:198.18.0.1]:7".parse::<SocketAddr>().unwrap());
+        assert_eq!(
+            mapped,
+            "[::ffff:198.18.0.1]:7".parse::<SocketAddr>().unwrap()
+        );
         assert_eq!(unmap(mapped), v4);
         // And an AF_INET socket is never handed an IPv6 answer for a mapped address.
         assert_eq!(round_trip(mapped, libc::AF_INET), v4);
@@ -173,11 +176,12 @@ mod tests {
         let (s, len) = to_storage("198.18.0.1:7".parse().unwrap(), libc::AF_INET);
         // SAFETY: `s` holds at least `len` bytes.
         assert!(unsafe { read((&raw const s).cast(), len - 1) }.is_none());
+        // SAFETY: a null address is allowed (and read as none).
         assert!(unsafe { read(std::ptr::null(), len) }.is_none());
         let mut unix: sockaddr_storage = unsafe_zeroed();
         unix.ss_family = libc::AF_UNIX as sa_family_t;
-        // SAFETY: `unix` is a whole sockaddr_storage.
         let n = size_of::<sockaddr_storage>() as socklen_t;
+        // SAFETY: `unix` is a whole sockaddr_storage, `n` bytes.
         assert!(unsafe { read((&raw const unix).cast(), n) }.is_none());
     }
 
@@ -189,13 +193,23 @@ mod tests {
         // SAFETY: `out` has `len` bytes.
         unsafe { write(a, libc::AF_INET, out.as_mut_ptr().cast(), &mut len) };
         assert_eq!(len as usize, size_of::<sockaddr_in>());
-        assert_eq!(out[2..4], [1, 2], "the port, big-endian, is within the first 4 bytes");
+        assert_eq!(
+            out[2..4],
+            [1, 2],
+            "the port, big-endian, is within the first 4 bytes"
+        );
     }
 
     #[test]
     fn listeners_on_every_address_are_reached_through_loopback() {
-        assert_eq!(reach_locally("0.0.0.0:80".parse().unwrap()), "127.0.0.1:80".parse().unwrap());
-        assert_eq!(reach_locally("[::]:80".parse().unwrap()), "[::1]:80".parse().unwrap());
+        assert_eq!(
+            reach_locally("0.0.0.0:80".parse().unwrap()),
+            "127.0.0.1:80".parse().unwrap()
+        );
+        assert_eq!(
+            reach_locally("[::]:80".parse().unwrap()),
+            "[::1]:80".parse().unwrap()
+        );
         let own: SocketAddr = "198.18.0.1:80".parse().unwrap();
         assert_eq!(reach_locally(own), own);
     }

@@ -53,11 +53,15 @@ impl Net {
         };
         match (self.ip, ip) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                let mask = u32::MAX.checked_shl(32 - u32::from(self.prefix)).unwrap_or(0);
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
                 u32::from(net) & mask == u32::from(ip) & mask
             }
             (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                let mask = u128::MAX.checked_shl(128 - u32::from(self.prefix)).unwrap_or(0);
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
                 u128::from(net) & mask == u128::from(ip) & mask
             }
             _ => false,
@@ -177,7 +181,9 @@ impl Config {
     }
 
     fn covers_ip(&self, ip: IpAddr) -> bool {
-        self.nets.as_ref().is_none_or(|n| n.iter().any(|net| net.contains(ip)))
+        self.nets
+            .as_ref()
+            .is_none_or(|n| n.iter().any(|net| net.contains(ip)))
     }
 }
 
@@ -230,8 +236,10 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> (Config, Option<String>) {
-        let pairs: Vec<(String, String)> =
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         Config::from_env(|k| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
     }
 
@@ -259,7 +267,10 @@ mod tests {
         assert!(c.covers(sa("198.18.0.1:8099")));
         assert!(!c.covers(sa("198.18.0.1:8100")));
         assert!(!c.covers(sa("198.20.0.1:5201")));
-        assert!(c.covers(sa("[::ffff:198.18.0.9]:5201")), "v4-mapped is matched as v4");
+        assert!(
+            c.covers(sa("[::ffff:198.18.0.9]:5201")),
+            "v4-mapped is matched as v4"
+        );
         assert!(c.covers(sa("[fd12::1]:5201")));
         assert!(!c.covers(sa("[fe80::1]:5201")));
         assert!(c.covers(sa("10.1.2.3:5201")) && !c.covers(sa("10.1.2.4:5201")));
@@ -298,7 +309,11 @@ mod tests {
             let msg = msg.unwrap_or_else(|| panic!("{k}={v} was accepted"));
             assert!(msg.contains(k) && msg.contains("over TCP"), "{msg}");
             assert!(!c.enabled && !c.covers(sa("198.18.0.1:1")), "{k}={v}");
-            assert_eq!(c.stats, Stats::Stderr, "the counters still report the fallback");
+            assert_eq!(
+                c.stats,
+                Stats::Stderr,
+                "the counters still report the fallback"
+            );
         }
         let (_, msg) = env(&[(ENV_PORTS, "x"), (ENV_NETS, "y")]);
         let msg = msg.unwrap();
@@ -314,9 +329,15 @@ mod tests {
             env(&[(ENV_STATS, "/tmp/x.stats")]).0.stats,
             Stats::File("/tmp/x.stats".into())
         );
-        assert_eq!(env(&[(ENV_TIMEOUT, "250")]).0.timeout, Duration::from_millis(250));
+        assert_eq!(
+            env(&[(ENV_TIMEOUT, "250")]).0.timeout,
+            Duration::from_millis(250)
+        );
         assert!(env(&[(ENV_LOG, "1")]).0.log);
-        assert_eq!(env(&[(ENV_BUSY_POLL, "50")]).0.busy_poll, Duration::from_micros(50));
+        assert_eq!(
+            env(&[(ENV_BUSY_POLL, "50")]).0.busy_poll,
+            Duration::from_micros(50)
+        );
         assert_eq!(env(&[]).0.busy_poll, Duration::ZERO);
     }
 }

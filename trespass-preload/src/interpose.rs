@@ -76,7 +76,10 @@ fn name_of(
 fn no_device(e: &io::Error) -> bool {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = e.get_ref().map(|e| e as _);
     while let Some(c) = cause {
-        if c.downcast_ref::<io::Error>().and_then(io::Error::raw_os_error) == Some(libc::ENODEV) {
+        if c.downcast_ref::<io::Error>()
+            .and_then(io::Error::raw_os_error)
+            == Some(libc::ENODEV)
+        {
             return true;
         }
         cause = c.source();
@@ -158,12 +161,20 @@ fn attach(fd: c_int, family: c_int, stream: trespass::Stream) -> io::Result<()> 
     let (mine, theirs) = std::os::unix::net::UnixStream::pair()?;
     pump::ensure()?;
     // SAFETY: fcntl queries of an fd the caller passed to connect.
-    let (status, descriptor) =
-        unsafe { (libc::fcntl(fd, libc::F_GETFL), libc::fcntl(fd, libc::F_GETFD)) };
+    let (status, descriptor) = unsafe {
+        (
+            libc::fcntl(fd, libc::F_GETFL),
+            libc::fcntl(fd, libc::F_GETFD),
+        )
+    };
     if status < 0 || descriptor < 0 {
         return Err(io::Error::last_os_error());
     }
-    let cloexec = if descriptor & libc::FD_CLOEXEC != 0 { libc::O_CLOEXEC } else { 0 };
+    let cloexec = if descriptor & libc::FD_CLOEXEC != 0 {
+        libc::O_CLOEXEC
+    } else {
+        0
+    };
     // SAFETY: `mine` is open; `fd` is the caller's socket, which this replaces as connect
     // would have connected it.
     if unsafe { real::dup3(mine.as_raw_fd(), fd, cloexec) } < 0 {
@@ -176,9 +187,18 @@ fn attach(fd: c_int, family: c_int, stream: trespass::Stream) -> io::Result<()> 
     }
     table::insert(
         fd,
-        Entry::Conn(Conn { local, peer, family, pair: true, nodelay: false }),
+        Entry::Conn(Conn {
+            local,
+            peer,
+            family,
+            pair: true,
+            nodelay: false,
+        }),
     );
-    pump::send(pump::Job::Carry { stream, app: OwnedFd::from(theirs) })
+    pump::send(pump::Job::Carry {
+        stream,
+        app: OwnedFd::from(theirs),
+    })
 }
 
 static LISTENERS: AtomicU64 = AtomicU64::new(1);
@@ -200,7 +220,9 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
             if tcp_family(fd).is_none() || table::get(fd).is_some() {
                 return;
             }
-            let Some(local) = name_of(fd, real::getsockname) else { return };
+            let Some(local) = name_of(fd, real::getsockname) else {
+                return;
+            };
             let config = crate::config();
             if !config.covers_listener(local) {
                 count(Event::ListenTcpRule);
@@ -212,7 +234,11 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
                 let id = LISTENERS.fetch_add(1, Ordering::Relaxed);
                 table::insert(fd, Entry::Listener { id });
                 let reach = addr::reach_locally(local);
-                pump::send(pump::Job::Listen { id, listener, reach })?;
+                pump::send(pump::Job::Listen {
+                    id,
+                    listener,
+                    reach,
+                })?;
                 Ok(id)
             });
             match started {
@@ -222,7 +248,11 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
                 }
                 Err(e) => {
                     table::remove(fd);
-                    count(if no_device(&e) { Event::ListenTcpNoDevice } else { Event::ListenTcpError });
+                    count(if no_device(&e) {
+                        Event::ListenTcpNoDevice
+                    } else {
+                        Event::ListenTcpError
+                    });
                     crate::log(format_args!("listening on {local}: over TCP only ({e})"));
                 }
             }
@@ -234,13 +264,21 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
 /// After an accept: a connection from the pump carries an RDMA peer, whose address the
 /// caller gets.
 fn accepted(nfd: c_int, out: *mut sockaddr, len: *mut socklen_t) {
-    let Some(source) = name_of(nfd, real::getpeername) else { return };
+    let Some(source) = name_of(nfd, real::getpeername) else {
+        return;
+    };
     match table::take_marker(source) {
         Some(m) => {
             let family = int_opt(nfd, libc::SOL_SOCKET, libc::SO_DOMAIN).unwrap_or(libc::AF_INET);
             table::insert(
                 nfd,
-                Entry::Conn(Conn { local: m.local, peer: m.peer, family, pair: false, nodelay: false }),
+                Entry::Conn(Conn {
+                    local: m.local,
+                    peer: m.peer,
+                    family,
+                    pair: false,
+                    nodelay: false,
+                }),
             );
             // SAFETY: the caller's accept arguments (null, or valid for `*len` bytes).
             unsafe { addr::write(m.peer, family, out, len) };
@@ -467,7 +505,7 @@ pub unsafe extern "C" fn getsockopt(
                 // SAFETY: tcp_info is plain integers, for which zero is valid.
                 let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
                 info.tcpi_state = 1; // TCP_ESTABLISHED
-                // SAFETY: `info` is a plain struct of its own size.
+                                     // SAFETY: `info` is a plain struct of its own size.
                 let bytes = unsafe {
                     std::slice::from_raw_parts(
                         (&raw const info).cast::<u8>(),

@@ -123,7 +123,11 @@ async fn serve(mut jobs: mpsc::UnboundedReceiver<Job>) {
                     }
                 });
             }
-            Job::Listen { id, listener, reach } => {
+            Job::Listen {
+                id,
+                listener,
+                reach,
+            } => {
                 let task = tokio::spawn(listen(listener, reach));
                 listeners.insert(id, task.abort_handle());
             }
@@ -220,10 +224,14 @@ struct SockIo {
 
 impl SockIo {
     fn new(fd: OwnedFd) -> io::Result<SockIo> {
-        // SAFETY: fcntl on an fd this function owns; F_GETFL/F_SETFL take and return ints.
-        let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
-        // SAFETY: as above.
-        if flags < 0 || unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        let raw = fd.as_raw_fd();
+        // SAFETY: fcntl on an fd this function owns; F_GETFL takes no argument.
+        let flags = unsafe { libc::fcntl(raw, libc::F_GETFL) };
+        if flags < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: as above; F_SETFL takes an int of flags.
+        if unsafe { libc::fcntl(raw, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: an OwnedFd is open and always returns the same number; the AsyncFd owns
@@ -245,7 +253,12 @@ impl AsyncRead for SockIo {
             let r = guard.try_io(|fd| {
                 // SAFETY: `unfilled` is writable for its length.
                 let n = unsafe {
-                    libc::recv(fd.as_raw_fd(), unfilled.as_mut_ptr().cast(), unfilled.len(), 0)
+                    libc::recv(
+                        fd.as_raw_fd(),
+                        unfilled.as_mut_ptr().cast(),
+                        unfilled.len(),
+                        0,
+                    )
                 };
                 if n < 0 {
                     Err(io::Error::last_os_error())
@@ -267,14 +280,23 @@ impl AsyncRead for SockIo {
 }
 
 impl AsyncWrite for SockIo {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         loop {
             let mut guard = ready!(self.fd.poll_write_ready(cx))?;
             let r = guard.try_io(|fd| {
                 // SAFETY: `buf` is readable for its length; MSG_NOSIGNAL turns a closed
                 // peer into EPIPE instead of a signal.
                 let n = unsafe {
-                    libc::send(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL)
+                    libc::send(
+                        fd.as_raw_fd(),
+                        buf.as_ptr().cast(),
+                        buf.len(),
+                        libc::MSG_NOSIGNAL,
+                    )
                 };
                 if n < 0 {
                     Err(io::Error::last_os_error())

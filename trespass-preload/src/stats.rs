@@ -115,9 +115,15 @@ mod tests {
         count(Event::AcceptTcp);
         count(Event::AcceptTcp);
         let line = summary(42);
-        assert!(line.starts_with("trespass-preload pid=42 connect_rdma="), "{line}");
-        let names: Vec<&str> =
-            line.split(' ').skip(2).map(|kv| kv.split('=').next().unwrap()).collect();
+        assert!(
+            line.starts_with("trespass-preload pid=42 connect_rdma="),
+            "{line}"
+        );
+        let names: Vec<&str> = line
+            .split(' ')
+            .skip(2)
+            .map(|kv| kv.split('=').next().unwrap())
+            .collect();
         let expected: Vec<&str> = EVENTS.iter().map(|(_, n)| *n).collect();
         assert_eq!(names, expected);
         // Counters only grow (other tests in this binary may count too).
@@ -130,7 +136,8 @@ mod tests {
 
     #[test]
     fn a_stats_file_gets_one_line_per_report() {
-        let dir = std::env::temp_dir().join(format!("trespass-preload-stats-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("trespass-preload-stats-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("stats");
         let _ = std::fs::remove_file(&path);

@@ -6,9 +6,9 @@
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::net::{IpAddr, SocketAddr};
-use std::time::{Duration, Instant};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// A carried connection, as its fd shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,14 +148,19 @@ pub(crate) fn take_marker(source: SocketAddr) -> Option<Marker> {
 pub(crate) fn note_unanswered(ip: IpAddr) {
     with(|t| {
         let now = Instant::now();
-        t.unanswered.retain(|_, at| now.duration_since(*at) < UNANSWERED_FOR);
+        t.unanswered
+            .retain(|_, at| now.duration_since(*at) < UNANSWERED_FOR);
         t.unanswered.insert(ip, now);
     });
 }
 
 /// Whether `ip` did not answer an RDMA connection request within [`UNANSWERED_FOR`].
 pub(crate) fn recently_unanswered(ip: IpAddr) -> bool {
-    with(|t| t.unanswered.get(&ip).is_some_and(|at| at.elapsed() < UNANSWERED_FOR))
+    with(|t| {
+        t.unanswered
+            .get(&ip)
+            .is_some_and(|at| at.elapsed() < UNANSWERED_FOR)
+    })
 }
 
 #[cfg(test)]
@@ -191,7 +196,13 @@ mod tests {
         let source: SocketAddr = "127.0.0.1:40000".parse().unwrap();
         add_marker(source, conn.peer, conn.local);
         assert_eq!(take_marker("127.0.0.1:40001".parse().unwrap()), None);
-        assert_eq!(take_marker(source), Some(Marker { peer: conn.peer, local: conn.local }));
+        assert_eq!(
+            take_marker(source),
+            Some(Marker {
+                peer: conn.peer,
+                local: conn.local
+            })
+        );
         assert_eq!(take_marker(source), None);
         assert!(empty(), "nothing is left behind");
 

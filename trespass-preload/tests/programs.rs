@@ -51,30 +51,42 @@ fn listening(run: &Run, dir: &Path, args: &[&str]) -> (Child, u16) {
         }
         if let Some(status) = child.try_wait().unwrap() {
             let out = child.wait_with_output().unwrap();
-            panic!("the server exited ({status}) before listening: {}", show(&out));
+            panic!(
+                "the server exited ({status}) before listening: {}",
+                show(&out)
+            );
         }
-        assert!(start.elapsed() < BOUND, "the server did not listen within {BOUND:?}");
+        assert!(
+            start.elapsed() < BOUND,
+            "the server did not listen within {BOUND:?}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
 #[test]
 fn both_sides_preloaded_go_over_rdma() {
-    let Some(ip) = test_ip("both_sides_preloaded_go_over_rdma") else { return };
+    let Some(ip) = test_ip("both_sides_preloaded_go_over_rdma") else {
+        return;
+    };
     let dir = scratch("both");
     let (s_stats, c_stats) = (dir.join("server.stats"), dir.join("client.stats"));
     let host = ip.to_string();
     let (srv, port) = server(&Run::preloaded(s_stats.clone()), &dir, &["--bind", &host]);
     let port = port.to_string();
-    let client = Run::preloaded(c_stats.clone())
-        .pp(&["client", "--host", &host, "--port", &port, "--iters", "300", "--size", "1000"]);
+    let client = Run::preloaded(c_stats.clone()).pp(&[
+        "client", "--host", &host, "--port", &port, "--iters", "300", "--size", "1000",
+    ]);
     let out = ok(client, "the client");
     assert_eq!(field(&out, "round_trips"), "300", "{out}");
     let served = ok(srv, "the server");
     // The server's accept names the RDMA peer, the client's getsockname/getpeername the
     // RDMA addresses, not the loopback and socket pair they ride on.
     assert!(served.contains(&format!("accepted {host}:")), "{served}");
-    assert!(out.contains(&format!("connected {host}:{port} local {host}:")), "{out}");
+    assert!(
+        out.contains(&format!("connected {host}:{port} local {host}:")),
+        "{out}"
+    );
     assert_counters(&c_stats, &[("connect_rdma", 1)]);
     assert_counters(&s_stats, &[("listen_rdma", 1), ("accept_rdma", 1)]);
     println!("{}", out.lines().last().unwrap_or_default());
@@ -82,12 +94,17 @@ fn both_sides_preloaded_go_over_rdma() {
 
 #[test]
 fn poll_select_and_epoll_programs_run_unchanged() {
-    let Some(ip) = test_ip("poll_select_and_epoll_programs_run_unchanged") else { return };
+    let Some(ip) = test_ip("poll_select_and_epoll_programs_run_unchanged") else {
+        return;
+    };
     let dir = scratch("readiness");
     let host = ip.to_string();
     let s_stats = dir.join("server.stats");
-    let (srv, port) =
-        server(&Run::preloaded(s_stats.clone()), &dir, &["--epoll", "--count", "3"]);
+    let (srv, port) = server(
+        &Run::preloaded(s_stats.clone()),
+        &dir,
+        &["--epoll", "--count", "3"],
+    );
     let port = port.to_string();
     let clients: Vec<(Child, PathBuf)> = [&["--poll"][..], &["--select"], &[]]
         .iter()
@@ -111,7 +128,9 @@ fn poll_select_and_epoll_programs_run_unchanged() {
 
 #[test]
 fn large_messages_arrive_whole() {
-    let Some(ip) = test_ip("large_messages_arrive_whole") else { return };
+    let Some(ip) = test_ip("large_messages_arrive_whole") else {
+        return;
+    };
     let dir = scratch("large");
     let host = ip.to_string();
     let (srv, port) = server(&Run::preloaded(dir.join("s.stats")), &dir, &[]);
@@ -127,7 +146,9 @@ fn large_messages_arrive_whole() {
 
 #[test]
 fn a_preloaded_client_falls_back_to_a_plain_server() {
-    let Some(ip) = test_ip("a_preloaded_client_falls_back_to_a_plain_server") else { return };
+    let Some(ip) = test_ip("a_preloaded_client_falls_back_to_a_plain_server") else {
+        return;
+    };
     let dir = scratch("fallback-client");
     let host = ip.to_string();
     let (srv, port) = server(&Run::plain(), &dir, &[]);
@@ -146,7 +167,9 @@ fn a_preloaded_client_falls_back_to_a_plain_server() {
 
 #[test]
 fn a_plain_client_reaches_a_preloaded_server_over_tcp() {
-    let Some(ip) = test_ip("a_plain_client_reaches_a_preloaded_server_over_tcp") else { return };
+    let Some(ip) = test_ip("a_plain_client_reaches_a_preloaded_server_over_tcp") else {
+        return;
+    };
     let dir = scratch("fallback-server");
     let host = ip.to_string();
     let stats = dir.join("s.stats");
@@ -165,7 +188,10 @@ fn a_plain_client_reaches_a_preloaded_server_over_tcp() {
     );
     assert_eq!(field(&out, "round_trips"), "50", "{out}");
     ok(srv, "the server");
-    assert_counters(&stats, &[("listen_rdma", 1), ("accept_tcp", 1), ("accept_rdma", 1)]);
+    assert_counters(
+        &stats,
+        &[("listen_rdma", 1), ("accept_tcp", 1), ("accept_rdma", 1)],
+    );
 }
 
 #[test]
@@ -186,13 +212,19 @@ fn a_peer_killed_mid_transfer_ends_the_survivors_connection() {
     let out = finish(client, "the client");
     let took = killed.elapsed();
     assert_eq!(out.status.code(), Some(4), "{}", show(&out));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("peer gone"), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("peer gone"),
+        "{}",
+        show(&out)
+    );
     println!("the survivor saw its peer go after {took:?}");
 }
 
 /// `key=value` as a number.
 fn number(out: &str, key: &str) -> u64 {
-    field(out, key).parse().unwrap_or_else(|_| panic!("{key} is not a number in {out}"))
+    field(out, key)
+        .parse()
+        .unwrap_or_else(|_| panic!("{key} is not a number in {out}"))
 }
 
 /// Neither fds nor memory grow from the first connection to the last: no more fds (one of
@@ -201,14 +233,22 @@ fn number(out: &str, key: &str) -> u64 {
 /// gigabytes).
 fn assert_no_leak(out: &str, who: &str) {
     let (first, last) = (number(out, "open_fds_after_first"), number(out, "open_fds"));
-    assert!(last <= first, "{who}'s open fds grew from {first} to {last}: {out}");
+    assert!(
+        last <= first,
+        "{who}'s open fds grew from {first} to {last}: {out}"
+    );
     let (first, last) = (number(out, "rss_kib_after_first"), number(out, "rss_kib"));
-    assert!(last <= first + 16 * 1024, "{who}'s memory grew from {first} to {last} KiB: {out}");
+    assert!(
+        last <= first + 16 * 1024,
+        "{who}'s memory grew from {first} to {last} KiB: {out}"
+    );
 }
 
 #[test]
 fn a_thousand_short_connections_in_a_row_leak_nothing() {
-    let Some(ip) = test_ip("a_thousand_short_connections_in_a_row_leak_nothing") else { return };
+    let Some(ip) = test_ip("a_thousand_short_connections_in_a_row_leak_nothing") else {
+        return;
+    };
     const N: &str = "1000";
     let dir = scratch("short");
     let host = ip.to_string();
@@ -232,25 +272,43 @@ fn a_thousand_short_connections_in_a_row_leak_nothing() {
 
 #[test]
 fn forked_children_use_inherited_connections() {
-    let Some(ip) = test_ip("forked_children_use_inherited_connections") else { return };
+    let Some(ip) = test_ip("forked_children_use_inherited_connections") else {
+        return;
+    };
     let dir = scratch("fork");
     let host = ip.to_string();
     let s_stats = dir.join("s.stats");
     // A server that forks a child per connection; clients that fork, and fork and exec,
     // after connecting: the children do all the talking.
-    let (srv, port) = server(&Run::preloaded(s_stats.clone()), &dir, &["--fork", "--count", "3"]);
+    let (srv, port) = server(
+        &Run::preloaded(s_stats.clone()),
+        &dir,
+        &["--fork", "--count", "3"],
+    );
     let port = port.to_string();
-    for (i, how) in [&["--fork"][..], &["--exec"], &["--exec", "--poll"]].iter().enumerate() {
+    for (i, how) in [&["--fork"][..], &["--exec"], &["--exec", "--poll"]]
+        .iter()
+        .enumerate()
+    {
         let stats = dir.join(format!("c{i}.stats"));
-        let mut args = vec!["client", "--host", &host, "--port", &port, "--iters", "200", "--size", "3000"];
+        let mut args = vec![
+            "client", "--host", &host, "--port", &port, "--iters", "200", "--size", "3000",
+        ];
         args.extend_from_slice(how);
-        let out = ok(Run::preloaded(stats.clone()).pp(&args), &format!("client {how:?}"));
+        let out = ok(
+            Run::preloaded(stats.clone()).pp(&args),
+            &format!("client {how:?}"),
+        );
         assert_eq!(field(&out, "round_trips"), "200", "{out}");
         assert!(out.contains("child exited 0"), "{out}");
         // The parent connected over RDMA; its child (and an exec'd program) counted nothing
         // of its own.
         let c = counters(&stats);
-        assert_eq!(c.iter().map(|p| p["connect_rdma"]).sum::<u64>(), 1, "{how:?}: {c:?}");
+        assert_eq!(
+            c.iter().map(|p| p["connect_rdma"]).sum::<u64>(),
+            1,
+            "{how:?}: {c:?}"
+        );
     }
     let served = ok(srv, "the forking server");
     assert!(served.contains("served 3 connections (forked)"), "{served}");
@@ -268,8 +326,14 @@ fn closing_a_socket_another_thread_reads_wakes_the_reader() {
     let (srv, port) = server(&Run::preloaded(dir.join("s.stats")), &dir, &[]);
     let port = port.to_string();
     let out = ok(
-        Run::preloaded(dir.join("c.stats"))
-            .pp(&["client", "--host", &host, "--port", &port, "--threads-close"]),
+        Run::preloaded(dir.join("c.stats")).pp(&[
+            "client",
+            "--host",
+            &host,
+            "--port",
+            &port,
+            "--threads-close",
+        ]),
         "the client",
     );
     assert!(out.contains("reader returned"), "{out}");
@@ -279,13 +343,20 @@ fn closing_a_socket_another_thread_reads_wakes_the_reader() {
 
 #[test]
 fn datagram_and_unix_sockets_are_left_alone() {
-    let Some(_ip) = test_ip("datagram_and_unix_sockets_are_left_alone") else { return };
+    let Some(_ip) = test_ip("datagram_and_unix_sockets_are_left_alone") else {
+        return;
+    };
     let dir = scratch("untouched");
     let s_stats = dir.join("s.stats");
     let c_stats = dir.join("c.stats");
     let path = dir.join("sock");
     let path = path.to_str().unwrap();
-    let srv = listening(&Run::preloaded(s_stats.clone()), &dir, &["unix-server", "--path", path]).0;
+    let srv = listening(
+        &Run::preloaded(s_stats.clone()),
+        &dir,
+        &["unix-server", "--path", path],
+    )
+    .0;
     let out = ok(
         Run::preloaded(c_stats.clone()).pp(&["unix-client", "--path", path, "--iters", "20"]),
         "the unix client",
@@ -299,27 +370,33 @@ fn datagram_and_unix_sockets_are_left_alone() {
     );
     let port = port.to_string();
     let out = ok(
-        Run::preloaded(c_stats.clone())
-            .pp(&["udp-client", "--host", "127.0.0.1", "--port", &port]),
+        Run::preloaded(c_stats.clone()).pp(&["udp-client", "--host", "127.0.0.1", "--port", &port]),
         "the udp client",
     );
     assert!(out.contains("udp ok"), "{out}");
     ok(srv, "the udp server");
     for stats in [&s_stats, &c_stats] {
         for process in counters(stats) {
-            assert!(process.values().all(|&n| n == 0), "{}: {process:?}", stats.display());
+            assert!(
+                process.values().all(|&n| n == 0),
+                "{}: {process:?}",
+                stats.display()
+            );
         }
     }
 }
 
 #[test]
 fn rules_that_do_not_parse_mean_tcp_and_one_message() {
-    let Some(ip) = test_ip("rules_that_do_not_parse_mean_tcp_and_one_message") else { return };
+    let Some(ip) = test_ip("rules_that_do_not_parse_mean_tcp_and_one_message") else {
+        return;
+    };
     let dir = scratch("bad-rules");
     let host = ip.to_string();
     let s_stats = dir.join("s.stats");
     let c_stats = dir.join("c.stats");
-    let bad = |stats: &PathBuf| Run::preloaded(stats.clone()).env("TRESPASS_PRELOAD_PORTS", "redis");
+    let bad =
+        |stats: &PathBuf| Run::preloaded(stats.clone()).env("TRESPASS_PRELOAD_PORTS", "redis");
     let (srv, port) = server(&bad(&s_stats), &dir, &[]);
     let port = port.to_string();
     let out = finish(
@@ -328,7 +405,11 @@ fn rules_that_do_not_parse_mean_tcp_and_one_message() {
     );
     assert!(out.status.success(), "{}", show(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(stderr.matches("TRESPASS_PRELOAD_PORTS=\"redis\"").count(), 1, "{stderr}");
+    assert_eq!(
+        stderr.matches("TRESPASS_PRELOAD_PORTS=\"redis\"").count(),
+        1,
+        "{stderr}"
+    );
     assert!(stderr.contains("over TCP"), "{stderr}");
     ok(srv, "the server");
     assert_counters(&c_stats, &[("connect_tcp_rule", 1)]);
@@ -337,7 +418,9 @@ fn rules_that_do_not_parse_mean_tcp_and_one_message() {
 
 #[test]
 fn rules_narrow_what_is_carried() {
-    let Some(ip) = test_ip("rules_narrow_what_is_carried") else { return };
+    let Some(ip) = test_ip("rules_narrow_what_is_carried") else {
+        return;
+    };
     let dir = scratch("rules");
     let host = ip.to_string();
     let s_stats = dir.join("s.stats");
@@ -347,16 +430,25 @@ fn rules_narrow_what_is_carried() {
     let other = if port == 65535 { 1 } else { port + 1 };
     for (ports, stats, expect) in [
         (other.to_string(), dir.join("c1.stats"), "connect_tcp_rule"),
-        (format!("{}-{}", port.saturating_sub(1).max(1), port), dir.join("c2.stats"), "connect_rdma"),
+        (
+            format!("{}-{}", port.saturating_sub(1).max(1), port),
+            dir.join("c2.stats"),
+            "connect_rdma",
+        ),
     ] {
         let run = Run::preloaded(stats.clone()).env("TRESPASS_PRELOAD_PORTS", &ports);
         let out = ok(
-            run.pp(&["client", "--host", &host, "--port", &port_s, "--iters", "10"]),
+            run.pp(&[
+                "client", "--host", &host, "--port", &port_s, "--iters", "10",
+            ]),
             "a client",
         );
         assert_eq!(field(&out, "round_trips"), "10", "{out}");
         assert_counters(&stats, &[(expect, 1)]);
     }
     ok(srv, "the server");
-    assert_counters(&s_stats, &[("listen_rdma", 1), ("accept_tcp", 1), ("accept_rdma", 1)]);
+    assert_counters(
+        &s_stats,
+        &[("listen_rdma", 1), ("accept_tcp", 1), ("accept_rdma", 1)],
+    );
 }

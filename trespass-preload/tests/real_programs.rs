@@ -20,11 +20,14 @@ use common::*;
 
 const PINGPONG: &str = env!("PINGPONG_EXE");
 /// How long an rsocket run may take before its row says it hung.
-const RSOCKET_BOUND: Duration = Duration::from_secs(20);
+const RSOCKET_BOUND: Duration = Duration::from_secs(10);
 const ALL: [Via; 3] = [Via::Trespass, Via::Tcp, Via::Rsocket];
 
 fn row(program: &str, via: Via, measure: &str, value: impl std::fmt::Display) {
-    println!("preload-table\t{program}\t{}\t{measure}\t{value}", via.name());
+    println!(
+        "preload-table\t{program}\t{}\t{measure}\t{value}",
+        via.name()
+    );
 }
 
 /// Runs `f` for `via`: a failure under rsocket becomes its row, anything else fails.
@@ -52,7 +55,11 @@ fn run(via: Via, stats: std::path::PathBuf) -> Run {
 }
 
 fn bound(via: Via) -> Duration {
-    if via == Via::Rsocket { RSOCKET_BOUND } else { BOUND }
+    if via == Via::Rsocket {
+        RSOCKET_BOUND
+    } else {
+        BOUND
+    }
 }
 
 fn finish_via(child: std::process::Child, via: Via, what: &str) -> String {
@@ -66,7 +73,9 @@ fn finish_via(child: std::process::Child, via: Via, what: &str) -> String {
 fn iperf3_one_and_four_streams() {
     const T: &str = "iperf3_one_and_four_streams";
     let Some(ip) = test_ip(T) else { return };
-    let Some(iperf3) = program(T, "iperf3") else { return };
+    let Some(iperf3) = program(T, "iperf3") else {
+        return;
+    };
     let host = ip.to_string();
     for via in ALL {
         for streams in [1u64, 4] {
@@ -75,9 +84,10 @@ fn iperf3_one_and_four_streams() {
                 let port = free_port();
                 let p = port.to_string();
                 let (ss, cs) = (dir.join("s.stats"), dir.join("c.stats"));
-                let mut srv = Server::new(
-                    run(via, ss.clone()).spawn(&iperf3, &["-s", "-1", "-B", &host, "-p", &p, "--forceflush"]),
-                );
+                let mut srv = Server::new(run(via, ss.clone()).spawn(
+                    &iperf3,
+                    &["-s", "-1", "-B", &host, "-p", &p, "--forceflush"],
+                ));
                 wait_listening(port, srv.child(), via);
                 let n = streams.to_string();
                 let client = run(via, cs.clone())
@@ -87,9 +97,16 @@ fn iperf3_one_and_four_streams() {
                 let json: serde_json::Value = serde_json::from_str(&out)
                     .unwrap_or_else(|e| panic!("iperf3's report does not parse ({e}): {out}"));
                 let bytes = json["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
-                let bps = json["end"]["sum_received"]["bits_per_second"].as_f64().unwrap_or(0.0);
+                let bps = json["end"]["sum_received"]["bits_per_second"]
+                    .as_f64()
+                    .unwrap_or(0.0);
                 assert!(bytes > 0, "iperf3 moved nothing: {out}");
-                row("iperf3", via, &format!("{streams} stream(s), Mbit/s"), format!("{:.1}", bps / 1e6));
+                row(
+                    "iperf3",
+                    via,
+                    &format!("{streams} stream(s), Mbit/s"),
+                    format!("{:.1}", bps / 1e6),
+                );
                 if via == Via::Trespass {
                     // The control connection and each stream.
                     assert_counters(&cs, &[("connect_rdma", 1 + streams)]);
@@ -114,9 +131,11 @@ fn benchmark_rps(csv: &str) -> Vec<(String, f64)> {
 fn redis_set_and_get_plain_and_pipelined_with_the_data_read_back() {
     const T: &str = "redis_set_and_get_plain_and_pipelined_with_the_data_read_back";
     let Some(ip) = test_ip(T) else { return };
-    let (Some(server), Some(bench), Some(cli)) =
-        (program(T, "redis-server"), program(T, "redis-benchmark"), program(T, "redis-cli"))
-    else {
+    let (Some(server), Some(bench), Some(cli)) = (
+        program(T, "redis-server"),
+        program(T, "redis-benchmark"),
+        program(T, "redis-cli"),
+    ) else {
         return;
     };
     let host = ip.to_string();
@@ -130,8 +149,20 @@ fn redis_set_and_get_plain_and_pipelined_with_the_data_read_back() {
             let mut srv = Server::new(run(via, ss.clone()).spawn(
                 &server,
                 &[
-                    "--port", &p, "--bind", &host, "--save", "", "--appendonly", "no",
-                    "--protected-mode", "no", "--daemonize", "no", "--dir", d,
+                    "--port",
+                    &p,
+                    "--bind",
+                    &host,
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--protected-mode",
+                    "no",
+                    "--daemonize",
+                    "no",
+                    "--dir",
+                    d,
                 ],
             ));
             wait_listening(port, srv.child(), via);
@@ -140,7 +171,10 @@ fn redis_set_and_get_plain_and_pipelined_with_the_data_read_back() {
                 let out = finish_via(
                     client.spawn(
                         &bench,
-                        &["-h", &host, "-p", &p, "-t", "set,get", "-n", "2000", "-c", "20", "-P", pipeline, "--csv"],
+                        &[
+                            "-h", &host, "-p", &p, "-t", "set,get", "-n", "2000", "-c", "20", "-P",
+                            pipeline, "--csv",
+                        ],
                     ),
                     via,
                     "redis-benchmark",
@@ -150,11 +184,18 @@ fn redis_set_and_get_plain_and_pipelined_with_the_data_read_back() {
                     let r = rps.iter().find(|(t, _)| t == test).map(|(_, r)| *r);
                     let r = r.unwrap_or_else(|| panic!("no {test} line in {out}"));
                     assert!(r > 0.0, "{out}");
-                    row("redis", via, &format!("{test} -P {pipeline}, requests/s"), format!("{r:.0}"));
+                    row(
+                        "redis",
+                        via,
+                        &format!("{test} -P {pipeline}, requests/s"),
+                        format!("{r:.0}"),
+                    );
                 }
             }
             // A 300 KB value written and read back whole.
-            let value: String = (0..300_000u32).map(|i| char::from(b'a' + (i * 7 % 26) as u8)).collect();
+            let value: String = (0..300_000u32)
+                .map(|i| char::from(b'a' + (i * 7 % 26) as u8))
+                .collect();
             let file = dir.join("value");
             std::fs::write(&file, &value).unwrap();
             let mut set = client.command(&cli, &["-h", &host, "-p", &p, "-x", "set", "big"]);
@@ -166,9 +207,17 @@ fn redis_set_and_get_plain_and_pipelined_with_the_data_read_back() {
                 via,
                 "redis-cli get",
             );
-            assert!(got.trim_end_matches('\n') == value, "the value read back differs ({} bytes)", got.len());
-            let _ = finish_via(client.spawn(&cli, &["-h", &host, "-p", &p, "shutdown", "nosave"]), via, "redis-cli shutdown")
-                .len();
+            assert!(
+                got.trim_end_matches('\n') == value,
+                "the value read back differs ({} bytes)",
+                got.len()
+            );
+            let _ = finish_via(
+                client.spawn(&cli, &["-h", &host, "-p", &p, "shutdown", "nosave"]),
+                via,
+                "redis-cli shutdown",
+            )
+            .len();
             let _ = wait_bounded(srv.take(), bound(via));
             row("redis", via, "300 KB value read back", "ok");
             if via == Via::Trespass {
@@ -177,7 +226,10 @@ fn redis_set_and_get_plain_and_pipelined_with_the_data_read_back() {
                 let c = total(&cs);
                 let s = total(&ss);
                 assert!(c["connect_rdma"] >= 2 * 20 + 3, "{c:?}");
-                assert!(c.iter().all(|(k, v)| k == "connect_rdma" || *v == 0), "{c:?}");
+                assert!(
+                    c.iter().all(|(k, v)| k == "connect_rdma" || *v == 0),
+                    "{c:?}"
+                );
                 assert_eq!(s["accept_rdma"], c["connect_rdma"], "{s:?}");
                 assert_eq!((s["listen_rdma"], s["accept_tcp"]), (1, 0), "{s:?}");
             }
@@ -187,15 +239,29 @@ fn redis_set_and_get_plain_and_pipelined_with_the_data_read_back() {
 
 /// Serves `dir` with busybox httpd (a child per connection) under `server`, fetches `name`
 /// with curl under `client`; returns the bytes fetched.
-fn fetch(busybox: &Path, curl: &Path, host: &str, dir: &Path, server: &Run, client: &Run, via: Via) -> Vec<u8> {
+fn fetch(
+    busybox: &Path,
+    curl: &Path,
+    host: &str,
+    dir: &Path,
+    server: &Run,
+    client: &Run,
+    via: Via,
+) -> Vec<u8> {
     let port = free_port();
     let listen = format!("{host}:{port}");
-    let mut srv = Server::new(server.spawn(busybox, &["httpd", "-f", "-p", &listen, "-h", dir.to_str().unwrap()]));
+    let mut srv = Server::new(server.spawn(
+        busybox,
+        &["httpd", "-f", "-p", &listen, "-h", dir.to_str().unwrap()],
+    ));
     wait_listening(port, srv.child(), via);
     let out = dir.join("fetched");
     let url = format!("http://{listen}/blob");
     let r = wait_bounded(
-        client.spawn(curl, &["-sS", "--max-time", "60", "-o", out.to_str().unwrap(), &url]),
+        client.spawn(
+            curl,
+            &["-sS", "--max-time", "60", "-o", out.to_str().unwrap(), &url],
+        ),
         bound(via),
     );
     drop(srv);
@@ -208,18 +274,40 @@ fn fetch(busybox: &Path, curl: &Path, host: &str, dir: &Path, server: &Run, clie
 fn curl_fetches_a_file_from_a_forking_http_server_and_falls_back_both_ways() {
     const T: &str = "curl_fetches_a_file_from_a_forking_http_server_and_falls_back_both_ways";
     let Some(ip) = test_ip(T) else { return };
-    let (Some(busybox), Some(curl)) = (program(T, "busybox"), program(T, "curl")) else { return };
+    let (Some(busybox), Some(curl)) = (program(T, "busybox"), program(T, "curl")) else {
+        return;
+    };
     let host = ip.to_string();
-    let blob: Vec<u8> = (0..4_000_000u64).map(|i| (i.wrapping_mul(0x9e37_79b9) >> 13) as u8).collect();
+    let blob: Vec<u8> = (0..4_000_000u64)
+        .map(|i| (i.wrapping_mul(0x9e37_79b9) >> 13) as u8)
+        .collect();
     for via in ALL {
         attempt("curl + busybox httpd", via, || {
             let dir = scratch(&format!("httpd-{}", via.name()));
             std::fs::write(dir.join("blob"), &blob).unwrap();
             let cs = dir.join("c.stats");
             let start = Instant::now();
-            let got = fetch(&busybox, &curl, &host, &dir, &run(via, dir.join("s.stats")), &run(via, cs.clone()), via);
-            assert!(got == blob, "the file fetched differs ({} bytes of {})", got.len(), blob.len());
-            row("curl + busybox httpd", via, "4 MB fetched, s", format!("{:.3}", start.elapsed().as_secs_f64()));
+            let got = fetch(
+                &busybox,
+                &curl,
+                &host,
+                &dir,
+                &run(via, dir.join("s.stats")),
+                &run(via, cs.clone()),
+                via,
+            );
+            assert!(
+                got == blob,
+                "the file fetched differs ({} bytes of {})",
+                got.len(),
+                blob.len()
+            );
+            row(
+                "curl + busybox httpd",
+                via,
+                "4 MB fetched, s",
+                format!("{:.3}", start.elapsed().as_secs_f64()),
+            );
             if via == Via::Trespass {
                 assert_counters(&cs, &[("connect_rdma", 1)]);
             }
@@ -229,10 +317,26 @@ fn curl_fetches_a_file_from_a_forking_http_server_and_falls_back_both_ways() {
     let dir = scratch("httpd-fallback");
     std::fs::write(dir.join("blob"), &blob).unwrap();
     let cs = dir.join("c.stats");
-    let got = fetch(&busybox, &curl, &host, &dir, &Run::plain(), &Run::preloaded(cs.clone()), Via::Trespass);
+    let got = fetch(
+        &busybox,
+        &curl,
+        &host,
+        &dir,
+        &Run::plain(),
+        &Run::preloaded(cs.clone()),
+        Via::Trespass,
+    );
     assert!(got == blob, "fallback client: the file differs");
     assert_counters(&cs, &[("connect_tcp_refused", 1)]);
-    let got = fetch(&busybox, &curl, &host, &dir, &Run::preloaded(dir.join("s.stats")), &Run::plain(), Via::Trespass);
+    let got = fetch(
+        &busybox,
+        &curl,
+        &host,
+        &dir,
+        &Run::preloaded(dir.join("s.stats")),
+        &Run::plain(),
+        Via::Trespass,
+    );
     assert!(got == blob, "fallback server: the file differs");
 }
 
@@ -240,9 +344,13 @@ fn curl_fetches_a_file_from_a_forking_http_server_and_falls_back_both_ways() {
 fn socat_pipes_a_file() {
     const T: &str = "socat_pipes_a_file";
     let Some(ip) = test_ip(T) else { return };
-    let Some(socat) = program(T, "socat") else { return };
+    let Some(socat) = program(T, "socat") else {
+        return;
+    };
     let host = ip.to_string();
-    let data: Vec<u8> = (0..3_000_000u64).map(|i| (i.wrapping_mul(0x2545_f491) >> 7) as u8).collect();
+    let data: Vec<u8> = (0..3_000_000u64)
+        .map(|i| (i.wrapping_mul(0x2545_f491) >> 7) as u8)
+        .collect();
     for via in ALL {
         attempt("socat", via, || {
             let dir = scratch(&format!("socat-{}", via.name()));
@@ -257,11 +365,25 @@ fn socat_pipes_a_file() {
             let start = Instant::now();
             let source = format!("OPEN:{}", input.display());
             let target = format!("TCP:{host}:{port}");
-            finish_via(run(via, cs.clone()).spawn(&socat, &["-u", &source, &target]), via, "the socat client");
+            finish_via(
+                run(via, cs.clone()).spawn(&socat, &["-u", &source, &target]),
+                via,
+                "the socat client",
+            );
             finish_via(srv.take(), via, "the socat server");
             let got = std::fs::read(&output).unwrap();
-            assert!(got == data, "the file piped differs ({} bytes of {})", got.len(), data.len());
-            row("socat", via, "3 MB piped, s", format!("{:.3}", start.elapsed().as_secs_f64()));
+            assert!(
+                got == data,
+                "the file piped differs ({} bytes of {})",
+                got.len(),
+                data.len()
+            );
+            row(
+                "socat",
+                via,
+                "3 MB piped, s",
+                format!("{:.3}", start.elapsed().as_secs_f64()),
+            );
             if via == Via::Trespass {
                 assert_counters(&cs, &[("connect_rdma", 1)]);
                 assert_counters(&ss, &[("listen_rdma", 1), ("accept_rdma", 1)]);
@@ -281,20 +403,122 @@ fn pingpong_round_trips_beside_tcp_and_rsocket() {
             let port = free_port();
             let p = port.to_string();
             let mut srv = Server::new(
-                run(via, dir.join("s.stats")).spawn(PINGPONG, &["server", "--bind", &host, "--port", &p]),
+                run(via, dir.join("s.stats"))
+                    .spawn(PINGPONG, &["server", "--bind", &host, "--port", &p]),
             );
             wait_listening(port, srv.child(), via);
             let out = finish_via(
-                run(via, dir.join("c.stats"))
-                    .spawn(PINGPONG, &["client", "--host", &host, "--port", &p, "--iters", "1000", "--size", "64"]),
+                run(via, dir.join("c.stats")).spawn(
+                    PINGPONG,
+                    &[
+                        "client", "--host", &host, "--port", &p, "--iters", "1000", "--size", "64",
+                    ],
+                ),
                 via,
                 "the pingpong client",
             );
             finish_via(srv.take(), via, "the pingpong server");
-            row("pingpong 64 B", via, "round trips/s", field(&out, "per_second"));
-            row("pingpong 64 B", via, "average round trip, us", field(&out, "rtt_us"));
+            row(
+                "pingpong 64 B",
+                via,
+                "round trips/s",
+                field(&out, "per_second"),
+            );
+            row(
+                "pingpong 64 B",
+                via,
+                "average round trip, us",
+                field(&out, "rtt_us"),
+            );
             if via == Via::Trespass {
                 assert_counters(&dir.join("c.stats"), &[("connect_rdma", 1)]);
+            }
+        });
+    }
+}
+
+/// The ping-pong between two hosts of the two-host rig (server on the peer host, through
+/// `scripts/on-peer-host`), beside TCP and rsocket: the other half of the ping-pong table.
+/// Run by scripts/e2e/preload-two-hosts.sh in the two-host boot; a skip elsewhere.
+#[test]
+fn pingpong_across_two_hosts() {
+    const T: &str = "pingpong_across_two_hosts";
+    let Some(_ip) = test_ip(T) else { return };
+    if std::env::var("RDMA_TEST_HOSTS").as_deref() != Ok("2") {
+        println!("skipped: {T}: needs the two-host rig (scripts/softroce run --hosts 2)");
+        return;
+    }
+    let peer = std::env::var("RDMA_TEST_PEER_IP").expect("the two-host rig names the peer");
+    let on_peer = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/on-peer-host");
+    for via in ALL {
+        attempt("pingpong 64 B, two hosts", via, || {
+            let dir = scratch(&format!("pp2-{}", via.name()));
+            let port_file = dir.join("port");
+            let pf = port_file.to_str().unwrap();
+            let mut srv = Server::new(run(via, dir.join("s.stats")).spawn(
+                on_peer,
+                &[
+                    PINGPONG,
+                    "server",
+                    "--bind",
+                    &peer,
+                    "--port",
+                    "0",
+                    "--port-file",
+                    pf,
+                ],
+            ));
+            let start = Instant::now();
+            let port = loop {
+                if let Some(p) = std::fs::read_to_string(&port_file)
+                    .ok()
+                    .and_then(|t| t.trim().parse::<u16>().ok())
+                {
+                    break p;
+                }
+                if let Some(status) = srv.child().try_wait().unwrap() {
+                    panic!("the server on the peer host exited ({status}) before listening");
+                }
+                assert!(
+                    start.elapsed() < bound(via),
+                    "the server on the peer host did not listen"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            if via == Via::Rsocket {
+                // Its port file is written once the (rsocket) listen returned.
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            let p = port.to_string();
+            let out = finish_via(
+                run(via, dir.join("c.stats")).spawn(
+                    PINGPONG,
+                    &[
+                        "client", "--host", &peer, "--port", &p, "--iters", "1000", "--size", "64",
+                    ],
+                ),
+                via,
+                "the pingpong client",
+            );
+            finish_via(srv.take(), via, "the pingpong server");
+            row(
+                "pingpong 64 B, two hosts",
+                via,
+                "round trips/s",
+                field(&out, "per_second"),
+            );
+            row(
+                "pingpong 64 B, two hosts",
+                via,
+                "average round trip, us",
+                field(&out, "rtt_us"),
+            );
+            if via == Via::Trespass {
+                assert_counters(&dir.join("c.stats"), &[("connect_rdma", 1)]);
+                assert_counters(
+                    &dir.join("s.stats"),
+                    &[("listen_rdma", 1), ("accept_rdma", 1)],
+                );
             }
         });
     }

@@ -43,7 +43,11 @@ pub fn library() -> PathBuf {
         .parent()
         .expect("tests run from target/<profile>/deps")
         .join("libtrespass_preload.so");
-    assert!(lib.exists(), "{} is missing: build the crate first", lib.display());
+    assert!(
+        lib.exists(),
+        "{} is missing: build the crate first",
+        lib.display()
+    );
     lib
 }
 
@@ -87,17 +91,29 @@ pub struct Run {
 impl Run {
     /// Under this library, its counters appended to `stats`.
     pub fn preloaded(stats: PathBuf) -> Run {
-        Run { via: Via::Trespass, stats: Some(stats), env: Vec::new() }
+        Run {
+            via: Via::Trespass,
+            stats: Some(stats),
+            env: Vec::new(),
+        }
     }
 
     /// Over plain TCP.
     pub fn plain() -> Run {
-        Run { via: Via::Tcp, stats: None, env: Vec::new() }
+        Run {
+            via: Via::Tcp,
+            stats: None,
+            env: Vec::new(),
+        }
     }
 
     /// Under `via`; this library's counters (if it is the one) in `stats`.
     pub fn via(via: Via, stats: PathBuf) -> Run {
-        Run { via, stats: (via == Via::Trespass).then_some(stats), env: Vec::new() }
+        Run {
+            via,
+            stats: (via == Via::Trespass).then_some(stats),
+            env: Vec::new(),
+        }
     }
 
     pub fn env(mut self, k: &str, v: &str) -> Run {
@@ -107,9 +123,16 @@ impl Run {
 
     pub fn command(&self, program: impl AsRef<OsStr>, args: &[&str]) -> Command {
         let mut c = Command::new(program);
-        c.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        c.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         c.env_remove("LD_PRELOAD");
-        for k in ["TRESPASS_PRELOAD", "TRESPASS_PRELOAD_PORTS", "TRESPASS_PRELOAD_NETS"] {
+        for k in [
+            "TRESPASS_PRELOAD",
+            "TRESPASS_PRELOAD_PORTS",
+            "TRESPASS_PRELOAD_NETS",
+        ] {
             c.env_remove(k);
         }
         match self.via {
@@ -199,7 +222,11 @@ pub fn wait_bounded(mut child: Child, bound: Duration) -> Result<Output, Output>
         stdout: out.join().unwrap_or_default(),
         stderr: err.join().unwrap_or_default(),
     };
-    if late { Err(output) } else { Ok(output) }
+    if late {
+        Err(output)
+    } else {
+        Ok(output)
+    }
 }
 
 /// Waits for `child` at most [`BOUND`], failing past that.
@@ -212,9 +239,18 @@ pub fn finish(child: Child, what: &str) -> Output {
 pub fn show(out: &Output) -> String {
     fn tail(b: &[u8]) -> String {
         let s = String::from_utf8_lossy(&b[b.len().saturating_sub(4096)..]).into_owned();
-        if b.len() > 4096 { format!("[... {} bytes before]{s}", b.len() - 4096) } else { s }
+        if b.len() > 4096 {
+            format!("[... {} bytes before]{s}", b.len() - 4096)
+        } else {
+            s
+        }
     }
-    format!("{}\nstdout:\n{}\nstderr:\n{}", out.status, tail(&out.stdout), tail(&out.stderr))
+    format!(
+        "{}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        tail(&out.stdout),
+        tail(&out.stderr)
+    )
 }
 
 /// The stdout of `child`, which must succeed within [`BOUND`].
@@ -241,10 +277,13 @@ pub fn wait_listening(port: u16, child: &mut Child, via: Via) {
     let hex = format!(":{port:04X} ");
     loop {
         let listening = ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-            std::fs::read_to_string(f).unwrap_or_default().lines().any(|l| {
-                let cols: Vec<&str> = l.split_whitespace().collect();
-                cols.len() > 3 && format!("{} ", cols[1]).ends_with(&hex) && cols[3] == "0A"
-            })
+            std::fs::read_to_string(f)
+                .unwrap_or_default()
+                .lines()
+                .any(|l| {
+                    let cols: Vec<&str> = l.split_whitespace().collect();
+                    cols.len() > 3 && format!("{} ", cols[1]).ends_with(&hex) && cols[3] == "0A"
+                })
         });
         if listening {
             return;
@@ -252,7 +291,10 @@ pub fn wait_listening(port: u16, child: &mut Child, via: Via) {
         if let Some(status) = child.try_wait().unwrap() {
             panic!("the server exited ({status}) before listening on {port}");
         }
-        assert!(start.elapsed() < BOUND, "nothing listened on {port} within {BOUND:?}");
+        assert!(
+            start.elapsed() < BOUND,
+            "nothing listened on {port} within {BOUND:?}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -296,7 +338,12 @@ pub fn total(stats: &Path) -> HashMap<String, u64> {
 /// elsewhere.
 pub fn assert_counters(stats: &Path, expect: &[(&str, u64)]) {
     let all = counters(stats);
-    assert_eq!(all.len(), 1, "one process wrote {}: {all:?}", stats.display());
+    assert_eq!(
+        all.len(),
+        1,
+        "one process wrote {}: {all:?}",
+        stats.display()
+    );
     for (k, v) in &all[0] {
         let want = expect.iter().find(|(n, _)| n == k).map_or(0, |(_, n)| *n);
         assert_eq!(*v, want, "{k} in {}: {:?}", stats.display(), all[0]);
@@ -314,7 +361,9 @@ pub fn field<'a>(out: &'a str, key: &str) -> &'a str {
 /// and a failure when `RDMA_TEST_DEVICE` is set (the rig's guest installs every program).
 pub fn program(test: &str, program: &str) -> Option<PathBuf> {
     let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths).map(|d| d.join(program)).find(|p| p.is_file())
+        std::env::split_paths(&paths)
+            .map(|d| d.join(program))
+            .find(|p| p.is_file())
     });
     if found.is_none() {
         assert!(
