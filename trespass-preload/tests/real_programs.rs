@@ -23,6 +23,14 @@ const PINGPONG: &str = env!("PINGPONG_EXE");
 const RSOCKET_BOUND: Duration = Duration::from_secs(10);
 const ALL: [Via; 3] = [Via::Trespass, Via::Tcp, Via::Rsocket];
 
+/// One program at a time (the test harness runs tests on parallel threads): their numbers
+/// are side by side only if nothing else runs beside them.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn row(program: &str, via: Via, measure: &str, value: impl std::fmt::Display) {
     println!(
         "preload-table\t{program}\t{}\t{measure}\t{value}",
@@ -73,6 +81,7 @@ fn finish_via(child: std::process::Child, via: Via, what: &str) -> String {
 fn iperf3_one_and_four_streams() {
     const T: &str = "iperf3_one_and_four_streams";
     let Some(ip) = test_ip(T) else { return };
+    let _alone = alone();
     let Some(iperf3) = program(T, "iperf3") else {
         return;
     };
@@ -131,6 +140,7 @@ fn benchmark_rps(csv: &str) -> Vec<(String, f64)> {
 fn redis_set_and_get_plain_and_pipelined_with_the_data_read_back() {
     const T: &str = "redis_set_and_get_plain_and_pipelined_with_the_data_read_back";
     let Some(ip) = test_ip(T) else { return };
+    let _alone = alone();
     let (Some(server), Some(bench), Some(cli)) = (
         program(T, "redis-server"),
         program(T, "redis-benchmark"),
@@ -274,6 +284,7 @@ fn fetch(
 fn curl_fetches_a_file_from_a_forking_http_server_and_falls_back_both_ways() {
     const T: &str = "curl_fetches_a_file_from_a_forking_http_server_and_falls_back_both_ways";
     let Some(ip) = test_ip(T) else { return };
+    let _alone = alone();
     let (Some(busybox), Some(curl)) = (program(T, "busybox"), program(T, "curl")) else {
         return;
     };
@@ -344,6 +355,7 @@ fn curl_fetches_a_file_from_a_forking_http_server_and_falls_back_both_ways() {
 fn socat_pipes_a_file() {
     const T: &str = "socat_pipes_a_file";
     let Some(ip) = test_ip(T) else { return };
+    let _alone = alone();
     let Some(socat) = program(T, "socat") else {
         return;
     };
@@ -396,6 +408,7 @@ fn socat_pipes_a_file() {
 fn pingpong_round_trips_beside_tcp_and_rsocket() {
     const T: &str = "pingpong_round_trips_beside_tcp_and_rsocket";
     let Some(ip) = test_ip(T) else { return };
+    let _alone = alone();
     let host = ip.to_string();
     for via in ALL {
         attempt("pingpong", via, || {
@@ -444,6 +457,7 @@ fn pingpong_round_trips_beside_tcp_and_rsocket() {
 fn pingpong_across_two_hosts() {
     const T: &str = "pingpong_across_two_hosts";
     let Some(_ip) = test_ip(T) else { return };
+    let _alone = alone();
     if std::env::var("RDMA_TEST_HOSTS").as_deref() != Ok("2") {
         println!("skipped: {T}: needs the two-host rig (scripts/softroce run --hosts 2)");
         return;
