@@ -452,3 +452,43 @@ fn rules_narrow_what_is_carried() {
         &[("listen_rdma", 1), ("accept_tcp", 1), ("accept_rdma", 1)],
     );
 }
+
+#[test]
+fn a_listener_whose_backlog_is_full_of_rdma_connects_serves_them_all() {
+    let Some(ip) = test_ip("a_listener_whose_backlog_is_full_of_rdma_connects_serves_them_all")
+    else {
+        return;
+    };
+    const N: usize = 8;
+    let dir = scratch("backlog");
+    let host = ip.to_string();
+    let s_stats = dir.join("s.stats");
+    // A backlog of 1 and no accept for 3 s: the RDMA connections are accepted by the pump at
+    // once, and their loopback hand-overs wait for the program, beyond its backlog.
+    let n = N.to_string();
+    let (srv, port) = server(
+        &Run::preloaded(s_stats.clone()),
+        &dir,
+        &["--backlog", "1", "--accept-after", "3000", "--count", &n],
+    );
+    let port = port.to_string();
+    let start = Instant::now();
+    let clients: Vec<(Child, PathBuf)> = (0..N)
+        .map(|i| {
+            let stats = dir.join(format!("c{i}.stats"));
+            let c = Run::preloaded(stats.clone())
+                .env("TRESPASS_PRELOAD_TIMEOUT_MS", "20000")
+                .pp(&["client", "--host", &host, "--port", &port, "--iters", "20"]);
+            (c, stats)
+        })
+        .collect();
+    for (i, (c, stats)) in clients.into_iter().enumerate() {
+        let out = ok(c, &format!("client {i}"));
+        assert_eq!(field(&out, "round_trips"), "20", "{out}");
+        assert_counters(&stats, &[("connect_rdma", 1)]);
+    }
+    let served = ok(srv, "the server");
+    assert!(served.contains(&format!("served {N} connections")), "{served}");
+    assert_counters(&s_stats, &[("listen_rdma", 1), ("accept_rdma", N as u64)]);
+    println!("{N} clients through a backlog of 1 in {:?}", start.elapsed());
+}

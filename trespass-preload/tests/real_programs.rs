@@ -1,5 +1,5 @@
 //! Programs nobody here wrote, under the preload on both sides, their results checked (not
-//! only their exit codes): iperf3 (one and four streams), redis-server with redis-benchmark
+//! only their exit codes): iperf3 (one and four streams), sockperf's TCP ping-pong, redis-server with redis-benchmark
 //! (plain and pipelined) and redis-cli (a value written and read back), curl fetching a file
 //! from busybox httpd (a server that forks a child per connection), and a socat pipe; the
 //! fallback to TCP in both directions; and the ping-pong program of `tests/c`. Each also runs
@@ -533,6 +533,45 @@ fn pingpong_across_two_hosts() {
                     &dir.join("s.stats"),
                     &[("listen_rdma", 1), ("accept_rdma", 1)],
                 );
+            }
+        });
+    }
+}
+
+/// The average round trip sockperf reports ("Summary: Latency is 123.456 usec").
+fn sockperf_latency(out: &str) -> Option<f64> {
+    let rest = &out[out.find("Latency is ")? + "Latency is ".len()..];
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+#[test]
+fn sockperf_tcp_ping_pong() {
+    const T: &str = "sockperf_tcp_ping_pong";
+    let Some(ip) = test_ip(T) else { return };
+    let _alone = alone();
+    let Some(sockperf) = program(T, "sockperf") else { return };
+    let host = ip.to_string();
+    for via in ALL {
+        attempt("sockperf ping-pong", via, || {
+            let dir = scratch(&format!("sockperf-{}", via.name()));
+            let port = free_port();
+            let p = port.to_string();
+            let cs = dir.join("c.stats");
+            let mut srv = Server::new(
+                run(via, dir.join("s.stats")).spawn(&sockperf, &["sr", "--tcp", "-i", &host, "-p", &p]),
+            );
+            wait_listening(port, srv.child(), via);
+            let out = finish_via(
+                run(via, cs.clone()).spawn(&sockperf, &["pp", "--tcp", "-i", &host, "-p", &p, "-t", "2", "-m", "64"]),
+                via,
+                "the sockperf client",
+            );
+            drop(srv);
+            let lat = sockperf_latency(&out).unwrap_or_else(|| panic!("no latency in sockperf's report: {out}"));
+            assert!(lat > 0.0, "{out}");
+            row("sockperf ping-pong 64 B", via, "average round trip, us", format!("{lat:.1}"));
+            if via == Via::Trespass {
+                assert_counters(&cs, &[("connect_rdma", 1)]);
             }
         });
     }

@@ -9,6 +9,7 @@
  * modes use sockets that the preload must leave alone.
  *
  * pingpong server [--bind ADDR] --port P [--count N] [--epoll|--fork] [--port-file PATH]
+ *                 [--backlog N] [--accept-after MS]
  * pingpong client --host H --port P [--size S] [--iters N] [--poll|--select]
  *                 [--short N | --stream SECONDS | --fork | --exec | --threads-close]
  * pingpong client-fd --fd N [--size S] [--iters N]
@@ -26,7 +27,9 @@
  * connections of one round trip each; --stream SECONDS writes --size chunks (default 64 KiB)
  * for that long while reading the echo, then prints "streamed <bytes> bytes". --poll makes the
  * socket nonblocking with fcntl and waits in poll(); --select asks socket() for SOCK_NONBLOCK
- * and waits in select(). udp-client waits at most 5 s for the echo of one datagram.
+ * and waits in select(). udp-client waits at most 5 s for the echo of one datagram. A server's
+ * --backlog sets listen()'s backlog (default 128) and --accept-after MS makes it wait that long
+ * after listening before its first accept, so that connections pile up beyond the backlog.
  *
  * server --fork (not with --epoll) forks a child per connection: the child closes the listening
  * socket, echoes the connection as the plain server does and exits 0 (1 on any error); the parent
@@ -101,7 +104,7 @@ enum io_mode { IO_BLOCK, IO_POLL, IO_SELECT };
 
 enum { OPT_BIND, OPT_PORT, OPT_HOST, OPT_PATH, OPT_COUNT, OPT_EPOLL, OPT_PORT_FILE, OPT_SIZE,
        OPT_ITERS, OPT_POLL, OPT_SELECT, OPT_SHORT, OPT_STREAM, OPT_FORK, OPT_EXEC,
-       OPT_THREADS_CLOSE, OPT_FD };
+       OPT_THREADS_CLOSE, OPT_FD, OPT_BACKLOG, OPT_ACCEPT_AFTER };
 #define SEEN(o, opt) ((o)->seen & (1u << (opt)))
 
 struct opts {
@@ -109,6 +112,8 @@ struct opts {
 	const char *bind, *host, *path, *port_file;
 	unsigned port;
 	int fd;      /* client-fd's --fd */
+	int backlog; /* --backlog; 0: 128 */
+	unsigned long long accept_after_ms; /* --accept-after: wait before the first accept */
 	char *argv0; /* for --exec */
 	unsigned long long count, iters, shorts;
 	size_t size;
@@ -238,6 +243,8 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 		{ "--exec", OPT_EXEC, 0, STREAM_CLIENTS },
 		{ "--threads-close", OPT_THREADS_CLOSE, 0, STREAM_CLIENTS },
 		{ "--fd", OPT_FD, 1, CLIENT_FD },
+		{ "--backlog", OPT_BACKLOG, 1, STREAM_SERVERS },
+		{ "--accept-after", OPT_ACCEPT_AFTER, 1, STREAM_SERVERS },
 	};
 	const size_t n_options = sizeof options / sizeof options[0];
 
@@ -272,6 +279,10 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 		case OPT_SELECT: o->io = IO_SELECT; break;
 		case OPT_SHORT: o->shorts = parse_num("--short", val, 1, 1000000000); break;
 		case OPT_FD: o->fd = (int)parse_num("--fd", val, 0, 1 << 30); break;
+		case OPT_BACKLOG: o->backlog = (int)parse_num("--backlog", val, 1, 65535); break;
+		case OPT_ACCEPT_AFTER:
+			o->accept_after_ms = parse_num("--accept-after", val, 0, 3600000);
+			break;
 		case OPT_STREAM: {
 			char *end;
 			errno = 0;
@@ -421,7 +432,7 @@ static int open_server(const struct opts *o, int socktype) {
 	    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0)
 		die("setsockopt SO_REUSEADDR");
 	if (bind(fd, (struct sockaddr *)&t.addr, t.len) < 0) die("bind");
-	if (socktype == SOCK_STREAM && listen(fd, 128) < 0) die("listen");
+	if (socktype == SOCK_STREAM && listen(fd, o->backlog ? o->backlog : 128) < 0) die("listen");
 
 	if (o->mode == UNIX_SERVER) {
 		if (o->port_file) write_port_file(o->port_file, 0);
@@ -611,6 +622,12 @@ static unsigned long long serve_epoll(int lfd, unsigned long long count, int *ep
 
 static void run_server(const struct opts *o) {
 	int lfd = open_server(o, SOCK_STREAM), ep = -1;
+	if (o->accept_after_ms) {
+		/* Connections pile up in the backlog (and beyond it) meanwhile. */
+		struct timespec ts = { (time_t)(o->accept_after_ms / 1000),
+				       (long)(o->accept_after_ms % 1000) * 1000000L };
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
+	}
 	if (SEEN(o, OPT_FORK)) {
 		serve_forked(lfd, o->count);
 		printf("served %llu connections (forked)\n", o->count);
