@@ -1,6 +1,7 @@
 //! Programs nobody here wrote, under the preload on both sides, their results checked (not
-//! only their exit codes): iperf3 (one and four streams), sockperf's TCP ping-pong, redis-server with redis-benchmark
-//! (plain and pipelined) and redis-cli (a value written and read back), curl fetching a file
+//! only their exit codes): iperf3 (one and four streams), sockperf's TCP ping-pong,
+//! redis-server with redis-benchmark (plain and pipelined) and redis-cli (a value written and
+//! read back), curl fetching a file
 //! from busybox httpd (a server that forks a child per connection), and a socat pipe; the
 //! fallback to TCP in both directions; and the ping-pong program of `tests/c`. Each also runs
 //! over plain TCP and under rdma-core's librspreload in the same boot, and prints one
