@@ -193,11 +193,13 @@ fn attach(fd: c_int, family: c_int, stream: trespass::Stream) -> io::Result<()> 
             family,
             pair: true,
             nodelay: false,
+            owner: std::process::id(),
         }),
     );
     pump::send(pump::Job::Carry {
         stream,
         app: OwnedFd::from(theirs),
+        counted: pump::Carrying::new(),
     })
 }
 
@@ -278,6 +280,7 @@ fn accepted(nfd: c_int, out: *mut sockaddr, len: *mut socklen_t) {
                     family,
                     pair: false,
                     nodelay: false,
+                    owner: std::process::id(),
                 }),
             );
             // SAFETY: the caller's accept arguments (null, or valid for `*len` bytes).

@@ -85,19 +85,32 @@ pub(crate) fn config() -> &'static Config {
         if let Some(msg) = problem {
             eprintln!("{msg}");
         }
-        if config.stats != config::Stats::Off {
-            // SAFETY: `report_at_exit` is an `extern "C" fn()` that lives as long as the
-            // process (this library is never unloaded: it is preloaded).
-            unsafe { libc::atexit(report_at_exit) };
-        }
+        // SAFETY: `at_exit` is an `extern "C" fn()` that lives as long as the process (this
+        // library is never unloaded: it is preloaded). Registered this early (the library's
+        // constructor), it runs after the program's own exit handlers.
+        unsafe { libc::atexit(at_exit) };
         // SAFETY: the handlers are `extern "C" fn()`s of this never-unloaded library.
         unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(in_child)) };
         config
     })
 }
 
-extern "C" fn report_at_exit() {
+/// How long `exit` may wait for the pump to carry what the program wrote.
+const EXIT_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// At exit: half-closes the connections this process's pump carries, so that the pump reads
+/// their last bytes and an end of stream, waits (at most [`EXIT_DRAIN`]) until it has sent
+/// them, then reports the counters.
+extern "C" fn at_exit() {
     let _ = std::panic::catch_unwind(|| {
+        if pump::mine() {
+            for fd in table::carried_here() {
+                // SAFETY: shutdown on an fd of a connection this process carries; a number the
+                // program closed is no longer in the table.
+                unsafe { libc::shutdown(fd, libc::SHUT_WR) };
+            }
+            pump::drain_at_exit(EXIT_DRAIN);
+        }
         if let Some(c) = CONFIG.get() {
             stats::report(&c.stats);
         }

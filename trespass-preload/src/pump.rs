@@ -13,12 +13,14 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::task::{ready, Context, Poll};
+use std::time::{Duration, Instant};
 
 use tokio::io::unix::AsyncFd;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::mpsc;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, ReadBuf};
+use tokio::sync::{mpsc, watch};
 use tokio::task::AbortHandle;
 
 use crate::table;
@@ -26,12 +28,33 @@ use crate::table;
 /// Buffer size of each direction of a carried connection.
 const COPY_BUF: usize = 64 * 1024;
 
+/// Carried connections whose pump task has not finished (counted from the moment the
+/// connection is handed to the pump): the drain at exit waits until none is left.
+static CARRYING: AtomicUsize = AtomicUsize::new(0);
+
+/// One of [`CARRYING`], for as long as it lives.
+pub(crate) struct Carrying(());
+
+impl Carrying {
+    pub(crate) fn new() -> Carrying {
+        CARRYING.fetch_add(1, Ordering::SeqCst);
+        Carrying(())
+    }
+}
+
+impl Drop for Carrying {
+    fn drop(&mut self) {
+        CARRYING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// What the pump is asked to do.
 pub(crate) enum Job {
     /// Carry `stream` to and from `app`, the pump's end of the program's socket.
     Carry {
         stream: trespass::Stream,
         app: OwnedFd,
+        counted: Carrying,
     },
     /// Accept RDMA connections on `listener` and hand each to the program's TCP listener at
     /// `reach` (a loopback connection, which the program's accept returns).
@@ -48,6 +71,9 @@ pub(crate) enum Job {
 pub(crate) struct Pump {
     pid: u32,
     jobs: mpsc::UnboundedSender<Job>,
+    /// Set when the process exits: connections whose outgoing bytes are all gone stop
+    /// waiting for incoming ones.
+    exiting: watch::Sender<bool>,
 }
 
 static PUMP: Mutex<Option<Pump>> = Mutex::new(None);
@@ -86,6 +112,31 @@ fn running(pump: &mut Option<Pump>) -> io::Result<&Pump> {
     Ok(pump.as_ref().expect("just made"))
 }
 
+/// At exit (after the program's carried fds were half-closed): lets every connection send
+/// what the program wrote and its end of stream, and waits, at most `bound`, until the pump
+/// has carried it all and the streams have closed after their last bytes. Without this the
+/// bytes still in the pump when the process ends would be lost, where the kernel would have
+/// delivered a TCP socket's. Nothing to do in a process without a pump of its own.
+pub(crate) fn drain_at_exit(bound: Duration) {
+    {
+        let pump = lock();
+        let Some(p) = pump.as_ref().filter(|p| p.pid == std::process::id()) else {
+            return;
+        };
+        let _ = p.exiting.send(true);
+    }
+    let deadline = Instant::now() + bound;
+    while CARRYING.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Whether this process has a pump of its own (a forked child has none until it carries a
+/// connection itself).
+pub(crate) fn mine() -> bool {
+    lock().as_ref().is_some_and(|p| p.pid == std::process::id())
+}
+
 /// Tells this process's pump, if it has one, to stop listener `id`; starts nothing.
 pub(crate) fn stop_listening(id: u64) {
     let pump = lock();
@@ -103,22 +154,34 @@ fn start(pid: u32) -> io::Result<Pump> {
         .on_thread_start(|| crate::internal::set(true))
         .build()?;
     let (tx, rx) = mpsc::unbounded_channel();
+    let (exiting, exit_seen) = watch::channel(false);
     std::thread::Builder::new()
         .name("trespass-preload".into())
         .spawn(move || {
             crate::internal::set(true);
-            rt.block_on(serve(rx));
+            rt.block_on(serve(rx, exit_seen));
         })?;
-    Ok(Pump { pid, jobs: tx })
+    Ok(Pump {
+        pid,
+        jobs: tx,
+        exiting,
+    })
 }
 
-async fn serve(mut jobs: mpsc::UnboundedReceiver<Job>) {
+async fn serve(mut jobs: mpsc::UnboundedReceiver<Job>, exiting: watch::Receiver<bool>) {
     let mut listeners: HashMap<u64, AbortHandle> = HashMap::new();
     while let Some(job) = jobs.recv().await {
         match job {
-            Job::Carry { stream, app } => {
+            Job::Carry {
+                stream,
+                app,
+                counted,
+            } => {
+                let exiting = exiting.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = carry(stream, app).await {
+                    let r = start_carrying(stream, app, exiting).await;
+                    drop(counted);
+                    if let Err(e) = r {
                         crate::log(format_args!("a carried connection ended: {e}"));
                     }
                 });
@@ -128,7 +191,7 @@ async fn serve(mut jobs: mpsc::UnboundedReceiver<Job>) {
                 listener,
                 reach,
             } => {
-                let task = tokio::spawn(listen(listener, reach));
+                let task = tokio::spawn(listen(listener, reach, exiting.clone()));
                 listeners.insert(id, task.abort_handle());
             }
             Job::StopListen { id } => {
@@ -140,14 +203,68 @@ async fn serve(mut jobs: mpsc::UnboundedReceiver<Job>) {
     }
 }
 
-/// Moves bytes both ways until both have ended: an end of stream on one side is a
-/// half-close of the other (TCP's meaning), an error on either ends both.
-async fn carry(stream: trespass::Stream, app: OwnedFd) -> io::Result<()> {
+/// The connecting side's connection, from the blocking stream and the pump's end of the
+/// program's socket pair.
+async fn start_carrying(
+    stream: trespass::Stream,
+    app: OwnedFd,
+    exiting: watch::Receiver<bool>,
+) -> io::Result<()> {
     let mut rdma = trespass::tokio::Stream::from_std(stream)?;
     spin(&mut rdma);
-    let mut app = SockIo::new(app)?;
-    tokio::io::copy_bidirectional_with_sizes(&mut app, &mut rdma, COPY_BUF, COPY_BUF).await?;
-    Ok(())
+    carry(rdma, SockIo::new(app)?, exiting, None).await
+}
+
+/// Moves bytes both ways until both have ended: an end of stream on one side is a
+/// half-close of the other (TCP's meaning), an error on either ends both. Once the process
+/// is exiting, a connection whose outgoing half has ended stops waiting for incoming bytes.
+/// The stream then closes on the blocking pool, and this returns when it has closed (after
+/// its last bytes, at most the linger): the drain at exit counts on that.
+/// `unaccepted`, on the accepting side, is the pump's loopback connection's source address:
+/// a connection the program never accepted has nothing of the program's to send, and is not
+/// waited for at exit.
+async fn carry(
+    rdma: trespass::tokio::Stream,
+    app: SockIo,
+    mut exiting: watch::Receiver<bool>,
+    unaccepted: Option<SocketAddr>,
+) -> io::Result<()> {
+    let (mut rdma_rd, mut rdma_wr) = tokio::io::split(rdma);
+    let (mut app_rd, mut app_wr) = tokio::io::split(app);
+    let result = {
+        let outgoing = async {
+            let mut from = BufReader::with_capacity(COPY_BUF, &mut app_rd);
+            tokio::io::copy_buf(&mut from, &mut rdma_wr).await?;
+            rdma_wr.shutdown().await
+        };
+        let incoming = async {
+            let mut from = BufReader::with_capacity(COPY_BUF, &mut rdma_rd);
+            tokio::io::copy_buf(&mut from, &mut app_wr).await?;
+            app_wr.shutdown().await
+        };
+        tokio::pin!(outgoing, incoming);
+        let (mut out_done, mut in_done) = (false, false);
+        loop {
+            tokio::select! {
+                r = &mut outgoing, if !out_done => match r {
+                    Ok(()) => out_done = true,
+                    Err(e) => break Err(e),
+                },
+                r = &mut incoming, if !in_done => match r {
+                    Ok(()) => in_done = true,
+                    Err(e) => break Err(e),
+                },
+                _ = exiting.wait_for(|e| *e), if !in_done
+                    && (out_done || unaccepted.is_some_and(table::has_marker)) => break Ok(()),
+            }
+            if out_done && in_done {
+                break Ok(());
+            }
+        }
+    };
+    let stream = rdma_rd.unsplit(rdma_wr).into_std();
+    let _ = tokio::task::spawn_blocking(move || drop(stream)).await;
+    result
 }
 
 /// The pump's busy poll, fixed (no adaptation beyond it): see `Config::busy_poll`.
@@ -157,7 +274,7 @@ fn spin(stream: &mut trespass::tokio::Stream) {
     stream.set_busy_poll_max(d);
 }
 
-async fn listen(listener: trespass::Listener, reach: SocketAddr) {
+async fn listen(listener: trespass::Listener, reach: SocketAddr, exiting: watch::Receiver<bool>) {
     let listener = match trespass::tokio::Listener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
@@ -168,8 +285,12 @@ async fn listen(listener: trespass::Listener, reach: SocketAddr) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
+                let counted = Carrying::new();
+                let exiting = exiting.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = hand_over(stream, peer, reach).await {
+                    let r = hand_over(stream, peer, reach, exiting).await;
+                    drop(counted);
+                    if let Err(e) = r {
                         crate::log(format_args!("an RDMA connection from {peer} ended: {e}"));
                     }
                 });
@@ -189,6 +310,7 @@ async fn hand_over(
     stream: trespass::tokio::Stream,
     peer: SocketAddr,
     reach: SocketAddr,
+    exiting: watch::Receiver<bool>,
 ) -> io::Result<()> {
     let local = stream.local_addr().unwrap_or(reach);
     let socket = match reach {
@@ -207,13 +329,13 @@ async fn hand_over(
         }
     };
     let fd: OwnedFd = tcp.into_std()?.into();
-    let mut app = SockIo::new(fd)?;
+    let app = SockIo::new(fd)?;
     let mut rdma = stream;
     spin(&mut rdma);
-    let r = tokio::io::copy_bidirectional_with_sizes(&mut app, &mut rdma, COPY_BUF, COPY_BUF).await;
+    let r = carry(rdma, app, exiting, Some(source)).await;
     // The program may never have accepted it.
     table::take_marker(source);
-    r.map(drop)
+    r
 }
 
 /// A connected socket for tokio whose writes never raise SIGPIPE (a program that closes its

@@ -25,6 +25,8 @@ pub(crate) struct Conn {
     pub(crate) pair: bool,
     /// `TCP_NODELAY` as the program last set it (socket pairs only).
     pub(crate) nodelay: bool,
+    /// The process whose pump carries it (a forked child's copies name the parent).
+    pub(crate) owner: u32,
 }
 
 /// An fd's entry.
@@ -131,9 +133,30 @@ pub(crate) fn copy(old: c_int, new: c_int) {
     });
 }
 
+/// The fds of the connections this process's own pump carries (not those a forked child
+/// inherited from its parent, whose pump carries them).
+pub(crate) fn carried_here() -> Vec<c_int> {
+    if empty() {
+        return Vec::new();
+    }
+    let me = std::process::id();
+    with(|t| {
+        t.fds
+            .iter()
+            .filter(|(_, e)| matches!(e, Entry::Conn(c) if c.owner == me))
+            .map(|(fd, _)| *fd)
+            .collect()
+    })
+}
+
 /// Records the pump's loopback connection from `source`.
 pub(crate) fn add_marker(source: SocketAddr, peer: SocketAddr, local: SocketAddr) {
     with(|t| t.markers.insert(source, Marker { peer, local }));
+}
+
+/// Whether the pump's connection from `source` still waits for the program's accept.
+pub(crate) fn has_marker(source: SocketAddr) -> bool {
+    !empty() && with(|t| t.markers.contains_key(&source))
 }
 
 /// Takes the record of the pump's connection from `source`, if it is one.
@@ -176,10 +199,16 @@ mod tests {
             family: libc::AF_INET,
             pair: true,
             nodelay: false,
+            owner: std::process::id(),
         };
         assert_eq!(get(1000), None);
         insert(1000, Entry::Conn(conn));
+        insert(1002, Entry::Conn(Conn { owner: 1, ..conn }));
         copy(1000, 1001);
+        let mut here = carried_here();
+        here.sort();
+        assert_eq!(here, [1000, 1001], "a parent's connections are not this process's");
+        assert_eq!(remove(1002), None);
         update(1001, |c| c.nodelay = true);
         assert_eq!(get(1000), Some(Entry::Conn(conn)));
         assert!(matches!(get(1001), Some(Entry::Conn(c)) if c.nodelay));
@@ -196,6 +225,7 @@ mod tests {
         let source: SocketAddr = "127.0.0.1:40000".parse().unwrap();
         add_marker(source, conn.peer, conn.local);
         assert_eq!(take_marker("127.0.0.1:40001".parse().unwrap()), None);
+        assert!(has_marker(source));
         assert_eq!(
             take_marker(source),
             Some(Marker {

@@ -233,6 +233,28 @@ impl Stream {
             .expect("a stream has its connection until it is dropped")
     }
 
+    /// Gives the blocking [`crate::Stream`] back: its registrations with the reactor end
+    /// (it stays in non-blocking mode). Dropping a `Stream` hands the wait for its last bytes
+    /// (at most the linger) to the blocking pool and returns at once; a caller that must
+    /// know when they are gone (a proxy before its process exits) takes the blocking stream
+    /// and drops it where it can wait, e.g. in `spawn_blocking(..).await`.
+    pub fn into_std(mut self) -> crate::Stream {
+        let Io {
+            read_ready,
+            write_ready,
+            _dup,
+            stream,
+        } = self
+            .io
+            .take()
+            .expect("a stream has its connection until it is dropped");
+        // The registrations end before the duplicate fd they watch is closed.
+        drop(read_ready);
+        drop(write_ready);
+        drop(_dup);
+        stream
+    }
+
     /// The peer's address.
     ///
     /// # Errors

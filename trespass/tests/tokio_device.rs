@@ -456,3 +456,31 @@ fn a_connect_that_cannot_succeed_fails_in_time_anywhere() {
         assert_eq!(after, 7);
     });
 }
+
+#[test]
+fn a_stream_taken_back_from_tokio_keeps_its_bytes_and_closes_after_them() {
+    let Some(ip) =
+        common::test_ip("a_stream_taken_back_from_tokio_keeps_its_bytes_and_closes_after_them")
+    else {
+        return;
+    };
+    run(Duration::from_secs(60), async move {
+        let (mut server, mut client) = pair(ip, 7710, &common::small_config()).await;
+        let data = common::pattern(0, 300_000);
+        client.write_all(&data[..1000]).await.expect("async write");
+        // Taken back to the blocking API: the rest goes out from a blocking thread, and the
+        // drop waits for it before the thread ends.
+        let blocking = client.into_std();
+        let rest = data[1000..].to_vec();
+        let writer = tokio::task::spawn_blocking(move || {
+            let mut blocking = blocking;
+            blocking.set_nonblocking(false).expect("blocking mode");
+            std::io::Write::write_all(&mut blocking, &rest).expect("blocking write");
+            drop(blocking);
+        });
+        let mut got = Vec::new();
+        server.read_to_end(&mut got).await.expect("read to the end");
+        writer.await.expect("the blocking writer");
+        assert!(got == data, "{} bytes of {} arrived, or different ones", got.len(), data.len());
+    });
+}

@@ -9,9 +9,10 @@
  * modes use sockets that the preload must leave alone.
  *
  * pingpong server [--bind ADDR] --port P [--count N] [--epoll|--fork] [--port-file PATH]
- *                 [--backlog N] [--accept-after MS]
+ *                 [--backlog N] [--accept-after MS] [--sink]
  * pingpong client --host H --port P [--size S] [--iters N] [--poll|--select]
- *                 [--short N | --stream SECONDS | --fork | --exec | --threads-close]
+ *                 [--short N | --stream SECONDS | --fork | --exec | --threads-close |
+ *                  --send-exit BYTES]
  * pingpong client-fd --fd N [--size S] [--iters N]
  * pingpong udp-server [--bind ADDR] --port P [--count N] [--port-file PATH]
  * pingpong udp-client --host H --port P
@@ -30,6 +31,9 @@
  * and waits in select(). udp-client waits at most 5 s for the echo of one datagram. A server's
  * --backlog sets listen()'s backlog (default 128) and --accept-after MS makes it wait that long
  * after listening before its first accept, so that connections pile up beyond the backlog.
+ * server --sink reads each connection to its end, checking every byte against the pattern
+ * client --send-exit N writes (N bytes, then exit(0) at once: no shutdown, close or wait), and
+ * echoes nothing; its "served" line counts the bytes.
  *
  * server --fork (not with --epoll) forks a child per connection: the child closes the listening
  * socket, echoes the connection as the plain server does and exits 0 (1 on any error); the parent
@@ -104,7 +108,7 @@ enum io_mode { IO_BLOCK, IO_POLL, IO_SELECT };
 
 enum { OPT_BIND, OPT_PORT, OPT_HOST, OPT_PATH, OPT_COUNT, OPT_EPOLL, OPT_PORT_FILE, OPT_SIZE,
        OPT_ITERS, OPT_POLL, OPT_SELECT, OPT_SHORT, OPT_STREAM, OPT_FORK, OPT_EXEC,
-       OPT_THREADS_CLOSE, OPT_FD, OPT_BACKLOG, OPT_ACCEPT_AFTER };
+       OPT_THREADS_CLOSE, OPT_FD, OPT_BACKLOG, OPT_ACCEPT_AFTER, OPT_SINK, OPT_SEND_EXIT };
 #define SEEN(o, opt) ((o)->seen & (1u << (opt)))
 
 struct opts {
@@ -113,6 +117,7 @@ struct opts {
 	unsigned port;
 	int fd;      /* client-fd's --fd */
 	int backlog; /* --backlog; 0: 128 */
+	unsigned long long send_exit; /* --send-exit: bytes to write before exiting at once */
 	unsigned long long accept_after_ms; /* --accept-after: wait before the first accept */
 	char *argv0; /* for --exec */
 	unsigned long long count, iters, shorts;
@@ -245,6 +250,8 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 		{ "--fd", OPT_FD, 1, CLIENT_FD },
 		{ "--backlog", OPT_BACKLOG, 1, STREAM_SERVERS },
 		{ "--accept-after", OPT_ACCEPT_AFTER, 1, STREAM_SERVERS },
+		{ "--sink", OPT_SINK, 0, SERVER },
+		{ "--send-exit", OPT_SEND_EXIT, 1, CLIENT },
 	};
 	const size_t n_options = sizeof options / sizeof options[0];
 
@@ -279,6 +286,7 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 		case OPT_SELECT: o->io = IO_SELECT; break;
 		case OPT_SHORT: o->shorts = parse_num("--short", val, 1, 1000000000); break;
 		case OPT_FD: o->fd = (int)parse_num("--fd", val, 0, 1 << 30); break;
+		case OPT_SEND_EXIT: o->send_exit = parse_num("--send-exit", val, 1, 1ULL << 40); break;
 		case OPT_BACKLOG: o->backlog = (int)parse_num("--backlog", val, 1, 65535); break;
 		case OPT_ACCEPT_AFTER:
 			o->accept_after_ms = parse_num("--accept-after", val, 0, 3600000);
@@ -463,6 +471,14 @@ static int accept_one(int lfd) {
 
 /* Echoes fd to EOF with buf (BUF_SIZE bytes), then shutdown(SHUT_WR) and close; returns the
  * bytes echoed. */
+/* --sink: the server checks and counts what it reads and echoes nothing. */
+static int sink_mode;
+
+/* The byte at offset off of what --send-exit writes and --sink expects. */
+static unsigned char sink_byte(unsigned long long off) {
+	return (unsigned char)((off * 2654435761ULL) >> 13);
+}
+
 static unsigned long long echo_conn(int fd, char *buf) {
 	unsigned long long bytes = 0;
 	for (;;) {
@@ -470,6 +486,13 @@ static unsigned long long echo_conn(int fd, char *buf) {
 		if (n < 0 && errno == EINTR) continue;
 		if (n < 0) die("read");
 		if (n == 0) break;
+		if (sink_mode) {
+			for (ssize_t i = 0; i < n; i++)
+				if ((unsigned char)buf[i] != sink_byte(bytes + (unsigned long long)i))
+					fail(1, "mismatch at offset %llu", bytes + (unsigned long long)i);
+			bytes += (unsigned long long)n;
+			continue;
+		}
 		for (ssize_t off = 0, w; off < n; off += w)
 			if ((w = write(fd, buf + off, (size_t)(n - off))) < 0) {
 				if (errno != EINTR) die("write");
@@ -622,6 +645,7 @@ static unsigned long long serve_epoll(int lfd, unsigned long long count, int *ep
 
 static void run_server(const struct opts *o) {
 	int lfd = open_server(o, SOCK_STREAM), ep = -1;
+	sink_mode = SEEN(o, OPT_SINK) != 0;
 	if (o->accept_after_ms) {
 		/* Connections pile up in the backlog (and beyond it) meanwhile. */
 		struct timespec ts = { (time_t)(o->accept_after_ms / 1000),
@@ -927,6 +951,27 @@ static void run_client(const struct opts *o) {
 
 	fd = client_connect(&t, o->io);
 	greet(fd, "connected");
+	if (o->send_exit) {
+		/* Writes and exits at once: no shutdown, no close, no waiting for the peer. What
+		 * the kernel (or a preload) still holds must reach the peer all the same. */
+		char *buf = xmalloc(BUF_SIZE);
+		unsigned long long sent = 0;
+		while (sent < o->send_exit) {
+			size_t n = BUF_SIZE;
+			if (o->send_exit - sent < n) n = (size_t)(o->send_exit - sent);
+			for (size_t i = 0; i < n; i++) buf[i] = (char)sink_byte(sent + i);
+			for (size_t off = 0; off < n;) {
+				ssize_t w = write(fd, buf + off, n - off);
+				if (w < 0 && errno == EINTR) continue;
+				if (w < 0) die("write");
+				off += (size_t)w;
+			}
+			sent += n;
+		}
+		printf("sent %llu bytes\n", sent);
+		fflush(stdout);
+		exit(0);
+	}
 	if (o->stream > 0) run_stream(fd, o);
 	if (SEEN(o, OPT_FORK) || SEEN(o, OPT_EXEC)) run_child_client(fd, o);
 	if (SEEN(o, OPT_THREADS_CLOSE)) run_threads_close(fd);
