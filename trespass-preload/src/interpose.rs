@@ -569,3 +569,115 @@ extern "C" fn on_load() {
 #[used]
 #[link_section = ".init_array"]
 static ON_LOAD: extern "C" fn() = on_load;
+
+/// Whether `fd` is the connecting side's socket pair, which must not see a peer address: a
+/// Unix stream socket refuses `sendto` with one (`EISCONN`) where TCP ignores it, and names its
+/// own kind of peer in `recvfrom`, where TCP names none. Only calls that pass an address look.
+fn pair(fd: c_int) -> bool {
+    conn(fd).is_some_and(|c| c.pair)
+}
+
+/// sendto(2): on a carried connection the address is ignored, as TCP does.
+///
+/// # Safety
+///
+/// sendto(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn sendto(
+    fd: c_int,
+    buf: *const c_void,
+    len: usize,
+    flags: c_int,
+    addr: *const sockaddr,
+    alen: socklen_t,
+) -> isize {
+    if !addr.is_null() && entry(|| c_int::from(pair(fd))) == 1 {
+        // SAFETY: the caller's arguments, without the address.
+        return unsafe { real::sendto(fd, buf, len, flags, std::ptr::null(), 0) };
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::sendto(fd, buf, len, flags, addr, alen) }
+}
+
+/// sendmsg(2): on a carried connection the address is ignored, as TCP does.
+///
+/// # Safety
+///
+/// sendmsg(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> isize {
+    // SAFETY: `msg` is valid (the caller's promise) when non-null.
+    let named = !msg.is_null() && unsafe { !(*msg).msg_name.is_null() };
+    if named && entry(|| c_int::from(pair(fd))) == 1 {
+        // SAFETY: as above; a copy of the header without the address.
+        let mut copy = unsafe { *msg };
+        copy.msg_name = std::ptr::null_mut();
+        copy.msg_namelen = 0;
+        // SAFETY: the caller's message, with the copied header.
+        return unsafe { real::sendmsg(fd, &copy, flags) };
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::sendmsg(fd, msg, flags) }
+}
+
+/// recvfrom(2): on a carried connection no address is written (its length is set to 0), as
+/// TCP does.
+///
+/// # Safety
+///
+/// recvfrom(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn recvfrom(
+    fd: c_int,
+    buf: *mut c_void,
+    len: usize,
+    flags: c_int,
+    addr: *mut sockaddr,
+    alen: *mut socklen_t,
+) -> isize {
+    if !addr.is_null() && entry(|| c_int::from(pair(fd))) == 1 {
+        // SAFETY: the caller's arguments, without the address.
+        let n = unsafe {
+            real::recvfrom(
+                fd,
+                buf,
+                len,
+                flags,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        if n >= 0 && !alen.is_null() {
+            // SAFETY: `alen` is valid (the caller's promise, checked non-null).
+            unsafe { *alen = 0 };
+        }
+        return n;
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::recvfrom(fd, buf, len, flags, addr, alen) }
+}
+
+/// recvmsg(2): on a carried connection no address is written (`msg_namelen` 0), as TCP does.
+///
+/// # Safety
+///
+/// recvmsg(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> isize {
+    // SAFETY: `msg` is valid (the caller's promise) when non-null.
+    let named = !msg.is_null() && unsafe { !(*msg).msg_name.is_null() };
+    if named && entry(|| c_int::from(pair(fd))) == 1 {
+        // SAFETY: `msg` is valid; the name is put back whatever the call does.
+        let n = unsafe {
+            let name = (*msg).msg_name;
+            (*msg).msg_name = std::ptr::null_mut();
+            let n = real::recvmsg(fd, msg, flags);
+            (*msg).msg_name = name;
+            (*msg).msg_namelen = 0;
+            n
+        };
+        return n;
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::recvmsg(fd, msg, flags) }
+}

@@ -20,7 +20,8 @@
 //!   an fd in several sets) is the kernel's own on a real socket; `fork` children and `dup`s
 //!   share the connection as they would a TCP one. Interposed are only `connect`, `listen`,
 //!   `accept`, `accept4`, `close`, `dup`, `dup2`, `dup3`, `getpeername`, `getsockname`,
-//!   `getsockopt` and `setsockopt`.
+//!   `getsockopt` and `setsockopt`, and `sendto`, `sendmsg`, `recvfrom` and `recvmsg` when
+//!   they pass an address (which a TCP connection ignores and a socket pair would not).
 //!
 //! The environment (`TRESPASS_PRELOAD`, `_PORTS`, `_NETS`, `_TIMEOUT_MS`, `_STATS`, `_LOG`)
 //! is described in the crate's README.

@@ -83,6 +83,14 @@ real! {
     fn getsockname(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int;
     /// getsockopt(2).
     fn getsockopt(fd: c_int, level: c_int, name: c_int, val: *mut c_void, len: *mut socklen_t) -> c_int;
+    /// sendto(2).
+    fn sendto(fd: c_int, buf: *const c_void, len: usize, flags: c_int, addr: *const sockaddr, alen: socklen_t) -> isize;
+    /// sendmsg(2).
+    fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> isize;
+    /// recvfrom(2).
+    fn recvfrom(fd: c_int, buf: *mut c_void, len: usize, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> isize;
+    /// recvmsg(2).
+    fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> isize;
     /// setsockopt(2).
     fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int;
 }

@@ -207,7 +207,11 @@ mod tests {
         copy(1000, 1001);
         let mut here = carried_here();
         here.sort();
-        assert_eq!(here, [1000, 1001], "a parent's connections are not this process's");
+        assert_eq!(
+            here,
+            [1000, 1001],
+            "a parent's connections are not this process's"
+        );
         assert_eq!(remove(1002), None);
         update(1001, |c| c.nodelay = true);
         assert_eq!(get(1000), Some(Entry::Conn(conn)));

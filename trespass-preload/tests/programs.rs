@@ -488,14 +488,22 @@ fn a_listener_whose_backlog_is_full_of_rdma_connects_serves_them_all() {
         assert_counters(&stats, &[("connect_rdma", 1)]);
     }
     let served = ok(srv, "the server");
-    assert!(served.contains(&format!("served {N} connections")), "{served}");
+    assert!(
+        served.contains(&format!("served {N} connections")),
+        "{served}"
+    );
     assert_counters(&s_stats, &[("listen_rdma", 1), ("accept_rdma", N as u64)]);
-    println!("{N} clients through a backlog of 1 in {:?}", start.elapsed());
+    println!(
+        "{N} clients through a backlog of 1 in {:?}",
+        start.elapsed()
+    );
 }
 
 #[test]
 fn bytes_written_just_before_exit_arrive_whole() {
-    let Some(ip) = test_ip("bytes_written_just_before_exit_arrive_whole") else { return };
+    let Some(ip) = test_ip("bytes_written_just_before_exit_arrive_whole") else {
+        return;
+    };
     let dir = scratch("exit");
     let host = ip.to_string();
     let (srv, port) = server(&Run::preloaded(dir.join("s.stats")), &dir, &["--sink"]);
@@ -503,12 +511,22 @@ fn bytes_written_just_before_exit_arrive_whole() {
     // 4 MB, then exit(0) at once: the tail is still in the socket pair, the pump and the
     // stream when the program's exit handlers run; the library's must send it all.
     let out = ok(
-        Run::preloaded(dir.join("c.stats"))
-            .pp(&["client", "--host", &host, "--port", &port, "--send-exit", "4000000"]),
+        Run::preloaded(dir.join("c.stats")).pp(&[
+            "client",
+            "--host",
+            &host,
+            "--port",
+            &port,
+            "--send-exit",
+            "4000000",
+        ]),
         "the client",
     );
     assert!(out.contains("sent 4000000 bytes"), "{out}");
     let served = ok(srv, "the server");
-    assert!(served.contains("served 1 connections, 4000000 bytes"), "{served}");
+    assert!(
+        served.contains("served 1 connections, 4000000 bytes"),
+        "{served}"
+    );
     assert_counters(&dir.join("c.stats"), &[("connect_rdma", 1)]);
 }

@@ -550,7 +550,9 @@ fn sockperf_tcp_ping_pong() {
     const T: &str = "sockperf_tcp_ping_pong";
     let Some(ip) = test_ip(T) else { return };
     let _alone = alone();
-    let Some(sockperf) = program(T, "sockperf") else { return };
+    let Some(sockperf) = program(T, "sockperf") else {
+        return;
+    };
     let host = ip.to_string();
     for via in ALL {
         attempt("sockperf ping-pong", via, || {
@@ -559,18 +561,28 @@ fn sockperf_tcp_ping_pong() {
             let p = port.to_string();
             let cs = dir.join("c.stats");
             let mut srv = Server::new(
-                run(via, dir.join("s.stats")).spawn(&sockperf, &["sr", "--tcp", "-i", &host, "-p", &p]),
+                run(via, dir.join("s.stats"))
+                    .spawn(&sockperf, &["sr", "--tcp", "-i", &host, "-p", &p]),
             );
             wait_listening(port, srv.child(), via);
             let out = finish_via(
-                run(via, cs.clone()).spawn(&sockperf, &["pp", "--tcp", "-i", &host, "-p", &p, "-t", "2", "-m", "64"]),
+                run(via, cs.clone()).spawn(
+                    &sockperf,
+                    &["pp", "--tcp", "-i", &host, "-p", &p, "-t", "2", "-m", "64"],
+                ),
                 via,
                 "the sockperf client",
             );
             drop(srv);
-            let lat = sockperf_latency(&out).unwrap_or_else(|| panic!("no latency in sockperf's report: {out}"));
+            let lat = sockperf_latency(&out)
+                .unwrap_or_else(|| panic!("no latency in sockperf's report: {out}"));
             assert!(lat > 0.0, "{out}");
-            row("sockperf ping-pong 64 B", via, "average round trip, us", format!("{lat:.1}"));
+            row(
+                "sockperf ping-pong 64 B",
+                via,
+                "average round trip, us",
+                format!("{lat:.1}"),
+            );
             if via == Via::Trespass {
                 assert_counters(&cs, &[("connect_rdma", 1)]);
             }

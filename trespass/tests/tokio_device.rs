@@ -481,6 +481,11 @@ fn a_stream_taken_back_from_tokio_keeps_its_bytes_and_closes_after_them() {
         let mut got = Vec::new();
         server.read_to_end(&mut got).await.expect("read to the end");
         writer.await.expect("the blocking writer");
-        assert!(got == data, "{} bytes of {} arrived, or different ones", got.len(), data.len());
+        assert!(
+            got == data,
+            "{} bytes of {} arrived, or different ones",
+            got.len(),
+            data.len()
+        );
     });
 }
