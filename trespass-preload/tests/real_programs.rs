@@ -405,6 +405,22 @@ fn socat_pipes_a_file() {
     }
 }
 
+/// Runs the ping-pong client (1,000 round trips of 64 B) against `srv` on `host:port` under
+/// `via`, ends the server, prints the table's two rows under `label` and, under this library,
+/// checks that the client went over RDMA.
+fn pingpong_rows(label: &str, via: Via, dir: &Path, host: &str, port: u16, srv: Server) {
+    let p = port.to_string();
+    let args = ["client", "--host", host, "--port", &p, "--iters", "1000", "--size", "64"];
+    let client = run(via, dir.join("c.stats")).spawn(PINGPONG, &args);
+    let out = finish_via(client, via, "the pingpong client");
+    finish_via(srv.take(), via, "the pingpong server");
+    row(label, via, "round trips/s", field(&out, "per_second"));
+    row(label, via, "average round trip, us", field(&out, "rtt_us"));
+    if via == Via::Trespass {
+        assert_counters(&dir.join("c.stats"), &[("connect_rdma", 1)]);
+    }
+}
+
 #[test]
 fn pingpong_round_trips_beside_tcp_and_rsocket() {
     const T: &str = "pingpong_round_trips_beside_tcp_and_rsocket";
@@ -421,32 +437,7 @@ fn pingpong_round_trips_beside_tcp_and_rsocket() {
                     .spawn(PINGPONG, &["server", "--bind", &host, "--port", &p]),
             );
             wait_listening(port, srv.child(), via);
-            let out = finish_via(
-                run(via, dir.join("c.stats")).spawn(
-                    PINGPONG,
-                    &[
-                        "client", "--host", &host, "--port", &p, "--iters", "1000", "--size", "64",
-                    ],
-                ),
-                via,
-                "the pingpong client",
-            );
-            finish_via(srv.take(), via, "the pingpong server");
-            row(
-                "pingpong 64 B",
-                via,
-                "round trips/s",
-                field(&out, "per_second"),
-            );
-            row(
-                "pingpong 64 B",
-                via,
-                "average round trip, us",
-                field(&out, "rtt_us"),
-            );
-            if via == Via::Trespass {
-                assert_counters(&dir.join("c.stats"), &[("connect_rdma", 1)]);
-            }
+            pingpong_rows("pingpong 64 B", via, &dir, &host, port, srv);
         });
     }
 }
@@ -504,36 +495,9 @@ fn pingpong_across_two_hosts() {
                 // Its port file is written once the (rsocket) listen returned.
                 std::thread::sleep(Duration::from_millis(500));
             }
-            let p = port.to_string();
-            let out = finish_via(
-                run(via, dir.join("c.stats")).spawn(
-                    PINGPONG,
-                    &[
-                        "client", "--host", &peer, "--port", &p, "--iters", "1000", "--size", "64",
-                    ],
-                ),
-                via,
-                "the pingpong client",
-            );
-            finish_via(srv.take(), via, "the pingpong server");
-            row(
-                "pingpong 64 B, two hosts",
-                via,
-                "round trips/s",
-                field(&out, "per_second"),
-            );
-            row(
-                "pingpong 64 B, two hosts",
-                via,
-                "average round trip, us",
-                field(&out, "rtt_us"),
-            );
+            pingpong_rows("pingpong 64 B, two hosts", via, &dir, &peer, port, srv);
             if via == Via::Trespass {
-                assert_counters(&dir.join("c.stats"), &[("connect_rdma", 1)]);
-                assert_counters(
-                    &dir.join("s.stats"),
-                    &[("listen_rdma", 1), ("accept_rdma", 1)],
-                );
+                assert_counters(&dir.join("s.stats"), &[("listen_rdma", 1), ("accept_rdma", 1)]);
             }
         });
     }
