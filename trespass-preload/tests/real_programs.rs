@@ -263,16 +263,30 @@ fn redis_set_and_get_plain_and_pipelined_with_the_data_read_back() {
             row("redis", via, "300 KB value read back", "ok");
             if via == Via::Trespass {
                 // Every connection of every client (the benchmark's 20 per run, and those
-                // it makes to read the server's settings; redis-cli's) went over RDMA.
+                // it makes to read the server's settings; redis-cli's) went over RDMA, but
+                // for one that the listener refused now and then (as under iperf3 -P 4: see
+                // there), which goes over TCP.
                 let c = total(&cs);
                 let s = total(&ss);
-                assert!(c["connect_rdma"] >= 2 * 20 + 3, "{c:?}");
+                let fell_back = c["connect_tcp_refused"];
+                assert!(fell_back <= 2, "{c:?}");
+                assert!(c["connect_rdma"] >= 2 * 20 + 3 - fell_back, "{c:?}");
                 assert!(
-                    c.iter().all(|(k, v)| k == "connect_rdma" || *v == 0),
+                    c.iter().all(|(k, v)| matches!(
+                        k.as_str(),
+                        "connect_rdma" | "connect_tcp_refused"
+                    ) || *v == 0),
                     "{c:?}"
                 );
-                assert_eq!(s["accept_rdma"], c["connect_rdma"], "{s:?}");
-                assert_eq!((s["listen_rdma"], s["accept_tcp"]), (1, 0), "{s:?}");
+                assert_eq!(
+                    (s["accept_rdma"], s["accept_tcp"]),
+                    (c["connect_rdma"], fell_back),
+                    "{s:?}"
+                );
+                assert_eq!(s["listen_rdma"], 1, "{s:?}");
+                if fell_back > 0 {
+                    row("redis", via, "connections refused and over TCP", fell_back);
+                }
             }
         });
     }
