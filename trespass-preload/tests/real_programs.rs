@@ -78,6 +78,27 @@ fn finish_via(child: std::process::Child, via: Via, what: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The clients' (`cs`) connections over RDMA and those the listener refused (which went
+/// over TCP), checked to be the only kinds there are, with the server (`ss`) listening for
+/// RDMA once and accepting exactly those: RDMA ones over RDMA, refused ones over TCP.
+fn rdma_or_refused(cs: &Path, ss: &Path) -> (u64, u64) {
+    let c = total(cs);
+    let s = total(ss);
+    let (rdma, fell_back) = (c["connect_rdma"], c["connect_tcp_refused"]);
+    assert!(
+        c.iter()
+            .all(|(k, v)| matches!(k.as_str(), "connect_rdma" | "connect_tcp_refused") || *v == 0),
+        "{c:?}"
+    );
+    assert_eq!(
+        (s["accept_rdma"], s["accept_tcp"]),
+        (rdma, fell_back),
+        "{s:?}"
+    );
+    assert_eq!(s["listen_rdma"], 1, "{s:?}");
+    (rdma, fell_back)
+}
+
 #[test]
 fn iperf3_one_and_four_streams() {
     const T: &str = "iperf3_one_and_four_streams";
@@ -125,24 +146,13 @@ fn iperf3_one_and_four_streams() {
                     // docs/preload.md). The fallback is the library doing its job: each
                     // connection is accounted for, and the control connection always goes
                     // over RDMA.
-                    let c = total(&cs);
-                    let s = total(&ss);
-                    let fell_back = c["connect_tcp_refused"];
-                    assert!(fell_back < streams, "{c:?}");
-                    assert_eq!(c["connect_rdma"] + fell_back, 1 + streams, "{c:?}");
+                    let (rdma, fell_back) = rdma_or_refused(&cs, &ss);
                     assert!(
-                        c.iter().all(|(k, v)| matches!(
-                            k.as_str(),
-                            "connect_rdma" | "connect_tcp_refused"
-                        ) || *v == 0),
-                        "{c:?}"
+                        fell_back < streams,
+                        "{fell_back} of {} refused",
+                        1 + streams
                     );
-                    assert_eq!(
-                        (s["accept_rdma"], s["accept_tcp"]),
-                        (c["connect_rdma"], fell_back),
-                        "{s:?}"
-                    );
-                    assert_eq!(s["listen_rdma"], 1, "{s:?}");
+                    assert_eq!(rdma + fell_back, 1 + streams);
                     if fell_back > 0 {
                         row(
                             "iperf3",
@@ -266,24 +276,9 @@ fn redis_set_and_get_plain_and_pipelined_with_the_data_read_back() {
                 // it makes to read the server's settings; redis-cli's) went over RDMA, but
                 // for one that the listener refused now and then (as under iperf3 -P 4: see
                 // there), which goes over TCP.
-                let c = total(&cs);
-                let s = total(&ss);
-                let fell_back = c["connect_tcp_refused"];
-                assert!(fell_back <= 2, "{c:?}");
-                assert!(c["connect_rdma"] >= 2 * 20 + 3 - fell_back, "{c:?}");
-                assert!(
-                    c.iter().all(|(k, v)| matches!(
-                        k.as_str(),
-                        "connect_rdma" | "connect_tcp_refused"
-                    ) || *v == 0),
-                    "{c:?}"
-                );
-                assert_eq!(
-                    (s["accept_rdma"], s["accept_tcp"]),
-                    (c["connect_rdma"], fell_back),
-                    "{s:?}"
-                );
-                assert_eq!(s["listen_rdma"], 1, "{s:?}");
+                let (rdma, fell_back) = rdma_or_refused(&cs, &ss);
+                assert!(fell_back <= 2, "{fell_back} connections refused");
+                assert!(rdma >= 2 * 20 + 3 - fell_back, "{rdma} over RDMA");
                 if fell_back > 0 {
                     row("redis", via, "connections refused and over TCP", fell_back);
                 }
