@@ -420,6 +420,10 @@ impl Driver {
                             // (in the shared mode, also those another thread is routing).
                             drop(ev);
                             self.poll_cq(Instant::now(), true);
+                            // Buffers the peer returned before it left are the caller's
+                            // again now: a reclaim that sees the connection gone must find
+                            // them first.
+                            self.take_returns();
                             self.conn.on_disconnected();
                             if !self.disconnected {
                                 self.disconnected = true;

@@ -108,7 +108,12 @@ fn cycle(addr: SocketAddr, config: &Config, cycles: usize) {
             c.write_all(&common::pattern(i as u64, 64)).unwrap();
         }
         let mut back = Vec::new();
-        c.read_to_end(&mut back).unwrap();
+        c.read_to_end(&mut back).unwrap_or_else(|e| {
+            panic!(
+                "cycle {i} ({}): {e}",
+                if i % 2 == 1 { "lent" } else { "written" }
+            )
+        });
         assert_eq!(back[..], common::pattern(i as u64, 64)[..]);
         if i % 2 == 1 {
             assert_eq!(c.reclaim().unwrap(), common::pattern(i as u64, 64));
