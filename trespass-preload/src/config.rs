@@ -13,6 +13,9 @@ pub(crate) const ENV_PORTS: &str = "TRESPASS_PRELOAD_PORTS";
 pub(crate) const ENV_NETS: &str = "TRESPASS_PRELOAD_NETS";
 /// `TRESPASS_PRELOAD_TIMEOUT_MS`: how long a connect tries RDMA before TCP (1 to 60000).
 pub(crate) const ENV_TIMEOUT: &str = "TRESPASS_PRELOAD_TIMEOUT_MS";
+/// `TRESPASS_PRELOAD_CONNECT_WAIT_MS`: how long a connect on a non-blocking socket waits
+/// for the RDMA attempt's answer before it returns `EINPROGRESS` (0 to 60000).
+pub(crate) const ENV_CONNECT_WAIT: &str = "TRESPASS_PRELOAD_CONNECT_WAIT_MS";
 /// `TRESPASS_PRELOAD_STATS`: `stderr` (or `1`) prints the counters at exit; anything else
 /// is a file the counters are appended to, one line per process.
 pub(crate) const ENV_STATS: &str = "TRESPASS_PRELOAD_STATS";
@@ -26,6 +29,12 @@ pub(crate) const ENV_LOG: &str = "TRESPASS_PRELOAD_LOG";
 /// one with RDMA but no trespass listener refuses as fast; this bounds the case of a peer
 /// whose host does not answer RDMA connection requests at all.
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_millis(2000);
+
+/// The default of [`ENV_CONNECT_WAIT`]: long enough for a served peer's answer or a
+/// refusal on one network (the connection is then set up as a blocking connect's would be:
+/// RDMA carried, or a plain TCP connect), short enough that an event loop barely feels a
+/// peer that does not answer (its attempt goes on in the pump).
+pub(crate) const DEFAULT_CONNECT_WAIT: Duration = Duration::from_millis(50);
 
 /// Where the counters go at exit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +86,8 @@ pub(crate) struct Config {
     ports: Option<Vec<(u16, u16)>>,
     nets: Option<Vec<Net>>,
     pub(crate) timeout: Duration,
+    /// How long a non-blocking connect waits for the RDMA answer (at most `timeout`).
+    pub(crate) connect_wait: Duration,
     pub(crate) stats: Stats,
     pub(crate) log: bool,
     /// How long the pump spins before sleeping: 0 by default, because the pump is a thread
@@ -93,6 +104,7 @@ impl Config {
             ports: None,
             nets: None,
             timeout: DEFAULT_TIMEOUT,
+            connect_wait: DEFAULT_CONNECT_WAIT,
             stats: Stats::Off,
             log: false,
             busy_poll: Duration::ZERO,
@@ -139,6 +151,14 @@ impl Config {
                 Ok(ms @ 1..=60_000) => c.timeout = Duration::from_millis(ms),
                 _ => problems.push(format!(
                     "{ENV_TIMEOUT}={v:?} is not a number of milliseconds from 1 to 60000"
+                )),
+            }
+        }
+        if let Some(v) = var(ENV_CONNECT_WAIT) {
+            match v.trim().parse::<u64>() {
+                Ok(ms @ 0..=60_000) => c.connect_wait = Duration::from_millis(ms),
+                _ => problems.push(format!(
+                    "{ENV_CONNECT_WAIT}={v:?} is not a number of milliseconds from 0 to 60000"
                 )),
             }
         }
@@ -304,6 +324,8 @@ mod tests {
             (ENV_SWITCH, "maybe"),
             (ENV_BUSY_POLL, "2000000"),
             (ENV_BUSY_POLL, "fast"),
+            (ENV_CONNECT_WAIT, "60001"),
+            (ENV_CONNECT_WAIT, "-1"),
         ] {
             let (c, msg) = env(&[(k, v), (ENV_STATS, "stderr")]);
             let msg = msg.unwrap_or_else(|| panic!("{k}={v} was accepted"));
@@ -339,5 +361,10 @@ mod tests {
             Duration::from_micros(50)
         );
         assert_eq!(env(&[]).0.busy_poll, Duration::ZERO);
+        assert_eq!(env(&[]).0.connect_wait, DEFAULT_CONNECT_WAIT);
+        assert_eq!(
+            env(&[(ENV_CONNECT_WAIT, "0")]).0.connect_wait,
+            Duration::ZERO
+        );
     }
 }

@@ -9,12 +9,14 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use libc::{sockaddr, sockaddr_storage, socklen_t};
 
+use crate::pending::{no_device, note_failure};
 use crate::stats::{count, Event};
 use crate::table::{self, Conn, Entry};
-use crate::{addr, internal, pump, real};
+use crate::{addr, internal, pending, pump, real};
 
 fn set_errno(e: c_int) {
     // SAFETY: __errno_location returns this thread's errno.
@@ -71,33 +73,19 @@ fn name_of(
     addr::from_storage(&s, len as usize)
 }
 
-/// Whether `e` says this machine has no RDMA device (rdma_cm's ENODEV anywhere in its
-/// chain of causes).
-fn no_device(e: &io::Error) -> bool {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = e.get_ref().map(|e| e as _);
-    while let Some(c) = cause {
-        if c.downcast_ref::<io::Error>()
-            .and_then(io::Error::raw_os_error)
-            == Some(libc::ENODEV)
-        {
-            return true;
-        }
-        cause = c.source();
-    }
-    e.raw_os_error() == Some(libc::ENODEV)
+/// What connect says on an fd that is connected or connecting already, as TCP does.
+fn connect_again(fd: c_int) -> Option<c_int> {
+    let errno = match table::get(fd)? {
+        Entry::Conn(_) => libc::EISCONN,
+        Entry::Pending(p) if p.error == 0 => libc::EALREADY,
+        Entry::Pending(p) => p.error,
+        Entry::Listener { .. } => return None,
+    };
+    set_errno(errno);
+    Some(-1)
 }
 
-fn fail_event(e: &io::Error) -> Event {
-    if no_device(e) {
-        return Event::ConnectTcpNoDevice;
-    }
-    match e.kind() {
-        io::ErrorKind::ConnectionRefused => Event::ConnectTcpRefused,
-        io::ErrorKind::AddrNotAvailable | io::ErrorKind::NotFound => Event::ConnectTcpNoDevice,
-        io::ErrorKind::TimedOut => Event::ConnectTcpTimeout,
-        _ => Event::ConnectTcpError,
-    }
-}
+static CONNECTS: AtomicU64 = AtomicU64::new(1);
 
 /// connect(2): tries trespass first, see the crate's docs.
 ///
@@ -112,6 +100,9 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
         return direct();
     }
     entry(|| {
+        if let Some(r) = connect_again(fd) {
+            return r;
+        }
         // SAFETY: the caller promises `len` readable bytes at `addr`.
         let Some(peer) = (unsafe { addr::read(addr, len) }) else {
             return direct();
@@ -130,27 +121,86 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
             crate::log(format_args!("{peer}: over TCP (no RDMA answer lately)"));
             return direct();
         }
-        let attempt = internal::with(|| -> io::Result<()> {
-            let stream = trespass::Stream::connect_timeout(&target, config.timeout)?;
-            attach(fd, family, stream)
-        });
-        match attempt {
+        // SAFETY: F_GETFL on the caller's fd.
+        let nonblocking = unsafe { libc::fcntl(fd, libc::F_GETFL) } & libc::O_NONBLOCK != 0;
+        let answer = if nonblocking {
+            match internal::with(|| in_progress(fd, family, peer, target, config)) {
+                Progress::Answered(r) => r,
+                Progress::Returned => {
+                    count(Event::ConnectInProgress);
+                    set_errno(libc::EINPROGRESS);
+                    return -1;
+                }
+            }
+        } else {
+            internal::with(|| trespass::Stream::connect_timeout(&target, config.timeout))
+        };
+        match answer.and_then(|stream| internal::with(|| attach(fd, family, stream))) {
             Ok(()) => {
                 count(Event::ConnectRdma);
                 crate::log(format_args!("{peer}: over RDMA"));
                 0
             }
             Err(e) => {
-                let event = fail_event(&e);
-                if event == Event::ConnectTcpTimeout {
-                    table::note_unanswered(target.ip());
-                }
-                count(event);
-                crate::log(format_args!("{peer}: over TCP ({e})"));
+                note_failure(peer, target, &e);
                 direct()
             }
         }
     })
+}
+
+/// Where a non-blocking connect stands.
+enum Progress {
+    /// The RDMA attempt answered within the wait (or could not be made).
+    Answered(io::Result<trespass::Stream>),
+    /// The fd is pending: connect returns `EINPROGRESS`, the pump finishes it.
+    Returned,
+}
+
+/// A non-blocking connect: the pump tries RDMA while this waits at most the configured
+/// wait; then the fd is put in the pending state (see `pending`).
+fn in_progress(
+    fd: c_int,
+    family: c_int,
+    peer: SocketAddr,
+    target: SocketAddr,
+    config: &crate::config::Config,
+) -> Progress {
+    let attempt = pending::Attempt::new();
+    let job = pump::Job::Connect {
+        target,
+        timeout: config.timeout,
+        attempt: attempt.clone(),
+    };
+    if let Err(e) = pump::send(job) {
+        return Progress::Answered(Err(e));
+    }
+    if let Some(r) = attempt.wait(config.connect_wait.min(config.timeout)) {
+        return Progress::Answered(r);
+    }
+    let id = CONNECTS.fetch_add(1, Ordering::Relaxed);
+    let handoff = match pending::install(fd, id, family, peer, target) {
+        Ok(h) => h,
+        Err(e) => {
+            // The fd is as it was: the answer decides as for a blocking connect.
+            crate::log(format_args!(
+                "{peer}: cannot wait for RDMA in the background ({e}); waiting here"
+            ));
+            let r = attempt.wait(config.timeout + Duration::from_secs(1));
+            return Progress::Answered(r.unwrap_or_else(|| {
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "no answer from the RDMA attempt",
+                ))
+            }));
+        }
+    };
+    if let Some((handoff, result)) = attempt.hand_off(handoff) {
+        if let Err(e) = pump::send(pump::Job::Finish { handoff, result }) {
+            crate::log(format_args!("{peer}: {e}"));
+        }
+    }
+    Progress::Returned
 }
 
 /// Puts one end of a socket pair in `fd`'s place (keeping its descriptor and status flags)
@@ -418,7 +468,18 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 fn conn(fd: c_int) -> Option<Conn> {
     match table::get(fd)? {
         Entry::Conn(c) => Some(c),
-        Entry::Listener { .. } => None,
+        Entry::Listener { .. } | Entry::Pending(_) => None,
+    }
+}
+
+/// A socket pair standing for a TCP socket (a connected or pending connect's): its family,
+/// `TCP_NODELAY`, and the TCP state to report.
+fn pair_view(fd: c_int) -> Option<(c_int, bool, u8)> {
+    match table::get(fd)? {
+        Entry::Conn(c) if c.pair => Some((c.family, c.nodelay, 1)), // TCP_ESTABLISHED
+        Entry::Pending(p) if p.error == 0 => Some((p.family, false, 2)), // TCP_SYN_SENT
+        Entry::Pending(p) => Some((p.family, false, 7)),            // TCP_CLOSE
+        _ => None,
     }
 }
 
@@ -430,6 +491,10 @@ fn conn(fd: c_int) -> Option<Conn> {
 #[no_mangle]
 pub unsafe extern "C" fn getpeername(fd: c_int, out: *mut sockaddr, len: *mut socklen_t) -> c_int {
     entry(|| match conn(fd) {
+        None if matches!(table::get(fd), Some(Entry::Pending(_))) => {
+            set_errno(libc::ENOTCONN);
+            -1
+        }
         Some(c) if !out.is_null() && !len.is_null() => {
             // SAFETY: the caller's arguments, checked non-null.
             unsafe { addr::write(c.peer, c.family, out, len) };
@@ -447,12 +512,33 @@ pub unsafe extern "C" fn getpeername(fd: c_int, out: *mut sockaddr, len: *mut so
 /// getsockname(2)'s contract.
 #[no_mangle]
 pub unsafe extern "C" fn getsockname(fd: c_int, out: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    let pending = || match table::get(fd) {
+        Some(Entry::Pending(p)) => Some(p),
+        _ => None,
+    };
     entry(|| match conn(fd) {
         Some(c) if !out.is_null() && !len.is_null() => {
             // SAFETY: the caller's arguments, checked non-null.
             unsafe { addr::write(c.local, c.family, out, len) };
             0
         }
+        // A TCP socket being connected names an address only once the connect is done
+        // here (the kernel's is chosen at once, but nothing is bound until the pump knows
+        // which transport it is): the unspecified address, port 0.
+        None if !out.is_null() && !len.is_null() => match pending() {
+            Some(p) => {
+                let any = if p.family == libc::AF_INET6 {
+                    SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0))
+                } else {
+                    SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0))
+                };
+                // SAFETY: the caller's arguments, checked non-null.
+                unsafe { addr::write(any, p.family, out, len) };
+                0
+            }
+            // SAFETY: the caller's arguments.
+            None => unsafe { real::getsockname(fd, out, len) },
+        },
         // SAFETY: the caller's arguments.
         _ => unsafe { real::getsockname(fd, out, len) },
     })
@@ -495,20 +581,24 @@ pub unsafe extern "C" fn getsockopt(
     len: *mut socklen_t,
 ) -> c_int {
     entry(|| {
-        let pair = conn(fd).filter(|c| c.pair);
+        let pair = pair_view(fd);
         let int = |v: c_int| {
             // SAFETY: the caller's arguments.
             unsafe { put_opt(&v.to_ne_bytes(), val, len) }
         };
         match (pair, level, name) {
-            (Some(c), libc::SOL_SOCKET, libc::SO_DOMAIN) => int(c.family),
+            (Some((family, ..)), libc::SOL_SOCKET, libc::SO_DOMAIN) => int(family),
             (Some(_), libc::SOL_SOCKET, libc::SO_PROTOCOL) => int(libc::IPPROTO_TCP),
-            (Some(c), libc::IPPROTO_TCP, libc::TCP_NODELAY) => int(c.nodelay.into()),
-            (Some(_), libc::IPPROTO_TCP, libc::TCP_INFO) => {
+            // A pending connect's outcome, once; else the socket pair's own (0).
+            (Some((_, _, state)), libc::SOL_SOCKET, libc::SO_ERROR) if state != 1 => {
+                int(table::take_pending_error(fd))
+            }
+            (Some((_, nodelay, _)), libc::IPPROTO_TCP, libc::TCP_NODELAY) => int(nodelay.into()),
+            (Some((_, _, state)), libc::IPPROTO_TCP, libc::TCP_INFO) => {
                 // SAFETY: tcp_info is plain integers, for which zero is valid.
                 let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-                info.tcpi_state = 1; // TCP_ESTABLISHED
-                                     // SAFETY: `info` is a plain struct of its own size.
+                info.tcpi_state = state;
+                // SAFETY: `info` is a plain struct of its own size.
                 let bytes = unsafe {
                     std::slice::from_raw_parts(
                         (&raw const info).cast::<u8>(),
@@ -540,7 +630,7 @@ pub unsafe extern "C" fn setsockopt(
     val: *const c_void,
     len: socklen_t,
 ) -> c_int {
-    entry(|| match conn(fd).filter(|c| c.pair) {
+    entry(|| match pair_view(fd) {
         Some(_) if level == libc::IPPROTO_TCP => {
             if name == libc::TCP_NODELAY {
                 if val.is_null() || (len as usize) < size_of::<c_int>() {
@@ -574,7 +664,7 @@ static ON_LOAD: extern "C" fn() = on_load;
 /// Unix stream socket refuses `sendto` with one (`EISCONN`) where TCP ignores it, and names its
 /// own kind of peer in `recvfrom`, where TCP names none. Only calls that pass an address look.
 fn pair(fd: c_int) -> bool {
-    conn(fd).is_some_and(|c| c.pair)
+    pair_view(fd).is_some()
 }
 
 /// sendto(2): on a carried connection the address is ignored, as TCP does.

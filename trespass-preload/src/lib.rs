@@ -37,6 +37,7 @@ mod config;
 #[cfg(not(test))]
 #[allow(unreachable_pub)] // reached by symbol name, from C
 mod interpose;
+mod pending;
 mod pump;
 mod real;
 mod stats;

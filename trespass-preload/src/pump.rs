@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -23,7 +23,9 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, ReadBuf};
 use tokio::sync::{mpsc, watch};
 use tokio::task::AbortHandle;
 
-use crate::table;
+use crate::pending::{Attempt, Handoff};
+use crate::stats::{count, Event};
+use crate::table::{self, Conn, Entry};
 
 /// Buffer size of each direction of a carried connection.
 const COPY_BUF: usize = 64 * 1024;
@@ -65,6 +67,17 @@ pub(crate) enum Job {
     },
     /// The program closed listener `id`.
     StopListen { id: u64 },
+    /// Try an RDMA connection to `target` for a non-blocking connect (see `pending`).
+    Connect {
+        target: SocketAddr,
+        timeout: Duration,
+        attempt: Arc<Attempt>,
+    },
+    /// Finish a non-blocking connect whose answer came as it returned `EINPROGRESS`.
+    Finish {
+        handoff: Handoff,
+        result: io::Result<trespass::Stream>,
+    },
 }
 
 /// This process's pump thread, by the process that started it.
@@ -199,8 +212,110 @@ async fn serve(mut jobs: mpsc::UnboundedReceiver<Job>, exiting: watch::Receiver<
                     task.abort();
                 }
             }
+            Job::Connect {
+                target,
+                timeout,
+                attempt,
+            } => {
+                let exiting = exiting.clone();
+                tokio::spawn(async move {
+                    let result = tokio::task::spawn_blocking(move || {
+                        trespass::Stream::connect_timeout(&target, timeout)
+                    })
+                    .await
+                    .unwrap_or_else(|e| Err(io::Error::other(e)));
+                    if let Some((handoff, result)) = attempt.answer(result) {
+                        finish(handoff, result, exiting).await;
+                    }
+                });
+            }
+            Job::Finish { handoff, result } => {
+                tokio::spawn(finish(handoff, result, exiting.clone()));
+            }
         }
     }
+}
+
+/// Finishes a connect that returned `EINPROGRESS`: over RDMA if the attempt succeeded, else
+/// over TCP from the program's own socket, carried through the socket pair all the same (the
+/// program's fd cannot change under its epoll sets); or fails it (`SO_ERROR`).
+async fn finish(
+    mut h: Handoff,
+    result: io::Result<trespass::Stream>,
+    exiting: watch::Receiver<bool>,
+) {
+    let owner = std::process::id();
+    // Counted for the drain at exit from when there is a connection to carry: a connect
+    // still in progress has nothing of the program's to deliver.
+    let r = match result {
+        Ok(stream) => {
+            let (Ok(local), Ok(peer)) = (stream.local_addr(), stream.peer_addr()) else {
+                return h.fail(libc::ECONNABORTED);
+            };
+            count(Event::ConnectRdma);
+            crate::log(format_args!("{}: over RDMA (after EINPROGRESS)", h.peer));
+            let conn = Conn {
+                local,
+                peer,
+                family: h.family,
+                pair: true,
+                nodelay: false,
+                owner,
+            };
+            // Recorded before the fd turns writable: the program's getpeername may follow.
+            table::settle(h.id, Entry::Conn(conn));
+            if let Err(e) = h.open() {
+                crate::log(format_args!("{}: {e}", h.peer));
+            }
+            let Handoff { theirs, .. } = h;
+            let _counted = Carrying::new();
+            start_carrying(stream, theirs.into(), exiting).await
+        }
+        Err(e) => {
+            crate::pending::note_failure(h.peer, h.target, &e);
+            match tcp(&h).await {
+                Ok(tcp) => {
+                    let conn = Conn {
+                        local: tcp.local_addr().unwrap_or(h.peer),
+                        peer: h.peer,
+                        family: h.family,
+                        pair: true,
+                        nodelay: false,
+                        owner,
+                    };
+                    table::settle(h.id, Entry::Conn(conn));
+                    if let Err(e) = h.open() {
+                        crate::log(format_args!("{}: {e}", h.peer));
+                    }
+                    let Handoff { theirs, .. } = h;
+                    let _counted = Carrying::new();
+                    match SockIo::new(theirs.into()) {
+                        Ok(app) => carry(tcp, app, exiting, None).await.0,
+                        Err(e) => Err(e),
+                    }
+                }
+                Err(e) => {
+                    crate::log(format_args!("{}: the TCP connect failed too: {e}", h.peer));
+                    h.fail(e.raw_os_error().unwrap_or(libc::ECONNREFUSED));
+                    Ok(())
+                }
+            }
+        }
+    };
+    if let Err(e) = r {
+        crate::log(format_args!("a carried connection ended: {e}"));
+    }
+}
+
+/// The TCP connect of a pending connect's own socket (as the program made it, bound or not).
+async fn tcp(h: &Handoff) -> io::Result<tokio::net::TcpStream> {
+    let socket = std::net::TcpStream::from(h.socket.try_clone()?);
+    socket.set_nonblocking(true)?;
+    let socket = tokio::net::TcpSocket::from_std_stream(socket);
+    let tcp = socket.connect(h.peer).await?;
+    // The pump writes what it reads as it reads it: Nagle's delay would only add to that.
+    tcp.set_nodelay(true)?;
+    Ok(tcp)
 }
 
 /// The connecting side's connection, from the blocking stream and the pump's end of the
@@ -212,23 +327,32 @@ async fn start_carrying(
 ) -> io::Result<()> {
     let mut rdma = trespass::tokio::Stream::from_std(stream)?;
     spin(&mut rdma);
-    carry(rdma, SockIo::new(app)?, exiting, None).await
+    let app = SockIo::new(app)?;
+    let (r, rdma) = carry(rdma, app, exiting, None).await;
+    close(rdma).await;
+    r
+}
+
+/// Closes a carried stream after its last bytes (at most the linger), on the blocking pool.
+async fn close(rdma: trespass::tokio::Stream) {
+    let stream = rdma.into_std();
+    let _ = tokio::task::spawn_blocking(move || drop(stream)).await;
 }
 
 /// Moves bytes both ways until both have ended: an end of stream on one side is a
 /// half-close of the other (TCP's meaning), an error on either ends both. Once the process
 /// is exiting, a connection whose outgoing half has ended stops waiting for incoming bytes.
-/// The stream then closes on the blocking pool, and this returns when it has closed (after
-/// its last bytes, at most the linger): the drain at exit counts on that.
+/// Returns the far side for the caller to close: a trespass stream closes after its last
+/// bytes (see [`close`]), and the drain at exit counts on the caller waiting for that.
 /// `unaccepted`, on the accepting side, is the pump's loopback connection's source address:
 /// a connection the program never accepted has nothing of the program's to send, and is not
 /// waited for at exit.
-async fn carry(
-    rdma: trespass::tokio::Stream,
+async fn carry<F: AsyncRead + AsyncWrite + Unpin>(
+    rdma: F,
     app: SockIo,
     mut exiting: watch::Receiver<bool>,
     unaccepted: Option<SocketAddr>,
-) -> io::Result<()> {
+) -> (io::Result<()>, F) {
     let (mut rdma_rd, mut rdma_wr) = tokio::io::split(rdma);
     let (mut app_rd, mut app_wr) = tokio::io::split(app);
     let result = {
@@ -262,9 +386,7 @@ async fn carry(
             }
         }
     };
-    let stream = rdma_rd.unsplit(rdma_wr).into_std();
-    let _ = tokio::task::spawn_blocking(move || drop(stream)).await;
-    result
+    (result, rdma_rd.unsplit(rdma_wr))
 }
 
 /// The pump's busy poll, fixed (no adaptation beyond it): see `Config::busy_poll`.
@@ -332,7 +454,8 @@ async fn hand_over(
     let app = SockIo::new(fd)?;
     let mut rdma = stream;
     spin(&mut rdma);
-    let r = carry(rdma, app, exiting, Some(source)).await;
+    let (r, rdma) = carry(rdma, app, exiting, Some(source)).await;
+    close(rdma).await;
     // The program may never have accepted it.
     table::take_marker(source);
     r

@@ -22,6 +22,9 @@ pub(crate) enum Event {
     ConnectTcpTimeout,
     /// ... the RDMA connection failed otherwise.
     ConnectTcpError,
+    /// A connect on a non-blocking socket returned `EINPROGRESS` before the RDMA attempt
+    /// was answered (its outcome is counted too, when it comes).
+    ConnectInProgress,
     /// A listener also listens for RDMA.
     ListenRdma,
     /// A listener on TCP only: the rules exclude it.
@@ -36,13 +39,14 @@ pub(crate) enum Event {
     AcceptTcp,
 }
 
-const EVENTS: [(Event, &str); 12] = [
+const EVENTS: [(Event, &str); 13] = [
     (Event::ConnectRdma, "connect_rdma"),
     (Event::ConnectTcpRule, "connect_tcp_rule"),
     (Event::ConnectTcpRefused, "connect_tcp_refused"),
     (Event::ConnectTcpNoDevice, "connect_tcp_no_device"),
     (Event::ConnectTcpTimeout, "connect_tcp_timeout"),
     (Event::ConnectTcpError, "connect_tcp_error"),
+    (Event::ConnectInProgress, "connect_in_progress"),
     (Event::ListenRdma, "listen_rdma"),
     (Event::ListenTcpRule, "listen_tcp_rule"),
     (Event::ListenTcpNoDevice, "listen_tcp_no_device"),

@@ -29,11 +29,32 @@ pub(crate) struct Conn {
     pub(crate) owner: u32,
 }
 
+/// A connect on a non-blocking socket that returned `EINPROGRESS`: the fd is one end of a
+/// socket pair that turns writable once the pump has the connection (over RDMA, or over TCP
+/// carried the same way), as a TCP socket does when its connect completes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Pending {
+    /// Which connect (the pump finds its fds by it, not by number: the program may have
+    /// closed the fd and reused the number meanwhile).
+    pub(crate) id: u64,
+    /// The address the program connects to, as it gave it.
+    pub(crate) peer: SocketAddr,
+    /// The family of the program's socket.
+    pub(crate) family: c_int,
+    /// 0 while the connect is in progress; else why it failed, as `SO_ERROR` reports it
+    /// once (and `connect` every time).
+    pub(crate) error: c_int,
+    /// Whether `SO_ERROR` reported `error` already.
+    pub(crate) reported: bool,
+}
+
 /// An fd's entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Entry {
     /// A carried connection.
     Conn(Conn),
+    /// A connect in progress, or one that failed after returning `EINPROGRESS`.
+    Pending(Pending),
     /// A TCP listener that also listens for RDMA, as the pump's listener `id`.
     Listener { id: u64 },
 }
@@ -117,7 +138,41 @@ pub(crate) fn remove(fd: c_int) -> Option<u64> {
             let still = t.fds.values().any(|e| *e == Entry::Listener { id });
             (!still).then_some(id)
         }
-        Entry::Conn(_) => None,
+        Entry::Conn(_) | Entry::Pending(_) => None,
+    })
+}
+
+/// Every fd of pending connect `id` (the one connect made, and its dups) becomes `to`.
+/// Whether any was left (the program may have closed them all).
+pub(crate) fn settle(id: u64, to: Entry) -> bool {
+    with(|t| {
+        let mut any = false;
+        for e in t.fds.values_mut() {
+            if matches!(e, Entry::Pending(p) if p.id == id) {
+                *e = to;
+                any = true;
+            }
+        }
+        any
+    })
+}
+
+/// `SO_ERROR` on a pending connect: its error, once (then 0), as the kernel reports a TCP
+/// socket's.
+pub(crate) fn take_pending_error(fd: c_int) -> c_int {
+    with(|t| match t.fds.get(&fd) {
+        Some(Entry::Pending(p)) if p.error != 0 && !p.reported => {
+            let (id, error) = (p.id, p.error);
+            for e in t.fds.values_mut() {
+                if let Entry::Pending(q) = e {
+                    if q.id == id {
+                        q.reported = true;
+                    }
+                }
+            }
+            error
+        }
+        _ => 0,
     })
 }
 
@@ -238,6 +293,33 @@ mod tests {
             })
         );
         assert_eq!(take_marker(source), None);
+        assert!(empty(), "nothing is left behind");
+
+        let pending = Pending {
+            id: 9,
+            peer: conn.peer,
+            family: libc::AF_INET,
+            error: 0,
+            reported: false,
+        };
+        insert(3000, Entry::Pending(pending));
+        copy(3000, 3001);
+        insert(3002, Entry::Pending(Pending { id: 10, ..pending }));
+        assert_eq!(take_pending_error(3000), 0, "in progress: no error");
+        let failed = Pending {
+            error: libc::ECONNREFUSED,
+            ..pending
+        };
+        assert!(settle(9, Entry::Pending(failed)));
+        assert_eq!(take_pending_error(3001), libc::ECONNREFUSED);
+        assert_eq!(take_pending_error(3000), 0, "reported once, for every dup");
+        assert!(matches!(get(3002), Some(Entry::Pending(p)) if p.error == 0));
+        assert!(settle(10, Entry::Conn(conn)));
+        assert_eq!(get(3002), Some(Entry::Conn(conn)));
+        assert!(!settle(11, Entry::Conn(conn)), "no fd of that connect");
+        for fd in [3000, 3001, 3002] {
+            remove(fd);
+        }
         assert!(empty(), "nothing is left behind");
 
         let quiet: IpAddr = "198.18.0.9".parse().unwrap();

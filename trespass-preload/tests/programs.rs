@@ -126,6 +126,105 @@ fn poll_select_and_epoll_programs_run_unchanged() {
     assert_counters(&s_stats, &[("listen_rdma", 1), ("accept_rdma", 3)]);
 }
 
+/// A connect on a non-blocking socket that returns `EINPROGRESS` (the wait for the RDMA
+/// answer set to 0) ends as a TCP socket's would: writable once connected, over RDMA to a
+/// preloaded server (found by an epoll set that watched the fd from `EINPROGRESS` on: the fd
+/// is never replaced), over TCP from the program's own socket to a plain one, and with
+/// `SO_ERROR` saying `ECONNREFUSED` where nothing listens. With a wait longer than the
+/// answer takes, connect returns 0 over RDMA, as before.
+#[test]
+fn a_connect_in_progress_ends_as_a_tcp_connect_would() {
+    let Some(ip) = test_ip("a_connect_in_progress_ends_as_a_tcp_connect_would") else {
+        return;
+    };
+    let dir = scratch("in-progress");
+    let host = ip.to_string();
+    let s_stats = dir.join("server.stats");
+    let (srv, port) = server(
+        &Run::preloaded(s_stats.clone()),
+        &dir,
+        &["--bind", &host, "--epoll", "--count", "3"],
+    );
+    let (plain, plain_port) = server(&Run::plain(), &dir, &["--bind", &host]);
+    let (port, plain_port) = (port.to_string(), plain_port.to_string());
+    let client = |name: &str, wait: &str, port: &str, io: &str| {
+        let stats = dir.join(format!("{name}.stats"));
+        let run = Run::preloaded(stats.clone()).env("TRESPASS_PRELOAD_CONNECT_WAIT_MS", wait);
+        let args = [
+            "client", "--host", &host, "--port", port, "--iters", "100", io,
+        ];
+        (run.pp(&args), stats)
+    };
+    for (io, wait) in [("--epoll", "0"), ("--poll", "0"), ("--select", "60000")] {
+        let (c, stats) = client(&format!("rdma{io}"), wait, &port, io);
+        let out = ok(c, &format!("the {io} client"));
+        assert_eq!(field(&out, "round_trips"), "100", "{out}");
+        assert!(
+            out.contains(&format!("connected {host}:{port} local {host}:")),
+            "the RDMA addresses once connected: {out}"
+        );
+        if wait == "0" {
+            assert_counters(&stats, &[("connect_in_progress", 1), ("connect_rdma", 1)]);
+        } else {
+            // Answered within the wait: connect returned 0, no EINPROGRESS.
+            assert_counters(&stats, &[("connect_rdma", 1)]);
+        }
+    }
+    let (c, stats) = client("tcp", "0", &plain_port, "--epoll");
+    let out = ok(c, "the client of the plain server");
+    assert_eq!(field(&out, "round_trips"), "100", "{out}");
+    assert_counters(
+        &stats,
+        &[("connect_in_progress", 1), ("connect_tcp_refused", 1)],
+    );
+    ok(plain, "the plain server");
+    let closed = free_port().to_string();
+    let (c, stats) = client("refused", "0", &closed, "--poll");
+    let out = wait_bounded(c, BOUND).unwrap_or_else(|o| panic!("hung: {}", show(&o)));
+    assert_eq!(out.status.code(), Some(3), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("connect: Connection refused"),
+        "{}",
+        show(&out)
+    );
+    assert_counters(
+        &stats,
+        &[("connect_in_progress", 1), ("connect_tcp_refused", 1)],
+    );
+    let served = ok(srv, "the epoll server");
+    assert!(served.contains("served 3 connections"), "{served}");
+    assert_counters(&s_stats, &[("listen_rdma", 1), ("accept_rdma", 3)]);
+
+    // A peer that answers nothing (an address on the device's network where no host is):
+    // the connect returns EINPROGRESS at once (the default wait, not the RDMA timeout), and
+    // the program's own bound ends it.
+    let quiet = match ip {
+        std::net::IpAddr::V4(v4) => {
+            let [a, b, c, _] = v4.octets();
+            std::net::Ipv4Addr::new(a, b, c, 254).to_string()
+        }
+        std::net::IpAddr::V6(_) => return,
+    };
+    let stats = dir.join("quiet.stats");
+    let c = Run::preloaded(stats.clone()).pp(&[
+        "client",
+        "--host",
+        &quiet,
+        "--port",
+        "7",
+        "--poll",
+        "--connect-timeout",
+        "1000",
+    ]);
+    let out = wait_bounded(c, BOUND).unwrap_or_else(|o| panic!("hung: {}", show(&o)));
+    // The program's bound (5), or the kernel giving up on the neighbour (3): either way,
+    // the program decided, not a blocked connect.
+    assert!(matches!(out.status.code(), Some(3 | 5)), "{}", show(&out));
+    let c = total(&stats);
+    assert_eq!(c["connect_in_progress"], 1, "{c:?}");
+    assert_eq!(c["connect_rdma"], 0, "{c:?}");
+}
+
 #[test]
 fn large_messages_arrive_whole() {
     let Some(ip) = test_ip("large_messages_arrive_whole") else {

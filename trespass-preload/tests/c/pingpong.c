@@ -10,9 +10,9 @@
  *
  * pingpong server [--bind ADDR] --port P [--count N] [--epoll|--fork] [--port-file PATH]
  *                 [--backlog N] [--accept-after MS] [--sink]
- * pingpong client --host H --port P [--size S] [--iters N] [--poll|--select]
+ * pingpong client --host H --port P [--size S] [--iters N] [--poll|--select|--epoll]
  *                 [--short N | --stream SECONDS | --fork | --exec | --threads-close |
- *                  --send-exit BYTES]
+ *                  --send-exit BYTES] [--connect-timeout MS]
  * pingpong client-fd --fd N [--size S] [--iters N]
  * pingpong udp-server [--bind ADDR] --port P [--count N] [--port-file PATH]
  * pingpong udp-client --host H --port P
@@ -28,7 +28,12 @@
  * connections of one round trip each; --stream SECONDS writes --size chunks (default 64 KiB)
  * for that long while reading the echo, then prints "streamed <bytes> bytes". --poll makes the
  * socket nonblocking with fcntl and waits in poll(); --select asks socket() for SOCK_NONBLOCK
- * and waits in select(). udp-client waits at most 5 s for the echo of one datagram. A server's
+ * and waits in select(); --epoll asks for SOCK_NONBLOCK and waits in a level-triggered epoll set
+ * (the descriptor added at its first wait: right after EINPROGRESS when a connect is in
+ * progress). A connect that fails prints "pingpong: connect: <why>" (exit 3), after EINPROGRESS
+ * as from SO_ERROR. --connect-timeout MS bounds a connect in progress (waited for in poll()):
+ * past it the client prints "connect timed out after MS ms" and exits 5.
+ * udp-client waits at most 5 s for the echo of one datagram. A server's
  * --backlog sets listen()'s backlog (default 128) and --accept-after MS makes it wait that long
  * after listening before its first accept, so that connections pile up beyond the backlog.
  * server --sink reads each connection to its end, checking every byte against the pattern
@@ -65,7 +70,8 @@
  *
  * Results go to stdout, line-buffered; errors are one line on stderr starting "pingpong: ".
  * Exit status: 0 success, 1 wrong or missing echo data, 2 usage error, 3 system call failed,
- * 4 the peer went away during --stream (stdout: "peer gone: <reason>").
+ * 4 the peer went away during --stream (stdout: "peer gone: <reason>"), 5 --connect-timeout ran
+ * out.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -104,11 +110,12 @@ enum { SERVER = 1, CLIENT = 2, UDP_SERVER = 4, UDP_CLIENT = 8, UNIX_SERVER = 16,
 #define STREAM_SERVERS (SERVER | UNIX_SERVER)
 #define STREAM_CLIENTS (CLIENT | UNIX_CLIENT)
 
-enum io_mode { IO_BLOCK, IO_POLL, IO_SELECT };
+enum io_mode { IO_BLOCK, IO_POLL, IO_SELECT, IO_EPOLL };
 
 enum { OPT_BIND, OPT_PORT, OPT_HOST, OPT_PATH, OPT_COUNT, OPT_EPOLL, OPT_PORT_FILE, OPT_SIZE,
        OPT_ITERS, OPT_POLL, OPT_SELECT, OPT_SHORT, OPT_STREAM, OPT_FORK, OPT_EXEC,
-       OPT_THREADS_CLOSE, OPT_FD, OPT_BACKLOG, OPT_ACCEPT_AFTER, OPT_SINK, OPT_SEND_EXIT };
+       OPT_THREADS_CLOSE, OPT_FD, OPT_BACKLOG, OPT_ACCEPT_AFTER, OPT_SINK, OPT_SEND_EXIT,
+       OPT_CONNECT_TIMEOUT };
 #define SEEN(o, opt) ((o)->seen & (1u << (opt)))
 
 struct opts {
@@ -119,6 +126,7 @@ struct opts {
 	int backlog; /* --backlog; 0: 128 */
 	unsigned long long send_exit; /* --send-exit: bytes to write before exiting at once */
 	unsigned long long accept_after_ms; /* --accept-after: wait before the first accept */
+	int connect_timeout_ms; /* --connect-timeout: bound on a connect in progress; 0: none */
 	char *argv0; /* for --exec */
 	unsigned long long count, iters, shorts;
 	size_t size;
@@ -236,7 +244,7 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 		{ "--host", OPT_HOST, 1, CLIENT | UDP_CLIENT },
 		{ "--path", OPT_PATH, 1, UNIX_SERVER | UNIX_CLIENT },
 		{ "--count", OPT_COUNT, 1, STREAM_SERVERS | UDP_SERVER },
-		{ "--epoll", OPT_EPOLL, 0, STREAM_SERVERS },
+		{ "--epoll", OPT_EPOLL, 0, STREAM_SERVERS | STREAM_CLIENTS },
 		{ "--fork", OPT_FORK, 0, STREAM_SERVERS | STREAM_CLIENTS },
 		{ "--port-file", OPT_PORT_FILE, 1, STREAM_SERVERS | UDP_SERVER },
 		{ "--size", OPT_SIZE, 1, STREAM_CLIENTS | CLIENT_FD },
@@ -252,6 +260,7 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 		{ "--accept-after", OPT_ACCEPT_AFTER, 1, STREAM_SERVERS },
 		{ "--sink", OPT_SINK, 0, SERVER },
 		{ "--send-exit", OPT_SEND_EXIT, 1, CLIENT },
+		{ "--connect-timeout", OPT_CONNECT_TIMEOUT, 1, CLIENT },
 	};
 	const size_t n_options = sizeof options / sizeof options[0];
 
@@ -284,9 +293,13 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 		case OPT_ITERS: o->iters = parse_num("--iters", val, 1, 1000000000000ULL); break;
 		case OPT_POLL: o->io = IO_POLL; break;
 		case OPT_SELECT: o->io = IO_SELECT; break;
+		case OPT_EPOLL: if (o->mode & STREAM_CLIENTS) o->io = IO_EPOLL; break;
 		case OPT_SHORT: o->shorts = parse_num("--short", val, 1, 1000000000); break;
 		case OPT_FD: o->fd = (int)parse_num("--fd", val, 0, 1 << 30); break;
 		case OPT_SEND_EXIT: o->send_exit = parse_num("--send-exit", val, 1, 1ULL << 40); break;
+		case OPT_CONNECT_TIMEOUT:
+			o->connect_timeout_ms = (int)parse_num("--connect-timeout", val, 1, 3600000);
+			break;
 		case OPT_BACKLOG: o->backlog = (int)parse_num("--backlog", val, 1, 65535); break;
 		case OPT_ACCEPT_AFTER:
 			o->accept_after_ms = parse_num("--accept-after", val, 0, 3600000);
@@ -307,8 +320,8 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 		fail(2, "%s needs --host and a --port other than 0", argv[1]);
 	if ((o->mode & (UNIX_SERVER | UNIX_CLIENT)) && !o->path)
 		fail(2, "%s needs --path", argv[1]);
-	if (SEEN(o, OPT_POLL) && SEEN(o, OPT_SELECT))
-		fail(2, "--poll and --select exclude each other");
+	if (!!SEEN(o, OPT_POLL) + !!SEEN(o, OPT_SELECT) + !!((o->mode & STREAM_CLIENTS) && SEEN(o, OPT_EPOLL)) > 1)
+		fail(2, "--poll, --select and --epoll exclude each other");
 	if (o->shorts && o->stream > 0) fail(2, "--short and --stream exclude each other");
 	if ((o->shorts || o->stream > 0) && SEEN(o, OPT_ITERS))
 		fail(2, "--iters does not apply to --short or --stream");
@@ -322,8 +335,9 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 	if (spawns && (o->shorts || o->stream > 0))
 		fail(2, "--fork, --exec and --threads-close exclude --short and --stream");
 	if (SEEN(o, OPT_THREADS_CLOSE) &&
-	    (SEEN(o, OPT_SIZE) || SEEN(o, OPT_ITERS) || SEEN(o, OPT_POLL) || SEEN(o, OPT_SELECT)))
-		fail(2, "--size, --iters, --poll and --select do not apply to --threads-close");
+	    (SEEN(o, OPT_SIZE) || SEEN(o, OPT_ITERS) || SEEN(o, OPT_POLL) || SEEN(o, OPT_SELECT) ||
+	     SEEN(o, OPT_EPOLL)))
+		fail(2, "--size, --iters, --poll, --select and --epoll do not apply to --threads-close");
 }
 
 /* A numeric address and port to a socket address; a bad address is a usage error. */
@@ -395,8 +409,34 @@ static void shutdown_wr(int fd) {
 }
 
 /* Waits, with no time limit, until fd is ready for events (POLLIN, POLLOUT). */
+/* --epoll's set (level-triggered), made on first use; the descriptor it last watched. A
+ * descriptor is added at its first wait, which for a connect in progress is right after
+ * EINPROGRESS: the set watches the file the descriptor had then. */
+static int epoll_set = -1, epoll_watched = -1;
+
 static void wait_fd(int fd, short events, enum io_mode io) {
 	int r;
+	if (io == IO_EPOLL) {
+		struct epoll_event ev = { .events = (events & POLLIN ? EPOLLIN : 0) |
+						    (events & POLLOUT ? EPOLLOUT : 0) };
+		ev.data.fd = fd;
+		if (epoll_set < 0 && (epoll_set = epoll_create1(EPOLL_CLOEXEC)) < 0)
+			die("epoll_create1");
+		if (fd != epoll_watched) {
+			if (epoll_ctl(epoll_set, EPOLL_CTL_ADD, fd, &ev) < 0 &&
+			    (errno != EEXIST || epoll_ctl(epoll_set, EPOLL_CTL_MOD, fd, &ev) < 0))
+				die("epoll_ctl ADD");
+			epoll_watched = fd;
+		} else if (epoll_ctl(epoll_set, EPOLL_CTL_MOD, fd, &ev) < 0 &&
+			   /* A new socket under a closed one's number (--short). */
+			   (errno != ENOENT || epoll_ctl(epoll_set, EPOLL_CTL_ADD, fd, &ev) < 0)) {
+			die("epoll_ctl MOD");
+		}
+		do r = epoll_wait(epoll_set, &ev, 1, -1);
+		while (r < 0 && errno == EINTR);
+		if (r < 0) die("epoll_wait");
+		return;
+	}
 	do {
 		if (io == IO_SELECT) {
 			fd_set rd, wr;
@@ -689,10 +729,11 @@ static void check(const char *got, const char *want, size_t size, unsigned long 
 			fail(1, "mismatch at iteration %llu offset %zu", iter, off);
 }
 
-static int client_connect(const struct target *t, enum io_mode io) {
-	/* --select asks socket() for a nonblocking socket, --poll uses fcntl. */
+static int client_connect(const struct target *t, enum io_mode io, int timeout_ms) {
+	/* --select and --epoll ask socket() for a nonblocking socket, --poll uses fcntl. */
 	int fd = socket(t->addr.ss_family,
-			SOCK_STREAM | SOCK_CLOEXEC | (io == IO_SELECT ? SOCK_NONBLOCK : 0), 0), err;
+			SOCK_STREAM | SOCK_CLOEXEC |
+			(io == IO_SELECT || io == IO_EPOLL ? SOCK_NONBLOCK : 0), 0), err;
 	socklen_t len = sizeof err;
 	if (fd < 0) die("socket");
 	if (io == IO_SELECT && fd >= FD_SETSIZE)
@@ -700,7 +741,19 @@ static int client_connect(const struct target *t, enum io_mode io) {
 	if (io == IO_POLL) set_nonblocking(fd);
 	if (connect(fd, (const struct sockaddr *)&t->addr, t->len) == 0) return fd;
 	if (io == IO_BLOCK || errno != EINPROGRESS) die("connect");
-	wait_fd(fd, POLLOUT, io);
+	if (timeout_ms) {
+		struct pollfd p = { .fd = fd, .events = POLLOUT };
+		int r;
+		do r = poll(&p, 1, timeout_ms);
+		while (r < 0 && errno == EINTR);
+		if (r < 0) die("poll");
+		if (r == 0) {
+			printf("connect timed out after %d ms\n", timeout_ms);
+			exit(5);
+		}
+	} else {
+		wait_fd(fd, POLLOUT, io);
+	}
 	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0) die("getsockopt SO_ERROR");
 	if ((errno = err) != 0) die("connect");
 	return fd;
@@ -935,7 +988,7 @@ static void run_client(const struct opts *o) {
 		bufs_init(&b, o->size);
 		double start = now();
 		for (unsigned long long i = 0; i < o->shorts; i++) {
-			fd = client_connect(&t, o->io);
+			fd = client_connect(&t, o->io, o->connect_timeout_ms);
 			greet(fd, NULL);
 			fill(b.msg, b.base, o->size, i);
 			round_trip(fd, o->io, (const char *)b.msg, b.in, o->size);
@@ -949,7 +1002,7 @@ static void run_client(const struct opts *o) {
 		return;
 	}
 
-	fd = client_connect(&t, o->io);
+	fd = client_connect(&t, o->io, o->connect_timeout_ms);
 	greet(fd, "connected");
 	if (o->send_exit) {
 		/* Writes and exits at once: no shutdown, no close, no waiting for the peer. What
