@@ -422,6 +422,49 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
     new
 }
 
+/// fcntl(2): `F_DUPFD` and `F_DUPFD_CLOEXEC` copies of a carried connection are carried
+/// connections too (they answer getpeername with the RDMA peer), as `dup`'s are.
+///
+/// # Safety
+///
+/// fcntl(2)'s contract. C declares fcntl variadic (`int fcntl(int, int, ...)`); this takes
+/// the optional argument as one machine word, which is where a variadic caller puts an int,
+/// a long or a pointer on x86-64 (System V) and on aarch64 Linux (AAPCS64): both pass
+/// variadic integer arguments exactly as named ones, so the word read here is the caller's
+/// argument (or an unused register when the command takes none), passed on unchanged.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[no_mangle]
+pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_int {
+    // SAFETY: the caller's arguments.
+    let r = unsafe { real::fcntl(false, fd, cmd, arg) };
+    fcntl_done(fd, cmd, r);
+    r
+}
+
+/// fcntl64: what programs built with 64-bit file offsets call for fcntl; as [`fcntl`].
+///
+/// # Safety
+///
+/// As [`fcntl`].
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[no_mangle]
+pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_int {
+    // SAFETY: the caller's arguments.
+    let r = unsafe { real::fcntl(true, fd, cmd, arg) };
+    fcntl_done(fd, cmd, r);
+    r
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn fcntl_done(fd: c_int, cmd: c_int, r: c_int) {
+    if r >= 0 && matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) {
+        entry(|| {
+            table::copy(fd, r);
+            0
+        });
+    }
+}
+
 fn duplicated(old: c_int, new: c_int) {
     if old != new {
         forget(new);

@@ -94,3 +94,22 @@ real! {
     /// setsockopt(2).
     fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int;
 }
+
+/// fcntl(2) and fcntl64, which C declares variadic: the one optional argument (an int, a
+/// long or a pointer, or none) travels as a machine word, passed on as it came. The
+/// interposed definitions take it the same way (see `interpose::fcntl`).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub(crate) unsafe fn fcntl(wide: bool, fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_int {
+    static NARROW: AtomicUsize = AtomicUsize::new(0);
+    static WIDE: AtomicUsize = AtomicUsize::new(0);
+    let f = if wide {
+        resolve(&WIDE, c"fcntl64")
+    } else {
+        resolve(&NARROW, c"fcntl")
+    };
+    // SAFETY: `f` is the C library's fcntl (or fcntl64), whose prototype is this one.
+    let f: unsafe extern "C" fn(c_int, c_int, ...) -> c_int = unsafe { std::mem::transmute(f) };
+    // SAFETY: the caller keeps fcntl's contract; an argument the command does not take is
+    // not read.
+    unsafe { f(fd, cmd, arg) }
+}

@@ -12,7 +12,7 @@
  *                 [--backlog N] [--accept-after MS] [--sink]
  * pingpong client --host H --port P [--size S] [--iters N] [--poll|--select|--epoll]
  *                 [--short N | --stream SECONDS | --fork | --exec | --threads-close |
- *                  --send-exit BYTES] [--connect-timeout MS]
+ *                  --send-exit BYTES] [--connect-timeout MS] [--fcntl-dup]
  * pingpong client-fd --fd N [--size S] [--iters N]
  * pingpong udp-server [--bind ADDR] --port P [--count N] [--port-file PATH]
  * pingpong udp-client --host H --port P
@@ -32,7 +32,8 @@
  * (the descriptor added at its first wait: right after EINPROGRESS when a connect is in
  * progress). A connect that fails prints "pingpong: connect: <why>" (exit 3), after EINPROGRESS
  * as from SO_ERROR. --connect-timeout MS bounds a connect in progress (waited for in poll()):
- * past it the client prints "connect timed out after MS ms" and exits 5.
+ * past it the client prints "connect timed out after MS ms" and exits 5. --fcntl-dup goes on with
+ * a copy of the connected descriptor made by fcntl(F_DUPFD_CLOEXEC, 100), the original closed.
  * udp-client waits at most 5 s for the echo of one datagram. A server's
  * --backlog sets listen()'s backlog (default 128) and --accept-after MS makes it wait that long
  * after listening before its first accept, so that connections pile up beyond the backlog.
@@ -115,7 +116,7 @@ enum io_mode { IO_BLOCK, IO_POLL, IO_SELECT, IO_EPOLL };
 enum { OPT_BIND, OPT_PORT, OPT_HOST, OPT_PATH, OPT_COUNT, OPT_EPOLL, OPT_PORT_FILE, OPT_SIZE,
        OPT_ITERS, OPT_POLL, OPT_SELECT, OPT_SHORT, OPT_STREAM, OPT_FORK, OPT_EXEC,
        OPT_THREADS_CLOSE, OPT_FD, OPT_BACKLOG, OPT_ACCEPT_AFTER, OPT_SINK, OPT_SEND_EXIT,
-       OPT_CONNECT_TIMEOUT };
+       OPT_CONNECT_TIMEOUT, OPT_FCNTL_DUP };
 #define SEEN(o, opt) ((o)->seen & (1u << (opt)))
 
 struct opts {
@@ -261,6 +262,7 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 		{ "--sink", OPT_SINK, 0, SERVER },
 		{ "--send-exit", OPT_SEND_EXIT, 1, CLIENT },
 		{ "--connect-timeout", OPT_CONNECT_TIMEOUT, 1, CLIENT },
+		{ "--fcntl-dup", OPT_FCNTL_DUP, 0, CLIENT },
 	};
 	const size_t n_options = sizeof options / sizeof options[0];
 
@@ -1003,6 +1005,13 @@ static void run_client(const struct opts *o) {
 	}
 
 	fd = client_connect(&t, o->io, o->connect_timeout_ms);
+	if (SEEN(o, OPT_FCNTL_DUP)) {
+		/* The connection goes on on a copy made with fcntl, numbered from 100. */
+		int copy = fcntl(fd, F_DUPFD_CLOEXEC, 100);
+		if (copy < 0) die("fcntl F_DUPFD_CLOEXEC");
+		if (close(fd) < 0) die("close");
+		fd = copy;
+	}
 	greet(fd, "connected");
 	if (o->send_exit) {
 		/* Writes and exits at once: no shutdown, no close, no waiting for the peer. What
