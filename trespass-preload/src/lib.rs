@@ -10,7 +10,10 @@
 //!   the peer accepts, the program's fd becomes one end of a Unix socket pair whose other end
 //!   the library's pump thread carries over RDMA; when it refuses (nothing listens for
 //!   trespass there), has no RDMA device, or does not answer, the connect goes on over TCP as
-//!   if the library were absent.
+//!   if the library were absent. A non-blocking socket's connect waits for the answer only
+//!   briefly (`TRESPASS_PRELOAD_CONNECT_WAIT_MS`), then returns `EINPROGRESS`, and the fd
+//!   turns writable when the pump has made the connection (over RDMA, or over TCP from the
+//!   program's own socket), or reports the failure through `SO_ERROR`.
 //! - **Listening**: a `listen` on a TCP socket also listens for trespass on the same address
 //!   and port. The pump accepts each RDMA connection and connects it to the program's own
 //!   listener over loopback, so the program's `accept` (blocking, non-blocking, in epoll)
@@ -19,11 +22,13 @@
 //!   `splice`) and every readiness call (`poll`, `select`, `epoll` level- or edge-triggered,
 //!   an fd in several sets) is the kernel's own on a real socket; `fork` children and `dup`s
 //!   share the connection as they would a TCP one. Interposed are only `connect`, `listen`,
-//!   `accept`, `accept4`, `close`, `dup`, `dup2`, `dup3`, `getpeername`, `getsockname`,
+//!   `accept`, `accept4`, `close`, `dup`, `dup2`, `dup3`, `fcntl` and `fcntl64` (their
+//!   `F_DUPFD` copies), `getpeername`, `getsockname`,
 //!   `getsockopt` and `setsockopt`, and `sendto`, `sendmsg`, `recvfrom` and `recvmsg` when
 //!   they pass an address (which a TCP connection ignores and a socket pair would not).
 //!
-//! The environment (`TRESPASS_PRELOAD`, `_PORTS`, `_NETS`, `_TIMEOUT_MS`, `_STATS`, `_LOG`)
+//! The environment (`TRESPASS_PRELOAD`, `_PORTS`, `_NETS`, `_TIMEOUT_MS`, `_CONNECT_WAIT_MS`,
+//! `_BUSY_POLL_US`, `_STATS`, `_LOG`)
 //! is described in the crate's README.
 
 // The unit tests build without the interposed functions (below), which leaves their callees
