@@ -11,7 +11,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use trespass::tokio::{Listener, Stream};
 use trespass::Config;
 
@@ -487,5 +487,87 @@ fn a_stream_taken_back_from_tokio_keeps_its_bytes_and_closes_after_them() {
             got.len(),
             data.len()
         );
+    });
+}
+
+/// A reader task parked on a stream whose writer task keeps trying to write: the writer's
+/// own polls take the completion events (and the completions) that announce the reader's
+/// bytes, so the reactor may never see them; the writer must wake the reader itself. On one
+/// runtime thread, with no busy poll, the client's writer polls a write over and over
+/// (yielding between tries) on a connection whose server reads nothing, so every try finds
+/// the window full and prepares to sleep, draining the events; meanwhile the server sends a
+/// ping at a time and waits until the client's reader has it. A lost wake-up leaves a ping
+/// unread for good (nothing else arrives to raise another event), and the time limit ends
+/// the test.
+#[test]
+fn a_writer_that_takes_the_readers_completions_wakes_the_reader() {
+    let Some(ip) = common::test_ip("a_writer_that_takes_the_readers_completions_wakes_the_reader")
+    else {
+        return;
+    };
+    const PINGS: usize = 200;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    rt.block_on(async move {
+        let mut config = common::small_config();
+        config.busy_poll(Duration::ZERO);
+        let (mut server, mut client) = pair(ip, 7711, &config).await;
+        for s in [&mut server, &mut client] {
+            s.set_busy_poll(Duration::ZERO);
+            s.set_busy_poll_max(Duration::ZERO);
+        }
+        let (mut rd, mut wr) = tokio::io::split(client);
+        let (got_tx, mut got_rx) = tokio::sync::mpsc::unbounded_channel::<usize>();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reader = tokio::spawn(async move {
+            let mut byte = [0u8; 1];
+            for i in 0..PINGS {
+                rd.read_exact(&mut byte).await.expect("read a ping");
+                assert_eq!(byte[0], i as u8, "ping {i}");
+                got_tx.send(i).expect("the server waits");
+            }
+            rd
+        });
+        let stopped = Arc::clone(&stop);
+        let writer = tokio::spawn(async move {
+            let chunk = common::pattern(1, 8 * 1024);
+            let (mut sent, mut tries) = (0usize, 0u64);
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                // One try, whatever it says (the window is soon full: Pending), then let
+                // the others run.
+                std::future::poll_fn(|cx| {
+                    if let std::task::Poll::Ready(r) =
+                        std::pin::Pin::new(&mut wr).poll_write(cx, &chunk)
+                    {
+                        sent += r.expect("a write");
+                    }
+                    std::task::Poll::Ready(())
+                })
+                .await;
+                tries += 1;
+                tokio::task::yield_now().await;
+            }
+            (wr, sent, tries)
+        });
+        let limit = Duration::from_secs(60);
+        let pings = async {
+            for i in 0..PINGS {
+                server.write_all(&[i as u8]).await.expect("write a ping");
+                let got = got_rx.recv().await.expect("the reader goes on");
+                assert_eq!(got, i);
+            }
+        };
+        tokio::time::timeout(limit, pings)
+            .await
+            .unwrap_or_else(|_| {
+                panic!("a ping was not read within {limit:?}: the reader was not woken")
+            });
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (wr, sent, tries) = writer.await.expect("the writer");
+        let rd = reader.await.expect("the reader");
+        drop(rd.unsplit(wr));
+        println!("{PINGS} pings read while the writer tried {tries} writes ({sent} bytes taken)");
     });
 }
