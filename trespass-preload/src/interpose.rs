@@ -209,6 +209,7 @@ fn attach(fd: c_int, family: c_int, stream: trespass::Stream) -> io::Result<()> 
     let local = stream.local_addr()?;
     let peer = stream.peer_addr()?;
     let (mine, theirs) = std::os::unix::net::UnixStream::pair()?;
+    let nodelay = pending::carry_options(fd, mine.as_raw_fd());
     pump::ensure()?;
     // SAFETY: fcntl queries of an fd the caller passed to connect.
     let (status, descriptor) = unsafe {
@@ -242,7 +243,7 @@ fn attach(fd: c_int, family: c_int, stream: trespass::Stream) -> io::Result<()> 
             peer,
             family,
             pair: true,
-            nodelay: false,
+            nodelay,
             owner: std::process::id(),
         }),
     );

@@ -48,6 +48,8 @@ pub(crate) struct Handoff {
     filler: usize,
     /// The program's end's send buffer size before it was shrunk (as `SO_SNDBUF` read it).
     sndbuf: c_int,
+    /// `TCP_NODELAY` as the program set it before connecting.
+    pub(crate) nodelay: bool,
 }
 
 impl Handoff {
@@ -119,6 +121,39 @@ fn get_int(fd: c_int, level: c_int, name: c_int) -> io::Result<c_int> {
     Ok(v)
 }
 
+/// Gives the socket pair's end `to` the socket options the program set on its TCP socket
+/// `from` before connecting that a socket pair keeps the meaning of (read and write
+/// timeouts, which a blocking program counts on; keepalive, linger and priority, which it
+/// may read back); returns the TCP socket's `TCP_NODELAY`, which the table answers for.
+/// An option that cannot be read or set is left as it is.
+pub(crate) fn carry_options(from: c_int, to: c_int) -> bool {
+    for name in [
+        libc::SO_RCVTIMEO,
+        libc::SO_SNDTIMEO,
+        libc::SO_KEEPALIVE,
+        libc::SO_LINGER,
+        libc::SO_PRIORITY,
+    ] {
+        let mut buf = [0u8; 32];
+        let mut len = buf.len() as libc::socklen_t;
+        // SAFETY: `buf` has `len` bytes for the option's value.
+        let got = unsafe {
+            real::getsockopt(
+                from,
+                libc::SOL_SOCKET,
+                name,
+                buf.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        if got == 0 {
+            // SAFETY: the value just read, with its length.
+            unsafe { real::setsockopt(to, libc::SOL_SOCKET, name, buf.as_ptr().cast(), len) };
+        }
+    }
+    get_int(from, libc::IPPROTO_TCP, libc::TCP_NODELAY).is_ok_and(|v| v != 0)
+}
+
 /// Puts a not-yet-writable socket pair end in `fd`'s place (keeping its descriptor flags;
 /// the status flags, `O_NONBLOCK` among them, are set on the pair's end) and records the
 /// pending connect `id` for it.
@@ -130,6 +165,7 @@ pub(crate) fn install(
     target: SocketAddr,
 ) -> io::Result<Handoff> {
     let (mine, theirs) = UnixStream::pair()?;
+    let nodelay = carry_options(fd, mine.as_raw_fd());
     let sndbuf = get_int(mine.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF)?;
     // The smallest send buffer the kernel allows (a few KiB), filled: a Unix stream socket
     // is writable only while its bytes in flight take less than a quarter of it.
@@ -198,6 +234,7 @@ pub(crate) fn install(
         socket,
         filler,
         sndbuf,
+        nodelay,
     })
 }
 

@@ -259,7 +259,7 @@ async fn finish(
                 peer,
                 family: h.family,
                 pair: true,
-                nodelay: false,
+                nodelay: h.nodelay,
                 owner,
             };
             // Recorded before the fd turns writable: the program's getpeername may follow.
@@ -280,7 +280,7 @@ async fn finish(
                         peer: h.peer,
                         family: h.family,
                         pair: true,
-                        nodelay: false,
+                        nodelay: h.nodelay,
                         owner,
                     };
                     table::settle(h.id, Entry::Conn(conn));

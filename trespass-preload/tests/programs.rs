@@ -75,10 +75,24 @@ fn both_sides_preloaded_go_over_rdma() {
     let (srv, port) = server(&Run::preloaded(s_stats.clone()), &dir, &["--bind", &host]);
     let port = port.to_string();
     let client = Run::preloaded(c_stats.clone()).pp(&[
-        "client", "--host", &host, "--port", &port, "--iters", "300", "--size", "1000",
+        "client",
+        "--host",
+        &host,
+        "--port",
+        &port,
+        "--iters",
+        "300",
+        "--size",
+        "1000",
+        "--rcvtimeo",
+        "4000",
     ]);
     let out = ok(client, "the client");
     assert_eq!(field(&out, "round_trips"), "300", "{out}");
+    // Options set on the TCP socket before connect hold on the connection it became (4 s:
+    // whole jiffies at any HZ, as the kernel keeps timeouts).
+    assert_eq!(field(&out, "rcvtimeo_ms"), "4000", "{out}");
+    assert_eq!(field(&out, "nodelay"), "1", "{out}");
     let served = ok(srv, "the server");
     // The server's accept names the RDMA peer, the client's getsockname/getpeername the
     // RDMA addresses, not the loopback and socket pair they ride on.
@@ -156,6 +170,9 @@ fn a_connect_in_progress_ends_as_a_tcp_connect_would() {
         if io == "--poll" {
             args.push("--fcntl-dup");
         }
+        if io == "--epoll" {
+            args.extend_from_slice(&["--rcvtimeo", "4000"]);
+        }
         (run.pp(&args), stats)
     };
     // (The --poll client goes on on an fcntl(F_DUPFD) copy: it names the RDMA addresses too.)
@@ -167,6 +184,11 @@ fn a_connect_in_progress_ends_as_a_tcp_connect_would() {
             out.contains(&format!("connected {host}:{port} local {host}:")),
             "the RDMA addresses once connected: {out}"
         );
+        if io == "--epoll" {
+            // Options set before connect hold after it completed in the background.
+            assert_eq!(field(&out, "rcvtimeo_ms"), "4000", "{out}");
+            assert_eq!(field(&out, "nodelay"), "1", "{out}");
+        }
         if wait == "0" {
             assert_counters(&stats, &[("connect_in_progress", 1), ("connect_rdma", 1)]);
         } else {
@@ -177,6 +199,7 @@ fn a_connect_in_progress_ends_as_a_tcp_connect_would() {
     let (c, stats) = client("tcp", "0", &plain_port, "--epoll");
     let out = ok(c, "the client of the plain server");
     assert_eq!(field(&out, "round_trips"), "100", "{out}");
+    assert_eq!(field(&out, "rcvtimeo_ms"), "4000", "{out}");
     assert_counters(
         &stats,
         &[("connect_in_progress", 1), ("connect_tcp_refused", 1)],
@@ -306,20 +329,37 @@ fn a_peer_killed_mid_transfer_ends_the_survivors_connection() {
     let host = ip.to_string();
     let (mut srv, port) = server(&Run::preloaded(dir.join("s.stats")), &dir, &[]);
     let port = port.to_string();
-    let client = Run::preloaded(dir.join("c.stats"))
+    let mut client = Run::preloaded(dir.join("c.stats"))
         .pp(&["client", "--host", &host, "--port", &port, "--stream", "60"]);
-    std::thread::sleep(Duration::from_secs(2));
+    // The server dies once the client is connected and streaming (a loaded guest may take
+    // seconds to connect: a fixed sleep once killed the server before the connect).
+    let (lines, printed) = std::sync::mpsc::channel::<String>();
+    let stdout = client.stdout.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)).map_while(Result::ok) {
+            let _ = lines.send(line.clone());
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    loop {
+        match printed.recv_timeout(BOUND) {
+            Ok(line) if line.starts_with("connected") => break,
+            Ok(_) => {}
+            Err(_) => panic!("the client did not connect within {BOUND:?}"),
+        }
+    }
+    std::thread::sleep(Duration::from_secs(1));
     srv.kill().unwrap();
     let _ = srv.wait();
     let killed = Instant::now();
     let out = finish(client, "the client");
     let took = killed.elapsed();
-    assert_eq!(out.status.code(), Some(4), "{}", show(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("peer gone"),
-        "{}",
-        show(&out)
-    );
+    let stdout = reader.join().expect("the reader");
+    assert_eq!(out.status.code(), Some(4), "{stdout}{}", show(&out));
+    assert!(stdout.contains("peer gone"), "{stdout}{}", show(&out));
     println!("the survivor saw its peer go after {took:?}");
 }
 

@@ -12,7 +12,7 @@
  *                 [--backlog N] [--accept-after MS] [--sink]
  * pingpong client --host H --port P [--size S] [--iters N] [--poll|--select|--epoll]
  *                 [--short N | --stream SECONDS | --fork | --exec | --threads-close |
- *                  --send-exit BYTES] [--connect-timeout MS] [--fcntl-dup]
+ *                  --send-exit BYTES] [--connect-timeout MS] [--fcntl-dup] [--rcvtimeo MS]
  * pingpong client-fd --fd N [--size S] [--iters N]
  * pingpong udp-server [--bind ADDR] --port P [--count N] [--port-file PATH]
  * pingpong udp-client --host H --port P
@@ -34,6 +34,8 @@
  * as from SO_ERROR. --connect-timeout MS bounds a connect in progress (waited for in poll()):
  * past it the client prints "connect timed out after MS ms" and exits 5. --fcntl-dup goes on with
  * a copy of the connected descriptor made by fcntl(F_DUPFD_CLOEXEC, 100), the original closed.
+ * --rcvtimeo MS sets SO_RCVTIMEO to MS and TCP_NODELAY before connect, and prints both as the
+ * connected socket reports them: "options rcvtimeo_ms=<MS> nodelay=<0|1>".
  * udp-client waits at most 5 s for the echo of one datagram. A server's
  * --backlog sets listen()'s backlog (default 128) and --accept-after MS makes it wait that long
  * after listening before its first accept, so that connections pile up beyond the backlog.
@@ -116,7 +118,7 @@ enum io_mode { IO_BLOCK, IO_POLL, IO_SELECT, IO_EPOLL };
 enum { OPT_BIND, OPT_PORT, OPT_HOST, OPT_PATH, OPT_COUNT, OPT_EPOLL, OPT_PORT_FILE, OPT_SIZE,
        OPT_ITERS, OPT_POLL, OPT_SELECT, OPT_SHORT, OPT_STREAM, OPT_FORK, OPT_EXEC,
        OPT_THREADS_CLOSE, OPT_FD, OPT_BACKLOG, OPT_ACCEPT_AFTER, OPT_SINK, OPT_SEND_EXIT,
-       OPT_CONNECT_TIMEOUT, OPT_FCNTL_DUP };
+       OPT_CONNECT_TIMEOUT, OPT_FCNTL_DUP, OPT_RCVTIMEO };
 #define SEEN(o, opt) ((o)->seen & (1u << (opt)))
 
 struct opts {
@@ -128,6 +130,7 @@ struct opts {
 	unsigned long long send_exit; /* --send-exit: bytes to write before exiting at once */
 	unsigned long long accept_after_ms; /* --accept-after: wait before the first accept */
 	int connect_timeout_ms; /* --connect-timeout: bound on a connect in progress; 0: none */
+	int rcvtimeo_ms; /* --rcvtimeo: SO_RCVTIMEO and TCP_NODELAY set before connect; 0: not */
 	char *argv0; /* for --exec */
 	unsigned long long count, iters, shorts;
 	size_t size;
@@ -263,6 +266,7 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 		{ "--send-exit", OPT_SEND_EXIT, 1, CLIENT },
 		{ "--connect-timeout", OPT_CONNECT_TIMEOUT, 1, CLIENT },
 		{ "--fcntl-dup", OPT_FCNTL_DUP, 0, CLIENT },
+		{ "--rcvtimeo", OPT_RCVTIMEO, 1, CLIENT },
 	};
 	const size_t n_options = sizeof options / sizeof options[0];
 
@@ -299,6 +303,7 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 		case OPT_SHORT: o->shorts = parse_num("--short", val, 1, 1000000000); break;
 		case OPT_FD: o->fd = (int)parse_num("--fd", val, 0, 1 << 30); break;
 		case OPT_SEND_EXIT: o->send_exit = parse_num("--send-exit", val, 1, 1ULL << 40); break;
+		case OPT_RCVTIMEO: o->rcvtimeo_ms = (int)parse_num("--rcvtimeo", val, 1, 3600000); break;
 		case OPT_CONNECT_TIMEOUT:
 			o->connect_timeout_ms = (int)parse_num("--connect-timeout", val, 1, 3600000);
 			break;
@@ -731,6 +736,9 @@ static void check(const char *got, const char *want, size_t size, unsigned long 
 			fail(1, "mismatch at iteration %llu offset %zu", iter, off);
 }
 
+/* --rcvtimeo: options a program sets before connect. */
+static int rcvtimeo_ms;
+
 static int client_connect(const struct target *t, enum io_mode io, int timeout_ms) {
 	/* --select and --epoll ask socket() for a nonblocking socket, --poll uses fcntl. */
 	int fd = socket(t->addr.ss_family,
@@ -741,6 +749,14 @@ static int client_connect(const struct target *t, enum io_mode io, int timeout_m
 	if (io == IO_SELECT && fd >= FD_SETSIZE)
 		fail(3, "descriptor %d is too large for select", fd);
 	if (io == IO_POLL) set_nonblocking(fd);
+	if (rcvtimeo_ms) {
+		struct timeval tv = { .tv_sec = rcvtimeo_ms / 1000, .tv_usec = rcvtimeo_ms % 1000 * 1000 };
+		int one = 1;
+		if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) < 0)
+			die("setsockopt SO_RCVTIMEO");
+		if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0)
+			die("setsockopt TCP_NODELAY");
+	}
 	if (connect(fd, (const struct sockaddr *)&t->addr, t->len) == 0) return fd;
 	if (io == IO_BLOCK || errno != EINPROGRESS) die("connect");
 	if (timeout_ms) {
@@ -1004,7 +1020,18 @@ static void run_client(const struct opts *o) {
 		return;
 	}
 
+	rcvtimeo_ms = o->rcvtimeo_ms;
 	fd = client_connect(&t, o->io, o->connect_timeout_ms);
+	if (rcvtimeo_ms) {
+		struct timeval tv;
+		int nodelay = 0;
+		socklen_t tl = sizeof tv, nl = sizeof nodelay;
+		if (getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &tl) < 0) die("getsockopt SO_RCVTIMEO");
+		if (getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &nodelay, &nl) < 0)
+			die("getsockopt TCP_NODELAY");
+		printf("options rcvtimeo_ms=%ld nodelay=%d\n",
+		       (long)tv.tv_sec * 1000 + (long)tv.tv_usec / 1000, nodelay);
+	}
 	if (SEEN(o, OPT_FCNTL_DUP)) {
 		/* The connection goes on on a copy made with fcntl, numbered from 100. */
 		int copy = fcntl(fd, F_DUPFD_CLOEXEC, 100);
