@@ -221,16 +221,7 @@ fn attach(fd: c_int, family: c_int, stream: trespass::Stream) -> io::Result<()> 
     if status < 0 || descriptor < 0 {
         return Err(io::Error::last_os_error());
     }
-    let cloexec = if descriptor & libc::FD_CLOEXEC != 0 {
-        libc::O_CLOEXEC
-    } else {
-        0
-    };
-    // SAFETY: `mine` is open; `fd` is the caller's socket, which this replaces as connect
-    // would have connected it.
-    if unsafe { real::dup3(mine.as_raw_fd(), fd, cloexec) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    pending::put_in_place(&mine, fd, descriptor)?;
     drop(mine);
     if status & libc::O_NONBLOCK != 0 {
         // SAFETY: F_SETFL on `fd`, now the socket pair's end.

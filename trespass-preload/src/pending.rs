@@ -56,7 +56,7 @@ impl Handoff {
     /// Takes the filler out and gives the program's end its send buffer back: from here the
     /// program's fd is writable (the connection is made), or readable at end of stream and
     /// writable (it failed, once `theirs` is dropped).
-    pub(crate) fn open(&mut self) -> io::Result<()> {
+    fn open(&mut self) -> io::Result<()> {
         let mut left = self.filler;
         let mut sink = [0u8; 4096];
         while left > 0 {
@@ -74,6 +74,25 @@ impl Handoff {
             libc::SO_SNDBUF,
             self.sndbuf / 2,
         )
+    }
+
+    /// The connection is made (`local` to `peer`): records it for every fd of this connect,
+    /// then opens the program's fd; returns the pump's end of the pair, to carry.
+    pub(crate) fn connected(mut self, local: SocketAddr, peer: SocketAddr) -> UnixStream {
+        let conn = table::Conn {
+            local,
+            peer,
+            family: self.family,
+            pair: true,
+            nodelay: self.nodelay,
+            owner: std::process::id(),
+        };
+        // Recorded before the fd turns writable: the program's getpeername may follow.
+        table::settle(self.id, Entry::Conn(conn));
+        if let Err(e) = self.open() {
+            crate::log(format_args!("{}: {e}", self.peer));
+        }
+        self.theirs
     }
 
     /// The pending connect failed for good: `SO_ERROR` says `errno`, and the program's fd
@@ -154,6 +173,22 @@ pub(crate) fn carry_options(from: c_int, to: c_int) -> bool {
     get_int(from, libc::IPPROTO_TCP, libc::TCP_NODELAY).is_ok_and(|v| v != 0)
 }
 
+/// Puts `end` (a socket pair's) in the program's `fd`'s place, keeping `fd`'s descriptor
+/// flags (`descriptor`, as `F_GETFD` read them: close-on-exec).
+pub(crate) fn put_in_place(end: &UnixStream, fd: c_int, descriptor: c_int) -> io::Result<()> {
+    let cloexec = if descriptor & libc::FD_CLOEXEC != 0 {
+        libc::O_CLOEXEC
+    } else {
+        0
+    };
+    // SAFETY: `end` is open; `fd` is the caller's socket, which this replaces as connect
+    // would have connected it.
+    if unsafe { real::dup3(end.as_raw_fd(), fd, cloexec) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Puts a not-yet-writable socket pair end in `fd`'s place (keeping its descriptor flags;
 /// the status flags, `O_NONBLOCK` among them, are set on the pair's end) and records the
 /// pending connect `id` for it.
@@ -204,16 +239,8 @@ pub(crate) fn install(
     if unsafe { libc::fcntl(mine.as_raw_fd(), libc::F_SETFL, status) } < 0 {
         return Err(io::Error::last_os_error());
     }
-    let cloexec = if descriptor & libc::FD_CLOEXEC != 0 {
-        libc::O_CLOEXEC
-    } else {
-        0
-    };
-    // SAFETY: `mine` is open; `fd` is the caller's socket, which this replaces (its own
-    // socket lives on in `socket`).
-    if unsafe { real::dup3(mine.as_raw_fd(), fd, cloexec) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    // The program's own socket lives on in `socket`.
+    put_in_place(&mine, fd, descriptor)?;
     table::insert(
         fd,
         Entry::Pending(Pending {

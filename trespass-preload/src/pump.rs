@@ -25,7 +25,7 @@ use tokio::task::AbortHandle;
 
 use crate::pending::{Attempt, Handoff};
 use crate::stats::{count, Event};
-use crate::table::{self, Conn, Entry};
+use crate::table;
 
 /// Buffer size of each direction of a carried connection.
 const COPY_BUF: usize = 64 * 1024;
@@ -239,12 +239,7 @@ async fn serve(mut jobs: mpsc::UnboundedReceiver<Job>, exiting: watch::Receiver<
 /// Finishes a connect that returned `EINPROGRESS`: over RDMA if the attempt succeeded, else
 /// over TCP from the program's own socket, carried through the socket pair all the same (the
 /// program's fd cannot change under its epoll sets); or fails it (`SO_ERROR`).
-async fn finish(
-    mut h: Handoff,
-    result: io::Result<trespass::Stream>,
-    exiting: watch::Receiver<bool>,
-) {
-    let owner = std::process::id();
+async fn finish(h: Handoff, result: io::Result<trespass::Stream>, exiting: watch::Receiver<bool>) {
     // Counted for the drain at exit from when there is a connection to carry: a connect
     // still in progress has nothing of the program's to deliver.
     let r = match result {
@@ -254,20 +249,7 @@ async fn finish(
             };
             count(Event::ConnectRdma);
             crate::log(format_args!("{}: over RDMA (after EINPROGRESS)", h.peer));
-            let conn = Conn {
-                local,
-                peer,
-                family: h.family,
-                pair: true,
-                nodelay: h.nodelay,
-                owner,
-            };
-            // Recorded before the fd turns writable: the program's getpeername may follow.
-            table::settle(h.id, Entry::Conn(conn));
-            if let Err(e) = h.open() {
-                crate::log(format_args!("{}: {e}", h.peer));
-            }
-            let Handoff { theirs, .. } = h;
+            let theirs = h.connected(local, peer);
             let _counted = Carrying::new();
             start_carrying(stream, theirs.into(), exiting).await
         }
@@ -275,19 +257,8 @@ async fn finish(
             crate::pending::note_failure(h.peer, h.target, &e);
             match tcp(&h).await {
                 Ok(tcp) => {
-                    let conn = Conn {
-                        local: tcp.local_addr().unwrap_or(h.peer),
-                        peer: h.peer,
-                        family: h.family,
-                        pair: true,
-                        nodelay: h.nodelay,
-                        owner,
-                    };
-                    table::settle(h.id, Entry::Conn(conn));
-                    if let Err(e) = h.open() {
-                        crate::log(format_args!("{}: {e}", h.peer));
-                    }
-                    let Handoff { theirs, .. } = h;
+                    let (local, peer) = (tcp.local_addr().unwrap_or(h.peer), h.peer);
+                    let theirs = h.connected(local, peer);
                     let _counted = Carrying::new();
                     match SockIo::new(theirs.into()) {
                         Ok(app) => carry(tcp, app, exiting, None).await.0,
