@@ -247,7 +247,79 @@ fn attach(fd: c_int, family: c_int, stream: trespass::Stream) -> io::Result<()> 
 
 static LISTENERS: AtomicU64 = AtomicU64::new(1);
 
-/// listen(2): also listens for trespass on the socket's address.
+/// What `listen` does about RDMA for one socket.
+enum Plan {
+    /// Nothing: not a TCP socket, or listening already.
+    Nothing,
+    /// Not bound to a port yet: the kernel picks one at `listen`, so RDMA listens after it.
+    Later,
+    /// The settings leave this listener out.
+    Rule,
+    /// An RDMA listener on the socket's address, or why there is none.
+    Tried(SocketAddr, Box<io::Result<trespass::Listener>>),
+}
+
+fn plan(fd: c_int, may_wait: bool) -> Plan {
+    if tcp_family(fd).is_none() || table::get(fd).is_some() {
+        return Plan::Nothing;
+    }
+    let Some(local) = name_of(fd, real::getsockname) else {
+        return Plan::Nothing;
+    };
+    if local.port() == 0 && may_wait {
+        return Plan::Later;
+    }
+    if !crate::config().covers_listener(local) {
+        return Plan::Rule;
+    }
+    let listener = internal::with(|| {
+        pump::ensure()?;
+        trespass::Listener::bind(addr::unmap(local))
+    });
+    Plan::Tried(local, Box::new(listener))
+}
+
+/// After the TCP `listen` succeeded: hands the RDMA listener to the pump and counts.
+fn start_listening(fd: c_int, plan: Plan) {
+    let (local, listener) = match plan {
+        Plan::Nothing | Plan::Later => return,
+        Plan::Rule => return count(Event::ListenTcpRule),
+        Plan::Tried(local, listener) => (local, listener),
+    };
+    let started = (*listener).and_then(|listener| {
+        let id = LISTENERS.fetch_add(1, Ordering::Relaxed);
+        table::insert(fd, Entry::Listener { id });
+        let reach = addr::reach_locally(local);
+        internal::with(|| {
+            pump::send(pump::Job::Listen {
+                id,
+                listener,
+                reach,
+            })
+        })
+    });
+    match started {
+        Ok(()) => {
+            count(Event::ListenRdma);
+            crate::log(format_args!("listening on {local}: over RDMA and TCP"));
+        }
+        Err(e) => {
+            table::remove(fd);
+            count(if no_device(&e) {
+                Event::ListenTcpNoDevice
+            } else {
+                Event::ListenTcpError
+            });
+            crate::log(format_args!("listening on {local}: over TCP only ({e})"));
+        }
+    }
+}
+
+/// listen(2): also listens for trespass on the socket's address. The RDMA listener is made
+/// first, so that it exists once the TCP listener does: a program (or whoever watches for
+/// the port to open) may connect as soon as `listen` returns, and a connection request with
+/// no RDMA listener yet would be refused and go over TCP. A socket not bound to a port yet
+/// gets its port at `listen`; its RDMA listener follows.
 ///
 /// # Safety
 ///
@@ -255,51 +327,24 @@ static LISTENERS: AtomicU64 = AtomicU64::new(1);
 #[no_mangle]
 pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
     // SAFETY: the caller's arguments.
-    let r = unsafe { real::listen(fd, backlog) };
-    if r != 0 || internal::get() {
-        return r;
+    let direct = || unsafe { real::listen(fd, backlog) };
+    if internal::get() {
+        return direct();
     }
     entry(|| {
+        let early = keep_errno(|| plan(fd, true));
+        let r = direct();
+        if r != 0 {
+            // The RDMA listener, if made, goes; the caller sees listen's own errno.
+            keep_errno(|| drop(early));
+            return r;
+        }
         keep_errno(|| {
-            if tcp_family(fd).is_none() || table::get(fd).is_some() {
-                return;
-            }
-            let Some(local) = name_of(fd, real::getsockname) else {
-                return;
+            let plan = match early {
+                Plan::Later => plan(fd, false),
+                other => other,
             };
-            let config = crate::config();
-            if !config.covers_listener(local) {
-                count(Event::ListenTcpRule);
-                return;
-            }
-            let started = internal::with(|| -> io::Result<u64> {
-                pump::ensure()?;
-                let listener = trespass::Listener::bind(addr::unmap(local))?;
-                let id = LISTENERS.fetch_add(1, Ordering::Relaxed);
-                table::insert(fd, Entry::Listener { id });
-                let reach = addr::reach_locally(local);
-                pump::send(pump::Job::Listen {
-                    id,
-                    listener,
-                    reach,
-                })?;
-                Ok(id)
-            });
-            match started {
-                Ok(_) => {
-                    count(Event::ListenRdma);
-                    crate::log(format_args!("listening on {local}: over RDMA and TCP"));
-                }
-                Err(e) => {
-                    table::remove(fd);
-                    count(if no_device(&e) {
-                        Event::ListenTcpNoDevice
-                    } else {
-                        Event::ListenTcpError
-                    });
-                    crate::log(format_args!("listening on {local}: over TCP only ({e})"));
-                }
-            }
+            start_listening(fd, plan);
         });
         0
     })
