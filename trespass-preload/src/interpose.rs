@@ -545,20 +545,18 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     r
 }
 
-fn conn(fd: c_int) -> Option<Conn> {
-    match table::get(fd)? {
-        Entry::Conn(c) => Some(c),
-        Entry::Listener { .. } | Entry::Pending(_) => None,
-    }
-}
+/// The kernel's TCP states (`tcpi_state`) a socket pair reports.
+const TCP_ESTABLISHED: u8 = 1;
+const TCP_SYN_SENT: u8 = 2;
+const TCP_CLOSE: u8 = 7;
 
 /// A socket pair standing for a TCP socket (a connected or pending connect's): its family,
 /// `TCP_NODELAY`, and the TCP state to report.
 fn pair_view(fd: c_int) -> Option<(c_int, bool, u8)> {
     match table::get(fd)? {
-        Entry::Conn(c) if c.pair => Some((c.family, c.nodelay, 1)), // TCP_ESTABLISHED
-        Entry::Pending(p) if p.error == 0 => Some((p.family, false, 2)), // TCP_SYN_SENT
-        Entry::Pending(p) => Some((p.family, false, 7)),            // TCP_CLOSE
+        Entry::Conn(c) if c.pair => Some((c.family, c.nodelay, TCP_ESTABLISHED)),
+        Entry::Pending(p) if p.error == 0 => Some((p.family, false, TCP_SYN_SENT)),
+        Entry::Pending(p) => Some((p.family, false, TCP_CLOSE)),
         _ => None,
     }
 }
@@ -570,12 +568,12 @@ fn pair_view(fd: c_int) -> Option<(c_int, bool, u8)> {
 /// getpeername(2)'s contract.
 #[no_mangle]
 pub unsafe extern "C" fn getpeername(fd: c_int, out: *mut sockaddr, len: *mut socklen_t) -> c_int {
-    entry(|| match conn(fd) {
-        None if matches!(table::get(fd), Some(Entry::Pending(_))) => {
+    entry(|| match table::get(fd) {
+        Some(Entry::Pending(_)) => {
             set_errno(libc::ENOTCONN);
             -1
         }
-        Some(c) if !out.is_null() && !len.is_null() => {
+        Some(Entry::Conn(c)) if !out.is_null() && !len.is_null() => {
             // SAFETY: the caller's arguments, checked non-null.
             unsafe { addr::write(c.peer, c.family, out, len) };
             0
@@ -592,12 +590,8 @@ pub unsafe extern "C" fn getpeername(fd: c_int, out: *mut sockaddr, len: *mut so
 /// getsockname(2)'s contract.
 #[no_mangle]
 pub unsafe extern "C" fn getsockname(fd: c_int, out: *mut sockaddr, len: *mut socklen_t) -> c_int {
-    let pending = || match table::get(fd) {
-        Some(Entry::Pending(p)) => Some(p),
-        _ => None,
-    };
-    entry(|| match conn(fd) {
-        Some(c) if !out.is_null() && !len.is_null() => {
+    entry(|| match table::get(fd) {
+        Some(Entry::Conn(c)) if !out.is_null() && !len.is_null() => {
             // SAFETY: the caller's arguments, checked non-null.
             unsafe { addr::write(c.local, c.family, out, len) };
             0
@@ -605,20 +599,16 @@ pub unsafe extern "C" fn getsockname(fd: c_int, out: *mut sockaddr, len: *mut so
         // A TCP socket being connected names an address only once the connect is done
         // here (the kernel's is chosen at once, but nothing is bound until the pump knows
         // which transport it is): the unspecified address, port 0.
-        None if !out.is_null() && !len.is_null() => match pending() {
-            Some(p) => {
-                let any = if p.family == libc::AF_INET6 {
-                    SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0))
-                } else {
-                    SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0))
-                };
-                // SAFETY: the caller's arguments, checked non-null.
-                unsafe { addr::write(any, p.family, out, len) };
-                0
-            }
-            // SAFETY: the caller's arguments.
-            None => unsafe { real::getsockname(fd, out, len) },
-        },
+        Some(Entry::Pending(p)) if !out.is_null() && !len.is_null() => {
+            let any = if p.family == libc::AF_INET6 {
+                SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0))
+            } else {
+                SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0))
+            };
+            // SAFETY: the caller's arguments, checked non-null.
+            unsafe { addr::write(any, p.family, out, len) };
+            0
+        }
         // SAFETY: the caller's arguments.
         _ => unsafe { real::getsockname(fd, out, len) },
     })
@@ -670,7 +660,7 @@ pub unsafe extern "C" fn getsockopt(
             (Some((family, ..)), libc::SOL_SOCKET, libc::SO_DOMAIN) => int(family),
             (Some(_), libc::SOL_SOCKET, libc::SO_PROTOCOL) => int(libc::IPPROTO_TCP),
             // A pending connect's outcome, once; else the socket pair's own (0).
-            (Some((_, _, state)), libc::SOL_SOCKET, libc::SO_ERROR) if state != 1 => {
+            (Some((_, _, state)), libc::SOL_SOCKET, libc::SO_ERROR) if state != TCP_ESTABLISHED => {
                 int(table::take_pending_error(fd))
             }
             (Some((_, nodelay, _)), libc::IPPROTO_TCP, libc::TCP_NODELAY) => int(nodelay.into()),

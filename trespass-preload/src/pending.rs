@@ -31,15 +31,15 @@ use crate::table::{self, Entry, Pending};
 /// What the program's connect left for the pump once it returned `EINPROGRESS`.
 pub(crate) struct Handoff {
     /// The pending connect's id in the table.
-    pub(crate) id: u64,
+    id: u64,
     /// The family of the program's socket.
-    pub(crate) family: c_int,
+    family: c_int,
     /// The address the program connects to, as it gave it (a TCP connect uses it).
     pub(crate) peer: SocketAddr,
     /// The address tried over RDMA (v4-mapped addresses unmapped).
     pub(crate) target: SocketAddr,
     /// The pump's end of the socket pair.
-    pub(crate) theirs: UnixStream,
+    theirs: UnixStream,
     /// A copy of the program's end, kept to give it its send buffer back; dropped then.
     mine: UnixStream,
     /// The program's own TCP socket, as it was before connect.
@@ -49,7 +49,7 @@ pub(crate) struct Handoff {
     /// The program's end's send buffer size before it was shrunk (as `SO_SNDBUF` read it).
     sndbuf: c_int,
     /// `TCP_NODELAY` as the program set it before connecting.
-    pub(crate) nodelay: bool,
+    nodelay: bool,
 }
 
 impl Handoff {
@@ -103,7 +103,6 @@ impl Handoff {
             self.id,
             Entry::Pending(Pending {
                 id: self.id,
-                peer: self.peer,
                 family: self.family,
                 error: errno,
                 reported: false,
@@ -245,7 +244,6 @@ pub(crate) fn install(
         fd,
         Entry::Pending(Pending {
             id,
-            peer,
             family,
             error: 0,
             reported: false,

@@ -37,8 +37,6 @@ pub(crate) struct Pending {
     /// Which connect (the pump finds its fds by it, not by number: the program may have
     /// closed the fd and reused the number meanwhile).
     pub(crate) id: u64,
-    /// The address the program connects to, as it gave it.
-    pub(crate) peer: SocketAddr,
     /// The family of the program's socket.
     pub(crate) family: c_int,
     /// 0 while the connect is in progress; else why it failed, as `SO_ERROR` reports it
@@ -297,7 +295,6 @@ mod tests {
 
         let pending = Pending {
             id: 9,
-            peer: conn.peer,
             family: libc::AF_INET,
             error: 0,
             reported: false,

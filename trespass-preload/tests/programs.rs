@@ -273,16 +273,8 @@ fn a_client_that_connects_the_moment_the_port_opens_is_served_over_rdma() {
         "--port",
         &port.to_string(),
     ]));
-    let hex = format!(":{port:04X} ");
     let start = Instant::now();
-    while !std::fs::read_to_string("/proc/net/tcp")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| {
-            let cols: Vec<&str> = l.split_whitespace().collect();
-            cols.len() > 3 && format!("{} ", cols[1]).ends_with(&hex) && cols[3] == "0A"
-        })
-    {
+    while !listening_now(port) {
         assert!(start.elapsed() < BOUND, "nothing listened on {port}");
         std::thread::sleep(Duration::from_millis(1));
     }

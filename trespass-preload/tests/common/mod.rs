@@ -277,18 +277,8 @@ pub fn wait_listening(port: u16, child: &mut Child, via: Via) {
         }
         return;
     }
-    let hex = format!(":{port:04X} ");
     loop {
-        let listening = ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-            std::fs::read_to_string(f)
-                .unwrap_or_default()
-                .lines()
-                .any(|l| {
-                    let cols: Vec<&str> = l.split_whitespace().collect();
-                    cols.len() > 3 && format!("{} ", cols[1]).ends_with(&hex) && cols[3] == "0A"
-                })
-        });
-        if listening {
+        if listening_now(port) {
             return;
         }
         if let Some(status) = child.try_wait().unwrap() {
@@ -300,6 +290,21 @@ pub fn wait_listening(port: u16, child: &mut Child, via: Via) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Whether a TCP socket (IPv4 or IPv6) listens on `port` now, as `/proc/net/tcp` and
+/// `tcp6` say.
+pub fn listening_now(port: u16) -> bool {
+    let hex = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f)
+            .unwrap_or_default()
+            .lines()
+            .any(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                cols.len() > 3 && format!("{} ", cols[1]).ends_with(&hex) && cols[3] == "0A"
+            })
+    })
 }
 
 /// A TCP port nothing listens on now (the kernel's choice, released at once).
