@@ -203,7 +203,8 @@ impl Config {
     /// queue and a CQ of `send_depth + 1` entries, and the device has one SRQ and one CQ of
     /// `depth`. Each peer is still promised `recv_depth` receives; when more writes arrive
     /// at once than the pool holds, the peer's NIC retries (the shared side asks its peers
-    /// for 6 receiver-not-ready retries, rdma_cm's RNR timer apart): size `depth` for the
+    /// for receiver-not-ready retries for ever, 0.64 ms apart; a process that stopped with
+    /// its pool empty is found by the writer's keep-alive): size `depth` for the
     /// connections that write at the same moment times their `recv_depth`, and the rest
     /// is free. Both sides choose their mode alone; the wire protocol is the same.
     ///

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 use sideway::queue_pair::SendFlags;
 use sideway::rdmacm::{CmId, ConnParam, EventChannel, EventType};
 use sideway::{
-    AccessFlags, CompletionChannel, CompletionQueue, DeviceReadOnly, ProtectionDomain, QueuePair,
-    RegisteredBuffer, WcStatus, WorkCompletion,
+    AccessFlags, CompletionChannel, CompletionQueue, DeviceReadOnly, ProtectionDomain, QpAttrMask,
+    QueuePair, QueuePairAttribute, RegisteredBuffer, WcStatus, WorkCompletion,
 };
 
 use crate::config::Config;
@@ -37,11 +37,19 @@ use crate::wire::{Hello, Lend, LEND_LEN};
 /// The wr_id of every receive: sends count up from 0 and never reach it.
 pub(crate) const RECV_WR_ID: u64 = u64::MAX;
 
-/// RNR retries a shared-mode side asks its peers for (`rnr_retry_count`): a write that
-/// finds the overcommitted pool empty is retried, with rdma_cm's RNR timer between tries,
-/// instead of failing the connection at once. 7 would retry for ever and hide a receiver
-/// that stopped.
-const SHARED_RNR_RETRY: u8 = 6;
+/// RNR retries a shared-mode side asks its peers for (`rnr_retry_count`): 7, for ever. A
+/// write that finds the overcommitted pool empty waits until a receive is posted again, as
+/// a TCP sender waits on a zero window, however long the receiving process takes to poll
+/// (a finite count is a wall-clock limit: under load, or on a slow host, it failed
+/// connections that were only waiting). A receiver that stopped for good is found by the
+/// writer's keep-alive, which in that case times its probe from when it was wanted
+/// (`Connection::set_rnr_forever`).
+const SHARED_RNR_RETRY: u8 = 7;
+
+/// The RNR NAK timer a shared-mode side asks its peers to wait between those retries
+/// (`min_rnr_timer` code 12: 0.64 ms). rdma_cm's own is code 0, 655 ms: a write that met an
+/// empty pool then waited that long however soon the pool was refilled.
+const SHARED_RNR_TIMER: u8 = 12;
 
 /// Where a connection's receives come from.
 enum Receives {
@@ -225,8 +233,26 @@ impl Resources {
             self.notifier.clone(),
         )
         .map_err(|e| Error::verbs("creating the connection's readiness fd", e))?;
+        let qp = self
+            .qp
+            .as_ref()
+            .expect("the QP lives until the resources drop");
+        if let Receives::Shared { .. } = self.recvs {
+            // rdma_cm moved the QP to RTS with its own RNR timer; RTS to RTS may change it.
+            // A peer that wrote before this waited the longer timer once: slower, no loss.
+            qp.modify(QueuePairAttribute::new().set_min_rnr_timer(SHARED_RNR_TIMER))
+                .map_err(|e| Error::verbs("setting the shared pool's RNR timer", e))?;
+        }
+        // What the peer asked this side's NIC for: a shared-mode peer asks for RNR retries
+        // for ever, and then this side's keep-alive cannot leave a stuck probe to them.
+        let rnr_forever = qp
+            .query(QpAttrMask::RNR_RETRY)
+            .map_err(|e| Error::verbs("querying the queue pair's RNR retry count", e))?
+            .rnr_retry()
+            == 7;
         let mut conn = Connection::new(self.limits, peer);
         let now = Instant::now();
+        conn.set_rnr_forever(rnr_forever);
         conn.set_keepalive(config.keepalive, now);
         let local = self.id.local_addr();
         let remote = self.id.peer_addr();

@@ -22,9 +22,10 @@
 //! credits (docs/trespass-protocol.md §4.3); the pool holds `depth` in all. When more
 //! writes are in flight than the pool holds (more connections writing at once than it was
 //! sized for), a write that finds it empty is refused with an RNR NAK and retried by the
-//! peer's NIC (a shared-mode side asks its peers for 6 RNR retries instead of 0), so
-//! overcommitting costs time, never data; a peer whose writes go on finding the pool empty
-//! past those retries fails with a transport error.
+//! peer's NIC (a shared-mode side asks its peers for RNR retries for ever instead of 0,
+//! and for the 0.64 ms RNR timer instead of rdma_cm's 655 ms), so overcommitting costs
+//! time, never data; a peer whose process stopped with the pool empty is found by the
+//! writer's keep-alive, which then times its probe from when it was wanted.
 //!
 //! A QP number can be reused once its QP is destroyed, so a connection leaving the pool
 //! destroys its QP, drains the CQ and removes its mailbox under the router's lock, in that

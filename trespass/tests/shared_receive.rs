@@ -185,3 +185,80 @@ fn an_overcommitted_shared_queue_makes_writers_wait_and_loses_nothing() {
         );
     }
 }
+
+/// Set in the child process of the stopped-peer test: it serves on this port.
+const STOPPED_PEER_PORT: &str = "TRESPASS_TEST_STOPPED_PEER_PORT";
+
+#[test]
+fn a_writer_to_a_stopped_shared_mode_peer_ends_by_keepalive() {
+    let name = "a_writer_to_a_stopped_shared_mode_peer_ends_by_keepalive";
+    let Some(ip) = common::test_ip(name) else {
+        return;
+    };
+    if let Ok(port) = std::env::var(STOPPED_PEER_PORT) {
+        // The child: a shared-mode server with a pool of 8 (the least) that accepts one
+        // connection and waits, to be stopped (SIGSTOP) by the parent with its pool soon
+        // empty.
+        let mut config = common::small_config();
+        config.shared_receive_queue(Some(8)).keepalive(None);
+        let listener = config
+            .bind(SocketAddr::new(ip, port.parse().unwrap()))
+            .expect("bind");
+        println!("listening");
+        let (_stream, _) = listener.accept().expect("accept");
+        println!("accepted");
+        thread::sleep(std::time::Duration::from_secs(120));
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let port = 7663u16;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads", "1"])
+        .env(STOPPED_PEER_PORT, port.to_string())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the server process");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let mut wait_for = |what: &str| {
+        for line in lines.by_ref() {
+            if line.expect("the server's output").contains(what) {
+                return;
+            }
+        }
+        panic!("the server process ended before printing {what:?}");
+    };
+    wait_for("listening");
+    let period = std::time::Duration::from_secs(1);
+    let mut config = common::small_config();
+    config.keepalive(Some(period));
+    let mut client = config.connect(SocketAddr::new(ip, port)).expect("connect");
+    wait_for("accepted");
+    // SAFETY: kill(2) on our own child's pid; no memory is involved.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGSTOP) }, 0);
+    // Small writes, each its own write with immediate: the first 8 take the pool's
+    // receives, the next is refused (RNR) and retried for ever; the peer's credit lets
+    // the writer queue up to its 16 receives behind it, and then it waits for credit.
+    let (done, result) = std::sync::mpsc::channel();
+    let started = Instant::now();
+    thread::spawn(move || {
+        let piece = [7u8; 512];
+        let r = loop {
+            if let Err(e) = client.write_all(&piece).and_then(|()| client.flush()) {
+                break e;
+            }
+        };
+        let _ = done.send(r);
+    });
+    let outcome = result.recv_timeout(std::time::Duration::from_secs(60));
+    // SAFETY: as above.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = child.wait();
+    let err = outcome.expect("the writer still waits a minute after its peer stopped");
+    let took = started.elapsed();
+    println!("the writer ended after {:.2} s: {err}", took.as_secs_f64());
+    assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err:?}");
+    assert!(
+        err.to_string().contains("keep-alive") || format!("{err:?}").contains("KeepAlive"),
+        "{err:?}"
+    );
+}

@@ -249,6 +249,9 @@ pub struct Connection {
 
     // Keep-alive.
     keepalive: Option<Duration>,
+    /// The peer asked this side's NIC to retry receiver-not-ready for ever (it draws its
+    /// receives from a shared pool): a probe on the wire may wait for a stopped process.
+    rnr_forever: bool,
     last_heard: Option<Instant>,
     ping_deadline: Option<Instant>,
 
@@ -315,6 +318,7 @@ impl Connection {
             ping_outstanding: false,
             ping_wr: None,
             keepalive: None,
+            rnr_forever: false,
             last_heard: None,
             ping_deadline: None,
             error: None,
@@ -362,6 +366,17 @@ impl Connection {
         self.keepalive = period;
         self.last_heard = Some(now);
         self.ping_deadline = None;
+    }
+
+    /// Tells the core that the transport retries receiver-not-ready for ever on this
+    /// connection (the peer's receives come from a shared pool that may be overcommitted,
+    /// and it asked for `rnr_retry_count` 7). A write to a peer whose process stopped with
+    /// its pool empty then never completes nor fails, so the transport no longer bounds a
+    /// probe on the wire: its keep-alive deadline runs from when the probe was wanted, and
+    /// a probe still unacknowledged a `period` later fails the connection with
+    /// [`ConnError::KeepAlive`]. Off by default.
+    pub fn set_rnr_forever(&mut self, on: bool) {
+        self.rnr_forever = on;
     }
 
     // ---------------------------------------------------------------- state
@@ -1120,7 +1135,11 @@ impl Connection {
             self.ping_wanted = false;
             let t = self.control(Imm::Control(Control::Ping), true);
             self.ping_wr = Some(t.wr_id);
-            self.ping_deadline = None;
+            // The transport bounds the probe's time on the wire, unless it retries an
+            // empty receive queue for ever: then the deadline set when it was wanted stays.
+            if !self.rnr_forever {
+                self.ping_deadline = None;
+            }
             return Some(t);
         }
         None

@@ -148,6 +148,65 @@ fn keepalive_leaves_a_probe_stuck_in_the_transport_to_the_transport() {
 }
 
 #[test]
+fn keepalive_times_a_stuck_probe_when_the_transport_retries_rnr_for_ever() {
+    // The peer draws its receives from a shared pool and asked for RNR retries for ever:
+    // its process stopped with the pool empty, so the probe neither completes nor fails.
+    // The deadline runs from when the probe was wanted, not from its acknowledgement.
+    let period = Duration::from_millis(100);
+    let mut p = Pair::new(small(), small());
+    let t0 = p.now;
+    p.conn_mut(A).set_rnr_forever(true);
+    p.conn_mut(A).set_keepalive(Some(period), t0);
+    p.hold_wire[A] = true;
+    p.advance(period);
+    p.timeout(A);
+    p.run();
+    assert_eq!(p.sides[A].imms(), vec![Imm::Control(Control::Ping)]);
+    assert_eq!(
+        p.conn(A).poll_timeout(),
+        Some(t0 + 2 * period),
+        "a probe on the wire keeps the deadline it got when wanted"
+    );
+    p.advance(period - Duration::from_millis(1));
+    p.timeout(A);
+    assert!(p.conn(A).error().is_none());
+    p.advance(Duration::from_millis(1));
+    p.timeout(A);
+    assert_eq!(p.conn(A).error(), Some(&ConnError::KeepAlive(period)));
+}
+
+#[test]
+fn keepalive_with_rnr_for_ever_still_counts_from_an_acknowledged_probe() {
+    // The probe is acknowledged late (the pool was refilled just in time): the peer's
+    // process has another period to answer, as on any connection.
+    let period = Duration::from_millis(100);
+    let ms = Duration::from_millis(1);
+    let mut p = Pair::new(small(), small());
+    let t0 = p.now;
+    p.conn_mut(A).set_rnr_forever(true);
+    p.conn_mut(A).set_keepalive(Some(period), t0);
+    p.hold_recv_cq[B] = true;
+    p.hold_wire[A] = true;
+    p.advance(period);
+    p.timeout(A);
+    p.run();
+    p.advance(90 * ms);
+    p.hold_wire[A] = false;
+    p.run();
+    assert_eq!(
+        p.conn(A).poll_timeout(),
+        Some(t0 + period + 90 * ms + period)
+    );
+    p.advance(period - ms);
+    p.timeout(A);
+    assert!(p.conn(A).error().is_none(), "the answer still has time");
+    p.hold_recv_cq[B] = false;
+    p.run();
+    assert!(!p.conn(A).ping_outstanding);
+    assert!(p.conn(A).error().is_none());
+}
+
+#[test]
 fn keepalive_with_a_probe_the_transport_gives_up_on_is_unreachable() {
     let period = Duration::from_millis(100);
     let mut p = Pair::new(small(), small());
