@@ -125,6 +125,22 @@ impl Liar {
             .and_then(|wc| wc.imm_data())
     }
 
+    /// Takes the receives from the first on until one says the peer consumed at least
+    /// `bytes` in all (a byte credit); panics if none does within the waiter's bound.
+    fn wait_for_credit(&mut self, bytes: u32) {
+        for n in 0..64 {
+            let imm = self
+                .recv(n)
+                .unwrap_or_else(|| panic!("no credit for {bytes} bytes came"));
+            if let Ok(Imm::CreditBytes(c)) = Imm::decode(imm) {
+                if c >= bytes {
+                    return;
+                }
+            }
+        }
+        panic!("64 receives without a credit for {bytes} bytes");
+    }
+
     /// An RDMA READ of `len` bytes at `addr` under `rkey` into its buffer's start; waits,
     /// and returns whether it succeeded.
     fn read(&mut self, rkey: u32, addr: u64, len: usize) -> bool {
@@ -347,9 +363,9 @@ fn a_peer_that_writes_past_the_ring_end_is_cut_off() {
     };
     let err = lied_to(ip, 7622, RING as usize - 10, |l| {
         assert!(l.data(0, RING - 10));
-        // Give the victim time to read those, so the next lie is not about credit: the
-        // ring is empty, its tail 10 bytes before the end.
-        thread::sleep(Duration::from_millis(500));
+        // Wait until the victim read those and said so, so the next lie is not about
+        // credit: the ring is empty, its tail 10 bytes before the end.
+        l.wait_for_credit(RING - 10);
         // 20 bytes (written anywhere inside the ring) announced at that tail: they would
         // run past the end, which no honest sender does (it splits the write).
         l.data(0, 20);

@@ -152,8 +152,14 @@ fn async_messages_keep_their_boundaries_across_dropped_receives() {
             .map(|i| [0, 1, 100, 4096, 20_000, 32 * 1024][i % 6])
             .collect();
         let expect = sizes.clone();
+        // Every 10th message waits for the receiver's go: it has dropped a recv_msg that
+        // found nothing (the sender may otherwise stay ahead and every call find a message).
+        let (go, mut gone) = tokio::sync::mpsc::unbounded_channel::<()>();
         let sender = tokio::spawn(async move {
             for (i, &n) in sizes.iter().enumerate() {
+                if i > 0 && i % 10 == 0 {
+                    gone.recv().await.expect("the receiver's go");
+                }
                 client
                     .send_msg(&common::pattern(i as u64, n))
                     .await
@@ -168,7 +174,7 @@ fn async_messages_keep_their_boundaries_across_dropped_receives() {
             client
         });
         let mut msg = Vec::new();
-        let (mut i, mut dropped) = (0usize, 0u32);
+        let (mut i, mut dropped, mut checkpoints) = (0usize, 0u32, 0u32);
         loop {
             tokio::select! {
                 r = server.recv_msg(&mut msg) => match r.expect("recv_msg") {
@@ -176,6 +182,18 @@ fn async_messages_keep_their_boundaries_across_dropped_receives() {
                         assert_eq!(n, expect[i], "message {i}'s length");
                         assert!(msg == common::pattern(i as u64, n), "message {i}'s bytes");
                         i += 1;
+                        if i % 10 == 0 && i < expect.len() {
+                            // Nothing more is sent until the go: this call is dropped
+                            // halfway for sure.
+                            let r = tokio::time::timeout(
+                                Duration::from_millis(5),
+                                server.recv_msg(&mut msg),
+                            )
+                            .await;
+                            assert!(r.is_err(), "a message came before the go: {r:?}");
+                            checkpoints += 1;
+                            go.send(()).expect("the sender waits");
+                        }
                     }
                     None => break,
                 },
@@ -183,10 +201,13 @@ fn async_messages_keep_their_boundaries_across_dropped_receives() {
             }
         }
         assert_eq!(i, expect.len(), "every message, once");
-        println!("{dropped} recv_msg futures dropped halfway");
-        assert!(
-            dropped > 0,
-            "no recv_msg future was ever dropped: the test proved nothing"
+        println!(
+            "{} recv_msg futures dropped halfway ({dropped} by the select, {checkpoints} at the checkpoints)",
+            dropped + checkpoints
+        );
+        assert_eq!(
+            checkpoints, 5,
+            "a recv_msg dropped halfway every 10 messages"
         );
         drop(sender.await.unwrap());
     });
