@@ -92,14 +92,26 @@ fn dropping_read_and_write_futures_halfway_loses_and_duplicates_nothing() {
         // The reader parks instead of spinning, so its reads are pending (and dropped) often.
         server.set_busy_poll(Duration::ZERO);
         const LEN: usize = 2 << 20;
+        const CHECKPOINT: usize = 512 * 1024;
         let data = Arc::new(common::pattern(0, LEN));
         let sent = Arc::clone(&data);
         // Whichever is polled first, a call that would block is dropped at the next turn
         // of the select; only the bytes a completed call reports count.
         let tick = tokio::task::yield_now;
+        // Past each 512 KiB the writer stops, says where, and waits for the reader's go,
+        // given once the reader has read that far and then dropped a read that found
+        // nothing: 3 drops for sure, beside those the select makes.
+        let (at, mut stopped_at) = tokio::sync::mpsc::unbounded_channel::<usize>();
+        let (go, mut gone) = tokio::sync::mpsc::unbounded_channel::<()>();
         let writer = tokio::spawn(async move {
             let (mut off, mut dropped) = (0usize, 0u32);
+            let mut next_stop = CHECKPOINT;
             while off < LEN {
+                if off >= next_stop {
+                    at.send(off).expect("the reader listens");
+                    gone.recv().await.expect("the reader's go");
+                    next_stop += CHECKPOINT;
+                }
                 let n = (LEN - off).min(1 + (off * 7919) % 40_000);
                 tokio::select! {
                     r = client.write(&sent[off..off + n]) => off += r.expect("write"),
@@ -109,9 +121,21 @@ fn dropping_read_and_write_futures_halfway_loses_and_duplicates_nothing() {
             client.shutdown().await.expect("shutdown");
             (client, dropped)
         });
-        let (mut off, mut dropped) = (0usize, 0u32);
+        let (mut off, mut dropped, mut checkpoints) = (0usize, 0u32, 0u32);
+        let mut stop = None;
         let mut buf = vec![0u8; 24_000];
         loop {
+            if let Ok(at) = stopped_at.try_recv() {
+                stop = Some(at);
+            }
+            if stop == Some(off) {
+                // Everything written is read and nothing more comes until the go.
+                let r = tokio::time::timeout(Duration::from_millis(5), server.read(&mut buf)).await;
+                assert!(r.is_err(), "bytes came before the go: {r:?}");
+                checkpoints += 1;
+                stop = None;
+                go.send(()).expect("the writer waits");
+            }
             tokio::select! {
                 r = server.read(&mut buf) => {
                     let n = r.expect("read");
@@ -130,10 +154,14 @@ fn dropping_read_and_write_futures_halfway_loses_and_duplicates_nothing() {
         }
         assert_eq!(off, LEN, "every byte, once");
         let (_client, write_drops) = writer.await.unwrap();
-        println!("{dropped} read futures and {write_drops} write futures dropped halfway");
-        assert!(
-            dropped > 0,
-            "no read future was ever dropped: the test proved nothing"
+        println!(
+            "{} read futures ({dropped} by the select, {checkpoints} at the checkpoints) and {write_drops} write futures dropped halfway",
+            dropped + checkpoints
+        );
+        assert_eq!(
+            checkpoints as usize,
+            (LEN - 1) / CHECKPOINT,
+            "a read dropped halfway at every checkpoint"
         );
     });
 }
