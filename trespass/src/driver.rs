@@ -37,14 +37,17 @@ use crate::wire::{Hello, Lend, LEND_LEN};
 /// The wr_id of every receive: sends count up from 0 and never reach it.
 pub(crate) const RECV_WR_ID: u64 = u64::MAX;
 
-/// RNR retries a shared-mode side asks its peers for (`rnr_retry_count`): 7, for ever. A
+/// The `rnr_retry` value that retries receiver-not-ready for ever (the IB specification's 7).
+const RNR_RETRY_FOREVER: u8 = 7;
+
+/// RNR retries a shared-mode side asks its peers for (`rnr_retry_count`): for ever. A
 /// write that finds the overcommitted pool empty waits until a receive is posted again, as
 /// a TCP sender waits on a zero window, however long the receiving process takes to poll
 /// (a finite count is a wall-clock limit: under load, or on a slow host, it failed
 /// connections that were only waiting). A receiver that stopped for good is found by the
 /// writer's keep-alive, which in that case times its probe from when it was wanted
 /// (`Connection::set_rnr_forever`).
-const SHARED_RNR_RETRY: u8 = 7;
+const SHARED_RNR_RETRY: u8 = RNR_RETRY_FOREVER;
 
 /// The RNR NAK timer a shared-mode side asks its peers to wait between those retries
 /// (`min_rnr_timer` code 12: 0.64 ms). rdma_cm's own is code 0, 655 ms: a write that met an
@@ -249,7 +252,7 @@ impl Resources {
             .query(QpAttrMask::RNR_RETRY)
             .map_err(|e| Error::verbs("querying the queue pair's RNR retry count", e))?
             .rnr_retry()
-            == 7;
+            == RNR_RETRY_FOREVER;
         let mut conn = Connection::new(self.limits, peer);
         let now = Instant::now();
         conn.set_rnr_forever(rnr_forever);

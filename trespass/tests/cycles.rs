@@ -86,7 +86,7 @@ fn settled<T: PartialEq>(count: impl Fn() -> T, done: impl Fn(&T) -> bool) -> T 
         }
         thread::sleep(Duration::from_millis(300));
         let now = count();
-        // A `done` that always holds waits for the count to stop changing instead.
+        // Settled: `done` holds, and the count is the one read 300 ms before.
         let steady = now == last;
         last = now;
         if done(&last) && steady {

@@ -37,6 +37,9 @@ struct Liar {
     next: u64,
 }
 
+/// Receives the liar posts (and promises in its hello), for whatever the honest side sends.
+const LIAR_RECVS: u16 = 64;
+
 /// The wr_id of the liar's `n`th receive (0-based).
 fn recv_id(n: u64) -> u64 {
     1 << 40 | n
@@ -78,7 +81,7 @@ impl Liar {
             .unwrap();
         // Receives for whatever the honest side sends back (credits, a FIN).
         let mut batch = qp.start_post_recv();
-        for i in 0..64 {
+        for i in 0..u64::from(LIAR_RECVS) {
             let _ = batch.recv(recv_id(i), &[]);
         }
         batch.post().unwrap();
@@ -86,7 +89,7 @@ impl Liar {
             ring_addr: ring.addr(),
             ring_rkey: ring.rkey(),
             ring_size: RING,
-            recv_depth: 64,
+            recv_depth: LIAR_RECVS,
             max_message: 1 << 20,
             lends,
         };
@@ -128,7 +131,7 @@ impl Liar {
     /// Takes the receives from the first on until one says the peer consumed at least
     /// `bytes` in all (a byte credit); panics if none does within the waiter's bound.
     fn wait_for_credit(&mut self, bytes: u32) {
-        for n in 0..64 {
+        for n in 0..u64::from(LIAR_RECVS) {
             let imm = self
                 .recv(n)
                 .unwrap_or_else(|| panic!("no credit for {bytes} bytes came"));
@@ -138,7 +141,7 @@ impl Liar {
                 }
             }
         }
-        panic!("64 receives without a credit for {bytes} bytes");
+        panic!("{LIAR_RECVS} receives without a credit for {bytes} bytes");
     }
 
     /// An RDMA READ of `len` bytes at `addr` under `rkey` into its buffer's start; waits,

@@ -257,8 +257,14 @@ fn a_writer_to_a_stopped_shared_mode_peer_ends_by_keepalive() {
     let took = started.elapsed();
     println!("the writer ended after {:.2} s: {err}", took.as_secs_f64());
     assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err:?}");
+    let inner = err
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<trespass::Error>());
     assert!(
-        err.to_string().contains("keep-alive") || format!("{err:?}").contains("KeepAlive"),
+        matches!(
+            inner,
+            Some(trespass::Error::Connection(trespass::core::ConnError::KeepAlive(p))) if *p == period
+        ),
         "{err:?}"
     );
 }

@@ -360,8 +360,9 @@ impl Connection {
     /// the peer's NIC acknowledged the probe. Until that acknowledgement the transport's
     /// own retries bound the wait (a lossy link delays the probe behind retransmissions;
     /// a link that is down exhausts the retries and fails the connection as unreachable),
-    /// so the probe judges only whether the peer's process answers. `None` turns
-    /// keep-alive off. Takes effect from `now`.
+    /// so the probe judges only whether the peer's process answers (unless the transport
+    /// retries receiver-not-ready for ever: [`set_rnr_forever`](Self::set_rnr_forever)).
+    /// `None` turns keep-alive off. Takes effect from `now`.
     pub fn set_keepalive(&mut self, period: Option<Duration>, now: Instant) {
         self.keepalive = period;
         self.last_heard = Some(now);
