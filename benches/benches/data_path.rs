@@ -15,8 +15,10 @@ use std::time::{Duration, Instant};
 
 use benches::data_path::{null_provider_pairs, run_c, run_rust, COp, Pair, RawObjects, Write};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use sideway::completion_queue::CompletionQueue;
+use sideway::device::DeviceContext;
+use sideway::memory_region::{AccessFlags, RegisteredBuffer};
 use sideway::queue_pair::{ConnectOptions, QueuePair};
-use sideway::{AccessFlags, CompletionQueue, DeviceContext, RegisteredBuffer};
 
 fn bench_pair(c: &mut Criterion, mut pair: Pair) {
     let mut group = c.benchmark_group(&pair.name);

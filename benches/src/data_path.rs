@@ -14,10 +14,10 @@
 use std::os::raw::c_int;
 use std::sync::Arc;
 
+use sideway::completion_queue::{CompletionQueue, WorkCompletion};
 use sideway::memory_region::Sge;
 use sideway::queue_pair::{QueuePair, SendFlags};
 use sideway::sys::{ibv_cq, ibv_cq_ex, ibv_qp, ibv_qp_ex, ibv_sge};
-use sideway::{CompletionQueue, WorkCompletion};
 
 use crate::null_provider::NullProvider;
 
@@ -191,7 +191,7 @@ pub fn post_recv(qp: &mut QueuePair, sge: Sge, iters: u64) -> Result<(), Error> 
 /// Makes `n` completions ready, then takes them from the [`ClaimedCq::poll`] iterator until
 /// it ends, per iteration.
 ///
-/// [`ClaimedCq::poll`]: sideway::ClaimedCq::poll
+/// [`ClaimedCq::poll`]: sideway::completion_queue::ClaimedCq::poll
 #[inline(never)]
 pub fn poll_iter(
     np: &NullProvider,
@@ -216,7 +216,7 @@ pub fn poll_iter(
 /// Makes `n` completions ready, then takes them with one [`ClaimedCq::poll_into`], per
 /// iteration.
 ///
-/// [`ClaimedCq::poll_into`]: sideway::ClaimedCq::poll_into
+/// [`ClaimedCq::poll_into`]: sideway::completion_queue::ClaimedCq::poll_into
 #[inline(never)]
 pub fn poll_batch(
     np: &NullProvider,

@@ -12,9 +12,11 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use sideway::completion_queue::{CompletionQueue, CompletionQueueError, WcFlagsEx};
+use sideway::device::DeviceContext;
+use sideway::protection_domain::ProtectionDomain;
 use sideway::queue_pair::{QueuePair, QueuePairBuilder, Threading};
 use sideway::sys::{ibv_context, ibv_cq, ibv_cq_ex, ibv_pd, ibv_qp, ibv_qp_ex, ibv_wc};
-use sideway::{CompletionQueue, CompletionQueueError, DeviceContext, ProtectionDomain, WcFlagsEx};
 
 /// The completion timestamp the provider reports for a completion: this plus its `wr_id`
 /// (`NULL_TS_BASE`).

@@ -7,8 +7,10 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use sideway::memory_region::AccessFlags;
+use sideway::odp::ImplicitOdpRegion;
+use sideway::protection_domain::ProtectionDomain;
 use sideway::sys::{ibv_context, ibv_mr, ibv_pd, ibv_sge};
-use sideway::{AccessFlags, ImplicitOdpRegion, ProtectionDomain};
 
 use crate::null_provider::NullProvider;
 

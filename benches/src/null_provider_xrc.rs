@@ -8,9 +8,10 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use sideway::completion_queue::CompletionQueue;
+use sideway::protection_domain::ProtectionDomain;
 use sideway::queue_pair::{QpType, QueuePair};
 use sideway::sys::{ibv_context, ibv_cq, ibv_pd, ibv_qp, ibv_qp_ex, ibv_srq, ibv_xrcd};
-use sideway::{CompletionQueue, ProtectionDomain};
 
 use crate::null_provider::NullProvider;
 

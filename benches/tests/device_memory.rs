@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use benches::null_provider::NullProvider;
 use benches::null_provider_dm::{NullDm, DM_LKEY_BASE, DM_MAX};
-use sideway::{AccessFlags, DeviceMemoryError};
+use sideway::device_memory::DeviceMemoryError;
+use sideway::memory_region::AccessFlags;
 
 const ZERO_BASED: u32 = 1 << 5; // IBV_ACCESS_ZERO_BASED
 

@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use benches::null_provider::{NullProvider, BUFFER_ALIGN, BUFFER_SIZE, QP_REFUSED, RES_CQ, RES_QP};
+use sideway::completion_queue::{CompletionQueueError, WcFlagsEx};
+use sideway::parent_domain::{AllocRequest, Allocation, DomainAllocator};
 use sideway::queue_pair::QueuePairError;
-use sideway::{AllocRequest, Allocation, CompletionQueueError, DomainAllocator, WcFlagsEx};
 
 /// What the test allocator saw, shared with the test.
 #[derive(Default)]
@@ -165,7 +166,7 @@ fn a_thread_bound_parent_domain_passes_its_arguments_and_keeps_its_parts_for_its
     assert_eq!(np.domains().create_qp_ex_calls, calls);
     assert!(matches!(
         parent.as_pd().create_srq_builder().build(),
-        Err(sideway::SharedReceiveQueueError::ThreadBoundPd { .. })
+        Err(sideway::shared_receive_queue::SharedReceiveQueueError::ThreadBoundPd { .. })
     ));
 
     // Drop every handle the test has: the QP keeps the parent domain, and with it the PD,
@@ -238,7 +239,7 @@ fn a_parent_domain_without_a_thread_domain_serves_cqs_from_its_allocator() {
     ));
 
     // Ordinary QPs through its PD.
-    let qp: sideway::QueuePair = np.sideway_qp_on(&mut as_pd.create_qp_builder(), &cq);
+    let qp: sideway::queue_pair::QueuePair = np.sideway_qp_on(&mut as_pd.create_qp_builder(), &cq);
     assert!(Arc::ptr_eq(qp.pd(), as_pd));
 
     // The CQ keeps the parent domain, its PD and its allocator, which the provider still

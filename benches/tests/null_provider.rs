@@ -8,8 +8,8 @@ use benches::data_path::{
     run_c_style, run_rust, COp, CStyle, RawObjects, Write, MAX_BATCH, MAX_POLL,
 };
 use benches::null_provider::{Counters, NullProvider};
+use sideway::completion_queue::CompletionQueueError;
 use sideway::queue_pair::{InvalidWorkRequest, PostError, SendFlags};
-use sideway::CompletionQueueError;
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
@@ -185,7 +185,7 @@ fn every_cq_refuses_a_second_poller() {
             matches!(cq.poll(), Err(CompletionQueueError::Busy)),
             "extended: {extended}"
         );
-        let mut into = [sideway::WorkCompletion::default(); 1];
+        let mut into = [sideway::completion_queue::WorkCompletion::default(); 1];
         assert!(matches!(
             cq.poll_into(&mut into),
             Err(CompletionQueueError::Busy)

@@ -8,8 +8,9 @@
 use benches::null_provider::NullProvider;
 use benches::null_provider_odp::{NullOdp, LKEY};
 use sideway::device::{OdpGeneralCaps, OdpTransportCaps};
+use sideway::memory_region::{BufferError, MemoryRegionError};
+use sideway::odp::{AdviseError, AdviseFlags, AdviseMr};
 use sideway::sys::{ibv_odp_general_caps as g, ibv_odp_transport_cap_bits as t};
-use sideway::{AdviseError, AdviseFlags, AdviseMr, BufferError, MemoryRegionError};
 
 /// Counts frees of blocks of [`ODD_LEN`] bytes (the size no other allocation of this
 /// binary has), to see when an implicit region's buffer memory is given back.

@@ -4,8 +4,8 @@
 //! polling needs fails at creation. Needs no device and no rdma-core library.
 
 use benches::null_provider::{NullProvider, TIMESTAMP_BASE};
+use sideway::completion_queue::{CompletionQueueError, WcFlagsEx, WcOpcode, WorkCompletion};
 use sideway::sys::{ibv_cq_ex, ibv_wc};
-use sideway::{CompletionQueueError, WcFlagsEx, WcOpcode, WorkCompletion};
 
 /// A completion whose `wr_id` no canned completion has, to see which entries a poll wrote.
 fn sentinel() -> WorkCompletion {

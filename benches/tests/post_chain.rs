@@ -17,7 +17,7 @@ fn null_sge() -> sideway::memory_region::Sge {
 
 /// What a batch of two WRITEs (wr_id 1 unsignaled, 2 signaled) hands the provider, posted
 /// by `post`.
-fn two_writes(extended: bool, post: impl FnOnce(&mut sideway::QueuePair)) -> Counters {
+fn two_writes(extended: bool, post: impl FnOnce(&mut sideway::queue_pair::QueuePair)) -> Counters {
     let np = NullProvider::new();
     let (mut qp, _cq) = np.sideway(extended);
     post(&mut qp);

@@ -9,10 +9,11 @@ use std::sync::Arc;
 
 use benches::null_provider::NullProvider;
 use benches::null_provider_xrc::{c_seen_size, XrcSeen, XRC_RECV_QPN, XRC_SEND_REFUSED, XRC_SRQN};
+use sideway::completion_queue::WcFlagsEx;
 use sideway::memory_region::Sge;
-use sideway::queue_pair::{InvalidWorkRequest, QpType, QueuePairError};
+use sideway::queue_pair::{InvalidWorkRequest, PostError, QpType, QueuePairError, SendFlags};
+use sideway::shared_receive_queue::SharedReceiveQueueError;
 use sideway::sys::{ibv_qp_init_attr_mask as qpm, ibv_qp_type, ibv_srq_init_attr_mask as srqm};
-use sideway::{PostError, SendFlags, SharedReceiveQueueError, WcFlagsEx};
 
 /// Linux's `O_CREAT`.
 const O_CREAT: i32 = 0o100;

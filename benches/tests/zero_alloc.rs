@@ -9,8 +9,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use benches::alloc_counter::{count_allocations, CountingAllocator};
+use sideway::completion_queue::{CompletionQueue, WorkCompletion};
+use sideway::device::DeviceContext;
+use sideway::memory_region::AccessFlags;
 use sideway::queue_pair::{ConnectOptions, QueuePair, SendFlags};
-use sideway::{AccessFlags, CompletionQueue, DeviceContext, WorkCompletion};
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;

@@ -9,7 +9,7 @@ use std::fmt;
 use std::io::{self, Write};
 use std::process::ExitCode;
 
-use sideway::{Device, DeviceError, DeviceList};
+use sideway::device::{Device, DeviceError, DeviceList};
 
 /// Why a program stopped.
 #[derive(Debug)]

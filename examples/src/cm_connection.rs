@@ -8,10 +8,11 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use sideway::completion_queue::{CompletionQueue, WorkCompletion};
 use sideway::connection::{CompletionWaiter, WaitError};
+use sideway::protection_domain::ProtectionDomain;
+use sideway::queue_pair::{QpState, QueuePair, QueuePairAttribute};
 use sideway::rdmacm::{CmId, EventChannel, EventType, QpTargetState};
-use sideway::WorkCompletion;
-use sideway::{CompletionQueue, ProtectionDomain, QpState, QueuePair, QueuePairAttribute};
 
 use crate::cli::CliError;
 

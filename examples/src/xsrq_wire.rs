@@ -12,9 +12,11 @@
 //! [`send_rtr`], [`send_rts`]): the same masks as rdma-core's program, so that both sides
 //! agree on PSNs and timers, checked against the state table in the tests.
 
+use sideway::address_handle::AddressVector;
 use sideway::device::Mtu;
-use sideway::queue_pair::{AddressVector, QpState, QueuePairAttribute};
-use sideway::{AccessFlags, Gid};
+use sideway::gid::Gid;
+use sideway::memory_region::AccessFlags;
+use sideway::queue_pair::{QpState, QueuePairAttribute};
 
 /// Bytes of one endpoint message, the NUL included (`MSG_SIZE`).
 pub const MSG_SIZE: usize = 66;
@@ -191,7 +193,7 @@ mod tests {
     fn each_transition_fits_the_xrc_state_table() {
         let rem = dest();
         let av = path(&rem, 0, 1, 1);
-        let none = sideway::QpAttrMask::empty();
+        let none = sideway::queue_pair::QpAttrMask::empty();
         let fits = MaskDiagnosis::Attributes {
             missing: none,
             not_allowed: none,

@@ -18,8 +18,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sideway::connection::{CompletionWaiter, RemoteBuffer, REMOTE_BUFFER_LEN};
+use sideway::memory_region::AccessFlags;
+use sideway::queue_pair::{QueuePair, SendFlags};
 use sideway::rdmacm::{CmId, ConnParam, EventChannel, EventType, PortSpace};
-use sideway::{AccessFlags, QueuePair, Report, SendFlags};
+use sideway::Report;
 
 const RECV: u64 = 1;
 const WRITE: u64 = 2;

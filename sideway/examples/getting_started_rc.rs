@@ -15,7 +15,9 @@ use std::io::Error;
 use std::time::Duration;
 
 use sideway::connection::{exchange, CompletionWaiter};
-use sideway::{AccessFlags, ConnectOptions, Report, SendFlags};
+use sideway::memory_region::AccessFlags;
+use sideway::queue_pair::{ConnectOptions, SendFlags};
+use sideway::Report;
 
 const RECV: u64 = 1;
 const SEND: u64 = 2;
@@ -91,8 +93,8 @@ fn main() -> Result<(), Report> {
 
 /// Copies `msg` into the send half of `buf` and SENDs it, signaled.
 fn say(
-    qp: &mut sideway::QueuePair,
-    buf: &mut sideway::RegisteredBuffer,
+    qp: &mut sideway::queue_pair::QueuePair,
+    buf: &mut sideway::memory_region::RegisteredBuffer,
     msg: &[u8],
 ) -> Result<(), Report> {
     buf.write_at(64, msg)?;
@@ -104,7 +106,7 @@ fn say(
 }
 
 /// The first `len` received bytes, as text.
-fn text(buf: &sideway::RegisteredBuffer, len: u32) -> String {
+fn text(buf: &sideway::memory_region::RegisteredBuffer, len: u32) -> String {
     let bytes = buf.to_vec(0..len as usize).unwrap_or_default();
     sideway::peer_text::printable(&String::from_utf8_lossy(&bytes), 200)
 }

@@ -15,6 +15,32 @@
 //! - C enums that a newer rdma-core may grow are `#[non_exhaustive]` with an `Unknown` arm;
 //!   flags keep bits this crate does not know.
 //!
+//! # Where things are
+//!
+//! Every public item has one path, so docs, error messages and programs all name it alike.
+//! The crate root holds only the way in ([`open_device`]), the error reporter for `main`
+//! ([`Report`]), [`UnknownValue`] and the raw bindings ([`sys`]). Everything else lives in the
+//! module of the verbs object it serves, named as rdma-core names the object:
+//! [`device`] (the device list, contexts, attributes, ports, GIDs), [`protection_domain`],
+//! [`memory_region`] (regions, registered buffers, access flags, scatter/gather entries),
+//! [`completion_channel`], [`completion_queue`] (CQs, pollers, work completions),
+//! [`queue_pair`] (QPs, their builder, attributes, states, posting), [`shared_receive_queue`],
+//! [`address_handle`], [`memory_window`], [`async_event`], [`device_memory`], [`odp`],
+//! [`sharing`], [`thread_domain`], [`parent_domain`], [`xrc_domain`]; then [`gid`], [`rdmacm`]
+//! (the connection manager), [`connection`] (what two programs trade around a connection),
+//! [`dv`] (providers' direct verbs), [`peer_text`] and [`testing`]. Each type's errors sit
+//! beside it. `sideway/tests/public_paths.rs` fails when an item gains a second path.
+//!
+//! ```
+//! use sideway::memory_region::AccessFlags;
+//! use sideway::queue_pair::{QpType, SendFlags};
+//!
+//! let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+//! assert!(access.contains(AccessFlags::REMOTE_WRITE));
+//! assert_ne!(QpType::Rc, QpType::Ud);
+//! let _ = SendFlags::SIGNALED;
+//! ```
+//!
 //! # Diagnostics
 //!
 //! A destroy verb that fails inside a `Drop` (`ibv_dereg_mr`, `ibv_destroy_qp`,
@@ -46,7 +72,7 @@
 //! static LOGGER: Stderr = Stderr;
 //! log::set_logger(&LOGGER).expect("no logger installed yet");
 //! log::set_max_level(log::LevelFilter::Warn);
-//! let leaks = sideway::leaked_memory();
+//! let leaks = sideway::memory_region::leaked_memory();
 //! println!("{} regions ({} bytes) leaked so far", leaks.regions, leaks.bytes);
 //! ```
 //!
@@ -88,7 +114,7 @@
 //! let port = ctx.query_port(1)?;
 //! println!("{}: port 1 is {:?}, MTU {:?}", ctx.name(), port.state(), port.active_mtu());
 //! let pd = ctx.alloc_pd()?;
-//! let buf = pd.reg_buffer(4096, sideway::AccessFlags::LOCAL_WRITE)?;
+//! let buf = pd.reg_buffer(4096, sideway::memory_region::AccessFlags::LOCAL_WRITE)?;
 //! println!("lkey {:#x}", buf.lkey());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -112,9 +138,9 @@
 //!
 //! ```no_run
 //! use std::sync::{Arc, Mutex};
-//! use sideway::SendFlags;
+//! use sideway::queue_pair::SendFlags;
 //!
-//! # fn demo(qp: sideway::QueuePair, buf: sideway::RegisteredBuffer) -> Result<(), Box<dyn std::error::Error>> {
+//! # fn demo(qp: sideway::queue_pair::QueuePair, buf: sideway::memory_region::RegisteredBuffer) -> Result<(), Box<dyn std::error::Error>> {
 //! let cq = Arc::clone(qp.send_cq());
 //! let qp = Arc::new(Mutex::new(qp));
 //! let buf = Arc::new(buf);
@@ -146,18 +172,45 @@
 //!
 //! ```
 //! fn shareable<T: Send + Sync>() {}
-//! shareable::<sideway::DeviceContext>();
-//! shareable::<sideway::ProtectionDomain>();
-//! shareable::<sideway::MemoryRegion>();
-//! shareable::<sideway::RegisteredBuffer>();
-//! shareable::<sideway::CompletionQueue>();
-//! shareable::<sideway::CompletionChannel>();
-//! shareable::<sideway::QueuePair>();
-//! shareable::<sideway::SharedReceiveQueue>();
+//! shareable::<sideway::device::DeviceContext>();
+//! shareable::<sideway::protection_domain::ProtectionDomain>();
+//! shareable::<sideway::memory_region::MemoryRegion>();
+//! shareable::<sideway::memory_region::RegisteredBuffer>();
+//! shareable::<sideway::completion_queue::CompletionQueue>();
+//! shareable::<sideway::completion_channel::CompletionChannel>();
+//! shareable::<sideway::queue_pair::QueuePair>();
+//! shareable::<sideway::shared_receive_queue::SharedReceiveQueue>();
 //! shareable::<sideway::rdmacm::EventChannel>();
 //! shareable::<sideway::rdmacm::CmId>();
 //! shareable::<sideway::rdmacm::Event>();
 //! ```
+//! [`AddressHandle`]: crate::address_handle::AddressHandle
+//! [`CompletionChannel`]: crate::completion_channel::CompletionChannel
+//! [`CompletionQueue::claim`]: crate::completion_queue::CompletionQueue::claim
+//! [`CompletionQueue::poll`]: crate::completion_queue::CompletionQueue::poll
+//! [`CompletionQueueError::Busy`]: crate::completion_queue::CompletionQueueError::Busy
+//! [`CompletionQueue`]: crate::completion_queue::CompletionQueue
+//! [`DeviceContext`]: crate::device::DeviceContext
+//! [`DeviceError::UnlockedProvider`]: crate::device::DeviceError::UnlockedProvider
+//! [`MemoryRegion::imported_sge`]: crate::memory_region::MemoryRegion::imported_sge
+//! [`MemoryRegion::sge`]: crate::memory_region::MemoryRegion::sge
+//! [`MemoryRegion`]: crate::memory_region::MemoryRegion
+//! [`MemoryWindow`]: crate::memory_window::MemoryWindow
+//! [`ParentDomain::create_qp_builder`]: crate::parent_domain::ParentDomain::create_qp_builder
+//! [`ParentDomain`]: crate::parent_domain::ParentDomain
+//! [`ProtectionDomain::import_mr`]: crate::protection_domain::ProtectionDomain::import_mr
+//! [`ProtectionDomain::reg_dm_mr`]: crate::protection_domain::ProtectionDomain::reg_dm_mr
+//! [`ProtectionDomain::reg_implicit_odp_with_access`]: crate::protection_domain::ProtectionDomain::reg_implicit_odp_with_access
+//! [`ProtectionDomain::reg_implicit_odp`]: crate::protection_domain::ProtectionDomain::reg_implicit_odp
+//! [`ProtectionDomain::reg_mr`]: crate::protection_domain::ProtectionDomain::reg_mr
+//! [`ProtectionDomain`]: crate::protection_domain::ProtectionDomain
+//! [`QueuePair`]: crate::queue_pair::QueuePair
+//! [`RegisteredBuffer::inline`]: crate::memory_region::RegisteredBuffer::inline
+//! [`RegisteredBuffer::view`]: crate::memory_region::RegisteredBuffer::view
+//! [`RegisteredBuffer`]: crate::memory_region::RegisteredBuffer
+//! [`SharedReceiveQueue`]: crate::shared_receive_queue::SharedReceiveQueue
+//! [`ThreadDomain`]: crate::thread_domain::ThreadDomain
+//! [`leaked_memory`]: crate::memory_region::leaked_memory
 
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
@@ -207,41 +260,8 @@ struct CrateReadmeDoctests;
 mod errno;
 mod macros;
 
-pub use address_handle::{AddressHandle, AddressHandleError, Grh, GrhKind, GRH_LEN};
-pub use async_event::{AsyncEvent, AsyncEventKind, AsyncEventObject, EventError};
-pub use completion_queue::{
-    ClaimedCq, CompletionChannel, CompletionQueue, CompletionQueueBuilder, CompletionQueueError,
-    Poller, WcFlags, WcFlagsEx, WcOpcode, WcStatus, WorkCompletion, WorkCompletionError,
-};
-pub use device::{open_device, Device, DeviceContext, DeviceError, DeviceList};
-pub use device_memory::{DeviceMemory, DeviceMemoryError};
-pub use gid::{Gid, ParseGidError};
 pub use macros::UnknownValue;
-pub use memory_region::{
-    leaked_memory, AccessFlags, BufferAccess, BufferError, DeviceReadOnly, DeviceWritable,
-    LeakedMemory, MemoryRegion, MemoryRegionError, Plain, RegisteredBuffer,
-};
-pub use memory_window::{MemoryWindow, MemoryWindowError, MwType};
-pub use odp::{AdviseError, AdviseFlags, AdviseMr, ImplicitOdpRegion};
-pub use parent_domain::{
-    AllocRequest, Allocation, DomainAllocator, ParentDomain, ParentDomainBuilder,
-};
-pub use protection_domain::ProtectionDomain;
-pub use queue_pair::XrcRecvQueuePair;
-pub use queue_pair::{
-    ConnectError, ConnectOptions, Endpoint, ModifyQpError, PostError, PostRecvChain, PostRecvGuard,
-    PostSendChain, PostSendGuard, QpAttrMask, QpState, QpType, QueuePair, QueuePairAttribute,
-    QueuePairBuilder, QueuePairError, SendData, SendFlags,
-};
-pub use queue_pair::{DataInOrderCaps, DataInOrderFlags, DataInOrderOp, Ece, EceError};
 /// The raw bindings, for calls this crate does not wrap.
 pub use rdma_mummy_sys as sys;
-pub use receive_batch::{ReceiveQueue, RecvBatch, RecvChain};
 pub use report::Report;
-pub use shared_receive_queue::{
-    SharedReceiveQueue, SharedReceiveQueueBuilder, SharedReceiveQueueError, SrqPostRecvChain,
-    SrqPostRecvGuard,
-};
-pub use sharing::ImportError;
-pub use thread_domain::{DomainError, ThreadDomain};
-pub use xrc_domain::{XrcDomain, XrcDomainError};
+pub use verbs::device::context::open_device;

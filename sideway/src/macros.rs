@@ -23,7 +23,8 @@ use std::marker::PhantomData;
 /// rdma-core) is `E::from(raw)`, which gives the named variant whenever there is one:
 ///
 /// ```
-/// use sideway::{QpType, sys::ibv_qp_type};
+/// use sideway::queue_pair::QpType;
+/// use sideway::sys::ibv_qp_type;
 ///
 /// assert_eq!(QpType::from(ibv_qp_type::IBV_QPT_UD), QpType::Ud);
 /// match QpType::from(77) {
@@ -36,13 +37,15 @@ use std::marker::PhantomData;
 /// pass for something it is not:
 ///
 /// ```compile_fail,E0308
-/// use sideway::{QpType, sys::ibv_qp_type};
+/// use sideway::queue_pair::QpType;
+/// use sideway::sys::ibv_qp_type;
 ///
 /// let disguised_ud = QpType::Unknown(ibv_qp_type::IBV_QPT_UD);
 /// ```
 ///
 /// ```compile_fail,E0451
-/// use sideway::{QpType, UnknownValue};
+/// use sideway::queue_pair::QpType;
+/// use sideway::UnknownValue;
 ///
 /// let disguised_ud = QpType::Unknown(UnknownValue { raw: 4, enum_type: std::marker::PhantomData });
 /// ```
@@ -50,7 +53,8 @@ use std::marker::PhantomData;
 /// Nor can one enum's unknown value be moved to another, where it may be known:
 ///
 /// ```compile_fail,E0308
-/// use sideway::{MwType, QpType};
+/// use sideway::memory_window::MwType;
+/// use sideway::queue_pair::QpType;
 ///
 /// if let MwType::Unknown(value) = MwType::from(4) {
 ///     let disguised_ud = QpType::Unknown(value);
@@ -227,7 +231,10 @@ pub(crate) mod tests {
         use crate::queue_pair::MigState;
         use crate::rdmacm::{EventType, IbRejectReason};
         use crate::work_completion::{WcOpcode, WcStatus};
-        use crate::{AsyncEventKind, MwType, QpState, QpType};
+        use crate::{
+            async_event::AsyncEventKind, memory_window::MwType, queue_pair::QpState,
+            queue_pair::QpType,
+        };
         check!(
             WcStatus,
             WcOpcode,
@@ -254,8 +261,8 @@ pub(crate) mod tests {
     /// `QpType::Unknown(IBV_QPT_UD)` and then posted as a connected QP's.
     #[test]
     fn a_known_qp_type_never_arrives_as_unknown() {
+        use crate::queue_pair::QpType;
         use crate::sys::ibv_qp_type as t;
-        use crate::QpType;
         assert_eq!(QpType::from(t::IBV_QPT_UD), QpType::Ud);
         assert_eq!(QpType::from(t::IBV_QPT_XRC_SEND), QpType::XrcSend);
         assert!(matches!(QpType::from(77), QpType::Unknown(v) if v.get() == 77));

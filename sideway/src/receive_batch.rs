@@ -330,8 +330,8 @@ impl<'a, Q: ReceiveQueue> RecvBatch<'a, Q> {
 /// Returned by [`RecvBatch::recv`]; discarding it keeps the batch in the guard.
 ///
 /// ```no_run
-/// # fn demo(qp: &mut sideway::queue_pair::QueuePair, buf: &sideway::RegisteredBuffer)
-/// #     -> Result<(), sideway::PostError> {
+/// # fn demo(qp: &mut sideway::queue_pair::QueuePair, buf: &sideway::memory_region::RegisteredBuffer)
+/// #     -> Result<(), sideway::queue_pair::PostError> {
 /// // One expression: a guard, two receives, one ibv_post_recv.
 /// qp.start_post_recv()
 ///     .recv(1, &[buf.sge(0..2048).unwrap()])
@@ -347,8 +347,8 @@ impl<'a, Q: ReceiveQueue> RecvBatch<'a, Q> {
 /// The same for a shared receive queue:
 ///
 /// ```no_run
-/// # fn demo(srq: &sideway::SharedReceiveQueue, buf: &sideway::RegisteredBuffer)
-/// #     -> Result<(), sideway::SharedReceiveQueueError> {
+/// # fn demo(srq: &sideway::shared_receive_queue::SharedReceiveQueue, buf: &sideway::memory_region::RegisteredBuffer)
+/// #     -> Result<(), sideway::shared_receive_queue::SharedReceiveQueueError> {
 /// srq.start_post_recv()
 ///     .recv(1, &[buf.sge(0..2048).unwrap()])
 ///     .recv(2, &[buf.sge(2048..4096).unwrap()])

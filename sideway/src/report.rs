@@ -16,7 +16,7 @@ use std::fmt;
 ///
 /// ```
 /// fn main() -> Result<(), sideway::Report> {
-///     let gid: sideway::Gid = "fe80::1".parse()?; // a ParseGidError would convert too
+///     let gid: sideway::gid::Gid = "fe80::1".parse()?; // a ParseGidError would convert too
 ///     println!("{gid:?}");
 ///     Ok(())
 /// }
@@ -25,7 +25,7 @@ use std::fmt;
 /// What a failed `main` prints then, against what the error's own `Debug` prints:
 ///
 /// ```
-/// let error = sideway::DeviceError::NotFound {
+/// let error = sideway::device::DeviceError::NotFound {
 ///     name: "mlx9".into(),
 ///     available: vec!["rxe0".into()],
 /// };
@@ -43,7 +43,7 @@ use std::fmt;
 /// ```
 /// use std::error::Error;
 ///
-/// fn parse(text: &str) -> Result<sideway::Gid, sideway::Report> {
+/// fn parse(text: &str) -> Result<sideway::gid::Gid, sideway::Report> {
 ///     Ok(text.parse()?)
 /// }
 ///
@@ -53,7 +53,7 @@ use std::fmt;
 /// }
 ///
 /// let err = caller().unwrap_err();
-/// assert!(err.downcast_ref::<sideway::ParseGidError>().is_some());
+/// assert!(err.downcast_ref::<sideway::gid::ParseGidError>().is_some());
 /// ```
 pub struct Report(Box<dyn Error + Send + Sync + 'static>);
 
@@ -199,29 +199,29 @@ mod tests {
     #[test]
     fn every_error_of_the_crate_converts() {
         fn converts<E: Into<Report>>() {}
-        converts::<crate::AddressHandleError>();
+        converts::<crate::address_handle::AddressHandleError>();
         converts::<crate::verbs::address_handle::GrhError>();
         converts::<crate::verbs::protection_domain::AllocPdError>();
-        converts::<crate::BufferError>();
+        converts::<crate::memory_region::BufferError>();
         converts::<crate::rdmacm::CmError>();
-        converts::<crate::CompletionQueueError>();
-        converts::<crate::ConnectError>();
-        converts::<crate::DeviceError>();
-        converts::<crate::EventError>();
+        converts::<crate::completion_queue::CompletionQueueError>();
+        converts::<crate::queue_pair::ConnectError>();
+        converts::<crate::device::DeviceError>();
+        converts::<crate::async_event::EventError>();
         converts::<crate::verbs::queue_pair::InvalidWorkRequest>();
-        converts::<crate::MemoryRegionError>();
-        converts::<crate::MemoryWindowError>();
-        converts::<crate::ModifyQpError>();
-        converts::<crate::ParseGidError>();
-        converts::<crate::PostError>();
+        converts::<crate::memory_region::MemoryRegionError>();
+        converts::<crate::memory_window::MemoryWindowError>();
+        converts::<crate::queue_pair::ModifyQpError>();
+        converts::<crate::gid::ParseGidError>();
+        converts::<crate::queue_pair::PostError>();
         converts::<crate::verbs::queue_pair::QueryQpError>();
-        converts::<crate::QueuePairError>();
-        converts::<crate::SharedReceiveQueueError>();
+        converts::<crate::queue_pair::QueuePairError>();
+        converts::<crate::shared_receive_queue::SharedReceiveQueueError>();
         converts::<crate::testing::TestDeviceError>();
-        converts::<crate::WorkCompletionError>();
+        converts::<crate::completion_queue::WorkCompletionError>();
         converts::<rdma_mummy_sys::LoadError>();
-        converts::<crate::DeviceMemoryError>();
-        converts::<crate::EceError>();
-        converts::<crate::ImportError>();
+        converts::<crate::device_memory::DeviceMemoryError>();
+        converts::<crate::queue_pair::EceError>();
+        converts::<crate::sharing::ImportError>();
     }
 }

@@ -2,8 +2,7 @@
 
 mod common;
 
-use sideway::device::{GidType, LinkLayer, PortState};
-use sideway::{DeviceError, DeviceList};
+use sideway::device::{DeviceError, DeviceList, GidType, LinkLayer, PortState};
 
 #[test]
 fn lists_and_queries_the_device() {
@@ -99,7 +98,8 @@ fn memory_registration() {
     let mut buf = pd
         .reg_buffer(
             8192,
-            sideway::AccessFlags::LOCAL_WRITE | sideway::AccessFlags::REMOTE_WRITE,
+            sideway::memory_region::AccessFlags::LOCAL_WRITE
+                | sideway::memory_region::AccessFlags::REMOTE_WRITE,
         )
         .unwrap();
     assert_eq!(buf.len(), 8192);
@@ -119,7 +119,7 @@ fn memory_registration() {
         pd.reg_mr(
             raw.as_mut_ptr(),
             raw.len(),
-            sideway::AccessFlags::LOCAL_WRITE,
+            sideway::memory_region::AccessFlags::LOCAL_WRITE,
         )
         .unwrap()
     };
@@ -131,7 +131,7 @@ fn memory_registration() {
         pd.reg_mr(
             raw.as_mut_ptr(),
             raw.len(),
-            sideway::AccessFlags::REMOTE_WRITE,
+            sideway::memory_region::AccessFlags::REMOTE_WRITE,
         )
     };
     if let Err(e) = err {
@@ -143,7 +143,7 @@ fn memory_registration() {
 /// with alignment, and the read-only kind's slices (refused for write access).
 #[test]
 fn registered_buffer_access() {
-    use sideway::{AccessFlags, BufferError, MemoryRegionError};
+    use sideway::memory_region::{AccessFlags, BufferError, MemoryRegionError};
     let Some(ctx) = common::device_or_skip("registered_buffer_access") else {
         return;
     };

@@ -10,16 +10,20 @@ mod pairs;
 
 use std::sync::Arc;
 
-use sideway::queue_pair::QueuePair;
-use sideway::{
-    AccessFlags, DataInOrderCaps, DataInOrderFlags, DataInOrderOp, DeviceContext, Ece, SendFlags,
+use sideway::device::DeviceContext;
+use sideway::memory_region::AccessFlags;
+use sideway::queue_pair::{
+    DataInOrderCaps, DataInOrderFlags, DataInOrderOp, Ece, QueuePair, SendFlags,
 };
 
 fn is_rxe(ctx: &DeviceContext) -> bool {
     sideway::dv::driver_name(ctx) == "rxe"
 }
 
-fn rc_qp(ctx: &Arc<DeviceContext>, pd: &Arc<sideway::ProtectionDomain>) -> QueuePair {
+fn rc_qp(
+    ctx: &Arc<DeviceContext>,
+    pd: &Arc<sideway::protection_domain::ProtectionDomain>,
+) -> QueuePair {
     let cq = ctx.create_cq_builder().cqe(16).build().unwrap();
     pd.create_qp_builder()
         .send_cq(&cq)

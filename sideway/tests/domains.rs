@@ -10,7 +10,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use sideway::{AllocRequest, Allocation, DomainAllocator};
+use sideway::parent_domain::{AllocRequest, Allocation, DomainAllocator};
 
 /// Counts the calls and lets the provider allocate every buffer itself.
 struct Counting(Arc<AtomicU64>);
@@ -65,7 +65,7 @@ fn thread_and_parent_domains_work_or_are_refused_as_not_supported() {
     assert!(
         matches!(
             refused,
-            Err(sideway::CompletionQueueError::ThreadBoundPd { .. })
+            Err(sideway::completion_queue::CompletionQueueError::ThreadBoundPd { .. })
         ),
         "{refused:?}"
     );
@@ -85,7 +85,10 @@ fn thread_and_parent_domains_work_or_are_refused_as_not_supported() {
         .recv_cq(&cq)
         .build_ex();
     assert!(
-        matches!(refused, Err(sideway::QueuePairError::ThreadBoundPd { .. })),
+        matches!(
+            refused,
+            Err(sideway::queue_pair::QueuePairError::ThreadBoundPd { .. })
+        ),
         "{refused:?}"
     );
     println!(

@@ -22,11 +22,14 @@ use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use sideway::address_handle::AddressHandle;
+use sideway::completion_queue::CompletionQueue;
+use sideway::device::DeviceContext;
 use sideway::dv::{self, mlx5, DvError};
 use sideway::memory_region::Sge;
+use sideway::protection_domain::ProtectionDomain;
 use sideway::queue_pair::{PostError, QpType, SendFlags, SendOpsFlags};
 use sideway::sys as ffi;
-use sideway::{AddressHandle, CompletionQueue, DeviceContext, ProtectionDomain};
 
 const CHILD: &str = "SIDEWAY_DV_MLX5_CHILD";
 
@@ -72,7 +75,7 @@ struct Fake {
     ctx: Arc<DeviceContext>,
     pd: Arc<ProtectionDomain>,
     cq: Arc<CompletionQueue>,
-    srq: Arc<sideway::SharedReceiveQueue>,
+    srq: Arc<sideway::shared_receive_queue::SharedReceiveQueue>,
     ah: Arc<AddressHandle>,
 }
 

@@ -8,15 +8,18 @@ mod pairs;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sideway::queue_pair::{QueuePair, SendFlags};
-use sideway::{AccessFlags, CompletionQueue, EventError, QpType, GRH_LEN};
+use sideway::address_handle::GRH_LEN;
+use sideway::async_event::EventError;
+use sideway::completion_queue::CompletionQueue;
+use sideway::memory_region::AccessFlags;
+use sideway::queue_pair::{QpType, QueuePair, SendFlags};
 
 const QKEY: u32 = 0x1111_1111;
 const CQS: usize = 8;
 
 fn ud_qp(
-    pd: &Arc<sideway::ProtectionDomain>,
-    ctx: &sideway::DeviceContext,
+    pd: &Arc<sideway::protection_domain::ProtectionDomain>,
+    ctx: &sideway::device::DeviceContext,
     cq: &Arc<CompletionQueue>,
 ) -> QueuePair {
     let qp = pd

@@ -18,10 +18,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
+use sideway::address_handle::{Grh, GrhKind, GRH_LEN};
 use sideway::connection::exchange::client_exchange_many;
 use sideway::connection::{RemoteBuffer, PINGPONG_LINE_LEN, REMOTE_BUFFER_LEN};
+use sideway::gid::Gid;
 use sideway::peer_text::{printable, PEER_TEXT_MAX};
-use sideway::{Endpoint, Gid, Grh, GrhKind, GRH_LEN};
+use sideway::queue_pair::Endpoint;
 
 use support::fuzz;
 use support::fuzz::harmless;

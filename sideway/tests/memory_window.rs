@@ -8,12 +8,12 @@ mod pairs;
 
 use std::sync::Arc;
 
-use sideway::device::DeviceCapFlags;
+use sideway::completion_queue::{CompletionQueue, WcOpcode, WcStatus};
+use sideway::device::{DeviceCapFlags, DeviceContext};
+use sideway::memory_region::AccessFlags;
+use sideway::memory_window::{MemoryWindowError, MwType};
+use sideway::protection_domain::ProtectionDomain;
 use sideway::queue_pair::{QueuePair, SendFlags, SendOpsFlags};
-use sideway::{
-    AccessFlags, CompletionQueue, DeviceContext, MemoryWindowError, MwType, ProtectionDomain,
-    WcOpcode, WcStatus,
-};
 
 struct Rc {
     a: QueuePair,
@@ -56,7 +56,12 @@ fn supported(ctx: &DeviceContext, t: MwType) -> bool {
 }
 
 /// b writes 8 bytes to a's `addr` through `rkey`; the status it completes with.
-fn remote_write(rc: &mut Rc, src: &sideway::RegisteredBuffer, rkey: u32, addr: u64) -> WcStatus {
+fn remote_write(
+    rc: &mut Rc,
+    src: &sideway::memory_region::RegisteredBuffer,
+    rkey: u32,
+    addr: u64,
+) -> WcStatus {
     let mut s = rc.b.start_post_send();
     s.wr(77, SendFlags::SIGNALED)
         .rdma_write(rkey, addr, src.sge(0..8).unwrap());
@@ -267,7 +272,7 @@ fn memory_window_keeps_its_region_through_an_aborted_rebind() {
     );
     drop(s);
 
-    let leaked = sideway::leaked_memory();
+    let leaked = sideway::memory_region::leaked_memory();
     let weak_a = Arc::downgrade(&a_mr);
     drop((a, a_mr));
     assert!(
@@ -275,7 +280,7 @@ fn memory_window_keeps_its_region_through_an_aborted_rebind() {
         "the region the window is bound to went with its buffer"
     );
     assert_eq!(
-        sideway::leaked_memory(),
+        sideway::memory_region::leaked_memory(),
         leaked,
         "a region was deregistered"
     );
@@ -285,7 +290,7 @@ fn memory_window_keeps_its_region_through_an_aborted_rebind() {
     );
     drop(mw);
     assert!(weak_a.upgrade().is_none(), "the window kept its region");
-    assert_eq!(sideway::leaked_memory(), leaked);
+    assert_eq!(sideway::memory_region::leaked_memory(), leaked);
 }
 
 /// A bind asking for more than its region allows is refused before the provider: a window
@@ -340,7 +345,7 @@ fn memory_window_bind_beyond_the_regions_access_is_typed() {
         assert!(
             matches!(
                 err,
-                sideway::PostError::Invalid {
+                sideway::queue_pair::PostError::Invalid {
                     reason: sideway::queue_pair::InvalidWorkRequest::BindAccess {
                         missing: AccessFlags::LOCAL_WRITE,
                         ..

@@ -12,11 +12,12 @@ mod pairs;
 
 use std::sync::Arc;
 
+use sideway::completion_queue::{WcFlagsEx, WcStatus};
+use sideway::device::DeviceContext;
+use sideway::memory_region::{AccessFlags, MemoryRegionError, RegisteredBuffer};
 use sideway::odp::{AdviseFlags, AdviseMr};
-use sideway::{
-    AccessFlags, DeviceContext, MemoryRegionError, ProtectionDomain, QpType, RegisteredBuffer,
-    SendFlags, WcFlagsEx, WcStatus,
-};
+use sideway::protection_domain::ProtectionDomain;
+use sideway::queue_pair::{QpType, SendFlags};
 
 /// Sends 64 bytes from `src` to `dst` over a loopback RC pair and checks they arrived.
 fn send_between(

@@ -7,13 +7,15 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use sideway::completion_queue::{
+    CompletionQueue, CompletionQueueError, WcFlags, WcFlagsEx, WcOpcode, WcStatus, WorkCompletion,
+};
+use sideway::device::DeviceContext;
+use sideway::memory_region::{AccessFlags, RegisteredBuffer};
+use sideway::queue_pair::PostError;
 use sideway::queue_pair::{
     ConnectOptions, MaskDiagnosis, QpAttrMask, QpState, QueuePair, QueuePairAttribute, SendData,
     SendFlags,
-};
-use sideway::{
-    AccessFlags, CompletionQueue, CompletionQueueError, DeviceContext, PostError, RegisteredBuffer,
-    WcFlags, WcFlagsEx, WcOpcode, WcStatus, WorkCompletion,
 };
 
 const BUF_LEN: usize = 64 * 1024;

@@ -11,15 +11,15 @@ use std::os::fd::AsRawFd;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+use sideway::completion_queue::{CompletionQueue, WorkCompletion};
 use sideway::connection::{CompletionWaiter, RemoteBuffer};
+use sideway::memory_region::{AccessFlags, RegisteredBuffer};
+use sideway::protection_domain::ProtectionDomain;
+use sideway::queue_pair::{QpAttrMask, QpState, QpType, QueuePair, SendFlags};
 use sideway::rdmacm::{
     CmError, CmId, ConnParam, EventChannel, EventType, IbRejectReason, PortSpace, QpTargetState,
 };
 use sideway::sys as ffi;
-use sideway::{
-    AccessFlags, CompletionQueue, ProtectionDomain, QpAttrMask, QpState, QpType, QueuePair,
-    RegisteredBuffer, SendFlags, WorkCompletion,
-};
 
 const WAIT: Option<Duration> = Some(Duration::from_secs(10));
 const RESOLVE: Duration = Duration::from_secs(2);

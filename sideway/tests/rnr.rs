@@ -11,8 +11,11 @@ mod pairs;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sideway::queue_pair::QueuePair;
-use sideway::{AccessFlags, CompletionQueue, DeviceContext, ProtectionDomain, SendFlags, WcStatus};
+use sideway::completion_queue::{CompletionQueue, WcStatus};
+use sideway::device::DeviceContext;
+use sideway::memory_region::AccessFlags;
+use sideway::protection_domain::ProtectionDomain;
+use sideway::queue_pair::{QueuePair, SendFlags};
 
 struct Pair {
     sender: QueuePair,
@@ -55,9 +58,12 @@ fn pair(ctx: &Arc<DeviceContext>, rnr_retry: u8) -> Pair {
 }
 
 /// The completions of `cq` within `limit` (none is fine).
-fn poll_for(cq: &CompletionQueue, limit: Duration) -> Vec<sideway::WorkCompletion> {
+fn poll_for(
+    cq: &CompletionQueue,
+    limit: Duration,
+) -> Vec<sideway::completion_queue::WorkCompletion> {
     let deadline = Instant::now() + limit;
-    let mut wcs = [sideway::WorkCompletion::default(); 4];
+    let mut wcs = [sideway::completion_queue::WorkCompletion::default(); 4];
     let mut out = Vec::new();
     while Instant::now() < deadline && out.is_empty() {
         let n = cq.poll_into(&mut wcs).unwrap();

@@ -10,7 +10,9 @@ use std::env;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 
-use sideway::{AccessFlags, DataInOrderCaps, DataInOrderFlags, DataInOrderOp, DeviceContext, Ece};
+use sideway::device::DeviceContext;
+use sideway::memory_region::AccessFlags;
+use sideway::queue_pair::{DataInOrderCaps, DataInOrderFlags, DataInOrderOp, Ece};
 
 mod common;
 

@@ -5,7 +5,7 @@
 //! an outage. Each test runs `SOAK_CYCLES` (default 1000) cycles after one warm-up cycle and
 //! compares, before and after: this process's open file descriptors (`/proc/self/fd`), the
 //! device's kernel objects as `rdma resource show` counts them (pd, cq, qp, cm_id, mr, ctx),
-//! and the memory sideway had to leak (`sideway::leaked_memory`, which must stay 0).
+//! and the memory sideway had to leak (`sideway::memory_region::leaked_memory`, which must stay 0).
 //!
 //! The kernel's counts are the device's, not this process's: the two tests take turns (one
 //! lock), and the device test run starts one test binary at a time.
@@ -20,8 +20,10 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use sideway::device::DeviceContext;
+use sideway::memory_region::{leaked_memory, AccessFlags};
+use sideway::queue_pair::SendFlags;
 use sideway::rdmacm::{CmId, ConnParam, EventChannel, EventType, PortSpace};
-use sideway::{leaked_memory, AccessFlags, DeviceContext, SendFlags};
 
 /// One test at a time: the kernel's counts are the whole device's.
 static TURN: Mutex<()> = Mutex::new(());
@@ -149,7 +151,7 @@ fn verbs_cycle(ctx: &Arc<DeviceContext>, i: u32) {
 }
 
 /// A QP on the id, with its own PD and CQ (which the QP holds).
-fn qp_on(id: &Arc<CmId>) -> sideway::QueuePair {
+fn qp_on(id: &Arc<CmId>) -> sideway::queue_pair::QueuePair {
     let ctx = id.device_context().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq_builder().cqe(8).build().unwrap();

@@ -14,12 +14,12 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use sideway::device::DeviceCapFlags;
+use sideway::completion_queue::{CompletionQueue, WcStatus};
+use sideway::device::{DeviceCapFlags, DeviceContext};
+use sideway::memory_region::{leaked_memory, AccessFlags, RegisteredBuffer};
+use sideway::memory_window::MwType;
+use sideway::protection_domain::ProtectionDomain;
 use sideway::queue_pair::{QueuePair, SendFlags};
-use sideway::{
-    leaked_memory, AccessFlags, CompletionQueue, DeviceContext, MwType, ProtectionDomain,
-    RegisteredBuffer, WcStatus,
-};
 
 /// Heap memory that says when it is freed.
 struct Tracked {

@@ -9,8 +9,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
+use sideway::async_event::{AsyncEventKind, AsyncEventObject};
+use sideway::completion_queue::WcOpcode;
+use sideway::memory_region::AccessFlags;
 use sideway::queue_pair::{QueuePair, SendFlags};
-use sideway::{AccessFlags, AsyncEventKind, AsyncEventObject, WcOpcode};
 
 const QPS: usize = 4;
 const SLOT: usize = 256;

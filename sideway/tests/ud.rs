@@ -8,17 +8,17 @@ mod pairs;
 
 use std::sync::Arc;
 
-use sideway::queue_pair::{InvalidWorkRequest, QueuePair, SendFlags};
-use sideway::{
-    AccessFlags, CompletionQueue, DeviceContext, Grh, GrhKind, PostError, QpType, WcFlags,
-    WcOpcode, GRH_LEN,
-};
+use sideway::address_handle::{Grh, GrhKind, GRH_LEN};
+use sideway::completion_queue::{CompletionQueue, WcFlags, WcOpcode};
+use sideway::device::DeviceContext;
+use sideway::memory_region::AccessFlags;
+use sideway::queue_pair::{InvalidWorkRequest, PostError, QpType, QueuePair, SendFlags};
 
 const QKEY: u32 = 0x1111_1111;
 
 fn ud_qp(
     ctx: &Arc<DeviceContext>,
-    pd: &Arc<sideway::ProtectionDomain>,
+    pd: &Arc<sideway::protection_domain::ProtectionDomain>,
     extended: bool,
 ) -> (QueuePair, Arc<CompletionQueue>) {
     ud_qp_of_type(ctx, pd, extended, QpType::Ud)
@@ -27,7 +27,7 @@ fn ud_qp(
 /// A QP of `qp_type` (a UD one, however spelled) moved to RTS with [`QKEY`].
 fn ud_qp_of_type(
     ctx: &Arc<DeviceContext>,
-    pd: &Arc<sideway::ProtectionDomain>,
+    pd: &Arc<sideway::protection_domain::ProtectionDomain>,
     extended: bool,
     qp_type: QpType,
 ) -> (QueuePair, Arc<CompletionQueue>) {

@@ -8,8 +8,8 @@ mod common;
 
 use std::os::fd::AsFd;
 
+use sideway::memory_region::AccessFlags;
 use sideway::queue_pair::{QpState, QpType, QueuePairAttribute};
-use sideway::AccessFlags;
 
 #[test]
 fn xrc_works_or_is_refused_as_not_supported() {

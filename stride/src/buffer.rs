@@ -27,9 +27,9 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use sideway::memory_region::{MemoryRegion, Sge};
+use sideway::memory_region::{AccessFlags, MemoryRegion, MemoryRegionError, RegisteredBuffer, Sge};
+use sideway::protection_domain::ProtectionDomain;
 use sideway::queue_pair::SendData;
-use sideway::{AccessFlags, MemoryRegionError, ProtectionDomain, RegisteredBuffer};
 
 use crate::cli::RunArgs;
 use crate::cuda::{self, CudaError, DeviceMemory, Gpu};
@@ -215,7 +215,7 @@ pub enum BufferError {
     },
     /// Copying in or out of host memory.
     #[error(transparent)]
-    Access(#[from] sideway::BufferError),
+    Access(#[from] sideway::memory_region::BufferError),
     /// The QPs' slices do not fit one region's length.
     #[error(
         "{qps} QPs of {slice} bytes each do not fit one memory region: use --mr-per-qp, or \

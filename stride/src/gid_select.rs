@@ -17,7 +17,7 @@ use std::fmt;
 use std::net::Ipv6Addr;
 
 use sideway::device::GidType;
-use sideway::Gid;
+use sideway::gid::Gid;
 
 /// One GID table entry, as far as the choice needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 
 mod support;
 
-use sideway::AccessFlags;
+use sideway::memory_region::AccessFlags;
 use stride::buffer::{
     BufferError, BufferKind, GpuRegistration, HugePagePool, Memory, MrLayout, QpBuffers, TestBuffer,
 };
@@ -140,7 +140,10 @@ fn gpu_buffers_through_the_test_double() {
 
 /// The QPs' slices, in one shared region or one region each: apart, bounded, each written
 /// and read on its own.
-fn exercise_slices(memory: &Memory, pd: &std::sync::Arc<sideway::ProtectionDomain>) {
+fn exercise_slices(
+    memory: &Memory,
+    pd: &std::sync::Arc<sideway::protection_domain::ProtectionDomain>,
+) {
     let (qps, slice) = (3, 4096 + 128);
     for layout in [MrLayout::Shared, MrLayout::PerQp] {
         let mut bufs = QpBuffers::allocate(memory, pd, layout, qps, slice, ACCESS).unwrap();

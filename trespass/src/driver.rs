@@ -18,12 +18,12 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sideway::queue_pair::SendFlags;
+use sideway::completion_channel::CompletionChannel;
+use sideway::completion_queue::{CompletionQueue, WcStatus, WorkCompletion};
+use sideway::memory_region::{AccessFlags, DeviceReadOnly, RegisteredBuffer};
+use sideway::protection_domain::ProtectionDomain;
+use sideway::queue_pair::{QpAttrMask, QueuePair, QueuePairAttribute, SendFlags};
 use sideway::rdmacm::{CmId, ConnParam, EventChannel, EventType};
-use sideway::{
-    AccessFlags, CompletionChannel, CompletionQueue, DeviceReadOnly, ProtectionDomain, QpAttrMask,
-    QueuePair, QueuePairAttribute, RegisteredBuffer, WcStatus, WorkCompletion,
-};
 
 use crate::config::Config;
 use crate::core::{Completion, Connection, Limits};
@@ -520,19 +520,19 @@ impl Driver {
                 let _ = batch.wr(t.wr_id, flags).rdma_read(
                     lend.rkey,
                     lend.addr + u64::from(t.remote_offset),
-                    sideway::SendData::Sge(sge),
+                    sideway::queue_pair::SendData::Sge(sge),
                 );
                 count += 1;
                 continue;
             }
             let range = t.local_offset as usize..(t.local_offset + t.len) as usize;
             let data = if t.len == 0 {
-                sideway::SendData::Empty
+                sideway::queue_pair::SendData::Empty
             } else {
                 let piece = if t.len <= max_inline {
                     staging.inline(range)
                 } else {
-                    staging.sge(range).map(sideway::SendData::Sge)
+                    staging.sge(range).map(sideway::queue_pair::SendData::Sge)
                 };
                 match piece {
                     Some(d) => d,

@@ -10,7 +10,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use sideway::{AccessFlags, MemoryRegion, ProtectionDomain};
+use sideway::memory_region::{AccessFlags, MemoryRegion};
+use sideway::protection_domain::ProtectionDomain;
 
 use crate::error::Error;
 use crate::wire::Lend;

@@ -38,10 +38,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use sideway::{
-    CompletionChannel, CompletionQueue, DeviceContext, ProtectionDomain, SharedReceiveQueue,
-    WorkCompletion,
-};
+use sideway::completion_channel::CompletionChannel;
+use sideway::completion_queue::{CompletionQueue, WorkCompletion};
+use sideway::device::DeviceContext;
+use sideway::protection_domain::ProtectionDomain;
+use sideway::shared_receive_queue::SharedReceiveQueue;
 
 use crate::core::Completion;
 use crate::error::Error;
@@ -415,7 +416,10 @@ fn failure(why: &str) -> RecvEntry {
     }
 }
 
-fn post(srq: &SharedReceiveQueue, n: u32) -> Result<(), sideway::SharedReceiveQueueError> {
+fn post(
+    srq: &SharedReceiveQueue,
+    n: u32,
+) -> Result<(), sideway::shared_receive_queue::SharedReceiveQueueError> {
     let mut left = n;
     while left > 0 {
         let chunk = left.min(POST_CHUNK);

@@ -14,10 +14,11 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use sideway::completion_queue::CompletionQueue;
 use sideway::connection::CompletionWaiter;
-use sideway::queue_pair::SendFlags;
+use sideway::memory_region::{AccessFlags, RegisteredBuffer};
+use sideway::queue_pair::{QueuePair, SendData, SendFlags};
 use sideway::rdmacm::{CmId, ConnParam, EventChannel, EventType, PortSpace};
-use sideway::{AccessFlags, CompletionQueue, QueuePair, RegisteredBuffer, SendData};
 use trespass::wire::{Control, Hello, Imm, Lend, LEND_LEN};
 use trespass::{Config, Listener, Stream};
 

@@ -27,8 +27,8 @@ use benches::instruction_counts::{
     FEW, MANY, REBASELINE, WARM,
 };
 use benches::null_provider::NullProvider;
+use sideway::completion_queue::CompletionQueue;
 use sideway::queue_pair::QueuePair;
-use sideway::CompletionQueue;
 
 type Error = Box<dyn std::error::Error>;
 

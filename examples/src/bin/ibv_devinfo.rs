@@ -6,8 +6,7 @@ use std::io::{self, Write};
 use std::process::ExitCode;
 
 use clap::Parser;
-use sideway::device::{DeviceAttr, GidEntry, PortAttr};
-use sideway::{Device, DeviceContext};
+use sideway::device::{Device, DeviceAttr, DeviceContext, GidEntry, PortAttr};
 use sideway_examples::cli::{exit_status, log_to_stderr, select_devices, CliError};
 use sideway_examples::device_text::{
     self as text, field, flag_lines, DEVICE_CAP_FLAGS_EX_NAMES, DEVICE_COLUMN, ODP_GENERAL_NAMES,

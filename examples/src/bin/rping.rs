@@ -19,9 +19,10 @@ use std::time::Duration;
 
 use clap::Parser;
 use sideway::connection::{RemoteBuffer, RemoteBufferError, REMOTE_BUFFER_LEN};
+use sideway::memory_region::{AccessFlags, RegisteredBuffer};
 use sideway::peer_text::PEER_TEXT_MAX;
+use sideway::queue_pair::SendFlags;
 use sideway::rdmacm::{CmId, ConnParam, Event, EventChannel, EventType, PortSpace};
-use sideway::{AccessFlags, RegisteredBuffer, SendFlags};
 use sideway_examples::cli::{exit_status, log_to_stderr, select_devices, CliError};
 use sideway_examples::cm_connection::{socket_addr, CmConnection, QpOwner, Waited};
 use sideway_examples::rping_wire::{fill_ping, ping_text, MAX_SIZE, MIN_SIZE};

@@ -11,7 +11,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use sideway::QpType;
+use sideway::queue_pair::QpType;
 use sideway_examples::cli::{exit_status, log_to_stderr};
 use sideway_examples::pingpong::{run_connected, ChkArg, PingpongArgs};
 

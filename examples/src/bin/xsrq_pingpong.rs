@@ -22,12 +22,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use sideway::device::{LinkLayer, Mtu};
-use sideway::queue_pair::QpType;
-use sideway::{
-    AccessFlags, CompletionChannel, CompletionQueue, DeviceContext, Gid, QueuePair,
-    RegisteredBuffer, SendFlags, SharedReceiveQueue, WorkCompletion, XrcDomain, XrcRecvQueuePair,
-};
+use sideway::completion_channel::CompletionChannel;
+use sideway::completion_queue::{CompletionQueue, WorkCompletion};
+use sideway::device::{DeviceContext, LinkLayer, Mtu};
+use sideway::gid::Gid;
+use sideway::memory_region::{AccessFlags, RegisteredBuffer};
+use sideway::queue_pair::{QpType, QueuePair, SendFlags, XrcRecvQueuePair};
+use sideway::shared_receive_queue::SharedReceiveQueue;
+use sideway::xrc_domain::XrcDomain;
 use sideway_examples::cli::log_to_stderr;
 use sideway_examples::xsrq_wire::{self, XsrqDest, MSG_SIZE, TERMINATION};
 
@@ -209,7 +211,10 @@ fn run(args: &Args) -> Result<(), Fail> {
 fn init(args: &Args, mtu: Mtu) -> Result<Side, Fail> {
     let ctx = match sideway::open_device(args.ib_dev.as_deref()) {
         Ok(ctx) => ctx,
-        Err(e @ (sideway::DeviceError::NotFound { .. } | sideway::DeviceError::NoDevice)) => {
+        Err(
+            e @ (sideway::device::DeviceError::NotFound { .. }
+            | sideway::device::DeviceError::NoDevice),
+        ) => {
             return Err(because(format!(
                 "IB device {} not found\nFailed to open device",
                 args.ib_dev.as_deref().unwrap_or("")
@@ -353,9 +358,11 @@ fn init(args: &Args, mtu: Mtu) -> Result<Side, Fail> {
 }
 
 /// The errno of a failed create, as rdma-core prints it.
-fn errno_of(e: &sideway::QueuePairError) -> i32 {
+fn errno_of(e: &sideway::queue_pair::QueuePairError) -> i32 {
     match e {
-        sideway::QueuePairError::Create { source, .. } => source.raw_os_error().unwrap_or(0),
+        sideway::queue_pair::QueuePairError::Create { source, .. } => {
+            source.raw_os_error().unwrap_or(0)
+        }
         _ => libc::EINVAL,
     }
 }

@@ -38,7 +38,7 @@ impl Side {
 /// `size` bytes of it; the region over it is zero-based. Fails with rdma-core's words.
 pub(super) fn open_dm(
     ctx: &Arc<DeviceContext>,
-    pd: &Arc<sideway::ProtectionDomain>,
+    pd: &Arc<sideway::protection_domain::ProtectionDomain>,
     size: usize,
 ) -> Result<DmBuffer, CliError> {
     let attr = ctx

@@ -26,16 +26,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use sideway::completion_queue::{WcOpcode, WcStatus};
-use sideway::device::{Mtu, OdpTransportCaps};
-use sideway::memory_region::Sge;
-use sideway::odp::{AdviseFlags, AdviseMr};
-use sideway::queue_pair::AddressVector;
-use sideway::{
-    AccessFlags, AddressHandle, ClaimedCq, CompletionChannel, CompletionQueue, ConnectOptions,
-    DeviceContext, DeviceMemory, Endpoint, EventError, Gid, MemoryRegion, ProtectionDomain, QpType,
-    QueuePair, RegisteredBuffer, SendFlags, SharedReceiveQueue, WcFlagsEx, WorkCompletion, GRH_LEN,
+use sideway::address_handle::{AddressHandle, AddressVector, GRH_LEN};
+use sideway::async_event::EventError;
+use sideway::completion_channel::CompletionChannel;
+use sideway::completion_queue::{
+    ClaimedCq, CompletionQueue, WcFlagsEx, WcOpcode, WcStatus, WorkCompletion,
 };
+use sideway::device::{DeviceContext, Mtu, OdpTransportCaps};
+use sideway::device_memory::DeviceMemory;
+use sideway::gid::Gid;
+use sideway::memory_region::{AccessFlags, MemoryRegion, RegisteredBuffer, Sge};
+use sideway::odp::{AdviseFlags, AdviseMr};
+use sideway::protection_domain::ProtectionDomain;
+use sideway::queue_pair::{ConnectOptions, Endpoint, QpType, QueuePair, SendFlags};
+use sideway::shared_receive_queue::SharedReceiveQueue;
 
 use crate::cli::CliError;
 use sideway::connection::exchange;

@@ -233,7 +233,9 @@ pub(super) fn register_buffer(
     if flags.prefetch {
         if let Err(e) = buf.advise(AdviseMr::PrefetchWrite, AdviseFlags::FLUSH, 0..len) {
             let code = match &e {
-                sideway::AdviseError::Verb { source, .. } => source.raw_os_error().unwrap_or(-1),
+                sideway::odp::AdviseError::Verb { source, .. } => {
+                    source.raw_os_error().unwrap_or(-1)
+                }
                 _ => -1,
             };
             eprintln!("Couldn't prefetch MR({code}). Continue anyway ({e})");

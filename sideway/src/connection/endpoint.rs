@@ -1,40 +1,4 @@
-//! The text and byte forms of an [`Endpoint`], and rdma-core's pingpong line.
-//!
-//! **Text** ([`Display`](fmt::Display) and [`FromStr`]): `LID:QPN:PSN:GID` as rdma-core's
-//! `ibv_rc_pingpong` prints it (`%04x:%06x:%06x:%s`): the LID in 4 hex digits, the QP number
-//! and PSN in 6 (24 bits each), and the GID in 32 hex digits in wire (network) order, e.g.
-//! `0000:000123:abcdef:00000000000000000000ffffc6120001`. Parsing takes either case and
-//! exactly these widths.
-//!
-//! **Pingpong line** ([`Endpoint::to_pingpong_line`], [`Endpoint::from_pingpong_line`]): the
-//! text followed by a NUL, [`PINGPONG_LINE_LEN`] (52) bytes, which rdma-core's
-//! `ibv_*_pingpong` programs send over TCP; [`super::exchange`] speaks their whole exchange.
-//!
-//! **Bytes** ([`Endpoint::to_bytes`], [`Endpoint::from_bytes`]): a fixed layout of
-//! [`ENDPOINT_BYTES_LEN`] (28) bytes for programs that send endpoints in binary (as private
-//! data, in a file, in their own protocol):
-//!
-//! | offset | size | field |
-//! | --- | --- | --- |
-//! | 0 | 1 | version, [`ENDPOINT_BYTES_VERSION`] (1) |
-//! | 1 | 1 | reserved, 0 |
-//! | 2 | 2 | LID, big-endian |
-//! | 4 | 4 | QP number, big-endian (24 bits used) |
-//! | 8 | 4 | PSN, big-endian (24 bits used) |
-//! | 12 | 16 | GID, wire order |
-//!
-//! A later layout gets a new version number; this one stays readable.
-//!
-//! ```
-//! use sideway::{Endpoint, Gid};
-//!
-//! let ep = Endpoint { lid: 0, qp_num: 0x123, psn: 0xabcdef, gid: "::ffff:198.18.0.1".parse()? };
-//! let text = ep.to_string();
-//! assert_eq!(text, "0000:000123:abcdef:00000000000000000000ffffc6120001");
-//! assert_eq!(text.parse::<Endpoint>()?, ep);
-//! assert_eq!(Endpoint::from_bytes(&ep.to_bytes()?)?, ep);
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
+//! The text and byte forms of an `Endpoint` (see the [module docs](super)).
 
 use std::fmt;
 use std::str::FromStr;

@@ -12,7 +12,7 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use sideway::connection::exchange;
-//! # fn demo(qp: &sideway::QueuePair, opts: &sideway::ConnectOptions) -> Result<(), Box<dyn std::error::Error>> {
+//! # fn demo(qp: &sideway::queue_pair::QueuePair, opts: &sideway::queue_pair::ConnectOptions) -> Result<(), Box<dyn std::error::Error>> {
 //! let local = qp.local_endpoint(opts)?;
 //! // The client's side:
 //! let remote = exchange::client_exchange("198.18.0.1", 18515, &local, Duration::from_secs(10))?;

@@ -1,26 +1,24 @@
-//! [`RemoteBuffer`]: where a buffer lies for the peer's RDMA READ, WRITE or atomics.
-//!
-//! 16 bytes, every field big-endian: `struct { u64 addr; u32 rkey; u32 len; }`, the layout
-//! rdma-core's `rping` sends in a SEND, and small enough for the private data of
-//! `rdma_connect` (56 bytes on InfiniBand and RoCE) and `rdma_accept` (196).
-//!
-//! ```
-//! use sideway::connection::RemoteBuffer;
-//!
-//! let mine = RemoteBuffer { addr: 0x7f00_1234_0000, rkey: 0x1d2e, len: 4096 };
-//! let bytes = mine.to_bytes();
-//! // Private data arrives zero-padded to the transport's size: read the first 16 bytes.
-//! let mut padded = bytes.to_vec();
-//! padded.resize(56, 0);
-//! assert_eq!(RemoteBuffer::from_private_data(&padded)?, mine);
-//! assert_eq!(RemoteBuffer::from_bytes(&bytes)?, mine);
-//! # Ok::<(), sideway::connection::RemoteBufferError>(())
-//! ```
-
 /// The bytes of a [`RemoteBuffer`].
 pub const REMOTE_BUFFER_LEN: usize = 16;
 
-/// Where a buffer lies in its owner's memory, for the peer's one-sided operations.
+/// Where a buffer lies in its owner's memory, for the peer's RDMA READ, WRITE or atomics.
+///
+/// 16 bytes, every field big-endian: `struct { u64 addr; u32 rkey; u32 len; }`, the layout
+/// rdma-core's `rping` sends in a SEND, and small enough for the private data of
+/// `rdma_connect` (56 bytes on InfiniBand and RoCE) and `rdma_accept` (196).
+///
+/// ```
+/// use sideway::connection::RemoteBuffer;
+///
+/// let mine = RemoteBuffer { addr: 0x7f00_1234_0000, rkey: 0x1d2e, len: 4096 };
+/// let bytes = mine.to_bytes();
+/// // Private data arrives zero-padded to the transport's size: read the first 16 bytes.
+/// let mut padded = bytes.to_vec();
+/// padded.resize(56, 0);
+/// assert_eq!(RemoteBuffer::from_private_data(&padded)?, mine);
+/// assert_eq!(RemoteBuffer::from_bytes(&bytes)?, mine);
+/// # Ok::<(), sideway::connection::RemoteBufferError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct RemoteBuffer {
     /// The buffer's address in its owner's memory (the `remote_addr` of the peer's work

@@ -1,37 +1,10 @@
-//! [`CompletionWaiter`]: wait for the completions of given work requests on a CQ, keeping
-//! those of other work requests for the wait that asks for them.
-//!
-//! A CQ shared by a QP's send and receive queues does not order a SEND's completion before
-//! the completion of the receive that holds the peer's reply to it: a program that waits for
-//! one `wr_id` at a time must keep what came early. The waiter polls (spinning briefly,
-//! then sleeping so an idle wait costs no CPU) or, given the CQ's completion channel, sleeps
-//! in the channel's events; every wait is bounded by its timeout, unless that is
-//! [`CompletionWaiter::NO_TIMEOUT`].
-//!
-//! [`wait`](CompletionWaiter::wait) and [`wait_all`](CompletionWaiter::wait_all) wait for
-//! given work requests; [`wait_any`](CompletionWaiter::wait_any) for whichever of several
-//! completes first (a receive or the send, say).
-//!
-//! ```no_run
-//! use std::time::Duration;
-//! use sideway::connection::CompletionWaiter;
-//! # fn demo(cq: &std::sync::Arc<sideway::CompletionQueue>) -> Result<(), Box<dyn std::error::Error>> {
-//! const SEND: u64 = 1;
-//! const RECV: u64 = 2;
-//! let mut waiter = CompletionWaiter::new(cq, Duration::from_secs(5));
-//! // ... post a receive (wr_id RECV) and a send (wr_id SEND) ...
-//! let reply = waiter.wait(RECV)?; // the send's completion, if it came first, is kept
-//! let _sent = waiter.wait(SEND)?; // and handed out here
-//! println!("{} bytes came back", reply.byte_len());
-//! # Ok(()) }
-//! ```
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::verbs::async_event::EventError;
+use crate::verbs::completion_channel::CompletionChannel;
 use crate::verbs::completion_queue::{
-    CompletionChannel, CompletionQueue, CompletionQueueError, WorkCompletion, WorkCompletionError,
+    CompletionQueue, CompletionQueueError, WorkCompletion, WorkCompletionError,
 };
 
 /// Why a wait for completions ended without them.
@@ -61,7 +34,33 @@ pub enum WaitError {
     },
 }
 
-/// Waits for completions of given `wr_id`s on one CQ; see the [module docs](self).
+/// Waits for the completions of given work requests on a CQ, keeping
+/// those of other work requests for the wait that asks for them.
+///
+/// A CQ shared by a QP's send and receive queues does not order a SEND's completion before
+/// the completion of the receive that holds the peer's reply to it: a program that waits for
+/// one `wr_id` at a time must keep what came early. The waiter polls (spinning briefly,
+/// then sleeping so an idle wait costs no CPU) or, given the CQ's completion channel, sleeps
+/// in the channel's events; every wait is bounded by its timeout, unless that is
+/// [`CompletionWaiter::NO_TIMEOUT`].
+///
+/// [`wait`](CompletionWaiter::wait) and [`wait_all`](CompletionWaiter::wait_all) wait for
+/// given work requests; [`wait_any`](CompletionWaiter::wait_any) for whichever of several
+/// completes first (a receive or the send, say).
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use sideway::connection::CompletionWaiter;
+/// # fn demo(cq: &std::sync::Arc<sideway::completion_queue::CompletionQueue>) -> Result<(), Box<dyn std::error::Error>> {
+/// const SEND: u64 = 1;
+/// const RECV: u64 = 2;
+/// let mut waiter = CompletionWaiter::new(cq, Duration::from_secs(5));
+/// // ... post a receive (wr_id RECV) and a send (wr_id SEND) ...
+/// let reply = waiter.wait(RECV)?; // the send's completion, if it came first, is kept
+/// let _sent = waiter.wait(SEND)?; // and handed out here
+/// println!("{} bytes came back", reply.byte_len());
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct CompletionWaiter {
     cq: Arc<CompletionQueue>,
@@ -90,7 +89,7 @@ impl CompletionWaiter {
     }
 
     /// Sleeps in `channel`'s events instead of polling: `channel` must be the one `cq` was
-    /// built with ([`CompletionQueueBuilder::channel`](crate::CompletionQueueBuilder::channel)),
+    /// built with ([`CompletionQueueBuilder::channel`](crate::completion_queue::CompletionQueueBuilder::channel)),
     /// and no one else may read it while this waiter waits. Each wait arms the CQ
     /// (`ibv_req_notify_cq`), polls once more, and then sleeps in `ibv_get_cq_event`.
     pub fn with_channel(mut self, channel: &Arc<CompletionChannel>) -> Self {

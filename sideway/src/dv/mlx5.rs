@@ -26,11 +26,11 @@
 //! ```no_run
 //! use sideway::dv::mlx5::{self, DcAddress};
 //! use sideway::queue_pair::SendFlags;
-//! # fn demo(ctx: std::sync::Arc<sideway::DeviceContext>,
-//! #         pd: std::sync::Arc<sideway::ProtectionDomain>,
-//! #         cq: std::sync::Arc<sideway::CompletionQueue>,
-//! #         srq: std::sync::Arc<sideway::SharedReceiveQueue>,
-//! #         ah: sideway::AddressHandle, buf: sideway::RegisteredBuffer,
+//! # fn demo(ctx: std::sync::Arc<sideway::device::DeviceContext>,
+//! #         pd: std::sync::Arc<sideway::protection_domain::ProtectionDomain>,
+//! #         cq: std::sync::Arc<sideway::completion_queue::CompletionQueue>,
+//! #         srq: std::sync::Arc<sideway::shared_receive_queue::SharedReceiveQueue>,
+//! #         ah: sideway::address_handle::AddressHandle, buf: sideway::memory_region::RegisteredBuffer,
 //! #         remote_dctn: u32, rkey: u32, raddr: u64) -> Result<(), Box<dyn std::error::Error>> {
 //! if !mlx5::is_supported(&ctx) {
 //!     return Ok(()); // not an mlx5 device, or no libmlx5.so.1
@@ -586,7 +586,7 @@ impl DcOp {
 }
 
 /// A batch of DCI send work requests being built; from [`DcInitiator::start_post_send`].
-/// As [`PostSendGuard`](crate::PostSendGuard): a refused request is reported by
+/// As [`PostSendGuard`](crate::queue_pair::PostSendGuard): a refused request is reported by
 /// [`post`](Self::post), which then posts nothing, and dropping the guard unposted discards
 /// the batch (`ibv_wr_abort`). Data is a list of SGEs (no inline data); the SGEs and the
 /// address handles are borrowed until the batch is posted.

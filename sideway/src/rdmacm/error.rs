@@ -20,7 +20,7 @@ pub enum CmError {
     Library(#[from] LoadError),
     /// A call failed. Creating a channel or an id fails with "No such device" on a machine
     /// without an RDMA device: the message then says what to do, as
-    /// [`DeviceError::NoDevice`](crate::DeviceError::NoDevice)'s does.
+    /// [`DeviceError::NoDevice`](crate::device::DeviceError::NoDevice)'s does.
     #[error("{call} failed{endpoints}: {source}{}", call_hint(call, source))]
     Call {
         /// The librdmacm or verbs call.

@@ -4,7 +4,7 @@
 //! Ownership: an [`EventChannel`] is the root. Every [`CmId`] holds the `Arc` of its channel,
 //! so a channel is destroyed only after all its ids. Every [`Event`] holds the `Arc`s of the
 //! ids it names, so an id is never destroyed while an event about it is still in a user's hands.
-//! A QP created on an id ([`CmId::create_qp`]) is an ordinary [`QueuePair`](crate::QueuePair)
+//! A QP created on an id ([`CmId::create_qp`]) is an ordinary [`QueuePair`](crate::queue_pair::QueuePair)
 //! that holds the id's `Arc` (and, like every QP, its protection domain and CQs): the id is
 //! destroyed only after the QP, and dropping the QP leaves the id without one.
 //!

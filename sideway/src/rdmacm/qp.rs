@@ -109,7 +109,7 @@ impl CmId {
     /// let pd = ctx.alloc_pd()?;
     /// let cq = ctx.create_cq_builder().cqe(64).build()?;
     /// let mut qp = id.create_qp(pd.create_qp_builder().send_cq(&cq).recv_cq(&cq).max_send_wr(16))?;
-    /// let buf = pd.reg_buffer(64, sideway::AccessFlags::LOCAL_WRITE)?;
+    /// let buf = pd.reg_buffer(64, sideway::memory_region::AccessFlags::LOCAL_WRITE)?;
     /// qp.start_post_recv().recv(1, &[buf.sge(0..64).unwrap()]).post()?;
     /// # Ok(()) }
     /// ```

@@ -8,7 +8,7 @@
 //! [`WorkRequestBuilder::ud_addr`](crate::queue_pair::WorkRequestBuilder::ud_addr).
 //!
 //! Every UD receive buffer starts with [`GRH_LEN`] bytes that the device fills when the
-//! completion has [`WcFlags::GRH`](crate::WcFlags::GRH); [`Grh::parse`] reads them. On RoCE v2
+//! completion has [`WcFlags::GRH`](crate::completion_queue::WcFlags::GRH); [`Grh::parse`] reads them. On RoCE v2
 //! over IPv4 that area holds the IPv4 header in its last 20 bytes instead of an IB GRH, and
 //! the parser tells the two apart as rdma-core does (an IPv4 header whose checksum is right
 //! wins).
@@ -213,7 +213,7 @@ impl AddressHandle {
 
 impl AddressHandle {
     /// Wraps an address handle of a PD whose context came from
-    /// [`DeviceContext::from_raw_parts`](crate::DeviceContext::from_raw_parts) (a test
+    /// [`DeviceContext::from_raw_parts`](crate::device::DeviceContext::from_raw_parts) (a test
     /// double's): dropping the wrapper calls no destroy verb.
     ///
     /// # Safety

@@ -214,8 +214,8 @@ mod tests {
         fn lends_its_fd<T: AsFd + AsRawFd + ?Sized>() {}
         lends_its_fd::<CompletionChannel>();
         lends_its_fd::<Arc<CompletionChannel>>();
-        lends_its_fd::<crate::DeviceContext>();
-        lends_its_fd::<Arc<crate::DeviceContext>>();
+        lends_its_fd::<crate::device::DeviceContext>();
+        lends_its_fd::<Arc<crate::device::DeviceContext>>();
         lends_its_fd::<crate::rdmacm::EventChannel>();
         lends_its_fd::<Arc<crate::rdmacm::EventChannel>>();
     }

@@ -16,7 +16,7 @@
 //!
 //! ```no_run
 //! # fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use sideway::AccessFlags;
+//! use sideway::memory_region::AccessFlags;
 //! let ctx = sideway::open_device(None)?;
 //! if ctx.query_device()?.max_dm_size() < 4096 {
 //!     return Ok(()); // no (or too little) device memory
@@ -35,20 +35,20 @@
 //! A region over device memory has no slice of it, nor has the device memory itself:
 //!
 //! ```compile_fail,E0599
-//! # fn f(mr: &sideway::MemoryRegion) {
+//! # fn f(mr: &sideway::memory_region::MemoryRegion) {
 //! let bytes: &[u8] = unsafe { mr.view() };
 //! # }
 //! ```
 //!
 //! ```compile_fail,E0599
-//! # fn f(dm: &sideway::DeviceMemory) {
+//! # fn f(dm: &sideway::device_memory::DeviceMemory) {
 //! let bytes: &[u8] = dm.as_slice();
 //! # }
 //! ```
 //!
 //! ```compile_fail,E0596
 //! // Writing needs the device memory to itself.
-//! # fn f(dm: &sideway::DeviceMemory) {
+//! # fn f(dm: &sideway::device_memory::DeviceMemory) {
 //! dm.copy_to(0, b"x").unwrap();
 //! # }
 //! ```

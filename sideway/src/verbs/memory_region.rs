@@ -17,7 +17,7 @@
 //! - A failed deregistration means the device may still reach the memory: the owner is then
 //!   leaked on purpose, never freed, and the failure is reported and counted
 //!   ([`leaked_memory`]).
-//! - A [`MemoryWindow`](crate::MemoryWindow) holds an `Arc` of every region it was asked to
+//! - A [`MemoryWindow`](crate::memory_window::MemoryWindow) holds an `Arc` of every region it was asked to
 //!   bind until it is dropped, so a region with bound windows is never deregistered (the
 //!   kernel would refuse).
 //! - A posted request names memory by local key: once the region is deregistered, the device
@@ -39,24 +39,24 @@
 //!
 //! ```compile_fail,E0599
 //! // A buffer the device may write has no safe slice...
-//! # fn f(pd: &std::sync::Arc<sideway::ProtectionDomain>) {
-//! let buf = pd.reg_buffer(64, sideway::AccessFlags::LOCAL_WRITE).unwrap();
+//! # fn f(pd: &std::sync::Arc<sideway::protection_domain::ProtectionDomain>) {
+//! let buf = pd.reg_buffer(64, sideway::memory_region::AccessFlags::LOCAL_WRITE).unwrap();
 //! let bytes: &[u8] = buf.as_slice();
 //! # }
 //! ```
 //!
 //! ```compile_fail,E0133
 //! // ...and its view is unsafe.
-//! # fn f(pd: &std::sync::Arc<sideway::ProtectionDomain>) {
-//! let buf = pd.reg_buffer(64, sideway::AccessFlags::LOCAL_WRITE).unwrap();
+//! # fn f(pd: &std::sync::Arc<sideway::protection_domain::ProtectionDomain>) {
+//! let buf = pd.reg_buffer(64, sideway::memory_region::AccessFlags::LOCAL_WRITE).unwrap();
 //! let bytes: &[u8] = buf.view();
 //! # }
 //! ```
 //!
 //! ```no_run
 //! // Memory the device only reads keeps its slices.
-//! # fn f(pd: &std::sync::Arc<sideway::ProtectionDomain>) -> Result<(), sideway::MemoryRegionError> {
-//! let mut buf = pd.reg_read_only_buffer(64, sideway::AccessFlags::REMOTE_READ)?;
+//! # fn f(pd: &std::sync::Arc<sideway::protection_domain::ProtectionDomain>) -> Result<(), sideway::memory_region::MemoryRegionError> {
+//! let mut buf = pd.reg_read_only_buffer(64, sideway::memory_region::AccessFlags::REMOTE_READ)?;
 //! buf.as_mut_slice().fill(7);
 //! assert_eq!(buf.as_slice()[0], 7);
 //! # Ok(())
@@ -260,7 +260,7 @@ pub struct MemoryRegion {
     owner: Option<Owner>,
     /// Imported (`ibv_import_mr`): released with `ibv_unimport_mr`, never deregistered. Its
     /// memory is the exporter's: another process's, or this one's (a context may be
-    /// imported from this process's own [`cmd_fd`](crate::DeviceContext::cmd_fd)), and no
+    /// imported from this process's own [`cmd_fd`](crate::device::DeviceContext::cmd_fd)), and no
     /// type tells which; its bounds may even be the whole address space (an implicit
     /// on-demand region's handle). So no safe entry is made from its bounds
     /// ([`MemoryRegion::sge`] refuses; [`MemoryRegion::imported_sge`] is `unsafe`).
@@ -642,7 +642,7 @@ impl MemoryRegion {
     }
 
     /// The kernel's handle of this region: what another process imports it by
-    /// ([`ProtectionDomain::import_mr`](crate::ProtectionDomain::import_mr)).
+    /// ([`ProtectionDomain::import_mr`](crate::protection_domain::ProtectionDomain::import_mr)).
     pub fn handle(&self) -> u32 {
         // SAFETY: as for lkey.
         unsafe { (*self.raw.as_ptr()).handle }
@@ -677,10 +677,10 @@ impl MemoryRegion {
     /// [`imported_sge`](Self::imported_sge), whose caller vouches for the memory.
     ///
     /// ```no_run
-    /// # fn f(ctx: &std::sync::Arc<sideway::DeviceContext>) -> Result<(), Box<dyn std::error::Error>> {
+    /// # fn f(ctx: &std::sync::Arc<sideway::device::DeviceContext>) -> Result<(), Box<dyn std::error::Error>> {
     /// let pd = ctx.alloc_pd()?;
     /// let odp = pd.reg_implicit_odp()?;
-    /// let imported = sideway::DeviceContext::import_device(ctx.cmd_fd().try_clone_to_owned()?)?;
+    /// let imported = sideway::device::DeviceContext::import_device(ctx.cmd_fd().try_clone_to_owned()?)?;
     /// let mr = imported.import_pd(pd.handle())?.import_mr(odp.mr().handle())?;
     /// assert!(mr.sge(0x1000..0x2000).is_none()); // no entry from another registration's bounds
     /// # Ok(()) }
@@ -693,7 +693,7 @@ impl MemoryRegion {
     }
 
     /// A scatter/gather entry for `range` (byte offsets) of an imported region
-    /// ([`ProtectionDomain::import_mr`](crate::ProtectionDomain::import_mr)), or `None` when
+    /// ([`ProtectionDomain::import_mr`](crate::protection_domain::ProtectionDomain::import_mr)), or `None` when
     /// the region is not imported (use [`sge`](Self::sge)) or the range does not lie inside
     /// its bounds. The entry names the exporter's addresses, `addr() + range`, with the
     /// region's local key.
@@ -701,7 +701,7 @@ impl MemoryRegion {
     /// # Safety
     ///
     /// The exporter may be this process (a context imported from its own
-    /// [`cmd_fd`](crate::DeviceContext::cmd_fd)), and the bounds may be the whole address
+    /// [`cmd_fd`](crate::device::DeviceContext::cmd_fd)), and the bounds may be the whole address
     /// space (an implicit on-demand region's handle), so the entry may name any memory of
     /// this process. Where the memory it names is this process's, the caller vouches that it
     /// stays valid (allocated, not freed) for as long as any work request naming the entry
@@ -897,8 +897,8 @@ pub enum BufferError {
 /// [`as_mut_slice`](RegisteredBuffer::as_mut_slice).
 ///
 /// ```no_run
-/// # fn f(pd: &std::sync::Arc<sideway::ProtectionDomain>) -> Result<(), Box<dyn std::error::Error>> {
-/// use sideway::AccessFlags;
+/// # fn f(pd: &std::sync::Arc<sideway::protection_domain::ProtectionDomain>) -> Result<(), Box<dyn std::error::Error>> {
+/// use sideway::memory_region::AccessFlags;
 /// let mut buf = pd.reg_buffer(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
 /// buf.write_at(0, b"hello")?;            // what a SEND will carry
 /// let sge = buf.sge(0..5).expect("inside the buffer");

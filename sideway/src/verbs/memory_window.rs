@@ -15,7 +15,7 @@
 //!
 //! A bind asks for access the region must allow: a window with remote write or remote atomic
 //! access needs a region registered with local write, and a bind to a non-empty range needs
-//! [`AccessFlags::MW_BIND`](crate::AccessFlags::MW_BIND) on the region. Both are checked
+//! [`AccessFlags::MW_BIND`](crate::memory_region::AccessFlags::MW_BIND) on the region. Both are checked
 //! before anything reaches the provider ([`MemoryWindowError::BindAccess`] from
 //! [`MemoryWindow::bind`],
 //! [`InvalidWorkRequest::BindAccess`](crate::queue_pair::InvalidWorkRequest::BindAccess) from
@@ -334,8 +334,8 @@ impl fmt::Debug for MemoryWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::DeviceContext;
     use crate::queue_pair::{InvalidWorkRequest, PostError, QueuePair, SendFlags};
-    use crate::DeviceContext;
     use std::os::raw::c_int;
     use std::sync::Weak;
 

@@ -31,8 +31,8 @@
 //!   the region, therefore does not give the memory back: the context does, when it closes.
 //!   The region's handle ([`MemoryRegion::handle`]) does not reopen the hole: a region
 //!   imported from it ([`ProtectionDomain::import_mr`], which works within this process too,
-//!   through [`DeviceContext::cmd_fd`](crate::DeviceContext::cmd_fd) and
-//!   [`DeviceContext::import_device`](crate::DeviceContext::import_device)) has the same
+//!   through [`DeviceContext::cmd_fd`](crate::device::DeviceContext::cmd_fd) and
+//!   [`DeviceContext::import_device`](crate::device::DeviceContext::import_device)) has the same
 //!   whole-address-space bounds, but no imported region makes safe entries
 //!   ([`MemoryRegion::sge`] returns `None` for it too; [`MemoryRegion::imported_sge`] is
 //!   `unsafe`; see [`sharing`](crate::sharing)).
@@ -45,14 +45,14 @@
 //!
 //! ```compile_fail,E0133
 //! // Remote access over the whole address space is the caller's promise, not the type's.
-//! # fn f(pd: &std::sync::Arc<sideway::ProtectionDomain>) {
-//! use sideway::AccessFlags;
+//! # fn f(pd: &std::sync::Arc<sideway::protection_domain::ProtectionDomain>) {
+//! use sideway::memory_region::AccessFlags;
 //! let odp = pd.reg_implicit_odp_with_access(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
 //! # }
 //! ```
 //!
 //! ```no_run
-//! # fn f(pd: &std::sync::Arc<sideway::ProtectionDomain>) -> Result<(), Box<dyn std::error::Error>> {
+//! # fn f(pd: &std::sync::Arc<sideway::protection_domain::ProtectionDomain>) -> Result<(), Box<dyn std::error::Error>> {
 //! use sideway::odp::{AdviseFlags, AdviseMr};
 //! let odp = pd.reg_implicit_odp()?;          // local access only
 //! assert!(odp.mr().sge(0..64).is_none());    // no entry over arbitrary addresses

@@ -261,7 +261,7 @@ impl ParentDomainBuilder {
 /// are made on it with [`create_qp_builder`](Self::create_qp_builder) (bound to one thread),
 /// or, without a thread domain, through [`as_pd`](Self::as_pd) like on any PD; extended CQs
 /// (without a thread domain) with
-/// [`CompletionQueueBuilder::parent_domain`](crate::CompletionQueueBuilder::parent_domain);
+/// [`CompletionQueueBuilder::parent_domain`](crate::completion_queue::CompletionQueueBuilder::parent_domain);
 /// SRQs (without a thread domain) and memory regions through `as_pd`. Each object holds the parent domain, which is
 /// deallocated (`ibv_dealloc_pd`) after the last of them and before its protection domain,
 /// thread domain and allocator.
@@ -277,14 +277,14 @@ impl ParentDomainBuilder {
 ///   mlx5, the domain's doorbell register, written without a lock), so each QP's `&mut`
 ///   posting is not enough: all of them must post from one thread.
 /// - CQs: only on a parent domain without a thread domain
-///   ([`CompletionQueueError::ThreadBoundPd`](crate::CompletionQueueError::ThreadBoundPd)
-///   otherwise; see [`CompletionQueueBuilder::parent_domain`](crate::CompletionQueueBuilder::parent_domain)).
+///   ([`CompletionQueueError::ThreadBoundPd`](crate::completion_queue::CompletionQueueError::ThreadBoundPd)
+///   otherwise; see [`CompletionQueueBuilder::parent_domain`](crate::completion_queue::CompletionQueueBuilder::parent_domain)).
 ///   A thread domain's QPs use ordinary CQs.
 /// - Memory regions are made through [`as_pd`](Self::as_pd) as on any PD. On a
 ///   thread-domain-bound parent domain its `create_qp_builder` fails
-///   ([`QueuePairError::ThreadBoundPd`](crate::QueuePairError::ThreadBoundPd): its QPs
+///   ([`QueuePairError::ThreadBoundPd`](crate::queue_pair::QueuePairError::ThreadBoundPd): its QPs
 ///   would be `Send`), and so do SRQs
-///   ([`SharedReceiveQueueError::ThreadBoundPd`](crate::SharedReceiveQueueError::ThreadBoundPd):
+///   ([`SharedReceiveQueueError::ThreadBoundPd`](crate::shared_receive_queue::SharedReceiveQueueError::ThreadBoundPd):
 ///   the provider takes no SRQ lock there, while polling on another thread hands the SRQ's
 ///   receives back; a one-thread SRQ type is not offered yet).
 ///

@@ -287,7 +287,7 @@ impl SharedReceiveQueueBuilder {
     }
 
     /// Wraps an SRQ of a PD whose context came from
-    /// [`DeviceContext::from_raw_parts`](crate::DeviceContext::from_raw_parts) (a test
+    /// [`DeviceContext::from_raw_parts`](crate::device::DeviceContext::from_raw_parts) (a test
     /// double's), as if it had granted exactly the builder's sizes: dropping it calls no
     /// destroy verb.
     ///

@@ -10,7 +10,7 @@
 //! ```no_run
 //! # fn demo(cmd_fd: std::os::fd::OwnedFd, pd_handle: u32, mr_handle: u32)
 //! #     -> Result<(), Box<dyn std::error::Error>> {
-//! let ctx = sideway::DeviceContext::import_device(cmd_fd)?; // the descriptor is the context's now
+//! let ctx = sideway::device::DeviceContext::import_device(cmd_fd)?; // the descriptor is the context's now
 //! let pd = ctx.import_pd(pd_handle)?;
 //! let mr = pd.import_mr(mr_handle)?;
 //! assert!(mr.sge(0..64).is_none()); // no safe entry over the exporter's memory
@@ -50,7 +50,7 @@
 //! not, and an entry made from the local key by hand is [`Sge::from_raw_parts`], `unsafe`.
 //!
 //! ```compile_fail,E0599
-//! # fn f(pd: &std::sync::Arc<sideway::ProtectionDomain>) {
+//! # fn f(pd: &std::sync::Arc<sideway::protection_domain::ProtectionDomain>) {
 //! let mr = pd.import_mr(7).unwrap();
 //! let bytes: &[u8] = unsafe { mr.view() }; // no view of another process's memory
 //! # }
@@ -58,7 +58,7 @@
 //!
 //! ```compile_fail,E0133
 //! // An entry over an imported region is the caller's promise, not the type's.
-//! # fn f(pd: &std::sync::Arc<sideway::ProtectionDomain>) {
+//! # fn f(pd: &std::sync::Arc<sideway::protection_domain::ProtectionDomain>) {
 //! let mr = pd.import_mr(7).unwrap();
 //! let sge = mr.imported_sge(0..64);
 //! # }

@@ -10,7 +10,7 @@ pub(crate) mod fake_library;
 
 use std::sync::Arc;
 
-use sideway::DeviceContext;
+use sideway::device::DeviceContext;
 
 /// The device to test on, or `None` (after printing why) when the test must be skipped.
 pub(crate) fn device_or_skip(test: &str) -> Option<Arc<DeviceContext>> {
@@ -42,6 +42,8 @@ pub(crate) fn gid_index(ctx: &DeviceContext) -> u8 {
 
 /// A copy of all of `buf`'s bytes: the device may write a registered buffer, so tests read
 /// it by copy, never through a slice.
-pub(crate) fn bytes<A: sideway::BufferAccess>(buf: &sideway::RegisteredBuffer<A>) -> Vec<u8> {
+pub(crate) fn bytes<A: sideway::memory_region::BufferAccess>(
+    buf: &sideway::memory_region::RegisteredBuffer<A>,
+) -> Vec<u8> {
     buf.to_vec(0..buf.len()).expect("the whole buffer")
 }

@@ -6,8 +6,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sideway::queue_pair::{AddressVector, ConnectOptions, QueuePair};
-use sideway::{CompletionQueue, DeviceContext, Endpoint, Gid, WorkCompletion};
+use sideway::address_handle::AddressVector;
+use sideway::completion_queue::{CompletionQueue, WorkCompletion};
+use sideway::device::DeviceContext;
+use sideway::gid::Gid;
+use sideway::queue_pair::{ConnectOptions, Endpoint, QueuePair};
 
 /// Every wait of these tests gives up after this.
 pub(crate) const WAIT: Duration = Duration::from_secs(10);

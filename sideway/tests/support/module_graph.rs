@@ -18,6 +18,9 @@
 //! in a layer of the crate's `ARCHITECTURE.md` table with no arrow to a higher layer, so the
 //! drawing stays true to the code. The detector's own tests, on small made-up crates, are in
 //! `sideway/tests/module_graph.rs`.
+//!
+//! The scanner (`code_only`, `use_tree`, `crate_files`) also serves the public-path analyzer,
+//! `public_paths.rs`, which includes this file as `module_graph`.
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -39,13 +42,13 @@ pub struct Origin {
 /// Arrows between modules, each with the first reference that drew it.
 pub type Graph = BTreeMap<ModPath, BTreeMap<ModPath, Origin>>;
 
-fn is_ident(c: u8) -> bool {
+pub fn is_ident(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_'
 }
 
 /// The source with comments and string/char literals blanked (newlines kept, so line
 /// numbers hold), then `#[cfg(test)]` items blanked too.
-fn code_only(src: &str) -> Vec<u8> {
+pub fn code_only(src: &str) -> Vec<u8> {
     let b = src.as_bytes();
     let mut out = b.to_vec();
     let blank = |out: &mut Vec<u8>, from: usize, to: usize| {
@@ -205,7 +208,7 @@ fn inline_mods(code: &[u8]) -> Vec<(usize, usize, String)> {
     found
 }
 
-fn skip_ws(code: &[u8], mut i: usize) -> usize {
+pub fn skip_ws(code: &[u8], mut i: usize) -> usize {
     while i < code.len() && code[i].is_ascii_whitespace() {
         i += 1;
     }
@@ -227,9 +230,36 @@ fn find_word(code: &[u8], from: usize, word: &[u8]) -> Option<usize> {
     None
 }
 
-/// Parses the path (or `use` tree) that starts at `i`, expanding `{..}` groups; returns
-/// every full path (segments) and where the tree ends.
-fn parse_tree(code: &[u8], i: usize) -> (Vec<Vec<String>>, usize) {
+/// One leaf of a `use` tree: the full path it names (a `self` leaf names its parent,
+/// `a::{self}` is `a`; a glob's is the module it imports from), the `as` rename if any
+/// (`_` included), and whether it is a glob (`a::*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UseLeaf {
+    pub path: Vec<String>,
+    pub rename: Option<String>,
+    pub glob: bool,
+}
+
+impl UseLeaf {
+    /// The name the leaf binds in its module: its rename, else its last segment; none for a
+    /// glob or `as _`.
+    pub fn binding(&self) -> Option<&str> {
+        if self.glob {
+            return None;
+        }
+        match self.rename.as_deref() {
+            Some("_") => None,
+            Some(rename) => Some(rename),
+            None => self.path.last().map(String::as_str),
+        }
+    }
+}
+
+/// Parses the path (or `use` tree) that starts at `i`, expanding `{..}` groups and keeping
+/// `as` renames and globs; returns its leaves and where the tree ends.
+pub fn use_tree(code: &[u8], i: usize) -> (Vec<UseLeaf>, usize) {
+    let leaf =
+        |path: Vec<String>, rename: Option<String>, glob: bool| UseLeaf { path, rename, glob };
     let mut prefix: Vec<String> = Vec::new();
     let mut i = skip_ws(code, i);
     loop {
@@ -246,11 +276,16 @@ fn parse_tree(code: &[u8], i: usize) -> (Vec<Vec<String>>, usize) {
                     Some(b',') => i += 1,
                     None => break,
                     _ => {
-                        let (paths, end) = parse_tree(code, i);
-                        for p in paths {
+                        let (leaves, end) = use_tree(code, i);
+                        for mut sub in leaves {
+                            // `a::{self}` names `a` itself.
+                            if !prefix.is_empty() && sub.path.first().is_some_and(|s| s == "self") {
+                                sub.path.remove(0);
+                            }
                             let mut full = prefix.clone();
-                            full.extend(p);
-                            all.push(full);
+                            full.append(&mut sub.path);
+                            sub.path = full;
+                            all.push(sub);
                         }
                         if end == i {
                             i += 1;
@@ -263,14 +298,14 @@ fn parse_tree(code: &[u8], i: usize) -> (Vec<Vec<String>>, usize) {
             return (all, i);
         }
         if code.get(i) == Some(&b'*') {
-            return (vec![prefix], i + 1);
+            return (vec![leaf(prefix, None, true)], i + 1);
         }
         let start = i;
         while i < code.len() && is_ident(code[i]) {
             i += 1;
         }
         if start == i {
-            return (vec![prefix], i);
+            return (vec![leaf(prefix, None, false)], i);
         }
         let seg = String::from_utf8_lossy(&code[start..i]).into_owned();
         if seg != "self" || prefix.is_empty() {
@@ -279,10 +314,30 @@ fn parse_tree(code: &[u8], i: usize) -> (Vec<Vec<String>>, usize) {
         let j = skip_ws(code, i);
         if code.get(j) == Some(&b':') && code.get(j + 1) == Some(&b':') {
             i = skip_ws(code, j + 2);
-        } else {
-            return (vec![prefix], i);
+            continue;
         }
+        // `path as name` (or `as _`).
+        if code[j..].starts_with(b"as") && code.get(j + 2).is_none_or(|&c| !is_ident(c)) {
+            let k = skip_ws(code, j + 2);
+            let mut e = k;
+            while e < code.len() && is_ident(code[e]) {
+                e += 1;
+            }
+            if e > k {
+                let rename = String::from_utf8_lossy(&code[k..e]).into_owned();
+                return (vec![leaf(prefix, Some(rename), false)], e);
+            }
+        }
+        return (vec![leaf(prefix, None, false)], i);
     }
+}
+
+/// Parses the path (or `use` tree) that starts at `i`, expanding `{..}` groups; returns
+/// every full path (segments, a glob's without its `*`, renames left out) and where the tree
+/// ends.
+fn parse_tree(code: &[u8], i: usize) -> (Vec<Vec<String>>, usize) {
+    let (leaves, end) = use_tree(code, i);
+    (leaves.into_iter().map(|leaf| leaf.path).collect(), end)
 }
 
 /// Every module path a file's code names, with the line and text that names it, resolved
@@ -581,11 +636,11 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The graph of the crate whose sources are under `src_dir`.
-pub fn crate_graph(src_dir: &Path) -> Graph {
+/// Every `.rs` file under `src_dir`, as (module path, source) pairs.
+pub fn crate_files(src_dir: &Path) -> Vec<(ModPath, String)> {
     let mut paths = Vec::new();
     sources(src_dir, &mut paths);
-    let files: Vec<(ModPath, String)> = paths
+    paths
         .iter()
         .map(|p| {
             (
@@ -593,8 +648,12 @@ pub fn crate_graph(src_dir: &Path) -> Graph {
                 std::fs::read_to_string(p).expect("readable source"),
             )
         })
-        .collect();
-    build_graph(&files)
+        .collect()
+}
+
+/// The graph of the crate whose sources are under `src_dir`.
+pub fn crate_graph(src_dir: &Path) -> Graph {
+    build_graph(&crate_files(src_dir))
 }
 
 /// Fails when the crate at `manifest_dir` has an import circle or an arrow up to `lib.rs`.

@@ -20,8 +20,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use sideway::address_handle::AddressHandle;
+use sideway::completion_queue::WorkCompletion;
 use sideway::memory_region::Sge;
-use sideway::{AddressHandle, SendData, SendFlags, WorkCompletion};
+use sideway::queue_pair::{SendData, SendFlags};
 
 use super::completion::{op_name, wc_failed};
 use super::dc::{DcOp, DcQps};
@@ -82,7 +84,7 @@ impl Staging {
         }
         let message = usize::try_from(size).unwrap_or(half).min(half);
         let grh = if params.connection == Connection::Ud {
-            sideway::GRH_LEN
+            sideway::address_handle::GRH_LEN
         } else {
             0
         };
@@ -150,7 +152,7 @@ impl<'a> WrOpOwned<'a> {
     #[inline(always)]
     pub(super) fn push(
         &self,
-        guard: &mut sideway::PostSendGuard<'a>,
+        guard: &mut sideway::queue_pair::PostSendGuard<'a>,
         wr_id: u64,
         flags: SendFlags,
     ) {
@@ -214,7 +216,10 @@ impl<'a> WrOpOwned<'a> {
 /// Where a side posts its measured operations: its QPs (RC, UC, UD), or with `-c DC` its DC
 /// initiators.
 pub(super) enum Senders<'r, 'a> {
-    Qps(&'r mut [sideway::QueuePair], &'r [WrOpOwned<'a>]),
+    Qps(
+        &'r mut [sideway::queue_pair::QueuePair],
+        &'r [WrOpOwned<'a>],
+    ),
     Dc(&'r mut DcQps, Vec<DcOp>),
 }
 
@@ -272,17 +277,17 @@ struct QpCount {
 /// `cq` for at most 100 ms for a completion that failed with another status.
 #[cold]
 fn first_cause(
-    e: sideway::WorkCompletionError,
+    e: sideway::completion_queue::WorkCompletionError,
     rest: &[WorkCompletion],
-    cq: &mut sideway::ClaimedCq,
-) -> sideway::WorkCompletionError {
-    if e.status != sideway::WcStatus::WrFlushErr {
+    cq: &mut sideway::completion_queue::ClaimedCq,
+) -> sideway::completion_queue::WorkCompletionError {
+    if e.status != sideway::completion_queue::WcStatus::WrFlushErr {
         return e;
     }
     let cause = |wc: &WorkCompletion| {
         wc.ok()
             .err()
-            .filter(|c| c.status != sideway::WcStatus::WrFlushErr)
+            .filter(|c| c.status != sideway::completion_queue::WcStatus::WrFlushErr)
     };
     if let Some(c) = rest.iter().find_map(cause) {
         return c;
@@ -306,7 +311,7 @@ fn first_cause(
 fn warm_up(
     senders: &mut Senders<'_, '_>,
     n: usize,
-    cq: &mut sideway::ClaimedCq,
+    cq: &mut sideway::completion_queue::ClaimedCq,
     wcs: &mut [WorkCompletion],
     per_qp: u64,
     params: &TestParams,
@@ -792,11 +797,12 @@ pub(crate) fn run_size(
             peer_done_at = Some(Instant::now());
         }
         if let (true, Some(channel)) = (idle, events.as_ref()) {
-            let cqs: &[&sideway::CompletionQueue] = match (role.sends, role.receives) {
-                (true, true) => &[send_cq, recv_cq],
-                (true, false) => &[send_cq],
-                (false, _) => &[recv_cq],
-            };
+            let cqs: &[&sideway::completion_queue::CompletionQueue] =
+                match (role.sends, role.receives) {
+                    (true, true) => &[send_cq, recv_cq],
+                    (true, false) => &[send_cq],
+                    (false, _) => &[recv_cq],
+                };
             sleep_on(channel, cqs)?;
         }
     }
@@ -857,7 +863,7 @@ mod tests {
             Staging::of(true, &params(&["send", "bw", "-c", "UD"]), 1024, half),
             Staging {
                 before_post: Some(1024),
-                after_receive: Some(1024 + sideway::GRH_LEN),
+                after_receive: Some(1024 + sideway::address_handle::GRH_LEN),
                 ..none
             }
         );

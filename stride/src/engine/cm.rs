@@ -13,8 +13,8 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
+use sideway::queue_pair::QueuePair;
 use sideway::rdmacm::{CmId, ConnParam, EventChannel, EventType, PortSpace, QpTargetState};
-use sideway::QueuePair;
 
 use super::error::RunError;
 use super::setup::Resources;

@@ -23,14 +23,14 @@ pub(crate) fn op_name(verb: Verb) -> &'static str {
 /// which means nothing to a reader.
 /// A transport retry failure also says how long the transport tried (`qp_timeout`, `-u`).
 pub(crate) fn wc_failed(
-    e: &sideway::WorkCompletionError,
+    e: &sideway::completion_queue::WorkCompletionError,
     what: &str,
     qp: usize,
     message: u64,
     qp_timeout: u8,
 ) -> RunError {
     let hint = e.status.hint();
-    let tried = if e.status == sideway::WcStatus::RetryExcErr {
+    let tried = if e.status == sideway::completion_queue::WcStatus::RetryExcErr {
         format!(
             "; no acknowledgement came for {}: the peer or the link is gone",
             link::retry_budget_text(qp_timeout)
@@ -79,7 +79,7 @@ mod tests {
 
     #[test]
     fn failed_completions_show_the_qp_and_message_not_the_wr_id() {
-        let e = sideway::WorkCompletionError {
+        let e = sideway::completion_queue::WorkCompletionError {
             status: sideway::completion_queue::WcStatus::RemAccessErr,
             wr_id: 4_294_967_296,
             qp_num: 0x11,
@@ -90,7 +90,7 @@ mod tests {
             matches!(
                 failed,
                 RunError::Completion {
-                    status: sideway::WcStatus::RemAccessErr,
+                    status: sideway::completion_queue::WcStatus::RemAccessErr,
                     ..
                 }
             ),
@@ -109,7 +109,7 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("4294967296"), "{text}");
-        let gone = sideway::WorkCompletionError {
+        let gone = sideway::completion_queue::WorkCompletionError {
             status: sideway::completion_queue::WcStatus::RetryExcErr,
             ..e
         };
@@ -124,7 +124,7 @@ mod tests {
     }
 
     fn remote_access_error() -> RunError {
-        let e = sideway::WorkCompletionError {
+        let e = sideway::completion_queue::WorkCompletionError {
             status: sideway::completion_queue::WcStatus::RemAccessErr,
             wr_id: 1,
             qp_num: 0x11,

@@ -24,17 +24,18 @@
 
 use std::sync::Arc;
 
+use sideway::address_handle::{AddressHandle, AddressVector};
+use sideway::completion_queue::CompletionQueue;
 use sideway::device::Mtu;
 use sideway::dv::mlx5::{DcAddress, DcInitiator, DcTarget, Mlx5};
 use sideway::dv::{self, DvError};
-use sideway::memory_region::Sge;
+use sideway::gid::Gid;
+use sideway::memory_region::{AccessFlags, Sge};
+use sideway::protection_domain::ProtectionDomain;
 #[cfg(test)]
 use sideway::queue_pair::QpAttrMask;
-use sideway::queue_pair::{AddressVector, QpState, QueuePairAttribute, SendOpsFlags};
-use sideway::{
-    AccessFlags, AddressHandle, CompletionQueue, Gid, ProtectionDomain, SendFlags,
-    SharedReceiveQueue,
-};
+use sideway::queue_pair::{QpState, QueuePairAttribute, SendFlags, SendOpsFlags};
+use sideway::shared_receive_queue::SharedReceiveQueue;
 
 use super::error::RunError;
 use crate::cli::{Test, Verb};
@@ -55,7 +56,7 @@ const RNR_RETRY: u8 = 6;
 /// Refuses any device that is not an mlx5 one (or a system without `libmlx5.so.1`), with a
 /// message that names the device, its driver and what DC needs. Called before any QP is
 /// made.
-pub(crate) fn require_mlx5(ctx: &sideway::DeviceContext) -> Result<(), RunError> {
+pub(crate) fn require_mlx5(ctx: &sideway::device::DeviceContext) -> Result<(), RunError> {
     dv::require::<Mlx5>(ctx, DC_NEED).map_err(|e| match e {
         // Names the device, its driver and DC_NEED.
         DvError::WrongProvider { .. } => RunError::setup(e.to_string()),
@@ -515,8 +516,9 @@ mod fake_mlx5 {
     use std::process::Command;
     use std::ptr::NonNull;
 
+    use sideway::device::DeviceContext;
+    use sideway::protection_domain::ProtectionDomain;
     use sideway::sys as ffi;
-    use sideway::{DeviceContext, ProtectionDomain};
 
     use super::*;
     use crate::params::from_args;

@@ -27,7 +27,7 @@ pub enum RunError {
     /// A work request completed with an error.
     Completion {
         /// The completion's status.
-        status: sideway::WcStatus,
+        status: sideway::completion_queue::WcStatus,
         /// What failed where, the status and its likely cause.
         text: String,
     },
@@ -167,8 +167,8 @@ impl From<OobError> for RunError {
     }
 }
 
-impl From<sideway::WorkCompletionError> for RunError {
-    fn from(e: sideway::WorkCompletionError) -> Self {
+impl From<sideway::completion_queue::WorkCompletionError> for RunError {
+    fn from(e: sideway::completion_queue::WorkCompletionError) -> Self {
         RunError::Completion {
             status: e.status,
             text: e.to_string(),
@@ -192,21 +192,21 @@ run_error_from!(
     Setup:
         BufferError,
         crate::cuda::CudaError,
-        sideway::DeviceError,
+        sideway::device::DeviceError,
         sideway::protection_domain::AllocPdError,
-        sideway::MemoryRegionError,
-        sideway::CompletionQueueError,
-        sideway::QueuePairError,
-        sideway::ConnectError,
+        sideway::memory_region::MemoryRegionError,
+        sideway::completion_queue::CompletionQueueError,
+        sideway::queue_pair::QueuePairError,
+        sideway::queue_pair::ConnectError,
         sideway::rdmacm::CmError,
-        sideway::AddressHandleError,
-        sideway::SharedReceiveQueueError,
-        sideway::ModifyQpError,
+        sideway::address_handle::AddressHandleError,
+        sideway::shared_receive_queue::SharedReceiveQueueError,
+        sideway::queue_pair::ModifyQpError,
         sideway::dv::DvError;
     Other:
         BandwidthError,
         TooFewSamples,
-        sideway::PostError,
+        sideway::queue_pair::PostError,
         sideway::async_event::EventError;
 );
 
@@ -271,8 +271,8 @@ mod tests {
 
     #[test]
     fn a_failed_completion_keeps_its_status() {
-        let wc = sideway::WorkCompletionError {
-            status: sideway::WcStatus::RetryExcErr,
+        let wc = sideway::completion_queue::WorkCompletionError {
+            status: sideway::completion_queue::WcStatus::RetryExcErr,
             wr_id: 7,
             qp_num: 0x11,
             vendor_err: 0,
@@ -282,7 +282,7 @@ mod tests {
         assert_eq!(
             e,
             RunError::Completion {
-                status: sideway::WcStatus::RetryExcErr,
+                status: sideway::completion_queue::WcStatus::RetryExcErr,
                 text
             }
         );

@@ -17,10 +17,12 @@
 
 use std::time::{Duration, Instant};
 
-use sideway::{ClaimedCq, CompletionChannel, PostSendGuard, QueuePair, SendFlags, WorkCompletion};
+use sideway::completion_channel::CompletionChannel;
+use sideway::completion_queue::{ClaimedCq, WorkCompletion};
+use sideway::queue_pair::{PostSendGuard, QueuePair, SendFlags};
 
 use sideway::memory_region::Sge;
-use sideway::SendData;
+use sideway::queue_pair::SendData;
 
 use super::bw::{wr_op, Targets, WrOpOwned};
 use super::completion::{op_name, wc_failed};
@@ -64,7 +66,7 @@ impl<'a> LatOp<'a> {
 /// waits (see [`prepare`]).
 struct PingPong<'r> {
     /// With `-c DC`: the shared queue the DC target receives through.
-    srq: Option<&'r sideway::SharedReceiveQueue>,
+    srq: Option<&'r sideway::shared_receive_queue::SharedReceiveQueue>,
     /// Claimed for the whole run: polls take no claim of their own.
     send_cq: ClaimedCq,
     recv_cq: ClaimedCq,

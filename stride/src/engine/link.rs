@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sideway::async_event::{AsyncEventKind, AsyncEventObject};
-use sideway::DeviceContext;
+use sideway::device::DeviceContext;
 
 use super::error::RunError;
 use crate::params::TestParams;

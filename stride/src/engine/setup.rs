@@ -10,14 +10,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sideway::address_handle::{AddressHandle, AddressVector, GRH_LEN};
 use sideway::async_event::EventError;
-use sideway::device::{DeviceAttr, LinkLayer, Mtu, PortAttr};
-use sideway::queue_pair::{AddressVector, QpAttrMask, SendOpsFlags};
-use sideway::SharedReceiveQueue;
-use sideway::{
-    AccessFlags, AddressHandle, CompletionChannel, CompletionQueue, ConnectOptions, DeviceContext,
-    Endpoint, Gid, ProtectionDomain, QpType, QueuePair, SendData, GRH_LEN,
+use sideway::completion_channel::CompletionChannel;
+use sideway::completion_queue::CompletionQueue;
+use sideway::device::{DeviceAttr, DeviceContext, LinkLayer, Mtu, PortAttr};
+use sideway::gid::Gid;
+use sideway::memory_region::AccessFlags;
+use sideway::protection_domain::ProtectionDomain;
+use sideway::queue_pair::{
+    ConnectOptions, Endpoint, QpAttrMask, QpType, QueuePair, SendData, SendOpsFlags,
 };
+use sideway::shared_receive_queue::SharedReceiveQueue;
 
 use sideway::memory_region::Sge;
 
@@ -397,8 +401,10 @@ fn create_cq(
         Ok(cq) => Ok(cq),
         Err(e) => {
             let lacks = match &e {
-                sideway::CompletionQueueError::Create { source, .. } => lacks_extended(source),
-                sideway::CompletionQueueError::MissingFunction { .. } => true,
+                sideway::completion_queue::CompletionQueueError::Create { source, .. } => {
+                    lacks_extended(source)
+                }
+                sideway::completion_queue::CompletionQueueError::MissingFunction { .. } => true,
                 _ => false,
             };
             if !lacks {
@@ -488,7 +494,7 @@ fn create_qp(spec: &QpSpec<'_>, api: &mut VerbsApi, first: bool) -> Result<Queue
     let qp = if api.extended_qp {
         match qb.build_ex() {
             Ok(qp) => qp,
-            Err(sideway::QueuePairError::Create { ref source, .. })
+            Err(sideway::queue_pair::QueuePairError::Create { ref source, .. })
                 if first && lacks_extended(source) =>
             {
                 api.extended_qp = false;
@@ -839,7 +845,7 @@ impl Resources {
         for q in 0..self.bufs.qps() {
             self.bufs.qp_mut(q).fill(half..2 * half, 0)?;
         }
-        let mut wcs = [sideway::WorkCompletion::default(); 16];
+        let mut wcs = [sideway::completion_queue::WorkCompletion::default(); 16];
         loop {
             let got = self.recv_cq.poll_into(&mut wcs)?;
             if got == 0 {

@@ -31,7 +31,7 @@ use super::error::RunError;
 use super::setup::Resources;
 use crate::cli::{AtomicType, Connection, Test, Verb};
 use crate::params::TestParams;
-use sideway::GRH_LEN;
+use sideway::address_handle::GRH_LEN;
 
 /// The test hook that makes the data source send one wrong byte (at this offset).
 const FLIP_BYTE_ENV: &str = "STRIDE_TEST_FLIP_BYTE";

@@ -233,7 +233,7 @@ mod tests {
         closer.join().unwrap();
         assert!(matches!(seen, Err(OobError::Closed { .. })), "{seen:?}");
         let failed = RunError::Completion {
-            status: sideway::WcStatus::RemAccessErr,
+            status: sideway::completion_queue::WcStatus::RemAccessErr,
             text: "RDMA READ failed: remote access error (10)".into(),
         };
         let e = blame(failed, seen);

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use sideway::DeviceContext;
+use sideway::device::DeviceContext;
 
 /// The test double's source, compiled into the test binary so that the library built from
 /// it is named after exactly this text.

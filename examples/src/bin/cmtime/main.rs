@@ -35,10 +35,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use sideway::completion_queue::CompletionQueue;
+use sideway::protection_domain::ProtectionDomain;
+use sideway::queue_pair::QueuePair;
 use sideway::rdmacm::{
     CmError, CmId, ConnParam, Event, EventChannel, EventType, PortSpace, QpTargetState,
 };
-use sideway::{CompletionQueue, ProtectionDomain, QueuePair};
 use sideway_examples::cli::{exit_status, log_to_stderr, select_devices, CliError};
 use sideway_examples::cm_connection::socket_addr;
 use sideway_examples::cmtime_wire::{check_announced, check_answer, Step, STEPS};

@@ -264,9 +264,9 @@ impl CompletionQueueBuilder {
 /// that hands completions on, or retry on `Busy`; the usual design is one CQ per thread.
 ///
 /// ```
-/// # fn demo(cq: &std::sync::Arc<sideway::CompletionQueue>) -> Result<(), Box<dyn std::error::Error>> {
+/// # fn demo(cq: &std::sync::Arc<sideway::completion_queue::CompletionQueue>) -> Result<(), Box<dyn std::error::Error>> {
 /// let claimed = cq.claim()?; // this thread's loop owns the polling now
-/// assert!(matches!(cq.poll(), Err(sideway::CompletionQueueError::Busy)));
+/// assert!(matches!(cq.poll(), Err(sideway::completion_queue::CompletionQueueError::Busy)));
 /// drop(claimed);
 /// # Ok(())
 /// # }
@@ -474,7 +474,7 @@ impl CompletionQueue {
 /// in a struct beside the queue pair with no lifetime to name.
 ///
 /// ```no_run
-/// # fn demo(cq: &std::sync::Arc<sideway::CompletionQueue>) -> Result<(), Box<dyn std::error::Error>> {
+/// # fn demo(cq: &std::sync::Arc<sideway::completion_queue::CompletionQueue>) -> Result<(), Box<dyn std::error::Error>> {
 /// let mut cq = cq.claim()?; // once, before the loop
 /// let mut done = 0;
 /// while done < 1000 {

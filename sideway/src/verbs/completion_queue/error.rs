@@ -43,7 +43,7 @@ pub enum CompletionQueueError {
     #[error("a CQ on a parent domain needs ibv_create_cq_ex: use build_ex()")]
     ParentDomainNeedsEx,
     /// A CQ on a parent domain bound to a thread domain: not offered (see
-    /// [`CompletionQueueBuilder::parent_domain`](crate::CompletionQueueBuilder::parent_domain)).
+    /// [`CompletionQueueBuilder::parent_domain`](crate::completion_queue::CompletionQueueBuilder::parent_domain)).
     #[error(
         "a CQ on a parent domain bound to a thread domain is not offered on {device}: make \
          the CQ without parent_domain()"
@@ -52,8 +52,8 @@ pub enum CompletionQueueError {
         /// The device's name.
         device: String,
     },
-    /// Another [`Poller`](crate::completion_queue::Poller) or [`ClaimedCq`](crate::ClaimedCq) of this CQ is still alive: one poller at a time,
-    /// classic or extended (see [`CompletionQueue`](crate::CompletionQueue)'s "Threads").
+    /// Another [`Poller`](crate::completion_queue::Poller) or [`ClaimedCq`](crate::completion_queue::ClaimedCq) of this CQ is still alive: one poller at a time,
+    /// classic or extended (see [`CompletionQueue`](crate::completion_queue::CompletionQueue)'s "Threads").
     #[error("this CQ is already being polled (drop the other Poller or ClaimedCq first)")]
     Busy,
     /// The provider made an extended CQ without a function that polling it needs: one every

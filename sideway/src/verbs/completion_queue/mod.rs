@@ -22,7 +22,6 @@ pub(crate) mod error;
 #[allow(unsafe_code)]
 mod poll;
 
-pub use crate::verbs::completion_channel::CompletionChannel;
 pub use crate::work_completion::{
     WcFlags, WcOpcode, WcStatus, WorkCompletion, WorkCompletionError,
 };

@@ -710,8 +710,8 @@ pub(super) enum ExState {
     Ended,
 }
 
-/// An iterator over the completions ready on a CQ; from [`CompletionQueue::poll`](crate::CompletionQueue::poll) or
-/// [`ClaimedCq::poll`](crate::ClaimedCq::poll).
+/// An iterator over the completions ready on a CQ; from [`CompletionQueue::poll`](crate::completion_queue::CompletionQueue::poll) or
+/// [`ClaimedCq::poll`](crate::completion_queue::ClaimedCq::poll).
 ///
 /// Ends (`None`) when no completion is ready; poll again later for more. An error from the
 /// device ends the iteration too: use [`Poller::next_completion`] to see it.

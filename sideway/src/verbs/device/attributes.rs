@@ -101,7 +101,7 @@ bitflags! {
         /// `IBV_ODP_SUPPORT`: memory may be registered with `IBV_ACCESS_ON_DEMAND`.
         const SUPPORT = ffi::ibv_odp_general_caps::IBV_ODP_SUPPORT as u64;
         /// `IBV_ODP_SUPPORT_IMPLICIT`: one region may cover the whole address space
-        /// ([`ProtectionDomain::reg_implicit_odp`](crate::ProtectionDomain::reg_implicit_odp)).
+        /// ([`ProtectionDomain::reg_implicit_odp`](crate::protection_domain::ProtectionDomain::reg_implicit_odp)).
         const SUPPORT_IMPLICIT = ffi::ibv_odp_general_caps::IBV_ODP_SUPPORT_IMPLICIT as u64;
         // Bits from newer rdma-core survive.
         const _ = !0;

@@ -447,8 +447,8 @@ impl DeviceContext {
 
     /// Wraps a context that sideway did not open, for test doubles such as the benchmarks'
     /// null provider: nothing built on it is ever destroyed by sideway. Dropping the returned
-    /// context, and every [`ProtectionDomain`](crate::ProtectionDomain),
-    /// [`CompletionQueue`](crate::CompletionQueue) and [`QueuePair`](crate::queue_pair::QueuePair)
+    /// context, and every [`ProtectionDomain`](crate::protection_domain::ProtectionDomain),
+    /// [`CompletionQueue`](crate::completion_queue::CompletionQueue) and [`QueuePair`](crate::queue_pair::QueuePair)
     /// wrapped around objects of it (their `from_raw_parts`/`wrap_raw` constructors), calls
     /// no destroy verb; `owner` is dropped when the context is, after all of them.
     ///

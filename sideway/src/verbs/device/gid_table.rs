@@ -198,10 +198,10 @@ impl DeviceContext {
     /// such a GID is a [`DeviceError::NoRoceV2Ipv4Gid`] that says what to do.
     ///
     /// ```no_run
-    /// # fn demo() -> Result<(), sideway::DeviceError> {
+    /// # fn demo() -> Result<(), sideway::device::DeviceError> {
     /// let ctx = sideway::open_device(Some("rxe0"))?;
     /// let entry = ctx.roce_v2_ipv4_gid(1, Some("198.18.0.1".parse().unwrap()))?;
-    /// let mut opts = sideway::ConnectOptions::new();
+    /// let mut opts = sideway::queue_pair::ConnectOptions::new();
     /// opts.port_num(1).gid_index(entry.index);
     /// # Ok(()) }
     /// ```

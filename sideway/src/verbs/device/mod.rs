@@ -2,7 +2,7 @@
 //!
 //! [`DeviceList`] wraps `ibv_get_device_list`; each [`Device`] in it keeps the list alive, so
 //! devices can be held and passed around freely. [`Device::open`] (or the one-call
-//! [`open_device`]) gives an `Arc<`[`DeviceContext`]`>`, the root every other verbs object
+//! [`open_device`](crate::open_device)) gives an `Arc<`[`DeviceContext`]`>`, the root every other verbs object
 //! holds on to: the context is closed when the last object that needs it is dropped.
 //!
 //! Files: `context.rs` (the list, the device, the context and its errors), `attributes.rs`
@@ -13,7 +13,7 @@
 #[allow(unsafe_code)]
 mod attributes;
 #[allow(unsafe_code)]
-mod context;
+pub(crate) mod context;
 
 #[allow(unsafe_code)]
 mod gid_table;
@@ -22,6 +22,9 @@ mod locking;
 mod port;
 
 pub use attributes::*;
-pub use context::*;
+pub(crate) use context::{ensure_ibverbs, open_device, NO_DEVICE_HELP};
+pub use context::{
+    Device, DeviceContext, DeviceError, DeviceList, DeviceResult, NodeType, TransportType,
+};
 pub use gid_table::*;
 pub use port::*;

@@ -25,7 +25,7 @@
 //! let me = qp.local_endpoint(&opts)?; // send this to the peer, receive theirs
 //! # let peer = me;
 //! qp.connect(&opts, &peer)?;
-//! let buf = pd.reg_buffer(4096, sideway::AccessFlags::LOCAL_WRITE)?;
+//! let buf = pd.reg_buffer(4096, sideway::memory_region::AccessFlags::LOCAL_WRITE)?;
 //! let mut batch = qp.start_post_send();
 //! batch
 //!     .wr(1, SendFlags::SIGNALED)
@@ -57,7 +57,6 @@ mod xrc;
 
 pub use crate::receive_batch::{ReceiveQueue, RecvBatch, RecvChain};
 pub use crate::scatter_gather::{BufferBytes, SendData};
-pub use crate::verbs::address_handle::AddressVector;
 pub use attr::{MigState, QpAttrMask, QpCapabilities, QpState, QpType, QueuePairAttribute};
 pub use data_in_order::{DataInOrderCaps, DataInOrderFlags, DataInOrderOp};
 pub use ece::{Ece, EceError};

@@ -73,7 +73,7 @@ impl ParentDomain {
     /// (or the PD's own builder) makes ordinary QPs.
     ///
     /// ```compile_fail,E0277
-    /// # fn demo(parent: &sideway::ParentDomain, cq: &std::sync::Arc<sideway::CompletionQueue>)
+    /// # fn demo(parent: &sideway::parent_domain::ParentDomain, cq: &std::sync::Arc<sideway::completion_queue::CompletionQueue>)
     /// #     -> Result<(), Box<dyn std::error::Error>> {
     /// let qp = parent.create_qp_builder().send_cq(cq).recv_cq(cq).build_ex()?;
     /// std::thread::spawn(move || drop(qp)); // the QP cannot leave its thread
@@ -81,7 +81,7 @@ impl ParentDomain {
     /// ```
     ///
     /// ```compile_fail,E0277
-    /// # fn demo(parent: &sideway::ParentDomain, cq: &std::sync::Arc<sideway::CompletionQueue>)
+    /// # fn demo(parent: &sideway::parent_domain::ParentDomain, cq: &std::sync::Arc<sideway::completion_queue::CompletionQueue>)
     /// #     -> Result<(), Box<dyn std::error::Error>> {
     /// let mut qp = parent.create_qp_builder().send_cq(cq).recv_cq(cq).build_ex()?;
     /// let qp_ref = &qp;
@@ -92,7 +92,7 @@ impl ParentDomain {
     /// ```
     ///
     /// ```compile_fail,E0277
-    /// # fn demo(parent: &sideway::ParentDomain, cq: &std::sync::Arc<sideway::CompletionQueue>)
+    /// # fn demo(parent: &sideway::parent_domain::ParentDomain, cq: &std::sync::Arc<sideway::completion_queue::CompletionQueue>)
     /// #     -> Result<(), Box<dyn std::error::Error>> {
     /// let mut qp = parent.create_qp_builder().send_cq(cq).recv_cq(cq).build_ex()?;
     /// let batch = qp.start_post_send();
@@ -105,8 +105,8 @@ impl ParentDomain {
     /// The same three with an ordinary QP compile:
     ///
     /// ```
-    /// # fn demo(pd: &std::sync::Arc<sideway::ProtectionDomain>,
-    /// #         cq: &std::sync::Arc<sideway::CompletionQueue>)
+    /// # fn demo(pd: &std::sync::Arc<sideway::protection_domain::ProtectionDomain>,
+    /// #         cq: &std::sync::Arc<sideway::completion_queue::CompletionQueue>)
     /// #     -> Result<(), Box<dyn std::error::Error>> {
     /// let mut qp = pd.create_qp_builder().send_cq(cq).recv_cq(cq).build_ex()?;
     /// let qp_ref = &qp;
@@ -217,7 +217,7 @@ impl<T: Threading> QueuePairBuilder<T> {
     }
 
     /// Most outstanding send work requests (`cap.max_send_wr`; default 128). Also the most
-    /// work requests one classic [`PostSendGuard`](crate::PostSendGuard) batch holds.
+    /// work requests one classic [`PostSendGuard`](crate::queue_pair::PostSendGuard) batch holds.
     pub fn max_send_wr(&mut self, n: u32) -> &mut Self {
         self.cap.max_send_wr = n;
         self
@@ -266,7 +266,7 @@ impl<T: Threading> QueuePairBuilder<T> {
     }
 
     /// The operations an extended QP may post (`send_ops_flags`; default: all that
-    /// [`PostSendGuard`](crate::PostSendGuard) offers). Used by [`build_ex`](Self::build_ex) only.
+    /// [`PostSendGuard`](crate::queue_pair::PostSendGuard) offers). Used by [`build_ex`](Self::build_ex) only.
     pub fn send_ops_flags(&mut self, flags: SendOpsFlags) -> &mut Self {
         self.send_ops_flags = flags;
         self.send_ops_set = true;
@@ -435,7 +435,7 @@ impl<T: Threading> QueuePairBuilder<T> {
     /// are read once, here, and must not change. Both stay valid until the context's owner
     /// is dropped.
     ///
-    /// [`DeviceContext::from_raw_parts`]: crate::DeviceContext::from_raw_parts
+    /// [`DeviceContext::from_raw_parts`]: crate::device::DeviceContext::from_raw_parts
     #[doc(hidden)]
     pub unsafe fn wrap_raw(
         &self,

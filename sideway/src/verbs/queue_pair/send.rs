@@ -53,7 +53,7 @@ impl<T: Threading> QueuePair<T> {
 /// discards the batch (`ibv_wr_abort` on extended QPs). Inline data is borrowed for `'a`.
 ///
 /// ```no_run
-/// # fn demo(qp: &mut sideway::queue_pair::QueuePair, buf: &sideway::RegisteredBuffer,
+/// # fn demo(qp: &mut sideway::queue_pair::QueuePair, buf: &sideway::memory_region::RegisteredBuffer,
 /// #         rkey: u32, raddr: u64) -> Result<(), Box<dyn std::error::Error>> {
 /// use sideway::queue_pair::SendFlags;
 /// let mut batch = qp.start_post_send();
@@ -135,7 +135,7 @@ impl<'g, 'a, T: Threading> WorkRequestBuilder<'g, 'a, T> {
     }
 
     /// Sends this request of an XRC send QP to the peer's XRC SRQ number `remote_srqn`
-    /// (from its [`SharedReceiveQueue::srq_num`](crate::SharedReceiveQueue::srq_num)):
+    /// (from its [`SharedReceiveQueue::srq_num`](crate::shared_receive_queue::SharedReceiveQueue::srq_num)):
     /// `qp_type.xrc.remote_srqn` of `ibv_send_wr`, `ibv_wr_set_xrc_srqn` on extended QPs.
     /// Required on XRC send QPs, refused on others.
     #[doc(alias = "ibv_wr_set_xrc_srqn")]
@@ -232,7 +232,7 @@ impl<'g, 'a, T: Threading> WorkRequestBuilder<'g, 'a, T> {
     }
 
     /// A SEND with immediate data (`IBV_WR_SEND_WITH_IMM`, `ibv_wr_send_imm`); `imm` is
-    /// in host order and arrives as [`WorkCompletion::imm_data`](crate::WorkCompletion::imm_data).
+    /// in host order and arrives as [`WorkCompletion::imm_data`](crate::completion_queue::WorkCompletion::imm_data).
     #[doc(alias = "ibv_wr_send_imm")]
     #[inline]
     pub fn send_with_imm(
@@ -355,9 +355,9 @@ impl<'g, 'a, T: Threading> WorkRequestBuilder<'g, 'a, T> {
 /// is the guard under another name, and discarding it keeps the batch in the guard.
 ///
 /// ```no_run
-/// # fn demo(qp: &mut sideway::queue_pair::QueuePair, buf: &sideway::RegisteredBuffer,
-/// #         rkey: u32, raddr: u64) -> Result<(), sideway::PostError> {
-/// use sideway::SendFlags;
+/// # fn demo(qp: &mut sideway::queue_pair::QueuePair, buf: &sideway::memory_region::RegisteredBuffer,
+/// #         rkey: u32, raddr: u64) -> Result<(), sideway::queue_pair::PostError> {
+/// use sideway::queue_pair::SendFlags;
 /// // One expression: a guard, two requests, one doorbell.
 /// qp.start_post_send()
 ///     .wr(1, SendFlags::empty())
@@ -379,7 +379,7 @@ impl<'g, 'a, T: Threading> WorkRequestBuilder<'g, 'a, T> {
 ///
 /// ```compile_fail,E0716
 /// # fn demo(qp: &mut sideway::queue_pair::QueuePair) {
-/// let chain = qp.start_post_send().wr(1, sideway::SendFlags::SIGNALED).send(b"x");
+/// let chain = qp.start_post_send().wr(1, sideway::queue_pair::SendFlags::SIGNALED).send(b"x");
 /// let _ = chain.post(); // the guard was dropped at the end of the line above
 /// # }
 /// ```

@@ -74,7 +74,7 @@ bitflags! {
 }
 
 impl Default for SendOpsFlags {
-    /// Every operation [`PostSendGuard`](crate::PostSendGuard) can post: sends and writes with and without
+    /// Every operation [`PostSendGuard`](crate::queue_pair::PostSendGuard) can post: sends and writes with and without
     /// immediate data, RDMA READ, and both atomics.
     fn default() -> Self {
         SendOpsFlags::RDMA_WRITE
