@@ -15,8 +15,8 @@ use std::io::Error;
 use std::time::Duration;
 
 use sideway::connection::{exchange, CompletionWaiter};
-use sideway::memory_region::AccessFlags;
-use sideway::queue_pair::{ConnectOptions, SendFlags};
+use sideway::memory_region::{AccessFlags, RegisteredBuffer};
+use sideway::queue_pair::{ConnectOptions, QueuePair, SendFlags};
 use sideway::Report;
 
 const RECV: u64 = 1;
@@ -92,11 +92,7 @@ fn main() -> Result<(), Report> {
 }
 
 /// Copies `msg` into the send half of `buf` and SENDs it, signaled.
-fn say(
-    qp: &mut sideway::queue_pair::QueuePair,
-    buf: &mut sideway::memory_region::RegisteredBuffer,
-    msg: &[u8],
-) -> Result<(), Report> {
+fn say(qp: &mut QueuePair, buf: &mut RegisteredBuffer, msg: &[u8]) -> Result<(), Report> {
     buf.write_at(64, msg)?;
     let sge = buf.sge(64..64 + msg.len()).unwrap();
     let mut batch = qp.start_post_send();
@@ -106,7 +102,7 @@ fn say(
 }
 
 /// The first `len` received bytes, as text.
-fn text(buf: &sideway::memory_region::RegisteredBuffer, len: u32) -> String {
+fn text(buf: &RegisteredBuffer, len: u32) -> String {
     let bytes = buf.to_vec(0..len as usize).unwrap_or_default();
     sideway::peer_text::printable(&String::from_utf8_lossy(&bytes), 200)
 }
