@@ -3,7 +3,11 @@
 //! [`AsyncRead`] and [`AsyncWrite`], so anything generic over them rides on it: `tokio::io`
 //! copies, codecs (`tokio_util::codec`), TLS (`tokio-rustls`), HTTP (`hyper` through
 //! `hyper_util::rt::TokioIo`), gRPC (`tonic`'s `connect_with_connector` and
-//! `serve_with_incoming`). The `futures` traits come through `tokio_util::compat`.
+//! `serve_with_incoming`). With the feature `futures-io` it implements the `futures`
+//! crate's `AsyncRead` and `AsyncWrite` too (`futures_io`'s, which `futures::io` re-exports),
+//! with the same meaning and cancel safety, for code generic over those (`futures::io::copy`,
+//! async-std style libraries) without `tokio_util::compat`'s wrapper; `poll_close` is
+//! [`AsyncWrite::poll_shutdown`]'s half-close.
 //!
 //! ```no_run
 //! use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -561,6 +565,39 @@ impl AsyncWrite for Stream {
     /// Shuts the write side down (the peer reads every byte written, then end of stream);
     /// does not wait for the peer, as `TcpStream`'s does not.
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(self.get_mut().io_mut().stream.shutdown(Shutdown::Write))
+    }
+}
+
+/// The `futures` crate's reading trait, as [`AsyncRead`] (feature `futures-io`).
+#[cfg(feature = "futures-io")]
+impl futures_io::AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        self.get_mut().poll_io(cx, Want::Read, |s| s.read(buf))
+    }
+}
+
+/// The `futures` crate's writing trait, as [`AsyncWrite`] (feature `futures-io`): `poll_close`
+/// shuts the write side down, as `poll_shutdown` does.
+#[cfg(feature = "futures-io")]
+impl futures_io::AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.get_mut().poll_io(cx, Want::Write, |s| s.write(buf))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(self.get_mut().io_mut().stream.flush())
+    }
+
+    fn poll_close(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(self.get_mut().io_mut().stream.shutdown(Shutdown::Write))
     }
 }
