@@ -1,7 +1,7 @@
 //! Device memory for the null provider (`csrc/null_provider_dm.c`): its `alloc_dm`,
 //! `free_dm` and `reg_dm_mr` ops and the `ibv_dm` copy functions, reached through verbs.h's
-//! inlines, so sideway's [`DeviceMemory`](sideway::device_memory::DeviceMemory) and regions over it can be
-//! tested without a device that has device memory.
+//! inlines, so sideway's [`DeviceMemory`](sideway::device_memory::DeviceMemory) and regions over it
+//! can be tested without a device that has device memory.
 
 use std::ptr::NonNull;
 

@@ -2,8 +2,8 @@
 //! `verbs_context` ops `query_device_ex` and `advise_mr`, reached through verbs.h's inlines,
 //! and an in-memory implicit region): the ODP capabilities sideway reads, the arguments
 //! `ibv_advise_mr` passes, the typed "not supported" errors, and the implicit region's
-//! invariant (entries only over memory the region owns, kept until its context closes). Needs no device
-//! and no rdma-core library.
+//! invariant (entries only over memory the region owns, kept until its context closes). Needs no
+//! device and no rdma-core library.
 
 use benches::null_provider::NullProvider;
 use benches::null_provider_odp::{NullOdp, LKEY};

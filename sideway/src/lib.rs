@@ -121,8 +121,9 @@
 //!
 //! # Threads
 //!
-//! Every object but the thread and parent domains and their queue pairs is `Send` and `Sync`, and lives in an `Arc`: hand clones to as many threads
-//! as you like. What each allows from several threads at once, and why that is sound:
+//! Every object but the thread and parent domains and their queue pairs is `Send` and `Sync`, and
+//! lives in an `Arc`: hand clones to as many threads as you like. What each allows from several
+//! threads at once, and why that is sound:
 //!
 //! | type | from many threads | why |
 //! | --- | --- | --- |

@@ -9,8 +9,10 @@ use std::ptr::NonNull;
 use rdma_mummy_sys as ffi;
 
 /// A scatter/gather entry (`struct ibv_sge`): a stretch of registered memory for one work
-/// request. Built safely from a region ([`MemoryRegion::sge`](crate::memory_region::MemoryRegion::sge), [`RegisteredBuffer::sge`](crate::memory_region::RegisteredBuffer::sge)),
-/// which checks the bounds.
+/// request. Built safely from a region
+/// ([`MemoryRegion::sge`](crate::memory_region::MemoryRegion::sge),
+/// [`RegisteredBuffer::sge`](crate::memory_region::RegisteredBuffer::sge)), which checks the
+/// bounds.
 #[doc(alias = "ibv_sge")]
 #[derive(Debug, Clone, Copy)]
 #[repr(transparent)]
@@ -82,15 +84,15 @@ pub enum SendData<'a> {
     /// Several buffers copied back to back into the request.
     InlineList(&'a [&'a [u8]]),
     /// Bytes of a registered buffer copied into the request while posting, from
-    /// [`RegisteredBuffer::inline`](crate::memory_region::RegisteredBuffer::inline): inline data straight
-    /// from memory the device may write, where no `&[u8]` may be formed.
+    /// [`RegisteredBuffer::inline`](crate::memory_region::RegisteredBuffer::inline): inline data
+    /// straight from memory the device may write, where no `&[u8]` may be formed.
     InlineBuffer(BufferBytes<'a>),
 }
 
-/// A stretch of a [`RegisteredBuffer`](crate::memory_region::RegisteredBuffer), borrowed for `'a`, that the
-/// CPU copies as inline data while posting; from
-/// [`RegisteredBuffer::inline`](crate::memory_region::RegisteredBuffer::inline). It holds a pointer rather
-/// than a slice: the device may write the buffer, so no reference to its bytes is formed.
+/// A stretch of a [`RegisteredBuffer`](crate::memory_region::RegisteredBuffer), borrowed for `'a`,
+/// that the CPU copies as inline data while posting; from
+/// [`RegisteredBuffer::inline`](crate::memory_region::RegisteredBuffer::inline). It holds a pointer
+/// rather than a slice: the device may write the buffer, so no reference to its bytes is formed.
 #[derive(Clone, Copy)]
 pub struct BufferBytes<'a> {
     pub(crate) ptr: NonNull<u8>,

@@ -162,12 +162,13 @@ bitflags! {
 /// One work completion: every `ibv_wc` field. A plain value: it borrows nothing.
 ///
 /// `#[repr(transparent)]` over `struct ibv_wc`, so a `&mut [WorkCompletion]` is an `ibv_wc`
-/// array: [`CompletionQueue::poll_into`](crate::completion_queue::CompletionQueue::poll_into) hands it to `ibv_poll_cq` itself, as a C program
-/// hands its array, and nothing is copied.
+/// array: [`CompletionQueue::poll_into`](crate::completion_queue::CompletionQueue::poll_into) hands
+/// it to `ibv_poll_cq` itself, as a C program hands its array, and nothing is copied.
 ///
 /// The completion timestamp of extended CQs (`ibv_wc_read_completion_ts`) is not here, as
-/// `ibv_wc` has no room for it: [`Poller::completion_timestamp`](crate::completion_queue::Poller::completion_timestamp) reads it for the completion
-/// the poller handed out last.
+/// `ibv_wc` has no room for it:
+/// [`Poller::completion_timestamp`](crate::completion_queue::Poller::completion_timestamp) reads it
+/// for the completion the poller handed out last.
 #[doc(alias = "ibv_wc")]
 #[derive(Clone, Copy, Default)]
 #[repr(transparent)]

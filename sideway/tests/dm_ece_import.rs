@@ -1,8 +1,8 @@
 //! Device tests: device memory, enhanced connection establishment, importing a context, PD and
-//! MR (and that an imported region makes no safe entry), and the data-in-order query. On rxe (rdma-core's rxe provider has none of the first
-//! three) each must be refused with its typed "not supported by this device" error, and the
-//! data-in-order query must answer "nothing guaranteed"; on a device that has them (mlx5),
-//! each must work end to end.
+//! MR (and that an imported region makes no safe entry), and the data-in-order query. On rxe
+//! (rdma-core's rxe provider has none of the first three) each must be refused with its typed "not
+//! supported by this device" error, and the data-in-order query must answer "nothing guaranteed";
+//! on a device that has them (mlx5), each must work end to end.
 
 mod common;
 #[path = "common/pairs.rs"]

@@ -1,11 +1,12 @@
 //! The ping-pong that rdma-core's `ibv_rc_pingpong`, `ibv_uc_pingpong`, `ibv_ud_pingpong`
 //! and `ibv_srq_pingpong` run, on sideway.
 //!
-//! Both sides post `rx_depth` receives, trade endpoints over TCP ([`sideway::connection::exchange`]),
-//! and then bounce one `size`-byte SEND back and forth `iters` times: the client sends first;
-//! each side sends its next message once its previous send and the peer's message have both
-//! completed. Each side prints the two endpoints and the throughput and time per iteration,
-//! in the same words as rdma-core's programs, so runs of the two can be compared line by line.
+//! Both sides post `rx_depth` receives, trade endpoints over TCP
+//! ([`sideway::connection::exchange`]), and then bounce one `size`-byte SEND back and forth `iters`
+//! times: the client sends first; each side sends its next message once its previous send and the
+//! peer's message have both completed. Each side prints the two endpoints and the throughput and
+//! time per iteration, in the same words as rdma-core's programs, so runs of the two can be
+//! compared line by line.
 //!
 //! - [`run_connected`]: RC or UC, one QP.
 //! - [`run_ud`]: UD, one QP, sending through an address handle built from the peer's

@@ -11,10 +11,10 @@
 //!
 //! # Endpoints as text and bytes
 //!
-//! **Text** ([`Display`](std::fmt::Display) and [`FromStr`](std::str::FromStr)): `LID:QPN:PSN:GID` as rdma-core's
-//! `ibv_rc_pingpong` prints it (`%04x:%06x:%06x:%s`): the LID in 4 hex digits, the QP number
-//! and PSN in 6 (24 bits each), and the GID in 32 hex digits in wire (network) order, e.g.
-//! `0000:000123:abcdef:00000000000000000000ffffc6120001`. Parsing takes either case and
+//! **Text** ([`Display`](std::fmt::Display) and [`FromStr`](std::str::FromStr)): `LID:QPN:PSN:GID`
+//! as rdma-core's `ibv_rc_pingpong` prints it (`%04x:%06x:%06x:%s`): the LID in 4 hex digits, the
+//! QP number and PSN in 6 (24 bits each), and the GID in 32 hex digits in wire (network) order,
+//! e.g. `0000:000123:abcdef:00000000000000000000ffffc6120001`. Parsing takes either case and
 //! exactly these widths.
 //!
 //! **Pingpong line** ([`Endpoint::to_pingpong_line`], [`Endpoint::from_pingpong_line`]): the
@@ -53,15 +53,16 @@
 //! Nothing on the CQ says that the peer left: its QP going away raises no completion here,
 //! and a wait for a message it will never send simply runs into its timeout (or, with
 //! [`CompletionWaiter::NO_TIMEOUT`], never ends). With rdma_cm, the news comes on the
-//! connection's event channel instead: an [`EventType::Disconnected`](crate::rdmacm::EventType::Disconnected)
-//! event (`RDMA_CM_EVENT_DISCONNECTED`) for its id, once the peer called `rdma_disconnect`,
-//! exited, or was cut off. A program that waits for completions and must also notice the
-//! peer leaving asks the channel while it waits: [`CompletionWaiter::wait_all_unless`] calls
-//! its `stop` whenever the CQ is idle, and `stop` reads the channel without blocking
-//! ([`EventChannel::try_get_event`](crate::rdmacm::EventChannel::try_get_event)). Answer
-//! the peer's disconnect with [`CmId::disconnect`](crate::rdmacm::CmId::disconnect), as
-//! rdma_cm expects. (With a TCP exchange of endpoints instead, as the pingpongs do, there is
-//! no such event: a side learns it only from a timeout or a failed completion.)
+//! connection's event channel instead: an
+//! [`EventType::Disconnected`](crate::rdmacm::EventType::Disconnected) event
+//! (`RDMA_CM_EVENT_DISCONNECTED`) for its id, once the peer called `rdma_disconnect`, exited, or
+//! was cut off. A program that waits for completions and must also notice the peer leaving asks the
+//! channel while it waits: [`CompletionWaiter::wait_all_unless`] calls its `stop` whenever the CQ
+//! is idle, and `stop` reads the channel without blocking
+//! ([`EventChannel::try_get_event`](crate::rdmacm::EventChannel::try_get_event)). Answer the peer's
+//! disconnect with [`CmId::disconnect`](crate::rdmacm::CmId::disconnect), as rdma_cm expects. (With
+//! a TCP exchange of endpoints instead, as the pingpongs do, there is no such event: a side learns
+//! it only from a timeout or a failed completion.)
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -104,8 +105,8 @@
 //! print (peer text goes through [`crate::peer_text::printable`]). They are fuzzed in
 //! `sideway/tests/fuzz_decoders.rs`.
 //!
-//! This module uses the verbs objects and the QP's [`Endpoint`](crate::queue_pair::Endpoint); nothing
-//! below it uses this module.
+//! This module uses the verbs objects and the QP's [`Endpoint`](crate::queue_pair::Endpoint);
+//! nothing below it uses this module.
 //!
 //! [`Endpoint`]: crate::queue_pair::Endpoint
 //! [`Endpoint::to_pingpong_line`]: crate::queue_pair::Endpoint::to_pingpong_line

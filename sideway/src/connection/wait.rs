@@ -89,7 +89,8 @@ impl CompletionWaiter {
     }
 
     /// Sleeps in `channel`'s events instead of polling: `channel` must be the one `cq` was
-    /// built with ([`CompletionQueueBuilder::channel`](crate::completion_queue::CompletionQueueBuilder::channel)),
+    /// built with
+    /// ([`CompletionQueueBuilder::channel`](crate::completion_queue::CompletionQueueBuilder::channel)),
     /// and no one else may read it while this waiter waits. Each wait arms the CQ
     /// (`ibv_req_notify_cq`), polls once more, and then sleeps in `ibv_get_cq_event`.
     pub fn with_channel(mut self, channel: &Arc<CompletionChannel>) -> Self {

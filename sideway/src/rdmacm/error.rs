@@ -101,8 +101,9 @@ pub enum CmError {
         local: Option<SocketAddr>,
     },
     /// No event arrived in time. The message names the step when the wait was for one
-    /// event ([`EventChannel::wait_for`](super::EventChannel::wait_for), [`CmId::wait_for`](super::CmId::wait_for)), the addresses when the id is
-    /// known ([`CmId::wait_for`](super::CmId::wait_for)), and what most often causes that step to hang.
+    /// event ([`EventChannel::wait_for`](super::EventChannel::wait_for),
+    /// [`CmId::wait_for`](super::CmId::wait_for)), the addresses when the id is known
+    /// ([`CmId::wait_for`](super::CmId::wait_for)), and what most often causes that step to hang.
     #[error("{}", timeout_text(*timeout, *waiting_for, endpoints))]
     Timeout {
         /// How long was waited.
@@ -148,7 +149,8 @@ pub enum CmError {
         /// The addresses known.
         endpoints: Endpoints,
     },
-    /// A QP could not be made from the builder given to [`CmId::create_qp`](super::CmId::create_qp).
+    /// A QP could not be made from the builder given to
+    /// [`CmId::create_qp`](super::CmId::create_qp).
     #[error("cannot create a QP on the rdma_cm id{endpoints}: {source}")]
     CreateQp {
         /// The id's addresses.

@@ -4,9 +4,10 @@
 //! Ownership: an [`EventChannel`] is the root. Every [`CmId`] holds the `Arc` of its channel,
 //! so a channel is destroyed only after all its ids. Every [`Event`] holds the `Arc`s of the
 //! ids it names, so an id is never destroyed while an event about it is still in a user's hands.
-//! A QP created on an id ([`CmId::create_qp`]) is an ordinary [`QueuePair`](crate::queue_pair::QueuePair)
-//! that holds the id's `Arc` (and, like every QP, its protection domain and CQs): the id is
-//! destroyed only after the QP, and dropping the QP leaves the id without one.
+//! A QP created on an id ([`CmId::create_qp`]) is an ordinary
+//! [`QueuePair`](crate::queue_pair::QueuePair) that holds the id's `Arc` (and, like every QP, its
+//! protection domain and CQs): the id is destroyed only after the QP, and dropping the QP leaves
+//! the id without one.
 //!
 //! Events: [`EventChannel::get_event`] copies everything out of librdmacm's event (type,
 //! status, private data, connection or UD parameters, the ids) and acknowledges it
@@ -73,10 +74,10 @@
 //!
 //! Leaves first: `address` (socket addresses in C form), `event_type` (event and reject
 //! codes), `conn_param` (port spaces, private data limits, connection parameters), `error`
-//! ([`CmError`]); then `ud` (UD parameters and address handles), `channel` ([`EventChannel`] and its lock), `device` (the
-//! contexts librdmacm lends), `id` ([`CmId`]), `event` ([`Event`], reading a channel) and
-//! `qp` (queue pairs on an id and the connect/accept helpers that drive them). Each imports
-//! only the ones listed before it; none imports this file.
+//! ([`CmError`]); then `ud` (UD parameters and address handles), `channel` ([`EventChannel`] and
+//! its lock), `device` (the contexts librdmacm lends), `id` ([`CmId`]), `event` ([`Event`], reading
+//! a channel) and `qp` (queue pairs on an id and the connect/accept helpers that drive them). Each
+//! imports only the ones listed before it; none imports this file.
 
 mod address;
 mod channel;

@@ -1,7 +1,9 @@
 //! Queue pairs for an rdma_cm id, as ordinary [`QueuePair`]s: created on the id from a
-//! [`QueuePairBuilder`] ([`CmId::create_qp`](super::CmId::create_qp)) or the program's own, moved through their
-//! states with the id's attributes ([`CmId::init_qp_attr`](super::CmId::init_qp_attr), [`CmId::modify_qp`](super::CmId::modify_qp)), and
-//! connected by helpers that do what each kind needs ([`CmId::connect_qp`](super::CmId::connect_qp),
+//! [`QueuePairBuilder`] ([`CmId::create_qp`](super::CmId::create_qp)) or the program's own, moved
+//! through their states with the id's attributes
+//! ([`CmId::init_qp_attr`](super::CmId::init_qp_attr),
+//! [`CmId::modify_qp`](super::CmId::modify_qp)), and connected by helpers that do what each kind
+//! needs ([`CmId::connect_qp`](super::CmId::connect_qp),
 //! [`CmId::accept_qp`](super::CmId::accept_qp)).
 //!
 //! A QP created on the id holds the id's `Arc`: the id cannot be destroyed under it, and
@@ -57,9 +59,9 @@ impl CmId {
     /// On the active side, the `Init` attributes asked before [`connect`](Self::connect)
     /// grant no remote read or atomic access: those come with the responder resources,
     /// agreed only by the peer's answer. Ask for `Init` again after
-    /// [`EventType::ConnectResponse`](super::EventType::ConnectResponse) and apply it (Init to Init) before `Rtr` and `Rts`,
-    /// as librdmacm does for the QPs it owns (and [`connect_qp`](Self::connect_qp) does);
-    /// otherwise the peer's RDMA READs fail.
+    /// [`EventType::ConnectResponse`](super::EventType::ConnectResponse) and apply it (Init to
+    /// Init) before `Rtr` and `Rts`, as librdmacm does for the QPs it owns (and
+    /// [`connect_qp`](Self::connect_qp) does); otherwise the peer's RDMA READs fail.
     #[doc(alias = "rdma_init_qp_attr")]
     pub fn init_qp_attr(&self, state: QpTargetState) -> Result<QueuePairAttribute, CmError> {
         let channel = lock(self.channel_slot());
@@ -249,12 +251,14 @@ impl CmId {
     /// private data).
     ///
     /// - For the QP created on this id ([`create_qp`](Self::create_qp)): `rdma_connect`,
-    ///   then [`EventType::Established`](super::EventType::Established) (librdmacm moves the QP to RTR and RTS).
+    ///   then [`EventType::Established`](super::EventType::Established) (librdmacm moves the QP to
+    ///   RTR and RTS).
     /// - For a QP of the program's own (RC): Init if it is still in Reset,
-    ///   `rdma_connect` naming it, [`EventType::ConnectResponse`](super::EventType::ConnectResponse), then Init again (the
-    ///   responder resources are known only now), RTR and RTS with the id's attributes,
-    ///   and `rdma_establish`. An [`EventType::Established`](super::EventType::Established) may still arrive on the channel
-    ///   afterwards; it says nothing new.
+    ///   `rdma_connect` naming it,
+    ///   [`EventType::ConnectResponse`](super::EventType::ConnectResponse), then Init again (the
+    ///   responder resources are known only now), RTR and RTS with the id's attributes, and
+    ///   `rdma_establish`. An [`EventType::Established`](super::EventType::Established) may still
+    ///   arrive on the channel afterwards; it says nothing new.
     ///
     /// The wait reads the channel's next events: give the id a channel of its own (or no
     /// other id with events pending). Post receives before calling (the server may send as
@@ -284,7 +288,8 @@ impl CmId {
     }
 
     /// Accepts the connection request this id came from with `qp` and waits, at most
-    /// `timeout` on this id's channel, for [`EventType::Established`](super::EventType::Established), which it returns.
+    /// `timeout` on this id's channel, for
+    /// [`EventType::Established`](super::EventType::Established), which it returns.
     ///
     /// - For the QP created on this id: `rdma_accept` (librdmacm moves the QP to RTR and
     ///   RTS).

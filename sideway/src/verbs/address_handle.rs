@@ -8,10 +8,10 @@
 //! [`WorkRequestBuilder::ud_addr`](crate::queue_pair::WorkRequestBuilder::ud_addr).
 //!
 //! Every UD receive buffer starts with [`GRH_LEN`] bytes that the device fills when the
-//! completion has [`WcFlags::GRH`](crate::completion_queue::WcFlags::GRH); [`Grh::parse`] reads them. On RoCE v2
-//! over IPv4 that area holds the IPv4 header in its last 20 bytes instead of an IB GRH, and
-//! the parser tells the two apart as rdma-core does (an IPv4 header whose checksum is right
-//! wins).
+//! completion has [`WcFlags::GRH`](crate::completion_queue::WcFlags::GRH); [`Grh::parse`] reads
+//! them. On RoCE v2 over IPv4 that area holds the IPv4 header in its last 20 bytes instead of an IB
+//! GRH, and the parser tells the two apart as rdma-core does (an IPv4 header whose checksum is
+//! right wins).
 
 use std::fmt;
 use std::io;

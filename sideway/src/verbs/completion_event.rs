@@ -1,9 +1,9 @@
 //! Completion events: sleeping until a completion queue has work, instead of spinning.
 //!
 //! A [`CompletionChannel`] may serve many CQs (each created with
-//! [`CompletionQueueBuilder::channel`](crate::completion_queue::CompletionQueueBuilder::channel)). Arm a CQ with
-//! [`CompletionQueue::req_notify`]; [`CompletionChannel::get_cq_event`] then waits (with an
-//! optional timeout, through poll(2) on [`CompletionChannel::fd`]) and hands back the
+//! [`CompletionQueueBuilder::channel`](crate::completion_queue::CompletionQueueBuilder::channel)).
+//! Arm a CQ with [`CompletionQueue::req_notify`]; [`CompletionChannel::get_cq_event`] then waits
+//! (with an optional timeout, through poll(2) on [`CompletionChannel::fd`]) and hands back the
 //! sideway CQ that fired, as an `Arc`. Poll that CQ, and arm it again before sleeping next.
 //!
 //! Acknowledgement (`ibv_ack_cq_events`) is the crate's job: each CQ counts the events it

@@ -17,8 +17,8 @@
 //! - A failed deregistration means the device may still reach the memory: the owner is then
 //!   leaked on purpose, never freed, and the failure is reported and counted
 //!   ([`leaked_memory`]).
-//! - A [`MemoryWindow`](crate::memory_window::MemoryWindow) holds an `Arc` of every region it was asked to
-//!   bind until it is dropped, so a region with bound windows is never deregistered (the
+//! - A [`MemoryWindow`](crate::memory_window::MemoryWindow) holds an `Arc` of every region it was
+//!   asked to bind until it is dropped, so a region with bound windows is never deregistered (the
 //!   kernel would refuse).
 //! - A posted request names memory by local key: once the region is deregistered, the device
 //!   rejects the key (a protection-error completion) instead of touching the memory, so
@@ -693,9 +693,9 @@ impl MemoryRegion {
     }
 
     /// A scatter/gather entry for `range` (byte offsets) of an imported region
-    /// ([`ProtectionDomain::import_mr`](crate::protection_domain::ProtectionDomain::import_mr)), or `None` when
-    /// the region is not imported (use [`sge`](Self::sge)) or the range does not lie inside
-    /// its bounds. The entry names the exporter's addresses, `addr() + range`, with the
+    /// ([`ProtectionDomain::import_mr`](crate::protection_domain::ProtectionDomain::import_mr)), or
+    /// `None` when the region is not imported (use [`sge`](Self::sge)) or the range does not lie
+    /// inside its bounds. The entry names the exporter's addresses, `addr() + range`, with the
     /// region's local key.
     ///
     /// # Safety

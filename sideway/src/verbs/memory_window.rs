@@ -15,8 +15,8 @@
 //!
 //! A bind asks for access the region must allow: a window with remote write or remote atomic
 //! access needs a region registered with local write, and a bind to a non-empty range needs
-//! [`AccessFlags::MW_BIND`](crate::memory_region::AccessFlags::MW_BIND) on the region. Both are checked
-//! before anything reaches the provider ([`MemoryWindowError::BindAccess`] from
+//! [`AccessFlags::MW_BIND`](crate::memory_region::AccessFlags::MW_BIND) on the region. Both are
+//! checked before anything reaches the provider ([`MemoryWindowError::BindAccess`] from
 //! [`MemoryWindow::bind`],
 //! [`InvalidWorkRequest::BindAccess`](crate::queue_pair::InvalidWorkRequest::BindAccess) from
 //! the send guard; [`bind_access_missing`] states the rule).

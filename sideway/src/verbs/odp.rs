@@ -256,8 +256,8 @@ impl ProtectionDomain {
     /// Registers an implicit on-demand region with local access only (`LOCAL_WRITE |
     /// ON_DEMAND`): receives and RDMA READ responses may land in its buffers, peers reach
     /// nothing. Devices without implicit on-demand paging
-    /// ([`OdpCaps::supports_implicit`](crate::device::OdpCaps::supports_implicit)) are refused before the verb with
-    /// [`MemoryRegionError::ImplicitOdpNotSupported`].
+    /// ([`OdpCaps::supports_implicit`](crate::device::OdpCaps::supports_implicit)) are refused
+    /// before the verb with [`MemoryRegionError::ImplicitOdpNotSupported`].
     #[doc(alias = "ibv_reg_mr")]
     #[doc(alias = "IBV_ODP_SUPPORT_IMPLICIT")]
     pub fn reg_implicit_odp(self: &Arc<Self>) -> Result<ImplicitOdpRegion, MemoryRegionError> {

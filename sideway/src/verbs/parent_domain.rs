@@ -262,9 +262,9 @@ impl ParentDomainBuilder {
 /// or, without a thread domain, through [`as_pd`](Self::as_pd) like on any PD; extended CQs
 /// (without a thread domain) with
 /// [`CompletionQueueBuilder::parent_domain`](crate::completion_queue::CompletionQueueBuilder::parent_domain);
-/// SRQs (without a thread domain) and memory regions through `as_pd`. Each object holds the parent domain, which is
-/// deallocated (`ibv_dealloc_pd`) after the last of them and before its protection domain,
-/// thread domain and allocator.
+/// SRQs (without a thread domain) and memory regions through `as_pd`. Each object holds the parent
+/// domain, which is deallocated (`ibv_dealloc_pd`) after the last of them and before its protection
+/// domain, thread domain and allocator.
 ///
 /// # Threads
 ///
@@ -278,7 +278,8 @@ impl ParentDomainBuilder {
 ///   posting is not enough: all of them must post from one thread.
 /// - CQs: only on a parent domain without a thread domain
 ///   ([`CompletionQueueError::ThreadBoundPd`](crate::completion_queue::CompletionQueueError::ThreadBoundPd)
-///   otherwise; see [`CompletionQueueBuilder::parent_domain`](crate::completion_queue::CompletionQueueBuilder::parent_domain)).
+///   otherwise; see
+///   [`CompletionQueueBuilder::parent_domain`](crate::completion_queue::CompletionQueueBuilder::parent_domain)).
 ///   A thread domain's QPs use ordinary CQs.
 /// - Memory regions are made through [`as_pd`](Self::as_pd) as on any PD. On a
 ///   thread-domain-bound parent domain its `create_qp_builder` fails

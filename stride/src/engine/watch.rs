@@ -118,8 +118,9 @@ impl Watch {
     }
 
     /// Called on every turn of a loop that may wait (or at least on every idle one);
-    /// `progress` is any count that grows while the run moves. Returns whether the peer has sent a message (the end of its own
-    /// part of the run, usually; the message stays for the next `recv`).
+    /// `progress` is any count that grows while the run moves. Returns whether the peer has sent a
+    /// message (the end of its own part of the run, usually; the message stays for the next
+    /// `recv`).
     #[inline]
     pub(crate) fn idle(&mut self, oob: &mut OobChannel, progress: u64) -> Result<bool, RunError> {
         self.spins = self.spins.wrapping_add(1);

@@ -52,8 +52,10 @@ pub enum CompletionQueueError {
         /// The device's name.
         device: String,
     },
-    /// Another [`Poller`](crate::completion_queue::Poller) or [`ClaimedCq`](crate::completion_queue::ClaimedCq) of this CQ is still alive: one poller at a time,
-    /// classic or extended (see [`CompletionQueue`](crate::completion_queue::CompletionQueue)'s "Threads").
+    /// Another [`Poller`](crate::completion_queue::Poller) or
+    /// [`ClaimedCq`](crate::completion_queue::ClaimedCq) of this CQ is still alive: one poller at a
+    /// time, classic or extended (see
+    /// [`CompletionQueue`](crate::completion_queue::CompletionQueue)'s "Threads").
     #[error("this CQ is already being polled (drop the other Poller or ClaimedCq first)")]
     Busy,
     /// The provider made an extended CQ without a function that polling it needs: one every

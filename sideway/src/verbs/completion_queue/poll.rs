@@ -710,7 +710,8 @@ pub(super) enum ExState {
     Ended,
 }
 
-/// An iterator over the completions ready on a CQ; from [`CompletionQueue::poll`](crate::completion_queue::CompletionQueue::poll) or
+/// An iterator over the completions ready on a CQ; from
+/// [`CompletionQueue::poll`](crate::completion_queue::CompletionQueue::poll) or
 /// [`ClaimedCq::poll`](crate::completion_queue::ClaimedCq::poll).
 ///
 /// Ends (`None`) when no completion is ready; poll again later for more. An error from the

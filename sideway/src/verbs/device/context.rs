@@ -348,7 +348,8 @@ pub struct DeviceContext {
     /// ([`ForeignObjects`], from `from_raw_parts`).
     lender: Option<Box<dyn std::any::Any + Send + Sync>>,
     /// Values kept until the context closes, after every object made from it: memory that a
-    /// request still queued in one of its queues may name ([`keep_until_closed`](Self::keep_until_closed)).
+    /// request still queued in one of its queues may name
+    /// ([`keep_until_closed`](Self::keep_until_closed)).
     kept: std::sync::Mutex<Vec<Box<dyn std::any::Any + Send + Sync>>>,
 }
 
@@ -448,9 +449,10 @@ impl DeviceContext {
     /// Wraps a context that sideway did not open, for test doubles such as the benchmarks'
     /// null provider: nothing built on it is ever destroyed by sideway. Dropping the returned
     /// context, and every [`ProtectionDomain`](crate::protection_domain::ProtectionDomain),
-    /// [`CompletionQueue`](crate::completion_queue::CompletionQueue) and [`QueuePair`](crate::queue_pair::QueuePair)
-    /// wrapped around objects of it (their `from_raw_parts`/`wrap_raw` constructors), calls
-    /// no destroy verb; `owner` is dropped when the context is, after all of them.
+    /// [`CompletionQueue`](crate::completion_queue::CompletionQueue) and
+    /// [`QueuePair`](crate::queue_pair::QueuePair) wrapped around objects of it (their
+    /// `from_raw_parts`/`wrap_raw` constructors), calls no destroy verb; `owner` is dropped when
+    /// the context is, after all of them.
     ///
     /// # Safety
     ///

@@ -2,8 +2,8 @@
 //!
 //! [`DeviceList`] wraps `ibv_get_device_list`; each [`Device`] in it keeps the list alive, so
 //! devices can be held and passed around freely. [`Device::open`] (or the one-call
-//! [`open_device`](crate::open_device)) gives an `Arc<`[`DeviceContext`]`>`, the root every other verbs object
-//! holds on to: the context is closed when the last object that needs it is dropped.
+//! [`open_device`](crate::open_device)) gives an `Arc<`[`DeviceContext`]`>`, the root every other
+//! verbs object holds on to: the context is closed when the last object that needs it is dropped.
 //!
 //! Files: `context.rs` (the list, the device, the context and its errors), `attributes.rs`
 //! ([`DeviceAttr`], [`DeviceContext::query_device`]), `port.rs` ([`PortAttr`], [`Mtu`],

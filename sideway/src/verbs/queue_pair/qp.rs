@@ -266,7 +266,8 @@ impl<T: Threading> QueuePairBuilder<T> {
     }
 
     /// The operations an extended QP may post (`send_ops_flags`; default: all that
-    /// [`PostSendGuard`](crate::queue_pair::PostSendGuard) offers). Used by [`build_ex`](Self::build_ex) only.
+    /// [`PostSendGuard`](crate::queue_pair::PostSendGuard) offers). Used by
+    /// [`build_ex`](Self::build_ex) only.
     pub fn send_ops_flags(&mut self, flags: SendOpsFlags) -> &mut Self {
         self.send_ops_flags = flags;
         self.send_ops_set = true;

@@ -232,7 +232,8 @@ impl<'g, 'a, T: Threading> WorkRequestBuilder<'g, 'a, T> {
     }
 
     /// A SEND with immediate data (`IBV_WR_SEND_WITH_IMM`, `ibv_wr_send_imm`); `imm` is
-    /// in host order and arrives as [`WorkCompletion::imm_data`](crate::completion_queue::WorkCompletion::imm_data).
+    /// in host order and arrives as
+    /// [`WorkCompletion::imm_data`](crate::completion_queue::WorkCompletion::imm_data).
     #[doc(alias = "ibv_wr_send_imm")]
     #[inline]
     pub fn send_with_imm(

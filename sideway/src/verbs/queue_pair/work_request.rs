@@ -74,8 +74,8 @@ bitflags! {
 }
 
 impl Default for SendOpsFlags {
-    /// Every operation [`PostSendGuard`](crate::queue_pair::PostSendGuard) can post: sends and writes with and without
-    /// immediate data, RDMA READ, and both atomics.
+    /// Every operation [`PostSendGuard`](crate::queue_pair::PostSendGuard) can post: sends and
+    /// writes with and without immediate data, RDMA READ, and both atomics.
     fn default() -> Self {
         SendOpsFlags::RDMA_WRITE
             | SendOpsFlags::RDMA_WRITE_WITH_IMM
