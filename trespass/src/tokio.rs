@@ -569,7 +569,8 @@ impl AsyncWrite for Stream {
     }
 }
 
-/// The `futures` crate's reading trait, as [`AsyncRead`] (feature `futures-io`).
+/// The `futures` crate's reading trait, as [`AsyncRead`] (feature `futures-io`): the same
+/// `poll_io`, into the caller's slice (initialised already, so none of `poll_read`'s sizing).
 #[cfg(feature = "futures-io")]
 impl futures_io::AsyncRead for Stream {
     fn poll_read(
@@ -581,8 +582,8 @@ impl futures_io::AsyncRead for Stream {
     }
 }
 
-/// The `futures` crate's writing trait, as [`AsyncWrite`] (feature `futures-io`): `poll_close`
-/// shuts the write side down, as `poll_shutdown` does.
+/// The `futures` crate's writing trait: tokio's [`AsyncWrite`] under the `futures` names
+/// (feature `futures-io`), `poll_close` being `poll_shutdown`'s half-close.
 #[cfg(feature = "futures-io")]
 impl futures_io::AsyncWrite for Stream {
     fn poll_write(
@@ -590,15 +591,15 @@ impl futures_io::AsyncWrite for Stream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.get_mut().poll_io(cx, Want::Write, |s| s.write(buf))
+        AsyncWrite::poll_write(self, cx, buf)
     }
 
-    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(self.get_mut().io_mut().stream.flush())
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        AsyncWrite::poll_flush(self, cx)
     }
 
-    fn poll_close(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(self.get_mut().io_mut().stream.shutdown(Shutdown::Write))
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        AsyncWrite::poll_shutdown(self, cx)
     }
 }
 
