@@ -22,6 +22,10 @@ pub(crate) const ENV_STATS: &str = "TRESPASS_PRELOAD_STATS";
 /// `TRESPASS_PRELOAD_BUSY_POLL_US`: how long the pump spins on a quiet connection before it
 /// sleeps (0 to 1000000 microseconds; default 0).
 pub(crate) const ENV_BUSY_POLL: &str = "TRESPASS_PRELOAD_BUSY_POLL_US";
+/// `TRESPASS_PRELOAD_DIRECT`: `off` (or `0`) makes every byte go through the pump; on by
+/// default (the program's reads and writes reach the trespass stream themselves when they
+/// can: see `direct`).
+pub(crate) const ENV_DIRECT: &str = "TRESPASS_PRELOAD_DIRECT";
 /// `TRESPASS_PRELOAD_LOG`: `1` says on stderr why each connection went where it went.
 pub(crate) const ENV_LOG: &str = "TRESPASS_PRELOAD_LOG";
 
@@ -94,6 +98,8 @@ pub(crate) struct Config {
     /// beside the program's own; spinning there takes a core from the program when cores are
     /// few (a spinning pump made round trips slower, not faster, on the 2-core test guest).
     pub(crate) busy_poll: Duration,
+    /// Whether the program's own data calls use the direct path.
+    pub(crate) direct: bool,
 }
 
 impl Config {
@@ -108,6 +114,7 @@ impl Config {
             stats: Stats::Off,
             log: false,
             busy_poll: Duration::ZERO,
+            direct: true,
         }
     }
 
@@ -132,6 +139,13 @@ impl Config {
                 "off" | "0" => c.enabled = false,
                 "" | "on" | "1" => {}
                 other => problems.push(format!("{ENV_SWITCH}={other:?} is not on, off, 1 or 0")),
+            }
+        }
+        if let Some(v) = var(ENV_DIRECT) {
+            match v.trim() {
+                "off" | "0" => c.direct = false,
+                "" | "on" | "1" => {}
+                other => problems.push(format!("{ENV_DIRECT}={other:?} is not on, off, 1 or 0")),
             }
         }
         if let Some(v) = var(ENV_PORTS) {
@@ -322,6 +336,7 @@ mod tests {
             (ENV_TIMEOUT, "60001"),
             (ENV_TIMEOUT, "1s"),
             (ENV_SWITCH, "maybe"),
+            (ENV_DIRECT, "sometimes"),
             (ENV_BUSY_POLL, "2000000"),
             (ENV_BUSY_POLL, "fast"),
             (ENV_CONNECT_WAIT, "60001"),
@@ -346,6 +361,9 @@ mod tests {
     fn switches_and_outputs() {
         assert!(!env(&[(ENV_SWITCH, "off")]).0.enabled);
         assert!(env(&[(ENV_SWITCH, "1")]).0.enabled);
+        assert!(env(&[]).0.direct);
+        assert!(!env(&[(ENV_DIRECT, "off")]).0.direct);
+        assert!(env(&[(ENV_DIRECT, "on")]).0.direct);
         assert_eq!(env(&[(ENV_STATS, "1")]).0.stats, Stats::Stderr);
         assert_eq!(
             env(&[(ENV_STATS, "/tmp/x.stats")]).0.stats,

@@ -3,7 +3,7 @@
 //! from inside the library itself.
 
 use std::ffi::{c_int, c_void};
-use std::io;
+use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::size_of;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -16,7 +16,7 @@ use libc::{sockaddr, sockaddr_storage, socklen_t};
 use crate::pending::{no_device, note_failure};
 use crate::stats::{count, Event};
 use crate::table::{self, Conn, Entry};
-use crate::{addr, internal, pending, pump, real};
+use crate::{addr, direct, internal, pending, pump, real};
 
 fn set_errno(e: c_int) {
     // SAFETY: __errno_location returns this thread's errno.
@@ -238,10 +238,26 @@ fn attach(fd: c_int, family: c_int, stream: trespass::Stream) -> io::Result<()> 
             owner: std::process::id(),
         }),
     );
+    let theirs = OwnedFd::from(theirs);
+    let direct = if crate::config().direct {
+        let d = direct::Direct::new(stream.try_handle(), &theirs)?;
+        direct::insert(fd, std::sync::Arc::clone(&d));
+        Some(d)
+    } else {
+        None
+    };
+    let ending = direct.clone();
     pump::send(pump::Job::Carry {
         stream,
-        app: OwnedFd::from(theirs),
+        app: theirs,
         counted: pump::Carrying::new(),
+        direct,
+    })
+    .inspect_err(|_| {
+        // The job, stream and all, was dropped: nothing carries the connection.
+        if let Some(d) = ending {
+            d.finish();
+        }
     })
 }
 
@@ -370,6 +386,9 @@ fn accepted(nfd: c_int, out: *mut sockaddr, len: *mut socklen_t) {
                     owner: std::process::id(),
                 }),
             );
+            if let Some(d) = direct::take_unaccepted(source) {
+                direct::insert(nfd, d);
+            }
             // SAFETY: the caller's accept arguments (null, or valid for `*len` bytes).
             unsafe { addr::write(m.peer, family, out, len) };
             count(Event::AcceptRdma);
@@ -421,6 +440,7 @@ pub unsafe extern "C" fn accept4(
 
 /// Forgets `fd` before it is closed or replaced; stops listening for RDMA with its last fd.
 fn forget(fd: c_int) {
+    direct::remove(fd);
     if let Some(id) = table::remove(fd) {
         pump::stop_listening(id);
     }
@@ -453,6 +473,7 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
     if new >= 0 {
         entry(|| {
             table::copy(fd, new);
+            direct::copy(fd, new);
             0
         });
     }
@@ -497,6 +518,7 @@ fn fcntl_done(fd: c_int, cmd: c_int, r: c_int) {
     if r >= 0 && matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) {
         entry(|| {
             table::copy(fd, r);
+            direct::copy(fd, r);
             0
         });
     }
@@ -506,6 +528,7 @@ fn duplicated(old: c_int, new: c_int) {
     if old != new {
         forget(new);
         table::copy(old, new);
+        direct::copy(old, new);
     }
 }
 
@@ -751,6 +774,12 @@ pub unsafe extern "C" fn sendto(
     addr: *const sockaddr,
     alen: socklen_t,
 ) -> isize {
+    if direct::any() {
+        // SAFETY: the caller's buffer. A carried connection ignores the address, as TCP.
+        if let Some(n) = write_direct(fd, &unsafe { out_slice(buf, len) }, flags) {
+            return n;
+        }
+    }
     if !addr.is_null() && entry(|| c_int::from(pair(fd))) == 1 {
         // SAFETY: the caller's arguments, without the address.
         return unsafe { real::sendto(fd, buf, len, flags, std::ptr::null(), 0) };
@@ -766,6 +795,14 @@ pub unsafe extern "C" fn sendto(
 /// sendmsg(2)'s contract.
 #[no_mangle]
 pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> isize {
+    // SAFETY: `msg` is valid (the caller's promise) when non-null.
+    if direct::any() && !msg.is_null() && unsafe { (*msg).msg_controllen } == 0 {
+        // SAFETY: as above; its iovecs are the caller's.
+        let bufs = unsafe { out_slices((*msg).msg_iov, iov_count((*msg).msg_iovlen)) };
+        if let Some(n) = write_direct(fd, &bufs, flags) {
+            return n;
+        }
+    }
     // SAFETY: `msg` is valid (the caller's promise) when non-null.
     let named = !msg.is_null() && unsafe { !(*msg).msg_name.is_null() };
     if named && entry(|| c_int::from(pair(fd))) == 1 {
@@ -795,6 +832,16 @@ pub unsafe extern "C" fn recvfrom(
     addr: *mut sockaddr,
     alen: *mut socklen_t,
 ) -> isize {
+    if direct::any() {
+        // SAFETY: the caller's buffer.
+        if let Some(n) = read_direct(fd, &mut unsafe { in_slice(buf, len) }, flags) {
+            if !addr.is_null() && !alen.is_null() {
+                // SAFETY: `alen` is valid (the caller's promise, checked non-null).
+                unsafe { *alen = 0 };
+            }
+            return n;
+        }
+    }
     if !addr.is_null() && entry(|| c_int::from(pair(fd))) == 1 {
         // SAFETY: the caller's arguments, without the address.
         let n = unsafe {
@@ -825,6 +872,19 @@ pub unsafe extern "C" fn recvfrom(
 #[no_mangle]
 pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> isize {
     // SAFETY: `msg` is valid (the caller's promise) when non-null.
+    if direct::any() && !msg.is_null() && unsafe { (*msg).msg_controllen } == 0 {
+        // SAFETY: as above; its iovecs are the caller's, writable for the call.
+        let mut bufs = unsafe { in_slices((*msg).msg_iov, iov_count((*msg).msg_iovlen)) };
+        if let Some(n) = read_direct(fd, &mut bufs, flags) {
+            // SAFETY: `msg` is valid; TCP names no peer and sets no flag here.
+            unsafe {
+                (*msg).msg_namelen = 0;
+                (*msg).msg_flags = 0;
+            }
+            return n;
+        }
+    }
+    // SAFETY: `msg` is valid (the caller's promise) when non-null.
     let named = !msg.is_null() && unsafe { !(*msg).msg_name.is_null() };
     if named && entry(|| c_int::from(pair(fd))) == 1 {
         // SAFETY: `msg` is valid; the name is put back whatever the call does.
@@ -840,4 +900,343 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int
     }
     // SAFETY: the caller's arguments.
     unsafe { real::recvmsg(fd, msg, flags) }
+}
+
+/// Runs a direct-path attempt (see `direct`): `None`, the kernel's call, when there is no
+/// direct path for the fd, it cannot keep TCP's meaning, or it panicked (nothing was done
+/// then: every attempt changes nothing before it succeeds).
+fn try_direct<R>(f: impl FnOnce() -> Option<R>) -> Option<R> {
+    if internal::get() {
+        return None;
+    }
+    // Inside, the C library's calls that trespass makes (the provider's doorbell is a
+    // `write`) go straight through.
+    internal::with(|| std::panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or(None))
+}
+
+/// The program's buffers as slices.
+///
+/// # Safety
+///
+/// `iov` points to `n` iovecs, each valid for reading its length (the caller's promise to
+/// writev and its relatives), or `n` is 0.
+unsafe fn out_slices<'a>(iov: *const libc::iovec, n: c_int) -> Vec<IoSlice<'a>> {
+    if iov.is_null() || n <= 0 || n > IOV_MAX {
+        return Vec::new();
+    }
+    // SAFETY: the caller's promise, for `n` iovecs.
+    let iov = unsafe { std::slice::from_raw_parts(iov, n as usize) };
+    iov.iter()
+        .filter(|v| !v.iov_base.is_null() && v.iov_len > 0)
+        // SAFETY: each iovec is valid for reading its length.
+        .map(|v| IoSlice::new(unsafe { std::slice::from_raw_parts(v.iov_base.cast(), v.iov_len) }))
+        .collect()
+}
+
+/// The program's buffers as slices to fill.
+///
+/// # Safety
+///
+/// `iov` points to `n` iovecs, each valid for writing its length and not aliased for the
+/// call's duration (the caller's promise to readv and its relatives), or `n` is 0.
+unsafe fn in_slices<'a>(iov: *const libc::iovec, n: c_int) -> Vec<IoSliceMut<'a>> {
+    if iov.is_null() || n <= 0 || n > IOV_MAX {
+        return Vec::new();
+    }
+    // SAFETY: the caller's promise, for `n` iovecs.
+    let iov = unsafe { std::slice::from_raw_parts(iov, n as usize) };
+    iov.iter()
+        .filter(|v| !v.iov_base.is_null() && v.iov_len > 0)
+        .map(|v| {
+            // SAFETY: each iovec is valid for writing its length, for the call.
+            IoSliceMut::new(unsafe { std::slice::from_raw_parts_mut(v.iov_base.cast(), v.iov_len) })
+        })
+        .collect()
+}
+
+/// The most iovecs the kernel takes in one call (`UIO_MAXIOV`): a call with more is left
+/// to the kernel, which refuses it.
+const IOV_MAX: c_int = 1024;
+
+/// A msghdr's iovec count as the iovec helpers take it (the kernel refuses more than
+/// `IOV_MAX` anyway).
+fn iov_count(n: usize) -> c_int {
+    c_int::try_from(n).unwrap_or(c_int::MAX)
+}
+
+/// One buffer as a slice (none when empty or null).
+///
+/// # Safety
+///
+/// `buf` is valid for reading `len` bytes, or `len` is 0.
+unsafe fn out_slice<'a>(buf: *const c_void, len: usize) -> [IoSlice<'a>; 1] {
+    if buf.is_null() || len == 0 {
+        return [IoSlice::new(&[])];
+    }
+    // SAFETY: the caller's promise.
+    [IoSlice::new(unsafe {
+        std::slice::from_raw_parts(buf.cast(), len)
+    })]
+}
+
+/// One buffer as a slice to fill.
+///
+/// # Safety
+///
+/// `buf` is valid for writing `len` bytes and not aliased for the call, or `len` is 0.
+unsafe fn in_slice<'a>(buf: *mut c_void, len: usize) -> [IoSliceMut<'a>; 1] {
+    if buf.is_null() || len == 0 {
+        return [IoSliceMut::new(&mut [])];
+    }
+    // SAFETY: the caller's promise.
+    [IoSliceMut::new(unsafe {
+        std::slice::from_raw_parts_mut(buf.cast(), len)
+    })]
+}
+
+/// A direct write of `bufs` to `fd`; `None`: the kernel's call. A blocking socket's write
+/// that the stream took only part of sends the rest through the kernel (the pump carries it
+/// after the part written directly), so the call returns what a blocking TCP write would.
+fn write_direct(fd: c_int, bufs: &[IoSlice<'_>], flags: c_int) -> Option<isize> {
+    let total: usize = bufs.iter().map(|b| b.len()).sum();
+    if total == 0 {
+        return None;
+    }
+    let done = try_direct(|| direct::write(fd, bufs, flags))?;
+    if done == total || flags & libc::MSG_DONTWAIT != 0 || direct::nonblocking(fd) {
+        return Some(done as isize);
+    }
+    let mut skip = done;
+    let mut rest: Vec<libc::iovec> = Vec::with_capacity(bufs.len());
+    for b in bufs {
+        if skip >= b.len() {
+            skip -= b.len();
+            continue;
+        }
+        rest.push(libc::iovec {
+            iov_base: b[skip..].as_ptr().cast_mut().cast(),
+            iov_len: b.len() - skip,
+        });
+        skip = 0;
+    }
+    // SAFETY: an all-zero msghdr is a valid empty one.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = rest.as_mut_ptr();
+    msg.msg_iovlen = rest.len() as _;
+    // SAFETY: `msg` names the caller's buffers past what was written, valid for the call.
+    let more = unsafe { real::sendmsg(fd, &msg, flags & libc::MSG_NOSIGNAL) };
+    // An error after a part was written is the part, as a TCP write reports it.
+    Some(done as isize + more.max(0))
+}
+
+/// How long a blocking read keeps waiting on the stream while its wake-ups find nothing.
+const STALE_WAKES: Duration = Duration::from_micros(300);
+
+/// A direct read into `bufs` from `fd`; `None`: the kernel's call. A blocking read with
+/// nothing to read waits on the program's socket and the stream's readiness fd at once, so
+/// bytes that arrive wake it straight from the stream rather than through the pump: it reads
+/// them itself when it is first, and the kernel's socket when the pump was. The readiness fd
+/// stays readable until the pump has looked (only the stream's owner drains it), so a wait
+/// right after a read may wake at once and find nothing: it yields and waits again, for at
+/// most [`STALE_WAKES`] of such wake-ups, then leaves it to the kernel's read, which the
+/// pump's carrying ends.
+fn read_direct(fd: c_int, bufs: &mut [IoSliceMut<'_>], flags: c_int) -> Option<isize> {
+    if bufs.iter().all(|b| b.is_empty()) {
+        return None;
+    }
+    try_direct(|| {
+        let mut stale_since: Option<std::time::Instant> = None;
+        loop {
+            let ready = match direct::read(fd, bufs, flags) {
+                direct::Read::Bytes(n) => return Some(n as isize),
+                direct::Read::Kernel => return None,
+                direct::Read::Empty(ready) => ready,
+            };
+            match stale_since {
+                None => {
+                    if flags & libc::MSG_DONTWAIT != 0 || direct::nonblocking(fd) {
+                        return None;
+                    }
+                }
+                Some(t) if t.elapsed() >= STALE_WAKES => return None,
+                // SAFETY: sched_yield takes nothing and cannot fail on Linux.
+                Some(_) => unsafe {
+                    libc::sched_yield();
+                },
+            }
+            match direct::wait(fd, ready.as_raw_fd()) {
+                direct::Waited::Stream => {
+                    stale_since.get_or_insert_with(std::time::Instant::now);
+                }
+                direct::Waited::Socket => return None,
+                direct::Waited::TimedOut => {
+                    set_errno(libc::EAGAIN);
+                    return Some(-1);
+                }
+                direct::Waited::Interrupted if direct::signals_restart() => return None,
+                direct::Waited::Interrupted => {
+                    set_errno(libc::EINTR);
+                    return Some(-1);
+                }
+            }
+        }
+    })
+}
+
+/// write(2): a carried connection's bytes go to its stream directly when they can (see
+/// `direct`).
+///
+/// # Safety
+///
+/// write(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: usize) -> isize {
+    if direct::any() {
+        // SAFETY: the caller's buffer, valid for `len` bytes.
+        if let Some(n) = write_direct(fd, &unsafe { out_slice(buf, len) }, 0) {
+            return n;
+        }
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::write(fd, buf, len) }
+}
+
+/// read(2): a carried connection's bytes come from its stream directly when they can.
+///
+/// # Safety
+///
+/// read(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: usize) -> isize {
+    if direct::any() {
+        // SAFETY: the caller's buffer, valid for writing `len` bytes.
+        if let Some(n) = read_direct(fd, &mut unsafe { in_slice(buf, len) }, 0) {
+            return n;
+        }
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::read(fd, buf, len) }
+}
+
+/// `__read_chk`: read(2) as a program built with `_FORTIFY_SOURCE` calls it, as `read`
+/// (a length past the buffer's size goes to the C library, which stops the program).
+///
+/// # Safety
+///
+/// read(2)'s contract, with `size` the buffer's size.
+#[no_mangle]
+pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, len: usize, size: usize) -> isize {
+    if direct::any() && len <= size {
+        // SAFETY: the caller's buffer, valid for writing `len` bytes.
+        if let Some(n) = read_direct(fd, &mut unsafe { in_slice(buf, len) }, 0) {
+            return n;
+        }
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::__read_chk(fd, buf, len, size) }
+}
+
+/// `__recv_chk`, as `recv` (see `__read_chk`).
+///
+/// # Safety
+///
+/// recv(2)'s contract, with `size` the buffer's size.
+#[no_mangle]
+pub unsafe extern "C" fn __recv_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    len: usize,
+    size: usize,
+    flags: c_int,
+) -> isize {
+    if direct::any() && len <= size {
+        // SAFETY: the caller's buffer.
+        if let Some(n) = read_direct(fd, &mut unsafe { in_slice(buf, len) }, flags) {
+            return n;
+        }
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::__recv_chk(fd, buf, len, size, flags) }
+}
+
+/// writev(2), as `write`.
+///
+/// # Safety
+///
+/// writev(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) -> isize {
+    if direct::any() {
+        // SAFETY: the caller's iovecs.
+        if let Some(r) = write_direct(fd, &unsafe { out_slices(iov, n) }, 0) {
+            return r;
+        }
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::writev(fd, iov, n) }
+}
+
+/// readv(2), as `read`.
+///
+/// # Safety
+///
+/// readv(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> isize {
+    if direct::any() {
+        // SAFETY: the caller's iovecs.
+        if let Some(r) = read_direct(fd, &mut unsafe { in_slices(iov, n) }, 0) {
+            return r;
+        }
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::readv(fd, iov, n) }
+}
+
+/// send(2), as `write` (plain flags only: see `direct`).
+///
+/// # Safety
+///
+/// send(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, len: usize, flags: c_int) -> isize {
+    if direct::any() {
+        // SAFETY: the caller's buffer.
+        if let Some(n) = write_direct(fd, &unsafe { out_slice(buf, len) }, flags) {
+            return n;
+        }
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::send(fd, buf, len, flags) }
+}
+
+/// recv(2), as `read` (plain flags only).
+///
+/// # Safety
+///
+/// recv(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: usize, flags: c_int) -> isize {
+    if direct::any() {
+        // SAFETY: the caller's buffer.
+        if let Some(n) = read_direct(fd, &mut unsafe { in_slice(buf, len) }, flags) {
+            return n;
+        }
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::recv(fd, buf, len, flags) }
+}
+
+/// shutdown(2): a carried connection's direct path stops taking the side shut down.
+///
+/// # Safety
+///
+/// shutdown(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
+    if direct::any() && !internal::get() {
+        let _ = std::panic::catch_unwind(|| direct::shutdown(fd, how));
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::shutdown(fd, how) }
 }

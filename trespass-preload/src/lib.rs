@@ -37,6 +37,7 @@
 
 mod addr;
 mod config;
+mod direct;
 // The C library's names, exported from the shared object; not built into the unit tests,
 // whose own socket calls they would catch.
 #[cfg(not(test))]
@@ -127,6 +128,7 @@ extern "C" fn at_exit() {
 type Held = (
     MutexGuard<'static, Option<pump::Pump>>,
     MutexGuard<'static, Option<table::Tables>>,
+    MutexGuard<'static, Option<direct::Registry>>,
 );
 
 thread_local! {
@@ -137,7 +139,7 @@ thread_local! {
 /// Takes the library's locks before `fork`, so that the child's copies are not held by a
 /// thread it does not have (a child that closes a socket would wait for it forever).
 extern "C" fn before_fork() {
-    let held = (pump::lock(), table::lock());
+    let held = (pump::lock(), table::lock(), direct::lock());
     HELD.with(|h| *h.borrow_mut() = Some(held));
 }
 

@@ -24,6 +24,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::direct::{self, Direct};
 use crate::real;
 use crate::stats::{count, Event};
 use crate::table::{self, Entry, Pending};
@@ -76,9 +77,15 @@ impl Handoff {
         )
     }
 
-    /// The connection is made (`local` to `peer`): records it for every fd of this connect,
-    /// then opens the program's fd; returns the pump's end of the pair, to carry.
-    pub(crate) fn connected(mut self, local: SocketAddr, peer: SocketAddr) -> UnixStream {
+    /// The connection is made (`local` to `peer`): records it for every fd of this connect
+    /// (with a direct path through `handle`, when given), then opens the program's fd;
+    /// returns the pump's end of the pair, to carry, and the direct path.
+    pub(crate) fn connected(
+        mut self,
+        local: SocketAddr,
+        peer: SocketAddr,
+        handle: Option<trespass::TryHandle>,
+    ) -> (UnixStream, Option<Arc<Direct>>) {
         let conn = table::Conn {
             local,
             peer,
@@ -87,12 +94,23 @@ impl Handoff {
             nodelay: self.nodelay,
             owner: std::process::id(),
         };
-        // Recorded before the fd turns writable: the program's getpeername may follow.
-        table::settle(self.id, Entry::Conn(conn));
+        // Recorded before the fd turns writable: the program's getpeername (and its first
+        // write) may follow.
+        let fds = table::settle(self.id, Entry::Conn(conn));
+        let end = self.theirs.try_clone().map(OwnedFd::from);
+        let direct = match (handle, end) {
+            (Some(h), Ok(end)) => Direct::new(h, &end).ok(),
+            _ => None,
+        };
+        if let Some(d) = &direct {
+            for fd in fds {
+                direct::insert(fd, Arc::clone(d));
+            }
+        }
         if let Err(e) = self.open() {
             crate::log(format_args!("{}: {e}", self.peer));
         }
-        self.theirs
+        (self.theirs, direct)
     }
 
     /// The pending connect failed for good: `SO_ERROR` says `errno`, and the program's fd

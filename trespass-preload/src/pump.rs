@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -23,6 +23,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, ReadBuf};
 use tokio::sync::{mpsc, watch};
 use tokio::task::AbortHandle;
 
+use crate::direct::{self, Direct};
 use crate::pending::{Attempt, Handoff};
 use crate::stats::{count, Event};
 use crate::table;
@@ -57,6 +58,8 @@ pub(crate) enum Job {
         stream: trespass::Stream,
         app: OwnedFd,
         counted: Carrying,
+        /// The program's direct path to `stream`, if it has one.
+        direct: Option<Arc<Direct>>,
     },
     /// Accept RDMA connections on `listener` and hand each to the program's TCP listener at
     /// `reach` (a loopback connection, which the program's accept returns).
@@ -189,10 +192,11 @@ async fn serve(mut jobs: mpsc::UnboundedReceiver<Job>, exiting: watch::Receiver<
                 stream,
                 app,
                 counted,
+                direct,
             } => {
                 let exiting = exiting.clone();
                 tokio::spawn(async move {
-                    let r = start_carrying(stream, app, exiting).await;
+                    let r = start_carrying(stream, app, exiting, direct).await;
                     drop(counted);
                     if let Err(e) = r {
                         crate::log(format_args!("a carried connection ended: {e}"));
@@ -249,19 +253,20 @@ async fn finish(h: Handoff, result: io::Result<trespass::Stream>, exiting: watch
             };
             count(Event::ConnectRdma);
             crate::log(format_args!("{}: over RDMA (after EINPROGRESS)", h.peer));
-            let theirs = h.connected(local, peer);
+            let handle = crate::config().direct.then(|| stream.try_handle());
+            let (theirs, direct) = h.connected(local, peer, handle);
             let _counted = Carrying::new();
-            start_carrying(stream, theirs.into(), exiting).await
+            start_carrying(stream, theirs.into(), exiting, direct).await
         }
         Err(e) => {
             crate::pending::note_failure(h.peer, h.target, &e);
             match tcp(&h).await {
                 Ok(tcp) => {
                     let (local, peer) = (tcp.local_addr().unwrap_or(h.peer), h.peer);
-                    let theirs = h.connected(local, peer);
+                    let (theirs, _) = h.connected(local, peer, None);
                     let _counted = Carrying::new();
                     match SockIo::new(theirs.into()) {
-                        Ok(app) => carry(tcp, app, exiting, None).await.0,
+                        Ok(app) => carry(tcp, app, exiting, None, None).await.0,
                         Err(e) => Err(e),
                     }
                 }
@@ -295,13 +300,105 @@ async fn start_carrying(
     stream: trespass::Stream,
     app: OwnedFd,
     exiting: watch::Receiver<bool>,
+    direct: Option<Arc<Direct>>,
 ) -> io::Result<()> {
+    // Whatever ends the carrying, the program's calls stop using the stream first.
+    let _finish = Finish(direct.clone());
     let mut rdma = trespass::tokio::Stream::from_std(stream)?;
     spin(&mut rdma);
     let app = SockIo::new(app)?;
-    let (r, rdma) = carry(rdma, app, exiting, None).await;
+    let (r, rdma) = carry(rdma, app, exiting, None, direct.as_deref()).await;
+    drop(_finish);
     close(rdma).await;
     r
+}
+
+/// Ends a direct path (see [`Direct::finish`]) when dropped.
+struct Finish(Option<Arc<Direct>>);
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        if let Some(d) = &self.0 {
+            d.finish();
+        }
+    }
+}
+
+/// Which of a direct path's counts of held bytes a [`Held`] or [`Release`] keeps.
+#[derive(Clone, Copy)]
+enum Way {
+    /// From the program to the stream.
+    Out,
+    /// From the stream to the program.
+    In,
+}
+
+fn held(s: &mut crate::direct::State, way: Way) -> &mut usize {
+    match way {
+        Way::Out => &mut s.out_held,
+        Way::In => &mut s.in_held,
+    }
+}
+
+/// A reader whose reads happen under the direct path's lock and count what they read as
+/// held (until a [`Release`] writes it on): the program's direct calls never pass bytes
+/// that came before theirs.
+struct Held<'a, R> {
+    inner: R,
+    direct: Option<&'a Direct>,
+    way: Way,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Held<'_, R> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let Some(d) = this.direct else {
+            return Pin::new(&mut this.inner).poll_read(cx, buf);
+        };
+        let mut s = d.lock();
+        let before = buf.filled().len();
+        let r = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = r {
+            *held(&mut s, this.way) += buf.filled().len() - before;
+        }
+        r
+    }
+}
+
+/// A writer that counts what it wrote as no longer held (see [`Held`]).
+struct Release<'a, W> {
+    inner: W,
+    direct: Option<&'a Direct>,
+    way: Way,
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for Release<'_, W> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write(cx, buf);
+        if let (Some(d), Poll::Ready(Ok(n))) = (this.direct, &r) {
+            let mut s = d.lock();
+            let h = held(&mut s, this.way);
+            *h = h.saturating_sub(*n);
+        }
+        r
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
 }
 
 /// Closes a carried stream after its last bytes (at most the linger), on the blocking pool.
@@ -323,19 +420,40 @@ async fn carry<F: AsyncRead + AsyncWrite + Unpin>(
     app: SockIo,
     mut exiting: watch::Receiver<bool>,
     unaccepted: Option<SocketAddr>,
+    direct: Option<&Direct>,
 ) -> (io::Result<()>, F) {
     let (mut rdma_rd, mut rdma_wr) = tokio::io::split(rdma);
     let (mut app_rd, mut app_wr) = tokio::io::split(app);
     let result = {
         let outgoing = async {
-            let mut from = BufReader::with_capacity(COPY_BUF, &mut app_rd);
-            tokio::io::copy_buf(&mut from, &mut rdma_wr).await?;
-            rdma_wr.shutdown().await
+            let from = Held {
+                inner: &mut app_rd,
+                direct,
+                way: Way::Out,
+            };
+            let mut to = Release {
+                inner: &mut rdma_wr,
+                direct,
+                way: Way::Out,
+            };
+            let mut from = BufReader::with_capacity(COPY_BUF, from);
+            tokio::io::copy_buf(&mut from, &mut to).await?;
+            to.shutdown().await
         };
         let incoming = async {
-            let mut from = BufReader::with_capacity(COPY_BUF, &mut rdma_rd);
-            tokio::io::copy_buf(&mut from, &mut app_wr).await?;
-            app_wr.shutdown().await
+            let from = Held {
+                inner: &mut rdma_rd,
+                direct,
+                way: Way::In,
+            };
+            let mut to = Release {
+                inner: &mut app_wr,
+                direct,
+                way: Way::In,
+            };
+            let mut from = BufReader::with_capacity(COPY_BUF, from);
+            tokio::io::copy_buf(&mut from, &mut to).await?;
+            to.shutdown().await
         };
         tokio::pin!(outgoing, incoming);
         let (mut out_done, mut in_done) = (false, false);
@@ -413,11 +531,23 @@ async fn hand_over(
     socket.set_nodelay(true)?;
     socket.bind(SocketAddr::new(reach.ip(), 0))?;
     let source = socket.local_addr()?;
+    // The program's accept may return the connection as soon as it is made: its direct path
+    // and its addresses are there before.
+    let direct = if crate::config().direct {
+        let end = socket.as_fd().try_clone_to_owned()?;
+        let d = Direct::new(stream.try_handle(), &end)?;
+        direct::add_unaccepted(source, Arc::clone(&d));
+        Some(d)
+    } else {
+        None
+    };
+    let _finish = Finish(direct.clone());
     table::add_marker(source, peer, local);
     let tcp = match socket.connect(reach).await {
         Ok(tcp) => tcp,
         Err(e) => {
             table::take_marker(source);
+            direct::take_unaccepted(source);
             return Err(e);
         }
     };
@@ -425,10 +555,12 @@ async fn hand_over(
     let app = SockIo::new(fd)?;
     let mut rdma = stream;
     spin(&mut rdma);
-    let (r, rdma) = carry(rdma, app, exiting, Some(source)).await;
+    let (r, rdma) = carry(rdma, app, exiting, Some(source), direct.as_deref()).await;
+    drop(_finish);
     close(rdma).await;
     // The program may never have accepted it.
     table::take_marker(source);
+    direct::take_unaccepted(source);
     r
 }
 

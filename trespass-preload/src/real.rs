@@ -91,6 +91,24 @@ real! {
     fn recvfrom(fd: c_int, buf: *mut c_void, len: usize, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> isize;
     /// recvmsg(2).
     fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> isize;
+    /// read(2).
+    fn read(fd: c_int, buf: *mut c_void, len: usize) -> isize;
+    /// write(2).
+    fn write(fd: c_int, buf: *const c_void, len: usize) -> isize;
+    /// readv(2).
+    fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> isize;
+    /// writev(2).
+    fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) -> isize;
+    /// send(2).
+    fn send(fd: c_int, buf: *const c_void, len: usize, flags: c_int) -> isize;
+    /// recv(2).
+    fn recv(fd: c_int, buf: *mut c_void, len: usize, flags: c_int) -> isize;
+    /// `__read_chk`, read(2) with `_FORTIFY_SOURCE`'s check of the buffer's size.
+    fn __read_chk(fd: c_int, buf: *mut c_void, len: usize, size: usize) -> isize;
+    /// `__recv_chk`, recv(2) with the same check.
+    fn __recv_chk(fd: c_int, buf: *mut c_void, len: usize, size: usize, flags: c_int) -> isize;
+    /// shutdown(2).
+    fn shutdown(fd: c_int, how: c_int) -> c_int;
     /// setsockopt(2).
     fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int;
 }

@@ -37,9 +37,13 @@ pub(crate) enum Event {
     AcceptRdma,
     /// A connection accepted from a TCP client.
     AcceptTcp,
+    /// A data call (`write`, `send`, ...) whose bytes went to the stream directly.
+    WriteDirect,
+    /// A data call (`read`, `recv`, ...) whose bytes came from the stream directly.
+    ReadDirect,
 }
 
-const EVENTS: [(Event, &str); 13] = [
+const EVENTS: [(Event, &str); 15] = [
     (Event::ConnectRdma, "connect_rdma"),
     (Event::ConnectTcpRule, "connect_tcp_rule"),
     (Event::ConnectTcpRefused, "connect_tcp_refused"),
@@ -53,6 +57,8 @@ const EVENTS: [(Event, &str); 13] = [
     (Event::ListenTcpError, "listen_tcp_error"),
     (Event::AcceptRdma, "accept_rdma"),
     (Event::AcceptTcp, "accept_tcp"),
+    (Event::WriteDirect, "write_direct"),
+    (Event::ReadDirect, "read_direct"),
 ];
 
 #[allow(clippy::declare_interior_mutable_const)] // the initialiser of the array below
@@ -131,7 +137,12 @@ mod tests {
         let expected: Vec<&str> = EVENTS.iter().map(|(_, n)| *n).collect();
         assert_eq!(names, expected);
         // Counters only grow (other tests in this binary may count too).
-        let n: u64 = line.rsplit("accept_tcp=").next().unwrap().parse().unwrap();
+        let n: u64 = line
+            .split(' ')
+            .find_map(|kv| kv.strip_prefix("accept_tcp="))
+            .unwrap()
+            .parse()
+            .unwrap();
         assert!(n >= 2, "{line}");
         for (i, (event, _)) in EVENTS.iter().enumerate() {
             assert_eq!(*event as usize, i, "EVENTS is in the enum's order");

@@ -141,17 +141,17 @@ pub(crate) fn remove(fd: c_int) -> Option<u64> {
 }
 
 /// Every fd of pending connect `id` (the one connect made, and its dups) becomes `to`.
-/// Whether any was left (the program may have closed them all).
-pub(crate) fn settle(id: u64, to: Entry) -> bool {
+/// Returns those fds (none when the program closed them all).
+pub(crate) fn settle(id: u64, to: Entry) -> Vec<c_int> {
     with(|t| {
-        let mut any = false;
-        for e in t.fds.values_mut() {
+        let mut fds = Vec::new();
+        for (fd, e) in t.fds.iter_mut() {
             if matches!(e, Entry::Pending(p) if p.id == id) {
                 *e = to;
-                any = true;
+                fds.push(*fd);
             }
         }
-        any
+        fds
     })
 }
 
@@ -307,13 +307,16 @@ mod tests {
             error: libc::ECONNREFUSED,
             ..pending
         };
-        assert!(settle(9, Entry::Pending(failed)));
+        assert_eq!(settle(9, Entry::Pending(failed)).len(), 2);
         assert_eq!(take_pending_error(3001), libc::ECONNREFUSED);
         assert_eq!(take_pending_error(3000), 0, "reported once, for every dup");
         assert!(matches!(get(3002), Some(Entry::Pending(p)) if p.error == 0));
-        assert!(settle(10, Entry::Conn(conn)));
+        assert_eq!(settle(10, Entry::Conn(conn)), [3002]);
         assert_eq!(get(3002), Some(Entry::Conn(conn)));
-        assert!(!settle(11, Entry::Conn(conn)), "no fd of that connect");
+        assert!(
+            settle(11, Entry::Conn(conn)).is_empty(),
+            "no fd of that connect"
+        );
         for fd in [3000, 3001, 3002] {
             remove(fd);
         }

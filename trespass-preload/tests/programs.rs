@@ -716,3 +716,51 @@ fn bytes_written_just_before_exit_arrive_whole() {
     );
     assert_counters(&dir.join("c.stats"), &[("connect_rdma", 1)]);
 }
+
+#[test]
+fn bytes_keep_their_order_when_the_direct_path_and_the_kernel_take_turns() {
+    let Some(ip) = test_ip("bytes_keep_their_order_when_the_direct_path_and_the_kernel_take_turns")
+    else {
+        return;
+    };
+    let dir = scratch("mixed");
+    let host = ip.to_string();
+    let (srv, port) = server(
+        &Run::preloaded(dir.join("s.stats")),
+        &dir,
+        &["--sink", "--mixed"],
+    );
+    let port = port.to_string();
+    // Writes by write, writev and send (the direct path's), send with MSG_MORE and sendfile
+    // (the kernel's: the pump carries them) and nonblocking sends, in pieces of 1 byte to
+    // 64 KiB; reads by read, recv, readv (direct), MSG_PEEK and MSG_WAITALL (the kernel's).
+    // The server checks every byte's place in the pattern.
+    let out = ok(
+        Run::preloaded(dir.join("c.stats")).pp(&[
+            "client",
+            "--host",
+            &host,
+            "--port",
+            &port,
+            "--send-exit",
+            "3000000",
+            "--mixed",
+        ]),
+        "the client",
+    );
+    assert!(out.contains("sent 3000000 bytes"), "{out}");
+    let served = ok(srv, "the server");
+    assert!(
+        served.contains("served 1 connections, 3000000 bytes"),
+        "{served}"
+    );
+    let c = &counters(&dir.join("c.stats"))[0];
+    let s = &counters(&dir.join("s.stats"))[0];
+    assert_eq!((c["connect_rdma"], s["accept_rdma"]), (1, 1), "{c:?} {s:?}");
+    // Both paths were taken, or the order was not put to the test.
+    assert!(
+        c["write_direct"] > 0,
+        "no write took the direct path: {c:?}"
+    );
+    assert!(s["read_direct"] > 0, "no read took the direct path: {s:?}");
+}

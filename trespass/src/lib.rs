@@ -66,4 +66,4 @@ pub mod wire;
 
 pub use config::Config;
 pub use error::{Error, Fault, LendError};
-pub use stream::{Listener, Stream, MAX_LENT};
+pub use stream::{Listener, Stream, TryHandle, MAX_LENT};

@@ -1025,6 +1025,14 @@ impl Stream {
         self.lock().conn.has_unread()
     }
 
+    /// A handle through which other threads can read and write this connection's byte
+    /// stream without waiting: see [`TryHandle`].
+    pub fn try_handle(&self) -> TryHandle {
+        TryHandle {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
     /// Pumps the connection for at most `d` (busy polling, no sleep) until it can be read
     /// (`read`) or written, or has failed. True when it can; false when the time ran out.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
@@ -1147,6 +1155,131 @@ fn read_end(d: &Driver) -> Option<io::Result<()>> {
         return Some(Err(io_err(Error::Connection(e.clone()))));
     }
     None
+}
+
+/// A second way into a [`Stream`]'s connection, for threads other than the one that waits
+/// on it: [`try_read`](Self::try_read) and [`try_write`](Self::try_write) take what is there
+/// now (bytes in the receive ring, room in the send buffer, after one look at the completion
+/// queue) and never wait, never arm the readiness fd and never consume its events. So a
+/// stream's owner (a blocking caller, or its tokio front end, which waits on the readiness
+/// fd) is never robbed of the wake-up it waits for; at worst it wakes, finds the bytes taken,
+/// and waits again. Every call is atomic with the owner's: both take the connection's lock.
+///
+/// What the handle does not see is the owner's own state: a message
+/// [`recv_msg`](Stream::recv_msg) has begun, and a [`shutdown`](Stream::shutdown) of the
+/// read side (the write side's is the connection's, and seen). Bytes of a region the peer
+/// lent (which are fetched with an RDMA READ, a wait) are left to the owner too: the handle
+/// says `WouldBlock` before them. It keeps the connection's resources alive while it
+/// lives, but does not keep the connection open: dropping the [`Stream`] closes it, after
+/// which the handle's calls fail.
+#[derive(Clone)]
+pub struct TryHandle {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for TryHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TryHandle").finish_non_exhaustive()
+    }
+}
+
+impl AsFd for TryHandle {
+    /// The stream's readiness fd (as [`Stream`]'s): readable when something arrived. A
+    /// thread that waits on it shares the wake-up with the owner, who may take the bytes
+    /// first; only the owner's waits drain it.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.shared.readiness.as_fd()
+    }
+}
+
+impl TryHandle {
+    fn lock(&self) -> MutexGuard<'_, Driver> {
+        self.shared.driver.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Reads the stream bytes that are there now into `buf`.
+    ///
+    /// # Errors
+    ///
+    /// `WouldBlock` when no byte is there (or the next are a lent region's); the
+    /// connection's error when it failed. End of stream is `Ok(0)`, as for [`Read`].
+    pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let mut d = self.lock();
+        let mut pumped = false;
+        loop {
+            let mut n = 0;
+            while n < buf.len() {
+                let w = d.conn.recv_window();
+                if w.lent || d.conn.fetching().is_some() {
+                    break;
+                }
+                if w.len == 0 {
+                    if w.ends_message {
+                        d.conn.consume(0);
+                        continue;
+                    }
+                    break;
+                }
+                let take = (buf.len() - n).min(w.len as usize);
+                d.ring()
+                    .read_at(w.offset as usize, &mut buf[n..n + take])
+                    .map_err(|e| io_err(Error::verbs("copying from the receive ring", e)))?;
+                d.conn.consume(take as u32);
+                n += take;
+            }
+            if n > 0 {
+                d.flush_posts();
+                return Ok(n);
+            }
+            let w = d.conn.recv_window();
+            if w.lent || d.conn.fetching().is_some() {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            if let Some(r) = read_end(&d) {
+                return r.map(|()| 0);
+            }
+            if pumped || !d.pump_fast(Instant::now()) {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            pumped = true;
+        }
+    }
+
+    /// Writes as much of `buf` as the send buffer has room for now.
+    ///
+    /// # Errors
+    ///
+    /// `WouldBlock` when there is no room; the connection's error when it failed or was
+    /// shut down for writing.
+    pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let mut d = self.lock();
+        let mut pumped = false;
+        loop {
+            write_check(&d)?;
+            let (offset, room) = d.conn.send_window();
+            if room > 0 {
+                let n = buf.len().min(room as usize);
+                d.staging_mut()
+                    .write_at(offset as usize, &buf[..n])
+                    .map_err(|e| io_err(Error::verbs("copying into the send buffer", e)))?;
+                d.conn
+                    .commit_send(n as u32, false)
+                    .map_err(|e| io_err(e.into()))?;
+                d.flush_posts();
+                return Ok(n);
+            }
+            if pumped || !d.pump_fast(Instant::now()) {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            pumped = true;
+        }
+    }
 }
 
 impl Read for Stream {

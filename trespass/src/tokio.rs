@@ -237,6 +237,13 @@ impl Stream {
             .expect("a stream has its connection until it is dropped")
     }
 
+    /// A handle for other threads' reads and writes that never wait, as
+    /// [`crate::Stream::try_handle`]. This stream's waits are not disturbed by them: the
+    /// handle never consumes the events this stream's tasks wait for.
+    pub fn try_handle(&self) -> crate::TryHandle {
+        self.io().stream.try_handle()
+    }
+
     /// Gives the blocking [`crate::Stream`] back: its registrations with the reactor end
     /// (it stays in non-blocking mode). Dropping a `Stream` hands the wait for its last bytes
     /// (at most the linger) to the blocking pool and returns at once; a caller that must

@@ -295,3 +295,90 @@ fn requests_beyond_the_backlog_wait_and_connect_once_the_listener_accepts() {
         assert_eq!(&b, b"x");
     }
 }
+
+#[test]
+fn a_try_handle_takes_what_is_there_and_leaves_the_owners_wake_up_alone() {
+    let Some(ip) =
+        common::test_ip("a_try_handle_takes_what_is_there_and_leaves_the_owners_wake_up_alone")
+    else {
+        return;
+    };
+    let (mut server, mut client) = pair(ip, 7621, &Config::new());
+    let handle = client.try_handle();
+    let mut buf = [0u8; 64];
+    // Nothing there: WouldBlock at once, whatever the owner's mode.
+    let t0 = Instant::now();
+    let err = handle.try_read(&mut buf).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+    assert!(t0.elapsed() < Duration::from_secs(1), "try_read waited");
+    // A write through the handle reaches the peer, in order with the owner's.
+    client.write_all(b"owner,").unwrap();
+    assert_eq!(handle.try_write(b"handle,").unwrap(), 7);
+    client.write_all(b"owner").unwrap();
+    let mut got = [0u8; 18];
+    server.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"owner,handle,owner");
+
+    // The owner waits the way its tokio front end does: a non-blocking read says
+    // WouldBlock, having armed its fd, and the fd turns readable when bytes arrive.
+    client.set_nonblocking(true).unwrap();
+    assert_eq!(
+        client.read(&mut buf).unwrap_err().kind(),
+        io::ErrorKind::WouldBlock
+    );
+    server.write_all(b"for whoever looks first").unwrap();
+    let mut pfd = libc::pollfd {
+        fd: client.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, for the duration of the call.
+    let n = unsafe { libc::poll(&mut pfd, 1, 10_000) };
+    assert_eq!(n, 1, "the owner's fd did not turn readable within 10 s");
+    // The handle takes the bytes, then finds nothing more...
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut taken = Vec::new();
+    while taken.len() < 23 {
+        match handle.try_read(&mut buf) {
+            Ok(n) => taken.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                assert!(Instant::now() < deadline, "took {taken:?} in 10 s");
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(taken, b"for whoever looks first");
+    assert_eq!(
+        handle.try_read(&mut buf).unwrap_err().kind(),
+        io::ErrorKind::WouldBlock
+    );
+    // ...and the event that announced them is still the owner's: a waiter on the fd (a
+    // reactor) wakes, looks, and arms again. Had the handle's WouldBlock drained the fd, a
+    // waiter that had not collected the event yet would never hear of what came.
+    pfd.revents = 0;
+    // SAFETY: as above; a zero timeout only looks.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    assert_eq!(n, 1, "the handle took the owner's wake-up");
+    assert_eq!(
+        client.read(&mut buf).unwrap_err().kind(),
+        io::ErrorKind::WouldBlock,
+        "the owner finds the bytes gone and waits again"
+    );
+    // After the owner drops the stream the handle's calls fail rather than reach it.
+    server.write_all(b"late").unwrap();
+    drop(client);
+    let mut failed = false;
+    for _ in 0..100 {
+        match handle.try_write(b"x") {
+            Err(e) if e.kind() != io::ErrorKind::WouldBlock => {
+                failed = true;
+                break;
+            }
+            _ => thread::sleep(Duration::from_millis(10)),
+        }
+    }
+    assert!(
+        failed,
+        "a write through the handle of a dropped stream succeeded"
+    );
+}

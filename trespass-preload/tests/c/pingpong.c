@@ -9,10 +9,10 @@
  * modes use sockets that the preload must leave alone.
  *
  * pingpong server [--bind ADDR] --port P [--count N] [--epoll|--fork] [--port-file PATH]
- *                 [--backlog N] [--accept-after MS] [--sink]
+ *                 [--backlog N] [--accept-after MS] [--sink] [--mixed]
  * pingpong client --host H --port P [--size S] [--iters N] [--poll|--select|--epoll]
  *                 [--short N | --stream SECONDS | --fork | --exec | --threads-close |
- *                  --send-exit BYTES] [--connect-timeout MS] [--fcntl-dup] [--rcvtimeo MS]
+ *                  --send-exit BYTES [--mixed]] [--connect-timeout MS] [--fcntl-dup] [--rcvtimeo MS]
  * pingpong client-fd --fd N [--size S] [--iters N]
  * pingpong udp-server [--bind ADDR] --port P [--count N] [--port-file PATH]
  * pingpong udp-client --host H --port P
@@ -41,7 +41,12 @@
  * after listening before its first accept, so that connections pile up beyond the backlog.
  * server --sink reads each connection to its end, checking every byte against the pattern
  * client --send-exit N writes (N bytes, then exit(0) at once: no shutdown, close or wait), and
- * echoes nothing; its "served" line counts the bytes.
+ * echoes nothing; its "served" line counts the bytes. With --mixed (on either side) each
+ * piece goes by the next of several calls in turn, in pieces of varying size: the client's
+ * write, writev of two parts, send, send with MSG_MORE, sendfile from a memfd and a
+ * nonblocking send; the server's read, recv, readv into two parts, recv after a MSG_PEEK of
+ * the same bytes, and recv with MSG_WAITALL. A preload that carries some of these itself and
+ * leaves others to the kernel must keep the bytes in order across them.
  *
  * server --fork (not with --epoll) forks a child per connection: the child closes the listening
  * socket, echoes the connection as the plain server does and exits 0 (1 on any error); the parent
@@ -93,7 +98,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/select.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/un.h>
@@ -118,7 +125,7 @@ enum io_mode { IO_BLOCK, IO_POLL, IO_SELECT, IO_EPOLL };
 enum { OPT_BIND, OPT_PORT, OPT_HOST, OPT_PATH, OPT_COUNT, OPT_EPOLL, OPT_PORT_FILE, OPT_SIZE,
        OPT_ITERS, OPT_POLL, OPT_SELECT, OPT_SHORT, OPT_STREAM, OPT_FORK, OPT_EXEC,
        OPT_THREADS_CLOSE, OPT_FD, OPT_BACKLOG, OPT_ACCEPT_AFTER, OPT_SINK, OPT_SEND_EXIT,
-       OPT_CONNECT_TIMEOUT, OPT_FCNTL_DUP, OPT_RCVTIMEO };
+       OPT_CONNECT_TIMEOUT, OPT_FCNTL_DUP, OPT_RCVTIMEO, OPT_MIXED };
 #define SEEN(o, opt) ((o)->seen & (1u << (opt)))
 
 struct opts {
@@ -267,6 +274,7 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 		{ "--connect-timeout", OPT_CONNECT_TIMEOUT, 1, CLIENT },
 		{ "--fcntl-dup", OPT_FCNTL_DUP, 0, CLIENT },
 		{ "--rcvtimeo", OPT_RCVTIMEO, 1, CLIENT },
+		{ "--mixed", OPT_MIXED, 0, SERVER | CLIENT },
 	};
 	const size_t n_options = sizeof options / sizeof options[0];
 
@@ -303,6 +311,7 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 		case OPT_SHORT: o->shorts = parse_num("--short", val, 1, 1000000000); break;
 		case OPT_FD: o->fd = (int)parse_num("--fd", val, 0, 1 << 30); break;
 		case OPT_SEND_EXIT: o->send_exit = parse_num("--send-exit", val, 1, 1ULL << 40); break;
+		case OPT_MIXED: break;
 		case OPT_RCVTIMEO: o->rcvtimeo_ms = (int)parse_num("--rcvtimeo", val, 1, 3600000); break;
 		case OPT_CONNECT_TIMEOUT:
 			o->connect_timeout_ms = (int)parse_num("--connect-timeout", val, 1, 3600000);
@@ -334,6 +343,8 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 		fail(2, "--iters does not apply to --short or --stream");
 	if (o->stream > 0 && !SEEN(o, OPT_SIZE)) o->size = BUF_SIZE;
 	if (o->mode == CLIENT_FD && !SEEN(o, OPT_FD)) fail(2, "client-fd needs --fd");
+	if (o->mode == CLIENT && SEEN(o, OPT_MIXED) && !o->send_exit)
+		fail(2, "a client's --mixed applies to --send-exit");
 	if (SEEN(o, OPT_FORK) && SEEN(o, OPT_EPOLL))
 		fail(2, "--fork and --epoll exclude each other");
 
@@ -520,6 +531,68 @@ static int accept_one(int lfd) {
  * bytes echoed. */
 /* --sink: the server checks and counts what it reads and echoes nothing. */
 static int sink_mode;
+/* --mixed: each read or write is the next of several calls in turn. */
+static int mixed_mode;
+
+/* A piece size for --mixed's turn k: from 1 byte to max, spread. */
+static size_t mixed_size(unsigned long long k, size_t max) {
+	size_t n = (size_t)((k * 2654435761ULL) >> 7) % max + 1;
+	return (k % 7 == 0) ? max : n;
+}
+
+/* Reads up to len bytes of fd into buf by --mixed's turn k; as read(2). */
+static ssize_t mixed_read(int fd, char *buf, size_t len, unsigned long long k) {
+	len = mixed_size(k, len);
+	switch (k % 5) {
+	case 0: return read(fd, buf, len);
+	case 1: return recv(fd, buf, len, 0);
+	case 2: {
+		struct iovec iov[2] = { { buf, len / 2 }, { buf + len / 2, len - len / 2 } };
+		return readv(fd, iov, 2);
+	}
+	case 3: {
+		/* Peeked bytes are the ones the next call returns. */
+		char peek[64];
+		size_t p = len < sizeof peek ? len : sizeof peek;
+		ssize_t n = recv(fd, peek, p, MSG_PEEK);
+		if (n <= 0) return n;
+		ssize_t m = recv(fd, buf, (size_t)n, 0);
+		if (m > 0 && memcmp(peek, buf, (size_t)m) != 0)
+			fail(1, "MSG_PEEK saw other bytes than the read after it");
+		return m;
+	}
+	default: return recv(fd, buf, len < 512 ? len : 512, MSG_WAITALL);
+	}
+}
+
+/* Writes len bytes of buf (or fewer) to fd by --mixed's turn k; as write(2). mem is a memfd
+ * that sendfile's turn copies the bytes through. */
+static ssize_t mixed_write(int fd, int mem, const char *buf, size_t len, unsigned long long k) {
+	switch (k % 6) {
+	case 0: return write(fd, buf, len);
+	case 1: {
+		struct iovec iov[2] = { { (void *)buf, len / 2 }, { (void *)(buf + len / 2), len - len / 2 } };
+		return writev(fd, iov, 2);
+	}
+	case 2: return send(fd, buf, len, 0);
+	case 3: return send(fd, buf, len, MSG_MORE);
+	case 4: {
+		if (ftruncate(mem, 0) < 0) die("ftruncate");
+		if (pwrite(mem, buf, len, 0) != (ssize_t)len) die("pwrite");
+		off_t from = 0;
+		return sendfile(fd, mem, &from, len);
+	}
+	default: {
+		int fl = fcntl(fd, F_GETFL);
+		if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) die("fcntl O_NONBLOCK");
+		ssize_t w = send(fd, buf, len, 0);
+		int e = errno;
+		if (fcntl(fd, F_SETFL, fl) < 0) die("fcntl");
+		errno = e;
+		return w;
+	}
+	}
+}
 
 /* The byte at offset off of what --send-exit writes and --sink expects. */
 static unsigned char sink_byte(unsigned long long off) {
@@ -529,7 +602,8 @@ static unsigned char sink_byte(unsigned long long off) {
 static unsigned long long echo_conn(int fd, char *buf) {
 	unsigned long long bytes = 0;
 	for (;;) {
-		ssize_t n = read(fd, buf, BUF_SIZE);
+		static unsigned long long turn;
+		ssize_t n = mixed_mode ? mixed_read(fd, buf, BUF_SIZE, turn++) : read(fd, buf, BUF_SIZE);
 		if (n < 0 && errno == EINTR) continue;
 		if (n < 0) die("read");
 		if (n == 0) break;
@@ -693,6 +767,7 @@ static unsigned long long serve_epoll(int lfd, unsigned long long count, int *ep
 static void run_server(const struct opts *o) {
 	int lfd = open_server(o, SOCK_STREAM), ep = -1;
 	sink_mode = SEEN(o, OPT_SINK) != 0;
+	mixed_mode = SEEN(o, OPT_MIXED) != 0;
 	if (o->accept_after_ms) {
 		/* Connections pile up in the backlog (and beyond it) meanwhile. */
 		struct timespec ts = { (time_t)(o->accept_after_ms / 1000),
@@ -1044,14 +1119,19 @@ static void run_client(const struct opts *o) {
 		/* Writes and exits at once: no shutdown, no close, no waiting for the peer. What
 		 * the kernel (or a preload) still holds must reach the peer all the same. */
 		char *buf = xmalloc(BUF_SIZE);
-		unsigned long long sent = 0;
+		unsigned long long sent = 0, turn = 0;
+		int mixed = SEEN(o, OPT_MIXED) != 0;
+		int mem = mixed ? memfd_create("pingpong-mixed", 0) : -1;
+		if (mixed && mem < 0) die("memfd_create");
 		while (sent < o->send_exit) {
-			size_t n = BUF_SIZE;
+			size_t n = mixed ? mixed_size(turn, BUF_SIZE) : BUF_SIZE;
 			if (o->send_exit - sent < n) n = (size_t)(o->send_exit - sent);
 			for (size_t i = 0; i < n; i++) buf[i] = (char)sink_byte(sent + i);
 			for (size_t off = 0; off < n;) {
-				ssize_t w = write(fd, buf + off, n - off);
-				if (w < 0 && errno == EINTR) continue;
+				ssize_t w;
+				if (mixed) w = mixed_write(fd, mem, buf + off, n - off, turn++);
+				else w = write(fd, buf + off, n - off);
+				if (w < 0 && (errno == EINTR || errno == EAGAIN)) continue;
 				if (w < 0) die("write");
 				off += (size_t)w;
 			}

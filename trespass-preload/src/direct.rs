@@ -1,0 +1,397 @@
+//! The direct data path: the program's own `read`, `write` and their relatives reach the
+//! trespass stream of a carried connection without the pump, when that keeps the bytes in
+//! order.
+//!
+//! The program's fd stays the kernel socket the pump carries (poll, select, epoll, fork,
+//! `sendfile` and every call this library does not interpose keep their meaning through it),
+//! and the pump stays the one that waits on the stream. A data call on a carried fd first
+//! tries the stream through a [`trespass::TryHandle`], which takes what is there now and
+//! never waits or takes the pump's wake-ups; whenever that cannot keep TCP's meaning it does
+//! the kernel's call instead, which the pump carries as before. So the direct path is only
+//! ever a shortcut:
+//!
+//! - A write goes to the stream only when nothing the program wrote before is still on its
+//!   way through the pump: the program's socket has no unsent bytes (`SIOCOUTQ`), the
+//!   pump's end has none unread (`FIONREAD`), and the pump holds none it read but has not
+//!   written ([`State::out_held`], counted under the same lock as the pump's reads of its
+//!   end). Then the bytes go in at the same place in the stream as through the pump.
+//! - A read takes bytes from the stream only when nothing that came before them is on its way
+//!   to the program through its socket: none unread there (`FIONREAD`), none unsent at the
+//!   pump's end (`SIOCOUTQ`), none the pump read from the stream but has not written
+//!   ([`State::in_held`], counted under the lock around the pump's stream reads).
+//! - Nothing waits here: no bytes or no room, an end of stream or an error, a flag the
+//!   kernel would have to interpret (`MSG_PEEK`, `MSG_WAITALL`, ...), a process that is not
+//!   the one whose pump carries the connection (a forked child), a shut-down side: each goes
+//!   to the kernel's call, where the pump's carrying gives the answer TCP would.
+
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::io::{self, IoSlice, IoSliceMut};
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::stats::{count, Event};
+
+/// A carried connection's direct path, shared by the program's fds for it and the pump.
+pub(crate) struct Direct {
+    /// The process whose pump carries the connection: only its threads use the stream.
+    owner: u32,
+    /// A duplicate of the stream's readiness fd, for a blocking read to wait on beside the
+    /// program's socket. Open as long as this lives, so its number is never another file's.
+    ready: Arc<OwnedFd>,
+    state: Mutex<State>,
+}
+
+/// What the direct path and the pump agree on, under one lock.
+pub(crate) struct State {
+    /// `None` once the pump stopped carrying: every call is the kernel's from then on.
+    handle: Option<trespass::TryHandle>,
+    /// A duplicate of the pump's end of the program's socket, for its queue sizes.
+    pump_end: Option<OwnedFd>,
+    /// Bytes the pump read from the program's socket and has not written to the stream.
+    pub(crate) out_held: usize,
+    /// Bytes the pump read from the stream and has not written to the program's socket.
+    pub(crate) in_held: usize,
+    /// The program shut its write side (through this process's `shutdown`).
+    write_shut: bool,
+    /// The program shut its read side.
+    read_shut: bool,
+}
+
+impl Direct {
+    /// The direct path of a connection this process's pump carries through `pump_end`.
+    pub(crate) fn new(handle: trespass::TryHandle, pump_end: &OwnedFd) -> io::Result<Arc<Direct>> {
+        let pump_end = pump_end.try_clone()?;
+        let ready = Arc::new(handle.as_fd().try_clone_to_owned()?);
+        Ok(Arc::new(Direct {
+            owner: std::process::id(),
+            ready,
+            state: Mutex::new(State {
+                handle: Some(handle),
+                pump_end: Some(pump_end),
+                out_held: 0,
+                in_held: 0,
+                write_shut: false,
+                read_shut: false,
+            }),
+        }))
+    }
+
+    /// The lock the pump takes around its reads and the counts it keeps.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The pump stopped carrying: the stream is not touched here again.
+    pub(crate) fn finish(&self) {
+        let mut s = self.lock();
+        s.handle = None;
+        s.pump_end = None;
+    }
+}
+
+/// The program's fds with a direct path, and the accepted connections waiting for the
+/// program's accept (by the pump's loopback source address).
+#[derive(Default)]
+pub(crate) struct Registry {
+    fds: HashMap<c_int, Arc<Direct>>,
+    unaccepted: HashMap<SocketAddr, Arc<Direct>>,
+}
+
+static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
+/// Entries in `fds`: the data calls look no further while it is 0.
+static FDS: AtomicUsize = AtomicUsize::new(0);
+
+/// The registry's lock, also for the fork handlers.
+pub(crate) fn lock() -> MutexGuard<'static, Option<Registry>> {
+    REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn with<R>(f: impl FnOnce(&mut Registry) -> R) -> R {
+    let mut r = lock();
+    let r = r.get_or_insert_with(Registry::default);
+    let out = f(r);
+    FDS.store(r.fds.len(), Ordering::Release);
+    out
+}
+
+/// Gives the program's `fd` the direct path `d`.
+pub(crate) fn insert(fd: c_int, d: Arc<Direct>) {
+    keep_if_foreign(with(|r| r.fds.insert(fd, d)));
+}
+
+/// Gives `new` the direct path of `old` (dup).
+pub(crate) fn copy(old: c_int, new: c_int) {
+    if FDS.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    keep_if_foreign(with(|r| {
+        let d = r.fds.get(&old).cloned();
+        match d {
+            Some(d) => r.fds.insert(new, d),
+            None => r.fds.remove(&new),
+        }
+    }));
+}
+
+/// Forgets `fd` (closed, or replaced by dup2).
+pub(crate) fn remove(fd: c_int) {
+    if FDS.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    keep_if_foreign(with(|r| r.fds.remove(&fd)));
+}
+
+/// A forked child's copies of its parent's direct paths are only memory: the parent's
+/// threads hold the other references, which nothing in the child ever drops, so dropping
+/// the child's would never reach the stream; forgetting them says so.
+/// (The entry an insert replaced or a remove took, if any; dropped here, outside the
+/// registry's lock.)
+fn keep_if_foreign(d: Option<Arc<Direct>>) {
+    if let Some(d) = d.filter(|d| d.owner != std::process::id()) {
+        std::mem::forget(d);
+    }
+}
+
+/// The pump made the loopback connection from `source` for `d`: the program's accept of it
+/// takes `d` (see [`take_unaccepted`]).
+pub(crate) fn add_unaccepted(source: SocketAddr, d: Arc<Direct>) {
+    with(|r| r.unaccepted.insert(source, d));
+}
+
+/// The direct path of the pump's connection from `source`, once.
+pub(crate) fn take_unaccepted(source: SocketAddr) -> Option<Arc<Direct>> {
+    with(|r| r.unaccepted.remove(&source))
+}
+
+/// Whether any fd has a direct path: in a program with no carried connection open, a data
+/// call costs one atomic load more than the C library's.
+pub(crate) fn any() -> bool {
+    FDS.load(Ordering::Relaxed) != 0
+}
+
+fn get(fd: c_int) -> Option<Arc<Direct>> {
+    if FDS.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let d = lock().as_ref()?.fds.get(&fd).cloned()?;
+    if d.owner != std::process::id() {
+        std::mem::forget(d);
+        return None;
+    }
+    Some(d)
+}
+
+/// `shutdown` on `fd`: the direct path stops taking that side before the kernel's call.
+pub(crate) fn shutdown(fd: c_int, how: c_int) {
+    let Some(d) = get(fd) else { return };
+    let mut s = d.lock();
+    if matches!(how, libc::SHUT_WR | libc::SHUT_RDWR) {
+        s.write_shut = true;
+    }
+    if matches!(how, libc::SHUT_RD | libc::SHUT_RDWR) {
+        s.read_shut = true;
+    }
+}
+
+/// The bytes of `fd`'s queue that `req` (`FIONREAD`: unread; `SIOCOUTQ`: unsent) counts;
+/// `None` when the kernel will not say.
+fn queued(fd: c_int, req: libc::c_ulong) -> Option<c_int> {
+    let mut n: c_int = 0;
+    // SAFETY: both requests write one int through the pointer, which is valid for it.
+    let r = unsafe { libc::ioctl(fd, req as _, &raw mut n) };
+    (r == 0).then_some(n)
+}
+
+/// `SIOCOUTQ` (linux/sockios.h), which the libc crate does not name: the bytes a socket
+/// has not sent (a Unix stream socket's: not yet read by its peer; TCP's: not acked).
+const SIOCOUTQ: libc::c_ulong = libc::TIOCOUTQ as libc::c_ulong;
+
+/// The flags a direct send or receive keeps TCP's meaning under: none that asks the
+/// kernel for more than bytes (`MSG_OOB`, `MSG_PEEK`, `MSG_WAITALL`, `MSG_MORE`, ...).
+const PLAIN: c_int = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
+
+/// Writes `bufs` to `fd`'s stream directly if that keeps the order; `None`: do the kernel's
+/// call (for the whole of it: nothing was written).
+pub(crate) fn write(fd: c_int, bufs: &[IoSlice<'_>], flags: c_int) -> Option<usize> {
+    if flags & !PLAIN != 0 {
+        return None;
+    }
+    let d = get(fd)?;
+    let s = d.lock();
+    let handle = s.handle.as_ref()?;
+    let pump_end = s.pump_end.as_ref()?;
+    if s.write_shut || s.out_held > 0 {
+        return None;
+    }
+    if queued(fd, SIOCOUTQ)? != 0 || queued(pump_end.as_raw_fd(), libc::FIONREAD as _)? != 0 {
+        return None;
+    }
+    let mut done = 0;
+    for b in bufs.iter().filter(|b| !b.is_empty()) {
+        match handle.try_write(b) {
+            Ok(n) => {
+                done += n;
+                if n < b.len() {
+                    break;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    if done > 0 {
+        count(Event::WriteDirect);
+    }
+    (done > 0).then_some(done)
+}
+
+/// What a direct read came to.
+pub(crate) enum Read {
+    /// This many bytes, from the stream.
+    Bytes(usize),
+    /// The kernel's call: bytes came before, or a flag, a state or an error the kernel's
+    /// socket (which the pump brings to the same end) answers as TCP would.
+    Kernel,
+    /// Nothing anywhere yet, in order: the stream's readiness fd (kept open by the value)
+    /// turns readable when something arrives.
+    Empty(Arc<OwnedFd>),
+}
+
+/// Reads into `bufs` from `fd`'s stream directly if that keeps the order.
+pub(crate) fn read(fd: c_int, bufs: &mut [IoSliceMut<'_>], flags: c_int) -> Read {
+    read_or(fd, bufs, flags).unwrap_or(Read::Kernel)
+}
+
+fn read_or(fd: c_int, bufs: &mut [IoSliceMut<'_>], flags: c_int) -> Option<Read> {
+    if flags & !PLAIN != 0 {
+        return None;
+    }
+    let d = get(fd)?;
+    let s = d.lock();
+    let handle = s.handle.as_ref()?;
+    let pump_end = s.pump_end.as_ref()?;
+    if s.read_shut || s.in_held > 0 {
+        return None;
+    }
+    if queued(fd, libc::FIONREAD as _)? != 0 || queued(pump_end.as_raw_fd(), SIOCOUTQ)? != 0 {
+        return None;
+    }
+    let mut done = 0;
+    let mut empty = false;
+    for b in bufs.iter_mut().filter(|b| !b.is_empty()) {
+        match handle.try_read(b) {
+            Ok(n) if n > 0 => {
+                done += n;
+                if n < b.len() {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                empty = done == 0;
+                break;
+            }
+            // End of stream or a failure: the pump brings the kernel's socket to the same
+            // end, and the kernel's call says it as TCP would.
+            _ => break,
+        }
+    }
+    if done > 0 {
+        count(Event::ReadDirect);
+        return Some(Read::Bytes(done));
+    }
+    empty.then(|| Read::Empty(Arc::clone(&d.ready)))
+}
+
+/// What a blocking read's wait on the program's socket and the stream came to.
+pub(crate) enum Waited {
+    /// The stream's fd turned readable: look again.
+    Stream,
+    /// The socket turned readable (or hung up, or failed): the kernel's call.
+    Socket,
+    /// The socket's receive timeout (`SO_RCVTIMEO`) passed.
+    TimedOut,
+    /// A signal interrupted the wait.
+    Interrupted,
+}
+
+/// Waits, as a blocking read of `fd` would, for the program's socket or the stream's
+/// readiness fd `ready` to turn readable, at most the socket's receive timeout.
+pub(crate) fn wait(fd: c_int, ready: RawFd) -> Waited {
+    let mut tv = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 0,
+    };
+    let mut len = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
+    // SAFETY: SO_RCVTIMEO writes a timeval, for which `tv` and `len` are valid.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&raw mut tv).cast(),
+            &mut len,
+        )
+    };
+    let ms = if r == 0 && (tv.tv_sec > 0 || tv.tv_usec > 0) {
+        let us = tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
+        c_int::try_from(us.div_ceil(1000)).unwrap_or(c_int::MAX)
+    } else {
+        -1
+    };
+    let mut fds = [
+        libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: ready,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    // SAFETY: two valid pollfds, for the duration of the call.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+    if n < 0 {
+        return if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            Waited::Interrupted
+        } else {
+            Waited::Socket
+        };
+    }
+    if n == 0 {
+        return Waited::TimedOut;
+    }
+    if fds[0].revents != 0 {
+        return Waited::Socket;
+    }
+    Waited::Stream
+}
+
+/// Whether every signal handler of this process restarts the calls it interrupts
+/// (`SA_RESTART`): then a blocking read interrupted by one goes on, as the kernel's would;
+/// else the caller may be waiting for the `EINTR`, and gets it.
+pub(crate) fn signals_restart() -> bool {
+    for sig in 1..=libc::SIGRTMAX() {
+        // SAFETY: an all-zero sigaction is a valid place for the current one.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: a null new action only reads the current one into `old`.
+        if unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } != 0 {
+            continue;
+        }
+        let handled = old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN;
+        if handled && old.sa_flags & libc::SA_RESTART == 0 {
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether `fd` is non-blocking (its file's status flags).
+pub(crate) fn nonblocking(fd: c_int) -> bool {
+    // SAFETY: F_GETFL takes no argument.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    flags >= 0 && flags & libc::O_NONBLOCK != 0
+}
