@@ -316,8 +316,15 @@ pub(crate) enum Waited {
     Interrupted,
 }
 
+/// The longest a blocking read waits on the stream itself; then it is the kernel's read on
+/// the socket (which the pump keeps fed), where the socket's own timeout, signals and thread
+/// cancellation act as they always do. Cancellation is held off during the wait (see
+/// `interpose::try_direct`), so this is also how long it may be late.
+const WAIT_BOUND_MS: c_int = 20;
+
 /// Waits, as a blocking read of `fd` would, for the program's socket or the stream's
-/// readiness fd `ready` to turn readable, at most the socket's receive timeout.
+/// readiness fd `ready` to turn readable: at most the socket's receive timeout
+/// (`SO_RCVTIMEO`), and at most [`WAIT_BOUND_MS`], after which the kernel's read takes over.
 pub(crate) fn wait(fd: c_int, ready: RawFd) -> Waited {
     let mut tv = libc::timeval {
         tv_sec: 0,
@@ -334,12 +341,13 @@ pub(crate) fn wait(fd: c_int, ready: RawFd) -> Waited {
             &mut len,
         )
     };
-    let ms = if r == 0 && (tv.tv_sec > 0 || tv.tv_usec > 0) {
+    let limit = if r == 0 && (tv.tv_sec > 0 || tv.tv_usec > 0) {
         let us = tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
-        c_int::try_from(us.div_ceil(1000)).unwrap_or(c_int::MAX)
+        Some(c_int::try_from(us.div_ceil(1000)).unwrap_or(c_int::MAX))
     } else {
-        -1
+        None
     };
+    let ms = limit.map_or(WAIT_BOUND_MS, |l| l.min(WAIT_BOUND_MS));
     let mut fds = [
         libc::pollfd {
             fd,
@@ -362,7 +370,11 @@ pub(crate) fn wait(fd: c_int, ready: RawFd) -> Waited {
         };
     }
     if n == 0 {
-        return Waited::TimedOut;
+        return if limit.is_some_and(|l| l <= WAIT_BOUND_MS) {
+            Waited::TimedOut
+        } else {
+            Waited::Socket
+        };
     }
     if fds[0].revents != 0 {
         return Waited::Socket;

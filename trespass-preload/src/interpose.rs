@@ -776,7 +776,7 @@ pub unsafe extern "C" fn sendto(
 ) -> isize {
     if direct::any() {
         // SAFETY: the caller's buffer. A carried connection ignores the address, as TCP.
-        if let Some(n) = write_direct(fd, &unsafe { out_slice(buf, len) }, flags) {
+        if let Some(n) = unsafe { write_direct(fd, &one_iovec(buf, len), 1, flags) } {
             return n;
         }
     }
@@ -798,9 +798,10 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_i
     // SAFETY: `msg` is valid (the caller's promise) when non-null.
     if direct::any() && !msg.is_null() && unsafe { (*msg).msg_controllen } == 0 {
         // SAFETY: as above; its iovecs are the caller's.
-        let bufs = unsafe { out_slices((*msg).msg_iov, iov_count((*msg).msg_iovlen)) };
-        if let Some(n) = write_direct(fd, &bufs, flags) {
-            return n;
+        let (iov, n) = unsafe { ((*msg).msg_iov, iov_count((*msg).msg_iovlen)) };
+        // SAFETY: the caller's iovecs.
+        if let Some(r) = unsafe { write_direct(fd, iov, n, flags) } {
+            return r;
         }
     }
     // SAFETY: `msg` is valid (the caller's promise) when non-null.
@@ -902,16 +903,38 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int
     unsafe { real::recvmsg(fd, msg, flags) }
 }
 
+/// glibc's `PTHREAD_CANCEL_DISABLE` (`pthread.h`; the libc crate does not name it for
+/// Linux).
+const PTHREAD_CANCEL_DISABLE: c_int = 1;
+
+extern "C" {
+    /// pthread_setcancelstate(3), in glibc's libc.so.6.
+    fn pthread_setcancelstate(state: c_int, old: *mut c_int) -> c_int;
+}
+
 /// Runs a direct-path attempt (see `direct`): `None`, the kernel's call, when there is no
 /// direct path for the fd, it cannot keep TCP's meaning, or it panicked (nothing was done
 /// then: every attempt changes nothing before it succeeds).
+///
+/// Thread cancellation is held off while it runs: a program that cancels a thread blocked in
+/// a read or write (iperf3 ends its stream threads so) must not have the cancellation's
+/// unwinding run through this library's frames, which would stop the process (glibc's "FATAL:
+/// exception not rethrown"); the attempt's waits are bounded (`direct::wait`), and the
+/// cancellation acts at the kernel's call that follows, as it would have without the library.
 fn try_direct<R>(f: impl FnOnce() -> Option<R>) -> Option<R> {
     if internal::get() {
         return None;
     }
+    let mut old: c_int = 0;
+    // SAFETY: pthread_setcancelstate writes the previous state through a valid pointer.
+    unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) };
     // Inside, the C library's calls that trespass makes (the provider's doorbell is a
     // `write`) go straight through.
-    internal::with(|| std::panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or(None))
+    let r = internal::with(|| std::panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or(None));
+    let mut ignored: c_int = 0;
+    // SAFETY: as above; `old` is the state this thread had.
+    unsafe { pthread_setcancelstate(old, &mut ignored) };
+    r
 }
 
 /// The program's buffers as slices.
@@ -964,21 +987,6 @@ fn iov_count(n: usize) -> c_int {
     c_int::try_from(n).unwrap_or(c_int::MAX)
 }
 
-/// One buffer as a slice (none when empty or null).
-///
-/// # Safety
-///
-/// `buf` is valid for reading `len` bytes, or `len` is 0.
-unsafe fn out_slice<'a>(buf: *const c_void, len: usize) -> [IoSlice<'a>; 1] {
-    if buf.is_null() || len == 0 {
-        return [IoSlice::new(&[])];
-    }
-    // SAFETY: the caller's promise.
-    [IoSlice::new(unsafe {
-        std::slice::from_raw_parts(buf.cast(), len)
-    })]
-}
-
 /// One buffer as a slice to fill.
 ///
 /// # Safety
@@ -994,39 +1002,87 @@ unsafe fn in_slice<'a>(buf: *mut c_void, len: usize) -> [IoSliceMut<'a>; 1] {
     })]
 }
 
-/// A direct write of `bufs` to `fd`; `None`: the kernel's call. A blocking socket's write
-/// that the stream took only part of sends the rest through the kernel (the pump carries it
-/// after the part written directly), so the call returns what a blocking TCP write would.
-fn write_direct(fd: c_int, bufs: &[IoSlice<'_>], flags: c_int) -> Option<isize> {
-    let total: usize = bufs.iter().map(|b| b.len()).sum();
-    if total == 0 {
-        return None;
-    }
-    let done = try_direct(|| direct::write(fd, bufs, flags))?;
+/// A direct write of the caller's `n` iovecs at `iov` to `fd`; `None`: the kernel's call. A
+/// blocking socket's write that the stream took only part of sends the rest through the
+/// kernel (the pump carries it after the part written directly), so the call returns what a
+/// blocking TCP write would.
+///
+/// # Safety
+///
+/// `iov` points to `n` iovecs, each valid for reading its length, or `n` is 0.
+unsafe fn write_direct(
+    fd: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+    flags: c_int,
+) -> Option<isize> {
+    let (done, total) = {
+        // SAFETY: the caller's promise.
+        let bufs = unsafe { out_slices(iov, n) };
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if total == 0 {
+            return None;
+        }
+        (try_direct(|| direct::write(fd, &bufs, flags))?, total)
+    };
     if done == total || flags & libc::MSG_DONTWAIT != 0 || direct::nonblocking(fd) {
         return Some(done as isize);
     }
-    let mut skip = done;
-    let mut rest: Vec<libc::iovec> = Vec::with_capacity(bufs.len());
-    for b in bufs {
-        if skip >= b.len() {
-            skip -= b.len();
+    // SAFETY: the caller's promise; `done` is at most the iovecs' total.
+    let more = unsafe { write_rest(fd, iov, n, done, flags & libc::MSG_NOSIGNAL) };
+    // An error after a part was written is the part, as a TCP write reports it.
+    Some(done as isize + more.max(0))
+}
+
+/// The kernel's blocking `sendmsg` of the caller's iovecs past their first `skip` bytes. It
+/// may block and is a cancellation point: nothing here, nor in the frames that called it
+/// (each has dropped its values with destructors by then), has anything for a cancellation's
+/// unwinding to run, so it passes through as it would through the C library's own frames.
+///
+/// # Safety
+///
+/// As [`write_direct`]'s.
+unsafe fn write_rest(
+    fd: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+    mut skip: usize,
+    flags: c_int,
+) -> isize {
+    let mut rest = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; IOV_MAX as usize];
+    let mut len = 0;
+    for i in 0..n.clamp(0, IOV_MAX) as usize {
+        // SAFETY: the caller's promise: `iov` has `n` iovecs.
+        let v = unsafe { *iov.add(i) };
+        if skip >= v.iov_len {
+            skip -= v.iov_len;
             continue;
         }
-        rest.push(libc::iovec {
-            iov_base: b[skip..].as_ptr().cast_mut().cast(),
-            iov_len: b.len() - skip,
-        });
+        rest[len] = libc::iovec {
+            // SAFETY: `skip` is within this iovec's buffer.
+            iov_base: unsafe { v.iov_base.cast::<u8>().add(skip) }.cast(),
+            iov_len: v.iov_len - skip,
+        };
         skip = 0;
+        len += 1;
     }
     // SAFETY: an all-zero msghdr is a valid empty one.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = rest.as_mut_ptr();
-    msg.msg_iovlen = rest.len() as _;
+    msg.msg_iovlen = len as _;
     // SAFETY: `msg` names the caller's buffers past what was written, valid for the call.
-    let more = unsafe { real::sendmsg(fd, &msg, flags & libc::MSG_NOSIGNAL) };
-    // An error after a part was written is the part, as a TCP write reports it.
-    Some(done as isize + more.max(0))
+    unsafe { real::sendmsg(fd, &msg, flags) }
+}
+
+/// One buffer as an iovec, for [`write_direct`].
+fn one_iovec(buf: *const c_void, len: usize) -> libc::iovec {
+    libc::iovec {
+        iov_base: buf.cast_mut(),
+        iov_len: len,
+    }
 }
 
 /// How long a blocking read keeps waiting on the stream while its wake-ups find nothing.
@@ -1093,7 +1149,7 @@ fn read_direct(fd: c_int, bufs: &mut [IoSliceMut<'_>], flags: c_int) -> Option<i
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: usize) -> isize {
     if direct::any() {
         // SAFETY: the caller's buffer, valid for `len` bytes.
-        if let Some(n) = write_direct(fd, &unsafe { out_slice(buf, len) }, 0) {
+        if let Some(n) = unsafe { write_direct(fd, &one_iovec(buf, len), 1, 0) } {
             return n;
         }
     }
@@ -1168,7 +1224,7 @@ pub unsafe extern "C" fn __recv_chk(
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) -> isize {
     if direct::any() {
         // SAFETY: the caller's iovecs.
-        if let Some(r) = write_direct(fd, &unsafe { out_slices(iov, n) }, 0) {
+        if let Some(r) = unsafe { write_direct(fd, iov, n, 0) } {
             return r;
         }
     }
@@ -1202,7 +1258,7 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> 
 pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, len: usize, flags: c_int) -> isize {
     if direct::any() {
         // SAFETY: the caller's buffer.
-        if let Some(n) = write_direct(fd, &unsafe { out_slice(buf, len) }, flags) {
+        if let Some(n) = unsafe { write_direct(fd, &one_iovec(buf, len), 1, flags) } {
             return n;
         }
     }

@@ -20,15 +20,18 @@
 //!   returns it among its TCP clients, with the RDMA peer's address.
 //! - Every data call (`read`, `write`, `send*`, `recv*`, `readv`, `writev`, `sendfile`,
 //!   `splice`) and every readiness call (`poll`, `select`, `epoll` level- or edge-triggered,
-//!   an fd in several sets) is the kernel's own on a real socket; `fork` children and `dup`s
-//!   share the connection as they would a TCP one. Interposed are only `connect`, `listen`,
-//!   `accept`, `accept4`, `close`, `dup`, `dup2`, `dup3`, `fcntl` and `fcntl64` (their
-//!   `F_DUPFD` copies), `getpeername`, `getsockname`,
-//!   `getsockopt` and `setsockopt`, and `sendto`, `sendmsg`, `recvfrom` and `recvmsg` when
-//!   they pass an address (which a TCP connection ignores and a socket pair would not).
+//!   an fd in several sets) keeps the kernel's meaning on a real socket; `fork` children and
+//!   `dup`s share the connection as they would a TCP one. The program's own reads and writes
+//!   take a shortcut to the trespass stream when that keeps TCP's order (see `direct`);
+//!   otherwise they are the kernel's calls on the socket, which the pump carries. Interposed
+//!   are `connect`, `listen`, `accept`, `accept4`, `close`, `shutdown`, `dup`, `dup2`,
+//!   `dup3`, `fcntl` and `fcntl64` (their `F_DUPFD` copies), `getpeername`, `getsockname`,
+//!   `getsockopt` and `setsockopt`, the data calls for their shortcut, and `sendto`,
+//!   `sendmsg`, `recvfrom` and `recvmsg` with an address (which a TCP connection ignores and
+//!   a socket pair would not).
 //!
 //! The environment (`TRESPASS_PRELOAD`, `_PORTS`, `_NETS`, `_TIMEOUT_MS`, `_CONNECT_WAIT_MS`,
-//! `_BUSY_POLL_US`, `_STATS`, `_LOG`)
+//! `_BUSY_POLL_US`, `_DIRECT`, `_STATS`, `_LOG`)
 //! is described in the crate's README.
 
 // The unit tests build without the interposed functions (below), which leaves their callees

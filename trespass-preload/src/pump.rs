@@ -5,8 +5,10 @@
 //! The program's fd stays a real kernel socket (one end of a socket pair on the connecting
 //! side, a loopback TCP connection on the accepting side), so every call on it (read, write,
 //! poll, select, epoll in any mode and in several sets, fcntl, dup, fork, sendfile, splice)
-//! has the kernel's own meaning; only naming and setup calls are interposed. The cost is a
-//! copy through the kernel on each side; see the crate's docs.
+//! has the kernel's own meaning. The cost is a copy through the kernel on each side, which
+//! the program's data calls skip when they can (`direct`): the pump counts the bytes it
+//! holds between its read and its write under the direct path's lock, so that they never
+//! overtake the pump's.
 
 use std::collections::HashMap;
 use std::io;

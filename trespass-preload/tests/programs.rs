@@ -529,6 +529,34 @@ fn closing_a_socket_another_thread_reads_wakes_the_reader() {
 }
 
 #[test]
+fn threads_cancelled_while_they_read_end_as_they_would_over_tcp() {
+    let Some(ip) = test_ip("threads_cancelled_while_they_read_end_as_they_would_over_tcp") else {
+        return;
+    };
+    let dir = scratch("threads-cancel");
+    let host = ip.to_string();
+    let (srv, port) = server(&Run::preloaded(dir.join("s.stats")), &dir, &[]);
+    let port = port.to_string();
+    // Each reader is cancelled while it waits in the library's direct read or in the
+    // kernel's read after it: neither may stop the process (a cancellation unwinding through
+    // the library's frames aborts it) or leave the thread running.
+    let out = ok(
+        Run::preloaded(dir.join("c.stats")).pp(&[
+            "client",
+            "--host",
+            &host,
+            "--port",
+            &port,
+            "--threads-cancel",
+        ]),
+        "the client",
+    );
+    assert!(out.contains("readers cancelled 20"), "{out}");
+    ok(srv, "the server");
+    assert_counters(&dir.join("c.stats"), &[("connect_rdma", 1)]);
+}
+
+#[test]
 fn datagram_and_unix_sockets_are_left_alone() {
     let Some(_ip) = test_ip("datagram_and_unix_sockets_are_left_alone") else {
         return;

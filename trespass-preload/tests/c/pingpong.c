@@ -12,7 +12,7 @@
  *                 [--backlog N] [--accept-after MS] [--sink] [--mixed]
  * pingpong client --host H --port P [--size S] [--iters N] [--poll|--select|--epoll]
  *                 [--short N | --stream SECONDS | --fork | --exec | --threads-close |
- *                  --send-exit BYTES [--mixed]] [--connect-timeout MS] [--fcntl-dup] [--rcvtimeo MS]
+ *                  --threads-cancel | --send-exit BYTES [--mixed]] [--connect-timeout MS] [--fcntl-dup] [--rcvtimeo MS]
  * pingpong client-fd --fd N [--size S] [--iters N]
  * pingpong udp-server [--bind ADDR] --port P [--count N] [--port-file PATH]
  * pingpong udp-client --host H --port P
@@ -64,8 +64,12 @@
  * and starts a thread that blocks in read(); 300 ms later the main thread calls
  * shutdown(SHUT_RDWR) and close(); the read must return within 5 s: the client then prints
  * "reader returned <r>" (and the error if r is -1) and exits 0, or prints "reader stuck" and
- * exits 1. --fork, --exec and --threads-close exclude each other and --short and --stream;
- * --threads-close takes none of --size, --iters, --poll, --select.
+ * exits 1. client --threads-cancel connects and, 20 times, starts a thread that blocks in
+ * read() and cancels it (pthread_cancel) after 0, 2, ..., 38 ms; each must end cancelled
+ * within 5 s ("reader <i> stuck" or "... returned instead of being cancelled", exit 1); then
+ * it prints "readers cancelled 20". --fork, --exec, --threads-close and --threads-cancel
+ * exclude each other and --short, --stream and --send-exit; --threads-close and
+ * --threads-cancel take none of --size, --iters, --poll, --select.
  *
  * For leak checks, servers print "open_fds_after_first=<N>" and "rss_kib_after_first=<K>" once
  * their first connection is closed (a --fork server: once it closed its copy), and
@@ -125,7 +129,7 @@ enum io_mode { IO_BLOCK, IO_POLL, IO_SELECT, IO_EPOLL };
 enum { OPT_BIND, OPT_PORT, OPT_HOST, OPT_PATH, OPT_COUNT, OPT_EPOLL, OPT_PORT_FILE, OPT_SIZE,
        OPT_ITERS, OPT_POLL, OPT_SELECT, OPT_SHORT, OPT_STREAM, OPT_FORK, OPT_EXEC,
        OPT_THREADS_CLOSE, OPT_FD, OPT_BACKLOG, OPT_ACCEPT_AFTER, OPT_SINK, OPT_SEND_EXIT,
-       OPT_CONNECT_TIMEOUT, OPT_FCNTL_DUP, OPT_RCVTIMEO, OPT_MIXED };
+       OPT_CONNECT_TIMEOUT, OPT_FCNTL_DUP, OPT_RCVTIMEO, OPT_MIXED, OPT_THREADS_CANCEL };
 #define SEEN(o, opt) ((o)->seen & (1u << (opt)))
 
 struct opts {
@@ -266,6 +270,7 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 		{ "--stream", OPT_STREAM, 1, STREAM_CLIENTS },
 		{ "--exec", OPT_EXEC, 0, STREAM_CLIENTS },
 		{ "--threads-close", OPT_THREADS_CLOSE, 0, STREAM_CLIENTS },
+		{ "--threads-cancel", OPT_THREADS_CANCEL, 0, CLIENT },
 		{ "--fd", OPT_FD, 1, CLIENT_FD },
 		{ "--backlog", OPT_BACKLOG, 1, STREAM_SERVERS },
 		{ "--accept-after", OPT_ACCEPT_AFTER, 1, STREAM_SERVERS },
@@ -312,6 +317,7 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 		case OPT_FD: o->fd = (int)parse_num("--fd", val, 0, 1 << 30); break;
 		case OPT_SEND_EXIT: o->send_exit = parse_num("--send-exit", val, 1, 1ULL << 40); break;
 		case OPT_MIXED: break;
+		case OPT_THREADS_CANCEL: break;
 		case OPT_RCVTIMEO: o->rcvtimeo_ms = (int)parse_num("--rcvtimeo", val, 1, 3600000); break;
 		case OPT_CONNECT_TIMEOUT:
 			o->connect_timeout_ms = (int)parse_num("--connect-timeout", val, 1, 3600000);
@@ -348,14 +354,18 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 	if (SEEN(o, OPT_FORK) && SEEN(o, OPT_EPOLL))
 		fail(2, "--fork and --epoll exclude each other");
 
-	int spawns = !!SEEN(o, OPT_FORK) + !!SEEN(o, OPT_EXEC) + !!SEEN(o, OPT_THREADS_CLOSE);
-	if (spawns > 1) fail(2, "--fork, --exec and --threads-close exclude each other");
-	if (spawns && (o->shorts || o->stream > 0))
-		fail(2, "--fork, --exec and --threads-close exclude --short and --stream");
-	if (SEEN(o, OPT_THREADS_CLOSE) &&
+	int spawns = !!SEEN(o, OPT_FORK) + !!SEEN(o, OPT_EXEC) + !!SEEN(o, OPT_THREADS_CLOSE) +
+		     !!SEEN(o, OPT_THREADS_CANCEL);
+	if (spawns > 1)
+		fail(2, "--fork, --exec, --threads-close and --threads-cancel exclude each other");
+	if (spawns && (o->shorts || o->stream > 0 || o->send_exit))
+		fail(2, "--fork, --exec, --threads-close and --threads-cancel exclude --short, "
+			"--stream and --send-exit");
+	if ((SEEN(o, OPT_THREADS_CLOSE) || SEEN(o, OPT_THREADS_CANCEL)) &&
 	    (SEEN(o, OPT_SIZE) || SEEN(o, OPT_ITERS) || SEEN(o, OPT_POLL) || SEEN(o, OPT_SELECT) ||
 	     SEEN(o, OPT_EPOLL)))
-		fail(2, "--size, --iters, --poll, --select and --epoll do not apply to --threads-close");
+		fail(2, "--size, --iters, --poll, --select and --epoll do not apply to "
+			"--threads-close or --threads-cancel");
 }
 
 /* A numeric address and port to a socket address; a bad address is a usage error. */
@@ -1071,6 +1081,52 @@ __attribute__((noreturn)) static void run_threads_close(int fd) {
 	exit(0);
 }
 
+/* --threads-cancel's reader: blocks in read() on a connection nobody writes to. */
+static void *cancelled_reader_main(void *arg) {
+	int fd = *(int *)arg;
+	char b[64];
+	for (;;)
+		if (read(fd, b, sizeof b) <= 0) return NULL;
+}
+
+/* --threads-cancel: 20 threads in turn block in read() on fd and are cancelled (after 0 to
+ * 38 ms), as programs end their worker threads (iperf3 does). */
+__attribute__((noreturn)) static void run_threads_cancel(int fd) {
+	for (int i = 0; i < 20; i++) {
+		pthread_t th;
+		int rc = pthread_create(&th, NULL, cancelled_reader_main, &fd);
+		if (rc) {
+			errno = rc;
+			die("pthread_create");
+		}
+		sleep_ms(2 * i);
+		if ((rc = pthread_cancel(th))) {
+			errno = rc;
+			die("pthread_cancel");
+		}
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += 5;
+		void *res;
+		rc = pthread_timedjoin_np(th, &res, &until);
+		if (rc == ETIMEDOUT) {
+			printf("reader %d stuck\n", i);
+			exit(1);
+		}
+		if (rc) {
+			errno = rc;
+			die("pthread_timedjoin_np");
+		}
+		if (res != PTHREAD_CANCELED) {
+			printf("reader %d returned instead of being cancelled\n", i);
+			exit(1);
+		}
+	}
+	printf("readers cancelled 20\n");
+	report_resources("");
+	exit(0);
+}
+
 static void run_client(const struct opts *o) {
 	struct target t;
 	int fd;
@@ -1144,6 +1200,7 @@ static void run_client(const struct opts *o) {
 	if (o->stream > 0) run_stream(fd, o);
 	if (SEEN(o, OPT_FORK) || SEEN(o, OPT_EXEC)) run_child_client(fd, o);
 	if (SEEN(o, OPT_THREADS_CLOSE)) run_threads_close(fd);
+	if (SEEN(o, OPT_THREADS_CANCEL)) run_threads_cancel(fd);
 	round_trips(fd, o->io, o->size, o->iters);
 	report_resources("");
 }
