@@ -23,12 +23,34 @@ fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
-/// Runs an entry point's body; a panic becomes -1 with `EIO`.
+/// Runs an entry point's body with thread cancellation held off (see [`held_off`]); a
+/// panic becomes -1 with `EIO`.
 fn entry(body: impl FnOnce() -> c_int) -> c_int {
-    std::panic::catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|_| {
+    held_off(|| std::panic::catch_unwind(AssertUnwindSafe(body))).unwrap_or_else(|_| {
         set_errno(libc::EIO);
         -1
     })
+}
+
+/// Runs `f` with this thread's cancellation held off (`PTHREAD_CANCEL_DISABLE`), then puts
+/// the thread's state back. A program that cancels a thread blocked in a socket call
+/// (iperf3 ends its stream threads so) must not have the cancellation's unwinding run through
+/// this library's Rust frames: where it meets a `catch_unwind` the process stops (glibc's
+/// "FATAL: exception not rethrown"), and a frame with values to drop cannot be unwound by it.
+/// Within `f` the library's own waits are bounded (a connect's RDMA attempt by its timeout, a
+/// direct read's wait by `direct::wait`'s bound); a cancellation requested meanwhile acts at
+/// the next cancellation point after it, such as the kernel's call that follows, as it would
+/// have without the library. The kernel calls that may block for long (a TCP connect, a
+/// blocking read or write) are made outside it, from frames with nothing to unwind.
+fn held_off<R>(f: impl FnOnce() -> R) -> R {
+    let mut old: c_int = 0;
+    // SAFETY: pthread_setcancelstate writes the previous state through a valid pointer.
+    unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) };
+    let r = f();
+    let mut ignored: c_int = 0;
+    // SAFETY: as above; `old` is the state this thread had.
+    unsafe { pthread_setcancelstate(old, &mut ignored) };
+    r
 }
 
 /// Keeps `errno` across calls whose own failures are not the caller's business.
@@ -94,59 +116,70 @@ static CONNECTS: AtomicU64 = AtomicU64::new(1);
 /// connect(2)'s contract.
 #[no_mangle]
 pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
-    // SAFETY: the caller's arguments, passed on as they came.
-    let direct = || unsafe { real::connect(fd, addr, len) };
-    if internal::get() {
-        return direct();
+    if !internal::get() {
+        let r =
+            held_off(|| std::panic::catch_unwind(AssertUnwindSafe(|| connect_rdma(fd, addr, len))));
+        match r {
+            Ok(Some(r)) => return r,
+            Ok(None) => {}
+            Err(_) => {
+                set_errno(libc::EIO);
+                return -1;
+            }
+        }
     }
-    entry(|| {
-        if let Some(r) = connect_again(fd) {
-            return r;
-        }
-        // SAFETY: the caller promises `len` readable bytes at `addr`.
-        let Some(peer) = (unsafe { addr::read(addr, len) }) else {
-            return direct();
-        };
-        let Some(family) = keep_errno(|| tcp_family(fd)) else {
-            return direct();
-        };
-        let config = crate::config();
-        if !config.covers(peer) {
-            count(Event::ConnectTcpRule);
-            return direct();
-        }
-        let target = addr::unmap(peer);
-        if table::recently_unanswered(target.ip()) {
-            count(Event::ConnectTcpTimeout);
-            crate::log(format_args!("{peer}: over TCP (no RDMA answer lately)"));
-            return direct();
-        }
-        // SAFETY: F_GETFL on the caller's fd.
-        let nonblocking = unsafe { libc::fcntl(fd, libc::F_GETFL) } & libc::O_NONBLOCK != 0;
-        let answer = if nonblocking {
-            match internal::with(|| in_progress(fd, family, peer, target, config)) {
-                Progress::Answered(r) => r,
-                Progress::Returned => {
-                    count(Event::ConnectInProgress);
-                    set_errno(libc::EINPROGRESS);
-                    return -1;
-                }
-            }
-        } else {
-            internal::with(|| trespass::Stream::connect_timeout(&target, config.timeout))
-        };
-        match answer.and_then(|stream| internal::with(|| attach(fd, family, stream))) {
-            Ok(()) => {
-                count(Event::ConnectRdma);
-                crate::log(format_args!("{peer}: over RDMA"));
-                0
-            }
-            Err(e) => {
-                note_failure(peer, target, &e);
-                direct()
+    // The kernel's connect (a TCP one, or not a TCP socket at all): it may block for long
+    // and is a cancellation point, so it runs here, with cancellation as the program set it
+    // and nothing of the library's to unwind.
+    // SAFETY: the caller's arguments, passed on as they came.
+    unsafe { real::connect(fd, addr, len) }
+}
+
+/// connect's RDMA part: `Some(result)` when it is settled here (over RDMA, in progress, or
+/// refused as a connected socket's connect is), `None` for the kernel's connect.
+fn connect_rdma(fd: c_int, addr: *const sockaddr, len: socklen_t) -> Option<c_int> {
+    if let Some(r) = connect_again(fd) {
+        return Some(r);
+    }
+    // SAFETY: the caller promises `len` readable bytes at `addr`.
+    let peer = (unsafe { addr::read(addr, len) })?;
+    let family = keep_errno(|| tcp_family(fd))?;
+    let config = crate::config();
+    if !config.covers(peer) {
+        count(Event::ConnectTcpRule);
+        return None;
+    }
+    let target = addr::unmap(peer);
+    if table::recently_unanswered(target.ip()) {
+        count(Event::ConnectTcpTimeout);
+        crate::log(format_args!("{peer}: over TCP (no RDMA answer lately)"));
+        return None;
+    }
+    // SAFETY: F_GETFL on the caller's fd.
+    let nonblocking = unsafe { libc::fcntl(fd, libc::F_GETFL) } & libc::O_NONBLOCK != 0;
+    let answer = if nonblocking {
+        match internal::with(|| in_progress(fd, family, peer, target, config)) {
+            Progress::Answered(r) => r,
+            Progress::Returned => {
+                count(Event::ConnectInProgress);
+                set_errno(libc::EINPROGRESS);
+                return Some(-1);
             }
         }
-    })
+    } else {
+        internal::with(|| trespass::Stream::connect_timeout(&target, config.timeout))
+    };
+    match answer.and_then(|stream| internal::with(|| attach(fd, family, stream))) {
+        Ok(()) => {
+            count(Event::ConnectRdma);
+            crate::log(format_args!("{peer}: over RDMA"));
+            Some(0)
+        }
+        Err(e) => {
+            note_failure(peer, target, &e);
+            None
+        }
+    }
 }
 
 /// Where a non-blocking connect stands.
@@ -916,25 +949,15 @@ extern "C" {
 /// direct path for the fd, it cannot keep TCP's meaning, or it panicked (nothing was done
 /// then: every attempt changes nothing before it succeeds).
 ///
-/// Thread cancellation is held off while it runs: a program that cancels a thread blocked in
-/// a read or write (iperf3 ends its stream threads so) must not have the cancellation's
-/// unwinding run through this library's frames, which would stop the process (glibc's "FATAL:
-/// exception not rethrown"); the attempt's waits are bounded (`direct::wait`), and the
-/// cancellation acts at the kernel's call that follows, as it would have without the library.
+/// Thread cancellation is held off while it runs (see [`held_off`]): its waits are bounded
+/// (`direct::wait`), and the kernel's call that follows is where a cancellation acts.
 fn try_direct<R>(f: impl FnOnce() -> Option<R>) -> Option<R> {
     if internal::get() {
         return None;
     }
-    let mut old: c_int = 0;
-    // SAFETY: pthread_setcancelstate writes the previous state through a valid pointer.
-    unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) };
     // Inside, the C library's calls that trespass makes (the provider's doorbell is a
     // `write`) go straight through.
-    let r = internal::with(|| std::panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or(None));
-    let mut ignored: c_int = 0;
-    // SAFETY: as above; `old` is the state this thread had.
-    unsafe { pthread_setcancelstate(old, &mut ignored) };
-    r
+    held_off(|| internal::with(|| std::panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or(None)))
 }
 
 /// The program's buffers as slices.

@@ -557,6 +557,37 @@ fn threads_cancelled_while_they_read_end_as_they_would_over_tcp() {
 }
 
 #[test]
+fn a_thread_cancelled_in_connect_ends_as_it_would_over_tcp() {
+    let Some(ip) = test_ip("a_thread_cancelled_in_connect_ends_as_it_would_over_tcp") else {
+        return;
+    };
+    // An address on the device's network where no host is: the RDMA attempt waits for an
+    // answer (at most 500 ms here), then the kernel's TCP connect waits for the neighbour.
+    // The cancellation (after 100 ms) must neither stop the process (unwinding through the
+    // library's RDMA attempt would) nor be lost: the thread ends cancelled within 5 s.
+    let quiet = match ip {
+        std::net::IpAddr::V4(v4) => {
+            let [a, b, c, _] = v4.octets();
+            std::net::Ipv4Addr::new(a, b, c, 254).to_string()
+        }
+        std::net::IpAddr::V6(_) => return,
+    };
+    let dir = scratch("connect-cancel");
+    let c = Run::preloaded(dir.join("c.stats"))
+        .env("TRESPASS_PRELOAD_TIMEOUT_MS", "500")
+        .pp(&[
+            "client",
+            "--host",
+            &quiet,
+            "--port",
+            "7",
+            "--connect-cancel",
+        ]);
+    let out = ok(c, "the client");
+    assert!(out.contains("connect cancelled"), "{out}");
+}
+
+#[test]
 fn datagram_and_unix_sockets_are_left_alone() {
     let Some(_ip) = test_ip("datagram_and_unix_sockets_are_left_alone") else {
         return;

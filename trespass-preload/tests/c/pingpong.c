@@ -12,7 +12,7 @@
  *                 [--backlog N] [--accept-after MS] [--sink] [--mixed]
  * pingpong client --host H --port P [--size S] [--iters N] [--poll|--select|--epoll]
  *                 [--short N | --stream SECONDS | --fork | --exec | --threads-close |
- *                  --threads-cancel | --send-exit BYTES [--mixed]] [--connect-timeout MS] [--fcntl-dup] [--rcvtimeo MS]
+ *                  --threads-cancel | --connect-cancel | --send-exit BYTES [--mixed]] [--connect-timeout MS] [--fcntl-dup] [--rcvtimeo MS]
  * pingpong client-fd --fd N [--size S] [--iters N]
  * pingpong udp-server [--bind ADDR] --port P [--count N] [--port-file PATH]
  * pingpong udp-client --host H --port P
@@ -67,7 +67,10 @@
  * exits 1. client --threads-cancel connects and, 20 times, starts a thread that blocks in
  * read() and cancels it (pthread_cancel) after 0, 2, ..., 38 ms; each must end cancelled
  * within 5 s ("reader <i> stuck" or "... returned instead of being cancelled", exit 1); then
- * it prints "readers cancelled 20". --fork, --exec, --threads-close and --threads-cancel
+ * it prints "readers cancelled 20". client --connect-cancel starts a thread that makes a
+ * blocking connect() to --host and --port and cancels it after 100 ms: it must end within
+ * 5 s ("connect stuck", exit 1); then it prints "connect cancelled" (or "connect returned
+ * first" when the connect failed before the cancel). --fork, --exec, --threads-close and --threads-cancel
  * exclude each other and --short, --stream and --send-exit; --threads-close and
  * --threads-cancel take none of --size, --iters, --poll, --select.
  *
@@ -129,7 +132,7 @@ enum io_mode { IO_BLOCK, IO_POLL, IO_SELECT, IO_EPOLL };
 enum { OPT_BIND, OPT_PORT, OPT_HOST, OPT_PATH, OPT_COUNT, OPT_EPOLL, OPT_PORT_FILE, OPT_SIZE,
        OPT_ITERS, OPT_POLL, OPT_SELECT, OPT_SHORT, OPT_STREAM, OPT_FORK, OPT_EXEC,
        OPT_THREADS_CLOSE, OPT_FD, OPT_BACKLOG, OPT_ACCEPT_AFTER, OPT_SINK, OPT_SEND_EXIT,
-       OPT_CONNECT_TIMEOUT, OPT_FCNTL_DUP, OPT_RCVTIMEO, OPT_MIXED, OPT_THREADS_CANCEL };
+       OPT_CONNECT_TIMEOUT, OPT_FCNTL_DUP, OPT_RCVTIMEO, OPT_MIXED, OPT_THREADS_CANCEL, OPT_CONNECT_CANCEL };
 #define SEEN(o, opt) ((o)->seen & (1u << (opt)))
 
 struct opts {
@@ -271,6 +274,7 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 		{ "--exec", OPT_EXEC, 0, STREAM_CLIENTS },
 		{ "--threads-close", OPT_THREADS_CLOSE, 0, STREAM_CLIENTS },
 		{ "--threads-cancel", OPT_THREADS_CANCEL, 0, CLIENT },
+		{ "--connect-cancel", OPT_CONNECT_CANCEL, 0, CLIENT },
 		{ "--fd", OPT_FD, 1, CLIENT_FD },
 		{ "--backlog", OPT_BACKLOG, 1, STREAM_SERVERS },
 		{ "--accept-after", OPT_ACCEPT_AFTER, 1, STREAM_SERVERS },
@@ -318,6 +322,7 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 		case OPT_SEND_EXIT: o->send_exit = parse_num("--send-exit", val, 1, 1ULL << 40); break;
 		case OPT_MIXED: break;
 		case OPT_THREADS_CANCEL: break;
+		case OPT_CONNECT_CANCEL: break;
 		case OPT_RCVTIMEO: o->rcvtimeo_ms = (int)parse_num("--rcvtimeo", val, 1, 3600000); break;
 		case OPT_CONNECT_TIMEOUT:
 			o->connect_timeout_ms = (int)parse_num("--connect-timeout", val, 1, 3600000);
@@ -1127,11 +1132,52 @@ __attribute__((noreturn)) static void run_threads_cancel(int fd) {
 	exit(0);
 }
 
+/* --connect-cancel's thread: a blocking connect to the target. */
+static void *cancelled_connect_main(void *arg) {
+	const struct target *t = arg;
+	int fd = socket(t->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) die("socket");
+	connect(fd, (const struct sockaddr *)&t->addr, t->len);
+	return NULL;
+}
+
+/* --connect-cancel: a thread blocks in connect() to a host that answers nothing and is
+ * cancelled after 100 ms; it must end cancelled within 5 s. */
+__attribute__((noreturn)) static void run_connect_cancel(const struct target *t) {
+	pthread_t th;
+	int rc = pthread_create(&th, NULL, cancelled_connect_main, (void *)t);
+	if (rc) {
+		errno = rc;
+		die("pthread_create");
+	}
+	sleep_ms(100);
+	if ((rc = pthread_cancel(th))) {
+		errno = rc;
+		die("pthread_cancel");
+	}
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 5;
+	void *res;
+	rc = pthread_timedjoin_np(th, &res, &until);
+	if (rc == ETIMEDOUT) {
+		printf("connect stuck\n");
+		exit(1);
+	}
+	if (rc) {
+		errno = rc;
+		die("pthread_timedjoin_np");
+	}
+	printf(res == PTHREAD_CANCELED ? "connect cancelled\n" : "connect returned first\n");
+	exit(0);
+}
+
 static void run_client(const struct opts *o) {
 	struct target t;
 	int fd;
 	if (o->mode == UNIX_CLIENT) unix_target(o->path, &t);
 	else resolve(o->host, o->port, SOCK_STREAM, &t);
+	if (SEEN(o, OPT_CONNECT_CANCEL)) run_connect_cancel(&t);
 	if (o->shorts) {
 		struct bufs b;
 		bufs_init(&b, o->size);
