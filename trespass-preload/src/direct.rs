@@ -51,9 +51,9 @@ pub(crate) struct State {
     /// A duplicate of the pump's end of the program's socket, for its queue sizes.
     pump_end: Option<OwnedFd>,
     /// Bytes the pump read from the program's socket and has not written to the stream.
-    pub(crate) out_held: usize,
+    out_held: usize,
     /// Bytes the pump read from the stream and has not written to the program's socket.
-    pub(crate) in_held: usize,
+    in_held: usize,
     /// The program shut its write side (through this process's `shutdown`).
     write_shut: bool,
     /// The program shut its read side.
@@ -209,6 +209,48 @@ fn queued(fd: c_int, req: libc::c_ulong) -> Option<c_int> {
 /// has not sent (a Unix stream socket's: not yet read by its peer; TCP's: not acked).
 const SIOCOUTQ: libc::c_ulong = libc::TIOCOUTQ as libc::c_ulong;
 
+/// A direction of a carried connection's bytes.
+#[derive(Clone, Copy)]
+pub(crate) enum Way {
+    /// From the program to the stream.
+    Out,
+    /// From the stream to the program.
+    In,
+}
+
+impl State {
+    /// The count of bytes the pump holds in direction `way` (read, not yet written on).
+    pub(crate) fn held(&mut self, way: Way) -> &mut usize {
+        match way {
+            Way::Out => &mut self.out_held,
+            Way::In => &mut self.in_held,
+        }
+    }
+
+    /// The handle, when the program's fd `fd` may take the stream directly in direction
+    /// `way` without passing bytes that came before: the pump carries the connection, that
+    /// side is not shut down, the pump holds no bytes of that direction, and the kernel
+    /// queues between the program's socket and the pump's end are empty that way (the side
+    /// that sends has nothing unsent, `SIOCOUTQ`; the side that receives nothing unread,
+    /// `FIONREAD`: the accepting side's loopback TCP has bytes in flight that `FIONREAD`
+    /// alone misses).
+    fn in_order(&self, fd: c_int, way: Way) -> Option<&trespass::TryHandle> {
+        let handle = self.handle.as_ref()?;
+        let pump_end = self.pump_end.as_ref()?.as_raw_fd();
+        let (shut, held, sender, receiver) = match way {
+            Way::Out => (self.write_shut, self.out_held, fd, pump_end),
+            Way::In => (self.read_shut, self.in_held, pump_end, fd),
+        };
+        if shut || held > 0 {
+            return None;
+        }
+        if queued(sender, SIOCOUTQ)? != 0 || queued(receiver, libc::FIONREAD as _)? != 0 {
+            return None;
+        }
+        Some(handle)
+    }
+}
+
 /// The flags a direct send or receive keeps TCP's meaning under: none that asks the
 /// kernel for more than bytes (`MSG_OOB`, `MSG_PEEK`, `MSG_WAITALL`, `MSG_MORE`, ...).
 const PLAIN: c_int = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
@@ -221,14 +263,7 @@ pub(crate) fn write(fd: c_int, bufs: &[IoSlice<'_>], flags: c_int) -> Option<usi
     }
     let d = get(fd)?;
     let s = d.lock();
-    let handle = s.handle.as_ref()?;
-    let pump_end = s.pump_end.as_ref()?;
-    if s.write_shut || s.out_held > 0 {
-        return None;
-    }
-    if queued(fd, SIOCOUTQ)? != 0 || queued(pump_end.as_raw_fd(), libc::FIONREAD as _)? != 0 {
-        return None;
-    }
+    let handle = s.in_order(fd, Way::Out)?;
     let mut done = 0;
     for b in bufs.iter().filter(|b| !b.is_empty()) {
         match handle.try_write(b) {
@@ -270,14 +305,7 @@ fn read_or(fd: c_int, bufs: &mut [IoSliceMut<'_>], flags: c_int) -> Option<Read>
     }
     let d = get(fd)?;
     let s = d.lock();
-    let handle = s.handle.as_ref()?;
-    let pump_end = s.pump_end.as_ref()?;
-    if s.read_shut || s.in_held > 0 {
-        return None;
-    }
-    if queued(fd, libc::FIONREAD as _)? != 0 || queued(pump_end.as_raw_fd(), SIOCOUTQ)? != 0 {
-        return None;
-    }
+    let handle = s.in_order(fd, Way::In)?;
     let mut done = 0;
     let mut empty = false;
     for b in bufs.iter_mut().filter(|b| !b.is_empty()) {

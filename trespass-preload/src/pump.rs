@@ -25,7 +25,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, ReadBuf};
 use tokio::sync::{mpsc, watch};
 use tokio::task::AbortHandle;
 
-use crate::direct::{self, Direct};
+use crate::direct::{self, Direct, Way};
 use crate::pending::{Attempt, Handoff};
 use crate::stats::{count, Event};
 use crate::table;
@@ -326,22 +326,6 @@ impl Drop for Finish {
     }
 }
 
-/// Which of a direct path's counts of held bytes a [`Held`] or [`Release`] keeps.
-#[derive(Clone, Copy)]
-enum Way {
-    /// From the program to the stream.
-    Out,
-    /// From the stream to the program.
-    In,
-}
-
-fn held(s: &mut crate::direct::State, way: Way) -> &mut usize {
-    match way {
-        Way::Out => &mut s.out_held,
-        Way::In => &mut s.in_held,
-    }
-}
-
 /// A reader whose reads happen under the direct path's lock and count what they read as
 /// held (until a [`Release`] writes it on): the program's direct calls never pass bytes
 /// that came before theirs.
@@ -365,7 +349,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for Held<'_, R> {
         let before = buf.filled().len();
         let r = Pin::new(&mut this.inner).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = r {
-            *held(&mut s, this.way) += buf.filled().len() - before;
+            *s.held(this.way) += buf.filled().len() - before;
         }
         r
     }
@@ -388,7 +372,7 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for Release<'_, W> {
         let r = Pin::new(&mut this.inner).poll_write(cx, buf);
         if let (Some(d), Poll::Ready(Ok(n))) = (this.direct, &r) {
             let mut s = d.lock();
-            let h = held(&mut s, this.way);
+            let h = s.held(this.way);
             *h = h.saturating_sub(*n);
         }
         r
@@ -427,36 +411,8 @@ async fn carry<F: AsyncRead + AsyncWrite + Unpin>(
     let (mut rdma_rd, mut rdma_wr) = tokio::io::split(rdma);
     let (mut app_rd, mut app_wr) = tokio::io::split(app);
     let result = {
-        let outgoing = async {
-            let from = Held {
-                inner: &mut app_rd,
-                direct,
-                way: Way::Out,
-            };
-            let mut to = Release {
-                inner: &mut rdma_wr,
-                direct,
-                way: Way::Out,
-            };
-            let mut from = BufReader::with_capacity(COPY_BUF, from);
-            tokio::io::copy_buf(&mut from, &mut to).await?;
-            to.shutdown().await
-        };
-        let incoming = async {
-            let from = Held {
-                inner: &mut rdma_rd,
-                direct,
-                way: Way::In,
-            };
-            let mut to = Release {
-                inner: &mut app_wr,
-                direct,
-                way: Way::In,
-            };
-            let mut from = BufReader::with_capacity(COPY_BUF, from);
-            tokio::io::copy_buf(&mut from, &mut to).await?;
-            to.shutdown().await
-        };
+        let outgoing = one_way(&mut app_rd, &mut rdma_wr, direct, Way::Out);
+        let incoming = one_way(&mut rdma_rd, &mut app_wr, direct, Way::In);
         tokio::pin!(outgoing, incoming);
         let (mut out_done, mut in_done) = (false, false);
         loop {
@@ -478,6 +434,29 @@ async fn carry<F: AsyncRead + AsyncWrite + Unpin>(
         }
     };
     (result, rdma_rd.unsplit(rdma_wr))
+}
+
+/// One direction of [`carry`]: copies `from` to `to` until `from` ends, then shuts `to`'s
+/// write side down; the bytes between the two count as held in direction `way` of the
+/// direct path, if there is one (see [`Held`]).
+async fn one_way<R, W>(from: R, to: W, direct: Option<&Direct>, way: Way) -> io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let from = Held {
+        inner: from,
+        direct,
+        way,
+    };
+    let mut to = Release {
+        inner: to,
+        direct,
+        way,
+    };
+    let mut from = BufReader::with_capacity(COPY_BUF, from);
+    tokio::io::copy_buf(&mut from, &mut to).await?;
+    to.shutdown().await
 }
 
 /// The pump's busy poll, fixed (no adaptation beyond it): see `Config::busy_poll`.

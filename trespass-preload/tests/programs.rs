@@ -225,12 +225,8 @@ fn a_connect_in_progress_ends_as_a_tcp_connect_would() {
     // A peer that answers nothing (an address on the device's network where no host is):
     // the connect returns EINPROGRESS at once (the default wait, not the RDMA timeout), and
     // the program's own bound ends it.
-    let quiet = match ip {
-        std::net::IpAddr::V4(v4) => {
-            let [a, b, c, _] = v4.octets();
-            std::net::Ipv4Addr::new(a, b, c, 254).to_string()
-        }
-        std::net::IpAddr::V6(_) => return,
+    let Some(quiet) = quiet_neighbour(ip) else {
+        return;
     };
     let stats = dir.join("quiet.stats");
     let c = Run::preloaded(stats.clone()).pp(&[
@@ -503,29 +499,40 @@ fn forked_children_use_inherited_connections() {
     assert_eq!((s["accept_rdma"], s["accept_tcp"]), (3, 0), "{s:?}");
 }
 
+/// A preloaded client run with `mode` (one of its thread options) against a preloaded echo
+/// server at `ip`, both carried over RDMA; returns what the client printed.
+fn client_mode_over_rdma(ip: std::net::IpAddr, name: &str, mode: &str) -> String {
+    let dir = scratch(name);
+    let host = ip.to_string();
+    let (srv, port) = server(&Run::preloaded(dir.join("s.stats")), &dir, &[]);
+    let port = port.to_string();
+    let out = ok(
+        Run::preloaded(dir.join("c.stats")).pp(&["client", "--host", &host, "--port", &port, mode]),
+        "the client",
+    );
+    ok(srv, "the server");
+    assert_counters(&dir.join("c.stats"), &[("connect_rdma", 1)]);
+    out
+}
+
+/// An address on `ip`'s network where no host is (IPv4 only): nothing answers there.
+fn quiet_neighbour(ip: std::net::IpAddr) -> Option<String> {
+    match ip {
+        std::net::IpAddr::V4(v4) => {
+            let [a, b, c, _] = v4.octets();
+            Some(std::net::Ipv4Addr::new(a, b, c, 254).to_string())
+        }
+        std::net::IpAddr::V6(_) => None,
+    }
+}
+
 #[test]
 fn closing_a_socket_another_thread_reads_wakes_the_reader() {
     let Some(ip) = test_ip("closing_a_socket_another_thread_reads_wakes_the_reader") else {
         return;
     };
-    let dir = scratch("threads-close");
-    let host = ip.to_string();
-    let (srv, port) = server(&Run::preloaded(dir.join("s.stats")), &dir, &[]);
-    let port = port.to_string();
-    let out = ok(
-        Run::preloaded(dir.join("c.stats")).pp(&[
-            "client",
-            "--host",
-            &host,
-            "--port",
-            &port,
-            "--threads-close",
-        ]),
-        "the client",
-    );
+    let out = client_mode_over_rdma(ip, "threads-close", "--threads-close");
     assert!(out.contains("reader returned"), "{out}");
-    ok(srv, "the server");
-    assert_counters(&dir.join("c.stats"), &[("connect_rdma", 1)]);
 }
 
 #[test]
@@ -533,27 +540,11 @@ fn threads_cancelled_while_they_read_end_as_they_would_over_tcp() {
     let Some(ip) = test_ip("threads_cancelled_while_they_read_end_as_they_would_over_tcp") else {
         return;
     };
-    let dir = scratch("threads-cancel");
-    let host = ip.to_string();
-    let (srv, port) = server(&Run::preloaded(dir.join("s.stats")), &dir, &[]);
-    let port = port.to_string();
     // Each reader is cancelled while it waits in the library's direct read or in the
     // kernel's read after it: neither may stop the process (a cancellation unwinding through
     // the library's frames aborts it) or leave the thread running.
-    let out = ok(
-        Run::preloaded(dir.join("c.stats")).pp(&[
-            "client",
-            "--host",
-            &host,
-            "--port",
-            &port,
-            "--threads-cancel",
-        ]),
-        "the client",
-    );
+    let out = client_mode_over_rdma(ip, "threads-cancel", "--threads-cancel");
     assert!(out.contains("readers cancelled 20"), "{out}");
-    ok(srv, "the server");
-    assert_counters(&dir.join("c.stats"), &[("connect_rdma", 1)]);
 }
 
 #[test]
@@ -565,12 +556,8 @@ fn a_thread_cancelled_in_connect_ends_as_it_would_over_tcp() {
     // answer (at most 500 ms here), then the kernel's TCP connect waits for the neighbour.
     // The cancellation (after 100 ms) must neither stop the process (unwinding through the
     // library's RDMA attempt would) nor be lost: the thread ends cancelled within 5 s.
-    let quiet = match ip {
-        std::net::IpAddr::V4(v4) => {
-            let [a, b, c, _] = v4.octets();
-            std::net::Ipv4Addr::new(a, b, c, 254).to_string()
-        }
-        std::net::IpAddr::V6(_) => return,
+    let Some(quiet) = quiet_neighbour(ip) else {
+        return;
     };
     let dir = scratch("connect-cancel");
     let c = Run::preloaded(dir.join("c.stats"))

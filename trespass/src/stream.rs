@@ -1142,6 +1142,60 @@ fn write_check(d: &Driver) -> io::Result<()> {
     Ok(())
 }
 
+/// Copies the stream bytes in the ring into `buf` (skipping the empty records of ended
+/// messages), up to a region the peer lent, and posts what reading them freed. Returns how
+/// many; 0 when none are there, or the next are a lent region's ([`at_lent`]).
+fn read_ring(d: &mut Driver, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        let w = d.conn.recv_window();
+        if w.lent || d.conn.fetching().is_some() {
+            break;
+        }
+        if w.len == 0 {
+            if w.ends_message {
+                d.conn.consume(0);
+                continue;
+            }
+            break;
+        }
+        let take = (buf.len() - n).min(w.len as usize);
+        d.ring()
+            .read_at(w.offset as usize, &mut buf[n..n + take])
+            .map_err(|e| io_err(Error::verbs("copying from the receive ring", e)))?;
+        d.conn.consume(take as u32);
+        n += take;
+    }
+    if n > 0 {
+        d.flush_posts();
+    }
+    Ok(n)
+}
+
+/// Whether the next bytes are a region the peer lent (fetched with an RDMA READ), or one
+/// is being fetched.
+fn at_lent(d: &Driver) -> bool {
+    d.conn.recv_window().lent || d.conn.fetching().is_some()
+}
+
+/// Copies as much of `buf` as the send buffer has room for, commits it and posts; `None`
+/// when there is no room. The caller checked the connection can be written.
+fn write_staging(d: &mut Driver, buf: &[u8]) -> io::Result<Option<usize>> {
+    let (offset, room) = d.conn.send_window();
+    if room == 0 {
+        return Ok(None);
+    }
+    let n = buf.len().min(room as usize);
+    d.staging_mut()
+        .write_at(offset as usize, &buf[..n])
+        .map_err(|e| io_err(Error::verbs("copying into the send buffer", e)))?;
+    d.conn
+        .commit_send(n as u32, false)
+        .map_err(|e| io_err(e.into()))?;
+    d.flush_posts();
+    Ok(Some(n))
+}
+
 /// When nothing is unread: `Some(Ok)` at end of stream, `Some(Err)` when the connection
 /// failed, `None` while more may come.
 fn read_end(d: &Driver) -> Option<io::Result<()>> {
@@ -1210,32 +1264,11 @@ impl TryHandle {
         let mut d = self.lock();
         let mut pumped = false;
         loop {
-            let mut n = 0;
-            while n < buf.len() {
-                let w = d.conn.recv_window();
-                if w.lent || d.conn.fetching().is_some() {
-                    break;
-                }
-                if w.len == 0 {
-                    if w.ends_message {
-                        d.conn.consume(0);
-                        continue;
-                    }
-                    break;
-                }
-                let take = (buf.len() - n).min(w.len as usize);
-                d.ring()
-                    .read_at(w.offset as usize, &mut buf[n..n + take])
-                    .map_err(|e| io_err(Error::verbs("copying from the receive ring", e)))?;
-                d.conn.consume(take as u32);
-                n += take;
-            }
+            let n = read_ring(&mut d, buf)?;
             if n > 0 {
-                d.flush_posts();
                 return Ok(n);
             }
-            let w = d.conn.recv_window();
-            if w.lent || d.conn.fetching().is_some() {
+            if at_lent(&d) {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
             if let Some(r) = read_end(&d) {
@@ -1262,16 +1295,7 @@ impl TryHandle {
         let mut pumped = false;
         loop {
             write_check(&d)?;
-            let (offset, room) = d.conn.send_window();
-            if room > 0 {
-                let n = buf.len().min(room as usize);
-                d.staging_mut()
-                    .write_at(offset as usize, &buf[..n])
-                    .map_err(|e| io_err(Error::verbs("copying into the send buffer", e)))?;
-                d.conn
-                    .commit_send(n as u32, false)
-                    .map_err(|e| io_err(e.into()))?;
-                d.flush_posts();
+            if let Some(n) = write_staging(&mut d, buf)? {
                 return Ok(n);
             }
             if pumped || !d.pump_fast(Instant::now()) {
@@ -1300,41 +1324,21 @@ impl Read for Stream {
         let deadline = self.deadline(self.read_timeout);
         let mut d = self.lock();
         loop {
-            let mut n = 0;
-            while n < buf.len() {
-                let w = d.conn.recv_window();
-                if w.lent || d.conn.fetching().is_some() {
-                    if n > 0 {
-                        break;
-                    }
-                    // A lent region: fetched whole (into the held-message buffer, which
-                    // is empty here), then read from there like a message recv_msg began.
-                    let mut partial = Vec::new();
-                    self.fetch_lent(&mut d, &mut partial, deadline)?;
-                    d.flush_posts();
-                    drop(d);
-                    self.partial = partial;
-                    let n = buf.len().min(self.partial.len());
-                    buf[..n].copy_from_slice(&self.partial[..n]);
-                    self.partial.drain(..n);
-                    return Ok(n);
-                }
-                if w.len == 0 {
-                    if w.ends_message {
-                        d.conn.consume(0);
-                        continue;
-                    }
-                    break;
-                }
-                let take = (buf.len() - n).min(w.len as usize);
-                d.ring()
-                    .read_at(w.offset as usize, &mut buf[n..n + take])
-                    .map_err(|e| io_err(Error::verbs("copying from the receive ring", e)))?;
-                d.conn.consume(take as u32);
-                n += take;
-            }
+            let n = read_ring(&mut d, buf)?;
             if n > 0 {
+                return Ok(n);
+            }
+            if at_lent(&d) {
+                // A lent region: fetched whole (into the held-message buffer, which is
+                // empty here), then read from there like a message recv_msg began.
+                let mut partial = Vec::new();
+                self.fetch_lent(&mut d, &mut partial, deadline)?;
                 d.flush_posts();
+                drop(d);
+                self.partial = partial;
+                let n = buf.len().min(self.partial.len());
+                buf[..n].copy_from_slice(&self.partial[..n]);
+                self.partial.drain(..n);
                 return Ok(n);
             }
             if let Some(r) = read_end(&d) {
@@ -1357,16 +1361,7 @@ impl Write for Stream {
         let mut d = self.lock();
         loop {
             write_check(&d)?;
-            let (offset, room) = d.conn.send_window();
-            if room > 0 {
-                let n = buf.len().min(room as usize);
-                d.staging_mut()
-                    .write_at(offset as usize, &buf[..n])
-                    .map_err(|e| io_err(Error::verbs("copying into the send buffer", e)))?;
-                d.conn
-                    .commit_send(n as u32, false)
-                    .map_err(|e| io_err(e.into()))?;
-                d.flush_posts();
+            if let Some(n) = write_staging(&mut d, buf)? {
                 return Ok(n);
             }
             if d.pump_fast(Instant::now()) {

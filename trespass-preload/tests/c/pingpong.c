@@ -1094,33 +1094,39 @@ static void *cancelled_reader_main(void *arg) {
 		if (read(fd, b, sizeof b) <= 0) return NULL;
 }
 
+/* Starts a thread running body(arg), cancels it after ms milliseconds and joins it, waiting at
+ * most 5 s; returns 0 (its result in *res) or ETIMEDOUT. */
+static int cancel_after(void *(*body)(void *), void *arg, long ms, void **res) {
+	pthread_t th;
+	int rc = pthread_create(&th, NULL, body, arg);
+	if (rc) {
+		errno = rc;
+		die("pthread_create");
+	}
+	sleep_ms(ms);
+	if ((rc = pthread_cancel(th))) {
+		errno = rc;
+		die("pthread_cancel");
+	}
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 5;
+	rc = pthread_timedjoin_np(th, res, &until);
+	if (rc && rc != ETIMEDOUT) {
+		errno = rc;
+		die("pthread_timedjoin_np");
+	}
+	return rc;
+}
+
 /* --threads-cancel: 20 threads in turn block in read() on fd and are cancelled (after 0 to
  * 38 ms), as programs end their worker threads (iperf3 does). */
 __attribute__((noreturn)) static void run_threads_cancel(int fd) {
 	for (int i = 0; i < 20; i++) {
-		pthread_t th;
-		int rc = pthread_create(&th, NULL, cancelled_reader_main, &fd);
-		if (rc) {
-			errno = rc;
-			die("pthread_create");
-		}
-		sleep_ms(2 * i);
-		if ((rc = pthread_cancel(th))) {
-			errno = rc;
-			die("pthread_cancel");
-		}
-		struct timespec until;
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_sec += 5;
 		void *res;
-		rc = pthread_timedjoin_np(th, &res, &until);
-		if (rc == ETIMEDOUT) {
+		if (cancel_after(cancelled_reader_main, &fd, 2 * i, &res)) {
 			printf("reader %d stuck\n", i);
 			exit(1);
-		}
-		if (rc) {
-			errno = rc;
-			die("pthread_timedjoin_np");
 		}
 		if (res != PTHREAD_CANCELED) {
 			printf("reader %d returned instead of being cancelled\n", i);
@@ -1144,29 +1150,10 @@ static void *cancelled_connect_main(void *arg) {
 /* --connect-cancel: a thread blocks in connect() to a host that answers nothing and is
  * cancelled after 100 ms; it must end cancelled within 5 s. */
 __attribute__((noreturn)) static void run_connect_cancel(const struct target *t) {
-	pthread_t th;
-	int rc = pthread_create(&th, NULL, cancelled_connect_main, (void *)t);
-	if (rc) {
-		errno = rc;
-		die("pthread_create");
-	}
-	sleep_ms(100);
-	if ((rc = pthread_cancel(th))) {
-		errno = rc;
-		die("pthread_cancel");
-	}
-	struct timespec until;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += 5;
 	void *res;
-	rc = pthread_timedjoin_np(th, &res, &until);
-	if (rc == ETIMEDOUT) {
+	if (cancel_after(cancelled_connect_main, (void *)t, 100, &res)) {
 		printf("connect stuck\n");
 		exit(1);
-	}
-	if (rc) {
-		errno = rc;
-		die("pthread_timedjoin_np");
 	}
 	printf(res == PTHREAD_CANCELED ? "connect cancelled\n" : "connect returned first\n");
 	exit(0);
