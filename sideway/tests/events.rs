@@ -44,6 +44,14 @@ fn eight_cqs_on_one_channel_each_event_names_its_cq() {
     let pd = ctx.alloc_pd().unwrap();
     let channel = ctx.create_comp_channel().unwrap();
     assert!(channel.fd() >= 0);
+    // try_get_cq_event no longer sets O_NONBLOCK on every call: the channel must have it
+    // from its creation, or the look below would sleep until an event came.
+    // SAFETY: F_GETFL on the channel's descriptor, open while `channel` lives, reads flags.
+    let flags = unsafe { libc::fcntl(channel.fd(), libc::F_GETFL) };
+    assert!(
+        flags >= 0 && flags & libc::O_NONBLOCK != 0,
+        "a new completion channel is non-blocking (flags {flags:#x})"
+    );
     let cqs: Vec<Arc<CompletionQueue>> = (0..CQS)
         .map(|i| {
             let mut b = ctx.create_cq_builder();

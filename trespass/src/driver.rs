@@ -30,7 +30,7 @@ use crate::core::{Completion, Connection, Limits};
 use crate::error::Error;
 use crate::loan::Loan;
 use crate::pool::{Mailbox, Pool};
-use crate::readiness::{Notifier, Readiness};
+use crate::readiness::{Notifier, Readiness, Woke};
 use crate::spin::Spin;
 use crate::wire::{Hello, Lend, LEND_LEN};
 
@@ -232,7 +232,8 @@ impl Resources {
         config: &Config,
     ) -> Result<(Driver, Readiness), Error> {
         let readiness = Readiness::new(
-            &[self.comp_channel.fd(), self.channel.as_raw_fd()],
+            self.comp_channel.fd(),
+            self.channel.as_raw_fd(),
             self.notifier.clone(),
         )
         .map_err(|e| Error::verbs("creating the connection's readiness fd", e))?;
@@ -364,9 +365,18 @@ impl Driver {
     /// One round: every completion and rdma_cm event that is waiting, the timers, then the
     /// receives and the writes the core asks for. True when anything happened.
     pub(crate) fn pump(&mut self, now: Instant) -> bool {
+        self.pump_woken(now, Woke::ALL)
+    }
+
+    /// [`pump`](Self::pump) after a look at the readiness fd that found `woke`: rdma_cm's
+    /// channel is read only when that look found it readable (its fd stays readable while
+    /// an event waits, so no event is missed: the next look finds it).
+    fn pump_woken(&mut self, now: Instant, woke: Woke) -> bool {
         let mut progress = self.poll_cq(now, false);
         self.take_returns();
-        progress |= self.poll_cm();
+        if woke.cm() {
+            progress |= self.poll_cm();
+        }
         if self.conn.poll_timeout().is_some_and(|t| now >= t) {
             self.conn.handle_timeout(now);
             progress = true;
@@ -579,9 +589,24 @@ impl Driver {
     /// Empties the completion channel and the readiness eventfd, arms the CQ, and pumps once
     /// more (a completion that came before the arming would raise no event): after this,
     /// the readiness fd turns readable on the next completion or rdma_cm event.
+    ///
+    /// One look at the readiness fd first says which of its fds have something: only those
+    /// are read (an empty channel's read, the eventfd's and rdma_cm's each cost a system
+    /// call that fails with EAGAIN, and rdma_cm's an allocation too, on every sleep). An fd
+    /// that turns readable after the look stays readable, so the sleep that follows returns
+    /// at once and the next round reads it.
     pub(crate) fn prepare_sleep(&mut self, readiness: &Readiness) -> bool {
-        while let Ok(Some(_)) = self.res.comp_channel.try_get_cq_event() {}
-        readiness.clear();
+        let woke = readiness.peek();
+        if woke.cq() {
+            // One CQ on the channel, one event per arming, and this arms only after the
+            // read: at most one event waits here (two when one lands between the look and
+            // the arming; the second keeps the fd readable and the next round reads it).
+            // Reading until EAGAIN would cost a failing read on every sleep.
+            let _ = self.res.comp_channel.try_get_cq_event();
+        }
+        if woke.notified() {
+            readiness.clear();
+        }
         if let Receives::Shared { pool, mailbox } = &self.res.recvs {
             if let Err(e) = pool.sleep(mailbox) {
                 self.conn.on_local_error(e);
@@ -593,7 +618,7 @@ impl Driver {
                 .on_local_error(format!("arming the completion queue failed: {e}"));
             return true;
         }
-        self.pump(Instant::now())
+        self.pump_woken(Instant::now(), woke)
     }
 
     /// Waits until `ready(core)` holds or `deadline` passes (false then): pumps, spins for
@@ -649,10 +674,10 @@ impl Driver {
             };
             let timeout = until.map(|u| u.saturating_duration_since(Instant::now()));
             slept = true;
-            readiness
+            let woke = readiness
                 .wait(timeout)
                 .map_err(|e| Error::verbs("waiting for the connection", e))?;
-            self.pump(Instant::now());
+            self.pump_woken(Instant::now(), woke);
         }
     }
 

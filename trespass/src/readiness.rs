@@ -77,9 +77,43 @@ fn check(ret: libc::c_int, call: &str) -> io::Result<libc::c_int> {
     Ok(ret)
 }
 
+/// Which of a connection's fds a look at its [`Readiness`] found readable: each says what
+/// the wake-up asks for (drain the completion channel, read rdma_cm's channel, clear the
+/// eventfd), so a wait makes only the system calls that find something.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Woke(u8);
+
+impl Woke {
+    const CQ: u8 = 1;
+    const CM: u8 = 2;
+    const NOTIFY: u8 = 4;
+
+    /// Nothing was readable (the wait timed out).
+    pub(crate) const NOTHING: Woke = Woke(0);
+
+    /// All of them: what to assume when the look itself failed or was interrupted.
+    pub(crate) const ALL: Woke = Woke(Self::CQ | Self::CM | Self::NOTIFY);
+
+    /// The completion channel has an event.
+    pub(crate) fn cq(self) -> bool {
+        self.0 & Self::CQ != 0
+    }
+
+    /// rdma_cm's event channel has an event.
+    pub(crate) fn cm(self) -> bool {
+        self.0 & Self::CM != 0
+    }
+
+    /// The eventfd was poked.
+    pub(crate) fn notified(self) -> bool {
+        self.0 & Self::NOTIFY != 0
+    }
+}
+
 impl Readiness {
-    /// An epoll instance watching `fds` and `notify` for readability.
-    pub(crate) fn new(fds: &[RawFd], notify: Notifier) -> io::Result<Readiness> {
+    /// An epoll instance watching the completion channel `cq`, rdma_cm's channel `cm` and
+    /// `notify` for readability.
+    pub(crate) fn new(cq: RawFd, cm: RawFd, notify: Notifier) -> io::Result<Readiness> {
         // SAFETY: epoll_create1 takes no pointers; the fd it returns is ours alone.
         let epoll = check(
             unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) },
@@ -88,10 +122,15 @@ impl Readiness {
         // SAFETY: epoll is a fresh descriptor nobody else owns.
         let epoll = unsafe { OwnedFd::from_raw_fd(epoll) };
         let r = Readiness { epoll, notify };
-        for &fd in fds.iter().chain([r.notify.0.as_raw_fd()].iter()) {
+        let fds = [
+            (cq, Woke::CQ),
+            (cm, Woke::CM),
+            (r.notify.0.as_raw_fd(), Woke::NOTIFY),
+        ];
+        for (fd, tag) in fds {
             let mut ev = libc::epoll_event {
                 events: libc::EPOLLIN as u32,
-                u64: fd as u64,
+                u64: u64::from(tag),
             };
             let epfd = r.epoll.as_raw_fd();
             // SAFETY: both fds are open (the caller's live for this call, ours owned); ev is
@@ -102,25 +141,51 @@ impl Readiness {
         Ok(r)
     }
 
-    /// Waits until one of the fds is readable or `timeout` passes (`None`: no limit). True
-    /// when something is readable. EINTR counts as a wake-up.
-    pub(crate) fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
+    /// Waits until one of the fds is readable or `timeout` passes (`None`: no limit), and
+    /// says which are readable ([`Woke::NOTHING`] after the timeout). EINTR counts as a
+    /// wake-up of every kind.
+    pub(crate) fn wait(&self, timeout: Option<Duration>) -> io::Result<Woke> {
         let ms = match timeout {
             None => -1,
             // Round up, so a short wait does not become a busy loop of zero-length waits.
             Some(t) => t.as_micros().div_ceil(1000).min(libc::c_int::MAX as u128) as libc::c_int,
         };
-        let mut ev = libc::epoll_event { events: 0, u64: 0 };
-        // SAFETY: the epoll fd is open; ev has room for the one event asked for.
-        let n = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), &mut ev, 1, ms) };
+        self.look(ms)
+    }
+
+    /// Which fds are readable now, without waiting: one system call instead of one per fd
+    /// (a read of each that mostly fails with EAGAIN). A failed look says all of them, so
+    /// the caller reads each as it would without it.
+    pub(crate) fn peek(&self) -> Woke {
+        self.look(0).unwrap_or(Woke::ALL)
+    }
+
+    fn look(&self, ms: libc::c_int) -> io::Result<Woke> {
+        const EMPTY: libc::epoll_event = libc::epoll_event { events: 0, u64: 0 };
+        let mut evs = [EMPTY; 3];
+        // SAFETY: the epoll fd is open; evs has room for the 3 events asked for.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.epoll.as_raw_fd(),
+                evs.as_mut_ptr(),
+                evs.len() as libc::c_int,
+                ms,
+            )
+        };
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
-                return Ok(true);
+                return Ok(Woke::ALL);
             }
             return Err(io::Error::new(e.kind(), format!("epoll_wait failed: {e}")));
         }
-        Ok(n > 0)
+        let mut woke = Woke::NOTHING;
+        for ev in &evs[..n as usize] {
+            // Copied out of the (packed) event before use.
+            let tag = ev.u64;
+            woke.0 |= u8::try_from(tag).unwrap_or(Woke::ALL.0) & Woke::ALL.0;
+        }
+        Ok(woke)
     }
 
     /// Makes the fd readable until [`clear`](Self::clear).
@@ -137,5 +202,57 @@ impl Readiness {
 impl AsFd for Readiness {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.epoll.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two eventfds stand in for the completion channel and rdma_cm's channel: what the
+    /// readiness fd says depends only on which fd is readable.
+    fn rig() -> (Notifier, Notifier, Readiness) {
+        let cq = Notifier::new().unwrap();
+        let cm = Notifier::new().unwrap();
+        let r = Readiness::new(cq.as_raw_fd(), cm.as_raw_fd(), Notifier::new().unwrap()).unwrap();
+        (cq, cm, r)
+    }
+
+    #[test]
+    fn a_look_names_exactly_the_fds_that_are_readable() {
+        let (cq, cm, r) = rig();
+        assert_eq!(r.peek(), Woke::NOTHING);
+        cm.notify();
+        let w = r.peek();
+        assert!(w.cm() && !w.cq() && !w.notified(), "{w:?}");
+        cq.notify();
+        r.notify();
+        let w = r.peek();
+        assert!(w.cm() && w.cq() && w.notified(), "{w:?}");
+        // Level-triggered: a look takes nothing away; only reading the fd does.
+        assert_eq!(r.peek(), w);
+        cm.clear();
+        r.clear();
+        let w = r.peek();
+        assert!(w.cq() && !w.cm() && !w.notified(), "{w:?}");
+        cq.clear();
+        assert_eq!(r.peek(), Woke::NOTHING);
+    }
+
+    #[test]
+    fn a_wait_says_what_woke_it_and_a_timeout_says_nothing() {
+        let (cq, _cm, r) = rig();
+        assert_eq!(
+            r.wait(Some(Duration::from_millis(1))).unwrap(),
+            Woke::NOTHING
+        );
+        let poke = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            cq.notify();
+            cq
+        });
+        let w = r.wait(Some(Duration::from_secs(10))).unwrap();
+        assert!(w.cq() && !w.cm() && !w.notified(), "{w:?}");
+        drop(poke.join());
     }
 }

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use rdma_mummy_sys as ffi;
 
 use crate::errno::{fresh, from_ret, non_null};
+use crate::fd::{set_nonblocking, EventError};
 use crate::verbs::completion_queue::error::CompletionQueueError;
 use crate::verbs::device::DeviceContext;
 
@@ -66,17 +67,32 @@ impl DeviceContext {
             device: self.name().to_owned(),
             source,
         })?;
-        Ok(Arc::new(CompletionChannel {
+        let channel = CompletionChannel {
             raw,
             ctx: Arc::clone(self),
             cqs: Default::default(),
-        }))
+        };
+        // Non-blocking from the start, once: taking an event then never sleeps past a
+        // poll(2) deadline, and costs no fcntl per call (a wait that looks at the channel
+        // on every sleep paid one or two). Dropping `channel` on failure destroys it.
+        set_nonblocking(channel.fd(), "a completion event").map_err(|e| {
+            CompletionQueueError::CreateChannel {
+                device: self.name().to_owned(),
+                source: match e {
+                    EventError::Call { source, .. } => source,
+                    EventError::Timeout { .. } => std::io::Error::other(e.to_string()),
+                },
+            }
+        })?;
+        Ok(Arc::new(channel))
     }
 }
 
 impl CompletionChannel {
     /// The channel's file descriptor (`ibv_comp_channel.fd`), for poll/epoll: readable
-    /// when an event is waiting. This crate sets it non-blocking; do not read it, call
+    /// when an event is waiting. This crate sets it non-blocking when it creates the channel
+    /// (clearing `O_NONBLOCK` on it makes [`try_get_cq_event`](Self::try_get_cq_event)
+    /// block until an event comes); do not read it, call
     /// [`get_cq_event`](Self::get_cq_event) or [`try_get_cq_event`](Self::try_get_cq_event).
     /// The channel is also [`AsFd`] and [`AsRawFd`], with this descriptor.
     pub fn fd(&self) -> RawFd {

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use rdma_mummy_sys as ffi;
 
 use crate::errno::{fresh, from_ret};
-use crate::fd::{set_nonblocking, wait_readable, EventError};
+use crate::fd::{wait_readable, EventError};
 use crate::verbs::completion_channel::CompletionChannel;
 use crate::verbs::completion_queue::CompletionQueue;
 
@@ -38,7 +38,6 @@ impl CompletionChannel {
         &self,
         timeout: Option<Duration>,
     ) -> Result<Arc<CompletionQueue>, EventError> {
-        set_nonblocking(self.fd(), COMPLETION)?;
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             if let Some(cq) = self.try_get_cq_event()? {
@@ -58,7 +57,7 @@ impl CompletionChannel {
     /// (`ibv_get_cq_event` on the non-blocking fd); never waits.
     #[doc(alias = "ibv_get_cq_event")]
     pub fn try_get_cq_event(&self) -> Result<Option<Arc<CompletionQueue>>, EventError> {
-        set_nonblocking(self.fd(), COMPLETION)?;
+        // The descriptor is non-blocking since the channel was created.
         loop {
             let mut cq: *mut ffi::ibv_cq = std::ptr::null_mut();
             let mut context: *mut c_void = std::ptr::null_mut();
