@@ -548,6 +548,33 @@ fn threads_cancelled_while_they_read_end_as_they_would_over_tcp() {
 }
 
 #[test]
+fn timeouts_signals_and_writes_after_shutdown_end_reads_and_writes_as_over_tcp() {
+    let Some(ip) =
+        test_ip("timeouts_signals_and_writes_after_shutdown_end_reads_and_writes_as_over_tcp")
+    else {
+        return;
+    };
+    // The client's --edges walk: SO_RCVTIMEO's EAGAIN, EINTR from a process-directed
+    // SIGALRM that only the reading thread accepts (the library's own threads must leave it
+    // to the program: one that takes it leaves the read waiting), EPIPE from send and write
+    // after shutdown(SHUT_WR), and the end. Over TCP first, to pin down what TCP does here;
+    // then carried over RDMA, where every one of these reads waits on the direct path.
+    const WALKED: &str = "edges rcvtimeo=EAGAIN eintr=5 epipe=EPIPE eof=0";
+    let dir = scratch("edges-tcp");
+    let host = ip.to_string();
+    let (srv, port) = server(&Run::plain(), &dir, &[]);
+    let port = port.to_string();
+    let out = ok(
+        Run::plain().pp(&["client", "--host", &host, "--port", &port, "--edges"]),
+        "the client over TCP",
+    );
+    ok(srv, "the server over TCP");
+    assert!(out.contains(WALKED), "over TCP: {out}");
+    let out = client_mode_over_rdma(ip, "edges", "--edges");
+    assert!(out.contains(WALKED), "over RDMA: {out}");
+}
+
+#[test]
 fn a_thread_cancelled_in_connect_ends_as_it_would_over_tcp() {
     let Some(ip) = test_ip("a_thread_cancelled_in_connect_ends_as_it_would_over_tcp") else {
         return;

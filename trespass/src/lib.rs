@@ -58,6 +58,7 @@ mod keeper;
 mod loan;
 mod pool;
 mod readiness;
+mod signals;
 mod spin;
 mod stream;
 #[cfg(feature = "tokio")]

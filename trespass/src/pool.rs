@@ -194,7 +194,10 @@ impl Pool {
             let (core, stop) = (Arc::clone(&core), stop.clone());
             std::thread::Builder::new()
                 .name("trespass-srq".into())
-                .spawn(move || run(&core, &stop))
+                .spawn(move || {
+                    crate::signals::leave_to_the_application();
+                    run(&core, &stop)
+                })
                 .map_err(|e| {
                     Error::verbs(
                         "starting the shared receive queue's thread",

@@ -12,7 +12,8 @@
  *                 [--backlog N] [--accept-after MS] [--sink] [--mixed]
  * pingpong client --host H --port P [--size S] [--iters N] [--poll|--select|--epoll]
  *                 [--short N | --stream SECONDS | --fork | --exec | --threads-close |
- *                  --threads-cancel | --connect-cancel | --send-exit BYTES [--mixed]] [--connect-timeout MS] [--fcntl-dup] [--rcvtimeo MS]
+ *                  --threads-cancel | --connect-cancel | --edges | --send-exit BYTES [--mixed]]
+ *                 [--connect-timeout MS] [--fcntl-dup] [--rcvtimeo MS]
  * pingpong client-fd --fd N [--size S] [--iters N]
  * pingpong udp-server [--bind ADDR] --port P [--count N] [--port-file PATH]
  * pingpong udp-client --host H --port P
@@ -47,6 +48,16 @@
  * nonblocking send; the server's read, recv, readv into two parts, recv after a MSG_PEEK of
  * the same bytes, and recv with MSG_WAITALL. A preload that carries some of these itself and
  * leaves others to the kernel must keep the bytes in order across them.
+ *
+ * client --edges walks the error paths of a connected socket that the server echoes, each as TCP
+ * has it: a read with SO_RCVTIMEO at 5 ms and nothing to read fails with EAGAIN (within 2 s);
+ * a blocking read in a second thread fails with EINTR when a SIGALRM sent to the process (a
+ * timer's) interrupts it, its handler installed without SA_RESTART and the main thread blocking
+ * SIGALRM, so that only the reader may take it (5 times; a signal some other thread took leaves
+ * the read waiting: "edges: eintr <i>: the read went on", exit 1, after 3 s); then a round trip of
+ * 64 bytes; after shutdown(SHUT_WR), send with MSG_NOSIGNAL and write with SIGPIPE ignored fail
+ * with EPIPE; then the server's end reads as 0. It prints "edges rcvtimeo=EAGAIN eintr=5
+ * epipe=EPIPE eof=0", or what differed ("edges: ...", exit 1).
  *
  * server --fork (not with --epoll) forks a child per connection: the child closes the listening
  * socket, echoes the connection as the plain server does and exits 0 (1 on any error); the parent
@@ -109,6 +120,7 @@
 #include <sys/select.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -132,7 +144,8 @@ enum io_mode { IO_BLOCK, IO_POLL, IO_SELECT, IO_EPOLL };
 enum { OPT_BIND, OPT_PORT, OPT_HOST, OPT_PATH, OPT_COUNT, OPT_EPOLL, OPT_PORT_FILE, OPT_SIZE,
        OPT_ITERS, OPT_POLL, OPT_SELECT, OPT_SHORT, OPT_STREAM, OPT_FORK, OPT_EXEC,
        OPT_THREADS_CLOSE, OPT_FD, OPT_BACKLOG, OPT_ACCEPT_AFTER, OPT_SINK, OPT_SEND_EXIT,
-       OPT_CONNECT_TIMEOUT, OPT_FCNTL_DUP, OPT_RCVTIMEO, OPT_MIXED, OPT_THREADS_CANCEL, OPT_CONNECT_CANCEL };
+       OPT_CONNECT_TIMEOUT, OPT_FCNTL_DUP, OPT_RCVTIMEO, OPT_MIXED, OPT_THREADS_CANCEL, OPT_CONNECT_CANCEL,
+       OPT_EDGES };
 #define SEEN(o, opt) ((o)->seen & (1u << (opt)))
 
 struct opts {
@@ -275,6 +288,7 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 		{ "--threads-close", OPT_THREADS_CLOSE, 0, STREAM_CLIENTS },
 		{ "--threads-cancel", OPT_THREADS_CANCEL, 0, CLIENT },
 		{ "--connect-cancel", OPT_CONNECT_CANCEL, 0, CLIENT },
+		{ "--edges", OPT_EDGES, 0, CLIENT },
 		{ "--fd", OPT_FD, 1, CLIENT_FD },
 		{ "--backlog", OPT_BACKLOG, 1, STREAM_SERVERS },
 		{ "--accept-after", OPT_ACCEPT_AFTER, 1, STREAM_SERVERS },
@@ -1159,6 +1173,134 @@ __attribute__((noreturn)) static void run_connect_cancel(const struct target *t)
 	exit(0);
 }
 
+/* --edges' reader: one blocking read, with SIGALRM unblocked in this thread only. */
+struct edge_read {
+	int fd;
+	ssize_t r;
+	int err;
+	volatile int done;
+};
+
+static void on_alarm(int sig) { (void)sig; }
+
+static void *edge_reader_main(void *arg) {
+	struct edge_read *x = arg;
+	sigset_t alrm;
+	char c;
+	sigemptyset(&alrm);
+	sigaddset(&alrm, SIGALRM);
+	pthread_sigmask(SIG_UNBLOCK, &alrm, NULL);
+	x->r = read(x->fd, &c, 1);
+	x->err = errno;
+	x->done = 1;
+	return NULL;
+}
+
+static const char *errno_name(int e) {
+	switch (e) {
+	case EAGAIN: return "EAGAIN";
+	case EINTR: return "EINTR";
+	case EPIPE: return "EPIPE";
+	case ECONNRESET: return "ECONNRESET";
+	case ENOTCONN: return "ENOTCONN";
+	default: return strerror(e);
+	}
+}
+
+/* --edges: see the header comment. */
+__attribute__((noreturn)) static void run_edges(int fd) {
+	char c, msg[64], in[64];
+	struct timeval tv = { 0, 5000 }, none = { 0, 0 };
+	sigset_t alrm;
+	struct sigaction sa;
+	ssize_t r;
+	int e;
+
+	/* 1. SO_RCVTIMEO: nothing comes, the read gives up. */
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) < 0) die("setsockopt SO_RCVTIMEO");
+	double start = now();
+	r = read(fd, &c, 1);
+	e = errno;
+	double took = now() - start;
+	if (r >= 0 || e != EAGAIN) {
+		printf("edges: the read with a 5 ms SO_RCVTIMEO returned %zd (%s), not EAGAIN\n", r,
+		       r < 0 ? errno_name(e) : "no error");
+		exit(1);
+	}
+	if (took > 2.0) {
+		printf("edges: the read with a 5 ms SO_RCVTIMEO took %.3f s\n", took);
+		exit(1);
+	}
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none) < 0)
+		die("setsockopt SO_RCVTIMEO 0");
+
+	/* 2. EINTR in a reader thread: only it accepts SIGALRM. */
+	sigemptyset(&alrm);
+	sigaddset(&alrm, SIGALRM);
+	if (pthread_sigmask(SIG_BLOCK, &alrm, NULL)) die("pthread_sigmask");
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_alarm;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = 0; /* no SA_RESTART: the read must fail with EINTR */
+	if (sigaction(SIGALRM, &sa, NULL) < 0) die("sigaction");
+	for (int i = 0; i < 5; i++) {
+		struct edge_read x = { fd, 0, 0, 0 };
+		struct itimerval it = { { 0, 0 }, { 0, 100000 } };
+		pthread_t t;
+		if (pthread_create(&t, NULL, edge_reader_main, &x)) die("pthread_create");
+		if (setitimer(ITIMER_REAL, &it, NULL) < 0) die("setitimer");
+		for (int waited = 0; !x.done && waited < 3000; waited += 10) sleep_ms(10);
+		if (!x.done) {
+			printf("edges: eintr %d: the read went on (the signal went to another thread)\n", i);
+			fflush(stdout);
+			_exit(1);
+		}
+		pthread_join(t, NULL);
+		if (x.r >= 0 || x.err != EINTR) {
+			printf("edges: eintr %d: the interrupted read returned %zd (%s), not EINTR\n", i, x.r,
+			       x.r < 0 ? errno_name(x.err) : "no error");
+			exit(1);
+		}
+	}
+
+	/* 3. The connection still works. */
+	for (size_t i = 0; i < sizeof msg; i++) msg[i] = (char)(i * 7 + 1);
+	round_trip(fd, IO_BLOCK, msg, in, sizeof msg);
+	if (memcmp(in, msg, sizeof msg)) {
+		printf("edges: the round trip after the interruptions came back changed\n");
+		exit(1);
+	}
+
+	/* 4. Writing after shutting the write side down. */
+	shutdown_wr(fd);
+	r = send(fd, "x", 1, MSG_NOSIGNAL);
+	e = errno;
+	if (r >= 0 || e != EPIPE) {
+		printf("edges: send after shutdown(SHUT_WR) returned %zd (%s), not EPIPE\n", r,
+		       r < 0 ? errno_name(e) : "no error");
+		exit(1);
+	}
+	signal(SIGPIPE, SIG_IGN);
+	r = write(fd, "x", 1);
+	e = errno;
+	if (r >= 0 || e != EPIPE) {
+		printf("edges: write after shutdown(SHUT_WR) returned %zd (%s), not EPIPE\n", r,
+		       r < 0 ? errno_name(e) : "no error");
+		exit(1);
+	}
+
+	/* 5. The server saw the end, and ends too. */
+	r = read(fd, &c, 1);
+	if (r != 0) {
+		printf("edges: the read after the server's end returned %zd (%s), not 0\n", r,
+		       r < 0 ? errno_name(errno) : "a byte");
+		exit(1);
+	}
+	printf("edges rcvtimeo=EAGAIN eintr=5 epipe=EPIPE eof=0\n");
+	if (close(fd) < 0) die("close");
+	exit(0);
+}
+
 static void run_client(const struct opts *o) {
 	struct target t;
 	int fd;
@@ -1234,6 +1376,7 @@ static void run_client(const struct opts *o) {
 	if (SEEN(o, OPT_FORK) || SEEN(o, OPT_EXEC)) run_child_client(fd, o);
 	if (SEEN(o, OPT_THREADS_CLOSE)) run_threads_close(fd);
 	if (SEEN(o, OPT_THREADS_CANCEL)) run_threads_cancel(fd);
+	if (SEEN(o, OPT_EDGES)) run_edges(fd);
 	round_trips(fd, o->io, o->size, o->iters);
 	report_resources("");
 }
