@@ -172,7 +172,7 @@ fn start(pid: u32) -> io::Result<Pump> {
         // program's signals to the program's threads.
         .on_thread_start(|| {
             crate::internal::set(true);
-            leave_signals_to_the_program();
+            trespass::leave_signals_to_the_application();
         })
         .build()?;
     let (tx, rx) = mpsc::unbounded_channel();
@@ -181,7 +181,7 @@ fn start(pid: u32) -> io::Result<Pump> {
         .name("trespass-preload".into())
         .spawn(move || {
             crate::internal::set(true);
-            leave_signals_to_the_program();
+            trespass::leave_signals_to_the_application();
             rt.block_on(serve(rx, exit_seen));
         })?;
     Ok(Pump {
@@ -189,34 +189,6 @@ fn start(pid: u32) -> io::Result<Pump> {
         jobs: tx,
         exiting,
     })
-}
-
-/// Blocks, in the calling thread (one of this library's), every signal but those a fault in
-/// the thread itself raises (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS). A signal sent
-/// to the process (`kill`, `alarm`, a timer) goes to any one thread that does not block it:
-/// were it this library's, the program's handler would run there and the call the program
-/// meant to interrupt (a blocking read in its own thread) would go on waiting, where over
-/// TCP it ends with `EINTR`. trespass's own threads do the same.
-fn leave_signals_to_the_program() {
-    // SAFETY: an all-zero sigset_t is a valid place for sigfillset to fill.
-    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a valid sigset_t; the signal numbers are valid ones.
-    unsafe {
-        libc::sigfillset(&mut set);
-        for sig in [
-            libc::SIGSEGV,
-            libc::SIGBUS,
-            libc::SIGFPE,
-            libc::SIGILL,
-            libc::SIGTRAP,
-            libc::SIGSYS,
-        ] {
-            libc::sigdelset(&mut set, sig);
-        }
-    }
-    // SAFETY: `set` is initialised; a null old set is allowed. It fails only for an invalid
-    // `how`, and then the thread keeps the mask it had.
-    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
 }
 
 async fn serve(mut jobs: mpsc::UnboundedReceiver<Job>, exiting: watch::Receiver<bool>) {

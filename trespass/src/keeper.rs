@@ -32,7 +32,7 @@ pub(crate) fn register(shared: &Arc<Shared>) {
 }
 
 fn run() {
-    crate::signals::leave_to_the_application();
+    crate::signals::leave_signals_to_the_application();
     // Room for the connections of a pass, made once: a pass allocates nothing until a
     // process has more connections than ever before.
     let mut live: Vec<Arc<Shared>> = Vec::with_capacity(64);

@@ -67,4 +67,5 @@ pub mod wire;
 
 pub use config::Config;
 pub use error::{Error, Fault, LendError};
+pub use signals::leave_signals_to_the_application;
 pub use stream::{Listener, Stream, TryHandle, MAX_LENT};

@@ -195,7 +195,7 @@ impl Pool {
             std::thread::Builder::new()
                 .name("trespass-srq".into())
                 .spawn(move || {
-                    crate::signals::leave_to_the_application();
+                    crate::signals::leave_signals_to_the_application();
                     run(&core, &stop)
                 })
                 .map_err(|e| {

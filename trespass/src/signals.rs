@@ -10,7 +10,21 @@
 /// (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS): blocking those would turn a crash
 /// report (Rust's stack overflow message, say) into a bare kill. SIGKILL and SIGSTOP cannot
 /// be blocked. Threads this thread starts inherit the mask.
-pub(crate) fn leave_to_the_application() {
+///
+/// trespass's own threads call it first thing. A library that drives trespass streams from
+/// threads of its own, behind a program that did not ask for them (an `LD_PRELOAD` library,
+/// say), calls it first thing in each of those threads too, so that a signal sent to the
+/// process reaches the program's threads and interrupts the call it was meant for.
+///
+/// ```
+/// std::thread::spawn(|| {
+///     trespass::leave_signals_to_the_application();
+///     // ... drive streams here ...
+/// })
+/// .join()
+/// .unwrap();
+/// ```
+pub fn leave_signals_to_the_application() {
     // SAFETY: an all-zero sigset_t is a valid place for sigfillset to fill.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a valid sigset_t; the signal numbers are valid ones.
@@ -54,7 +68,7 @@ mod tests {
     fn a_library_thread_blocks_the_applications_signals_but_not_its_own_faults() {
         let before = blocked(&mask(), libc::SIGALRM);
         let set = std::thread::spawn(|| {
-            leave_to_the_application();
+            leave_signals_to_the_application();
             mask()
         })
         .join()
