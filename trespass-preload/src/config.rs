@@ -26,6 +26,10 @@ pub(crate) const ENV_BUSY_POLL: &str = "TRESPASS_PRELOAD_BUSY_POLL_US";
 /// default (the program's reads and writes reach the trespass stream themselves when they
 /// can: see `direct`).
 pub(crate) const ENV_DIRECT: &str = "TRESPASS_PRELOAD_DIRECT";
+/// `TRESPASS_PRELOAD_STAND_IN`: `off` (or `0`) makes a blocking direct read wait on the
+/// stream's readiness fd beside the pump (both woken by each arrival) rather than in the
+/// pump's place; on by default.
+pub(crate) const ENV_STAND_IN: &str = "TRESPASS_PRELOAD_STAND_IN";
 /// `TRESPASS_PRELOAD_LOG`: `1` says on stderr why each connection went where it went.
 pub(crate) const ENV_LOG: &str = "TRESPASS_PRELOAD_LOG";
 
@@ -100,6 +104,8 @@ pub(crate) struct Config {
     pub(crate) busy_poll: Duration,
     /// Whether the program's own data calls use the direct path.
     pub(crate) direct: bool,
+    /// Whether a blocking direct read waits on the stream in the pump's place.
+    pub(crate) tenure: bool,
 }
 
 impl Config {
@@ -115,6 +121,7 @@ impl Config {
             log: false,
             busy_poll: Duration::ZERO,
             direct: true,
+            tenure: true,
         }
     }
 
@@ -146,6 +153,13 @@ impl Config {
                 "off" | "0" => c.direct = false,
                 "" | "on" | "1" => {}
                 other => problems.push(format!("{ENV_DIRECT}={other:?} is not on, off, 1 or 0")),
+            }
+        }
+        if let Some(v) = var(ENV_STAND_IN) {
+            match v.trim() {
+                "off" | "0" => c.tenure = false,
+                "" | "on" | "1" => {}
+                other => problems.push(format!("{ENV_STAND_IN}={other:?} is not on, off, 1 or 0")),
             }
         }
         if let Some(v) = var(ENV_PORTS) {
@@ -337,6 +351,7 @@ mod tests {
             (ENV_TIMEOUT, "1s"),
             (ENV_SWITCH, "maybe"),
             (ENV_DIRECT, "sometimes"),
+            (ENV_STAND_IN, "yes"),
             (ENV_BUSY_POLL, "2000000"),
             (ENV_BUSY_POLL, "fast"),
             (ENV_CONNECT_WAIT, "60001"),
@@ -364,6 +379,9 @@ mod tests {
         assert!(env(&[]).0.direct);
         assert!(!env(&[(ENV_DIRECT, "off")]).0.direct);
         assert!(env(&[(ENV_DIRECT, "on")]).0.direct);
+        assert!(env(&[]).0.tenure);
+        assert!(!env(&[(ENV_STAND_IN, "0")]).0.tenure);
+        assert!(env(&[(ENV_STAND_IN, "on")]).0.tenure);
         assert_eq!(env(&[(ENV_STATS, "1")]).0.stats, Stats::Stderr);
         assert_eq!(
             env(&[(ENV_STATS, "/tmp/x.stats")]).0.stats,

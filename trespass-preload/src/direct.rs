@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::ffi::c_int;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -289,9 +289,16 @@ pub(crate) enum Read {
     /// The kernel's call: bytes came before, or a flag, a state or an error the kernel's
     /// socket (which the pump brings to the same end) answers as TCP would.
     Kernel,
-    /// Nothing anywhere yet, in order: the stream's readiness fd (kept open by the value)
-    /// turns readable when something arrives.
-    Empty(Arc<OwnedFd>),
+    /// Nothing anywhere yet, in order: what to wait on for more.
+    Empty(Waiter),
+}
+
+/// What a blocking read with nothing to read waits on, beside the program's socket: the
+/// stream, in the pump's place when it can ([`trespass::TryHandle::wait_readable`]), else its
+/// readiness fd (kept open by the value), which turns readable when something arrives.
+pub(crate) struct Waiter {
+    handle: trespass::TryHandle,
+    ready: Arc<OwnedFd>,
 }
 
 /// Reads into `bufs` from `fd`'s stream directly if that keeps the order.
@@ -329,7 +336,12 @@ fn read_or(fd: c_int, bufs: &mut [IoSliceMut<'_>], flags: c_int) -> Option<Read>
         count(Event::ReadDirect);
         return Some(Read::Bytes(done));
     }
-    empty.then(|| Read::Empty(Arc::clone(&d.ready)))
+    empty.then(|| {
+        Read::Empty(Waiter {
+            handle: handle.clone(),
+            ready: Arc::clone(&d.ready),
+        })
+    })
 }
 
 /// What a blocking read's wait on the program's socket and the stream came to.
@@ -350,10 +362,16 @@ pub(crate) enum Waited {
 /// `interpose::try_direct`), so this is also how long it may be late.
 const WAIT_BOUND_MS: c_int = 20;
 
-/// Waits, as a blocking read of `fd` would, for the program's socket or the stream's
-/// readiness fd `ready` to turn readable: at most the socket's receive timeout
-/// (`SO_RCVTIMEO`), and at most [`WAIT_BOUND_MS`], after which the kernel's read takes over.
-pub(crate) fn wait(fd: c_int, ready: RawFd) -> Waited {
+/// Waits, as a blocking read of `fd` would, for the program's socket or the stream to have
+/// something: at most the socket's receive timeout (`SO_RCVTIMEO`), and at most
+/// [`WAIT_BOUND_MS`], after which the kernel's read takes over.
+///
+/// The stream is waited on in the pump's place when trespass lets this thread take the
+/// completion channel (`wait_readable`): then an arrival wakes this thread alone, where a
+/// wait on the readiness fd wakes the pump too, which races it for the bytes. The value
+/// returned beside `Stream` must live until the read that follows is done: dropping it
+/// hands what that read leaves to the pump.
+pub(crate) fn wait(fd: c_int, on: &Waiter) -> (Waited, Option<trespass::ReadWait>) {
     let mut tv = libc::timeval {
         tv_sec: 0,
         tv_usec: 0,
@@ -376,6 +394,32 @@ pub(crate) fn wait(fd: c_int, ready: RawFd) -> Waited {
         None
     };
     let ms = limit.map_or(WAIT_BOUND_MS, |l| l.min(WAIT_BOUND_MS));
+    let timed_out = || {
+        if limit.is_some_and(|l| l <= WAIT_BOUND_MS) {
+            Waited::TimedOut
+        } else {
+            Waited::Socket
+        }
+    };
+    if crate::config().tenure {
+        // SAFETY: `fd` is the program's open socket for the duration of this call (the
+        // program's read is in progress on it).
+        let socket = unsafe { BorrowedFd::borrow_raw(fd) };
+        let bound = std::time::Duration::from_millis(ms as u64);
+        match on.handle.wait_readable(socket, bound) {
+            Ok(w) => match w.outcome() {
+                trespass::ReadWaited::Ready => {
+                    count(Event::ReadStoodIn);
+                    return (Waited::Stream, Some(w));
+                }
+                trespass::ReadWaited::Also => return (Waited::Socket, None),
+                trespass::ReadWaited::TimedOut => return (timed_out(), None),
+                trespass::ReadWaited::Interrupted => return (Waited::Interrupted, None),
+                _ => {}
+            },
+            Err(_) => return (Waited::Socket, None),
+        }
+    }
     let mut fds = [
         libc::pollfd {
             fd,
@@ -383,7 +427,7 @@ pub(crate) fn wait(fd: c_int, ready: RawFd) -> Waited {
             revents: 0,
         },
         libc::pollfd {
-            fd: ready,
+            fd: on.ready.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         },
@@ -391,23 +435,20 @@ pub(crate) fn wait(fd: c_int, ready: RawFd) -> Waited {
     // SAFETY: two valid pollfds, for the duration of the call.
     let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
     if n < 0 {
-        return if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+        let w = if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
             Waited::Interrupted
         } else {
             Waited::Socket
         };
+        return (w, None);
     }
     if n == 0 {
-        return if limit.is_some_and(|l| l <= WAIT_BOUND_MS) {
-            Waited::TimedOut
-        } else {
-            Waited::Socket
-        };
+        return (timed_out(), None);
     }
     if fds[0].revents != 0 {
-        return Waited::Socket;
+        return (Waited::Socket, None);
     }
-    Waited::Stream
+    (Waited::Stream, None)
 }
 
 /// Whether every signal handler of this process restarts the calls it interrupts

@@ -1125,12 +1125,16 @@ fn read_direct(fd: c_int, bufs: &mut [IoSliceMut<'_>], flags: c_int) -> Option<i
     }
     try_direct(|| {
         let mut stale_since: Option<std::time::Instant> = None;
+        // A wait in the pump's place, kept until the read after it is done (see
+        // `direct::wait`).
+        let mut _waited: Option<trespass::ReadWait> = None;
         loop {
-            let ready = match direct::read(fd, bufs, flags) {
+            let on = match direct::read(fd, bufs, flags) {
                 direct::Read::Bytes(n) => return Some(n as isize),
                 direct::Read::Kernel => return None,
-                direct::Read::Empty(ready) => ready,
+                direct::Read::Empty(on) => on,
             };
+            _waited = None;
             match stale_since {
                 None => {
                     if flags & libc::MSG_DONTWAIT != 0 || direct::nonblocking(fd) {
@@ -1143,7 +1147,9 @@ fn read_direct(fd: c_int, bufs: &mut [IoSliceMut<'_>], flags: c_int) -> Option<i
                     libc::sched_yield();
                 },
             }
-            match direct::wait(fd, ready.as_raw_fd()) {
+            let (waited, held) = direct::wait(fd, &on);
+            _waited = held;
+            match waited {
                 direct::Waited::Stream => {
                     stale_since.get_or_insert_with(std::time::Instant::now);
                 }

@@ -41,9 +41,12 @@ pub(crate) enum Event {
     WriteDirect,
     /// A data call (`read`, `recv`, ...) whose bytes came from the stream directly.
     ReadDirect,
+    /// A blocking direct read that waited on the stream in the pump's place and was woken
+    /// by bytes (or the end).
+    ReadStoodIn,
 }
 
-const EVENTS: [(Event, &str); 15] = [
+const EVENTS: [(Event, &str); 16] = [
     (Event::ConnectRdma, "connect_rdma"),
     (Event::ConnectTcpRule, "connect_tcp_rule"),
     (Event::ConnectTcpRefused, "connect_tcp_refused"),
@@ -59,6 +62,7 @@ const EVENTS: [(Event, &str); 15] = [
     (Event::AcceptTcp, "accept_tcp"),
     (Event::WriteDirect, "write_direct"),
     (Event::ReadDirect, "read_direct"),
+    (Event::ReadStoodIn, "read_stood_in"),
 ];
 
 #[allow(clippy::declare_interior_mutable_const)] // the initialiser of the array below

@@ -103,6 +103,13 @@ fn both_sides_preloaded_go_over_rdma() {
     );
     assert_counters(&c_stats, &[("connect_rdma", 1)]);
     assert_counters(&s_stats, &[("listen_rdma", 1), ("accept_rdma", 1)]);
+    // The blocking reads of a ping-pong wait on the stream in the pump's place (the
+    // default), so that an arrival wakes the reader alone.
+    let (c, s) = (&counters(&c_stats)[0], &counters(&s_stats)[0]);
+    assert!(
+        c["read_stood_in"] > 0 && s["read_stood_in"] > 0,
+        "no blocking read waited in the pump's place: {c:?} {s:?}"
+    );
     println!("{}", out.lines().last().unwrap_or_default());
 }
 

@@ -91,6 +91,7 @@ fn client_rdma_or_refused(cs: &Path) -> (u64, u64) {
                 | "connect_in_progress"
                 | "write_direct"
                 | "read_direct"
+                | "read_stood_in"
         ) || *v == 0),
         "{c:?}"
     );

@@ -271,6 +271,7 @@ impl Resources {
             lent: VecDeque::new(),
             reclaimed: VecDeque::new(),
             fetch: None,
+            tenure: Tenure::default(),
         };
         Ok((driver, readiness))
     }
@@ -328,6 +329,20 @@ pub(crate) struct Driver {
     pub(crate) reclaimed: VecDeque<Vec<u8>>,
     /// The target of the region being fetched.
     fetch: Option<Loan>,
+    /// A thread waiting for bytes in the owner's place (`TryHandle::wait_readable`).
+    tenure: Tenure,
+}
+
+/// A wait for bytes by a thread other than the stream's owner, which holds the completion
+/// channel meanwhile: the channel is out of the readiness epoll, so the owner (parked on the
+/// readiness fd) is not woken by the completions that thread takes.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tenure {
+    /// A thread holds the channel.
+    active: bool,
+    /// The owner went to sleep meanwhile and put the channel back: the holder stops
+    /// taking its events and leaves it in the epoll.
+    revoked: bool,
 }
 
 impl std::fmt::Debug for Driver {
@@ -596,6 +611,16 @@ impl Driver {
     /// that turns readable after the look stays readable, so the sleep that follows returns
     /// at once and the next round reads it.
     pub(crate) fn prepare_sleep(&mut self, readiness: &Readiness) -> bool {
+        // The owner waits: completions must wake it again, whoever holds the channel.
+        self.revoke_tenure(readiness);
+        self.prepare_sleep_reading(readiness)
+    }
+
+    /// [`prepare_sleep`](Self::prepare_sleep) for an owner that will wait for bytes
+    /// without holding the connection (the tokio front end's read): a thread waiting for
+    /// bytes in its place keeps the completion channel, and hands what it leaves unread
+    /// and the end back through the eventfd (`TryHandle::wait_readable`).
+    pub(crate) fn prepare_sleep_reading(&mut self, readiness: &Readiness) -> bool {
         let woke = readiness.peek();
         if woke.cq() {
             // One CQ on the channel, one event per arming, and this arms only after the
@@ -619,6 +644,105 @@ impl Driver {
             return true;
         }
         self.pump_woken(Instant::now(), woke)
+    }
+
+    /// Takes the completion channel out of `readiness` for a thread that waits for bytes
+    /// in the owner's place; false (nothing changed) when another thread holds it already,
+    /// or when receives complete on the shared pool (their wake-ups come through the
+    /// eventfd, which stays the owner's).
+    pub(crate) fn begin_tenure(&mut self, readiness: &Readiness) -> bool {
+        if self.tenure.active || !matches!(self.res.recvs, Receives::Own) {
+            return false;
+        }
+        if readiness.detach_cq().is_err() {
+            return false;
+        }
+        self.tenure = Tenure {
+            active: true,
+            revoked: false,
+        };
+        true
+    }
+
+    /// Whether the owner took the channel back since [`begin_tenure`](Self::begin_tenure).
+    pub(crate) fn tenure_revoked(&self) -> bool {
+        self.tenure.revoked
+    }
+
+    /// Before the holder sleeps on the channel: arms the CQ and pumps once more (a
+    /// completion that came before the arming raises no event). True when bytes or the end
+    /// are there now, so that it must not sleep.
+    pub(crate) fn tenure_arm(&mut self) -> bool {
+        if let Err(e) = self.res.cq.req_notify(false) {
+            self.conn
+                .on_local_error(format!("arming the completion queue failed: {e}"));
+            return true;
+        }
+        self.pump_fast(Instant::now());
+        self.readable()
+    }
+
+    /// After the holder's sleep: takes the channel's event if the sleep saw one (and the
+    /// channel is still the holder's), and pumps. True when bytes or the end are there.
+    pub(crate) fn tenure_woke(&mut self, cq: bool) -> bool {
+        if cq && !self.tenure.revoked {
+            let _ = self.res.comp_channel.try_get_cq_event();
+        }
+        self.pump_fast(Instant::now());
+        self.readable()
+    }
+
+    /// The holder is done: unless the owner took it back already, the CQ is armed again
+    /// (the owner sleeps on an armed CQ), the channel goes back into the epoll (an event
+    /// waiting on it wakes the owner at once), and the owner is poked when the connection
+    /// ended (the owner carries the end) or, `owner_writes`, it has a task waiting for room.
+    pub(crate) fn end_tenure(&mut self, readiness: &Readiness, owner_writes: bool) {
+        if !self.tenure.active {
+            return;
+        }
+        if !self.tenure.revoked {
+            if let Err(e) = self.res.cq.req_notify(false) {
+                self.conn
+                    .on_local_error(format!("arming the completion queue failed: {e}"));
+            }
+            self.pump_fast(Instant::now());
+            if let Err(e) = readiness.attach_cq() {
+                self.conn.on_local_error(format!(
+                    "putting the completion channel back into the readiness fd failed: {e}"
+                ));
+                readiness.notify();
+            }
+        }
+        self.tenure = Tenure::default();
+        // A task of the owner's that began to wait for room after the wait began (the wait
+        // declines to begin while one waits) may have missed the credits taken here.
+        let ended = self.conn.error().is_some() || self.conn.broken().is_some();
+        if owner_writes || ended || self.conn.is_eof() {
+            readiness.notify();
+        }
+    }
+
+    /// The owner is about to sleep: the channel goes back into the epoll if a holder has
+    /// it. The holder sees [`tenure_revoked`](Self::tenure_revoked) and stops.
+    fn revoke_tenure(&mut self, readiness: &Readiness) {
+        if self.tenure.active && !self.tenure.revoked {
+            self.tenure.revoked = true;
+            if let Err(e) = readiness.attach_cq() {
+                self.conn.on_local_error(format!(
+                    "putting the completion channel back into the readiness fd failed: {e}"
+                ));
+            }
+        }
+    }
+
+    /// Bytes, the end or a failure are there for a reader.
+    pub(crate) fn tenure_readable(&self) -> bool {
+        self.readable()
+    }
+
+    fn readable(&self) -> bool {
+        let c = &self.conn;
+        c.has_unread() || c.is_eof() || c.error().is_some() || c.broken().is_some()
     }
 
     /// Waits until `ready(core)` holds or `deadline` passes (false then): pumps, spins for

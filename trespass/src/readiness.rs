@@ -17,6 +17,9 @@ use std::time::Duration;
 pub(crate) struct Readiness {
     epoll: OwnedFd,
     notify: Notifier,
+    /// The completion channel: taken out of the epoll while a thread other than the
+    /// owner waits on it in the owner's place ([`detach_cq`](Self::detach_cq)).
+    cq: RawFd,
 }
 
 /// A connection's eventfd, shared by its [`Readiness`] and whoever pokes it (the shared
@@ -121,24 +124,47 @@ impl Readiness {
         )?;
         // SAFETY: epoll is a fresh descriptor nobody else owns.
         let epoll = unsafe { OwnedFd::from_raw_fd(epoll) };
-        let r = Readiness { epoll, notify };
+        let r = Readiness { epoll, notify, cq };
         let fds = [
             (cq, Woke::CQ),
             (cm, Woke::CM),
             (r.notify.0.as_raw_fd(), Woke::NOTIFY),
         ];
         for (fd, tag) in fds {
-            let mut ev = libc::epoll_event {
-                events: libc::EPOLLIN as u32,
-                u64: u64::from(tag),
-            };
-            let epfd = r.epoll.as_raw_fd();
-            // SAFETY: both fds are open (the caller's live for this call, ours owned); ev is
-            // a valid epoll_event the kernel copies.
-            let ret = unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
-            check(ret, "epoll_ctl")?;
+            r.ctl(libc::EPOLL_CTL_ADD, fd, tag)?;
         }
         Ok(r)
+    }
+
+    fn ctl(&self, op: libc::c_int, fd: RawFd, tag: u8) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: u64::from(tag),
+        };
+        // SAFETY: the epoll fd is ours; `fd` is open (the caller's, or the completion
+        // channel, which the connection keeps open as long as this lives); ev is a valid
+        // epoll_event the kernel copies (and ignores for EPOLL_CTL_DEL).
+        let ret = unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), op, fd, &mut ev) };
+        check(ret, "epoll_ctl").map(drop)
+    }
+
+    /// Takes the completion channel out of the epoll: completions no longer make the
+    /// readiness fd readable (rdma_cm's events and the eventfd still do) until
+    /// [`attach_cq`](Self::attach_cq). For a thread that waits on the channel in the
+    /// owner's place, so that the owner is not woken by what that thread takes.
+    pub(crate) fn detach_cq(&self) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_DEL, self.cq, Woke::CQ)
+    }
+
+    /// Puts the completion channel back: an event waiting on it makes the readiness fd
+    /// readable at once (epoll looks when an fd is added).
+    pub(crate) fn attach_cq(&self) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, self.cq, Woke::CQ)
+    }
+
+    /// The completion channel's fd, for a thread that waits on it directly.
+    pub(crate) fn cq_fd(&self) -> RawFd {
+        self.cq
     }
 
     /// Waits until one of the fds is readable or `timeout` passes (`None`: no limit), and
@@ -205,6 +231,33 @@ impl AsFd for Readiness {
     }
 }
 
+/// Polls `a` and `b` for readability for at most `timeout`: which of them are.
+pub(crate) fn poll_two(a: RawFd, b: RawFd, timeout: Duration) -> io::Result<(bool, bool)> {
+    let ms = timeout
+        .as_micros()
+        .div_ceil(1000)
+        .min(libc::c_int::MAX as u128) as libc::c_int;
+    let mut fds = [
+        libc::pollfd {
+            fd: a,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: b,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    // SAFETY: two valid pollfds, for the duration of the call; the fds are open (the
+    // completion channel lives as long as the handle's connection, `b` is borrowed).
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((fds[0].revents != 0, fds[1].revents != 0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,5 +307,32 @@ mod tests {
         let w = r.wait(Some(Duration::from_secs(10))).unwrap();
         assert!(w.cq() && !w.cm() && !w.notified(), "{w:?}");
         drop(poke.join());
+    }
+
+    #[test]
+    fn a_detached_channel_wakes_nobody_and_one_put_back_full_wakes_at_once() {
+        let (cq, _cm, r) = rig();
+        r.detach_cq().unwrap();
+        cq.notify();
+        assert_eq!(
+            r.peek(),
+            Woke::NOTHING,
+            "a detached channel still woke the epoll"
+        );
+        // The eventfd still wakes it: the owner can be poked while the channel is away.
+        r.notify();
+        assert!(r.peek().notified());
+        r.clear();
+        r.attach_cq().unwrap();
+        assert!(
+            r.peek().cq(),
+            "an event that waited while detached was not seen"
+        );
+        assert!(r.wait(Some(Duration::from_secs(10))).unwrap().cq());
+        // Detached twice is an error, not a silent success: the caller's state is wrong.
+        r.detach_cq().unwrap();
+        assert!(r.detach_cq().is_err());
+        r.attach_cq().unwrap();
+        assert!(r.attach_cq().is_err());
     }
 }

@@ -4,6 +4,7 @@
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -24,6 +25,9 @@ pub const MAX_LENT: usize = 64;
 pub(crate) struct Shared {
     pub(crate) driver: Mutex<Driver>,
     pub(crate) readiness: Readiness,
+    /// The owner (the tokio front end) has a task parked waiting to write: a
+    /// [`TryHandle::wait_readable`] would take the wake-up it waits for, so none begins.
+    pub(crate) owner_writes: AtomicBool,
 }
 
 pub(crate) fn cm(what: &'static str) -> impl FnOnce(CmError) -> Error {
@@ -436,6 +440,7 @@ impl Stream {
         let shared = Arc::new(Shared {
             driver: Mutex::new(driver),
             readiness,
+            owner_writes: AtomicBool::new(false),
         });
         // Every connection, keep-alive on or not: the peer's may be on, and its probes must
         // be answered while this application is busy elsewhere.
@@ -595,6 +600,13 @@ impl Stream {
         io::ErrorKind::WouldBlock.into()
     }
 
+    /// [`would_block`](Self::would_block) for a read, which leaves the completion channel
+    /// to a thread waiting for bytes in this stream's place, if there is one.
+    fn would_block_reading(&self, d: &mut Driver) -> io::Error {
+        d.prepare_sleep_reading(&self.shared.readiness);
+        io::ErrorKind::WouldBlock.into()
+    }
+
     /// Waits until `ready`, or fails with `TimedOut` once `deadline` passed (the `which`
     /// timeout, `timeout`, set it).
     fn wait(
@@ -622,7 +634,7 @@ impl Stream {
     /// them). `Ok` means: look again.
     fn wait_readable(&self, d: &mut Driver, deadline: Option<Instant>) -> io::Result<()> {
         if self.nonblocking {
-            let e = self.would_block(d);
+            let e = self.would_block_reading(d);
             if d.conn.has_unread() || read_end(d).is_some() {
                 return Ok(());
             }
@@ -1055,6 +1067,13 @@ impl Stream {
         }
     }
 
+    /// Whether the owner (the tokio front end) has a task parked waiting to write (see
+    /// [`TryHandle::wait_readable`]).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn set_owner_writes(&self, parked: bool) {
+        self.shared.owner_writes.store(parked, Ordering::Release);
+    }
+
     /// Stream bytes unread in the ring (and in a message `recv_msg` had begun), without
     /// pumping.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
@@ -1281,6 +1300,78 @@ impl TryHandle {
         }
     }
 
+    /// Waits for bytes (or the end, or a failure) in the owner's place, for at most
+    /// `timeout`, or until `also` turns readable.
+    ///
+    /// A thread that waits on the [readiness fd](AsFd) shares every wake-up with the owner:
+    /// both wake, one finds the bytes. This wait takes the completion channel instead: while
+    /// it lasts, completions wake this thread and not the owner, which is what a reader that
+    /// stands in for the owner wants (one thread woken per arrival, not two). It is for an
+    /// owner that does not hold the connection while it waits (the [tokio front
+    /// end](crate::tokio::Stream)): an owner that goes to sleep meanwhile takes the channel
+    /// back at once (the wait then ends as [`ReadWaited::Declined`]), and one with a task
+    /// waiting to write is never robbed of the credits it waits for (the wait declines
+    /// before it begins).
+    ///
+    /// What it returns says how the wait ended; read with [`try_read`](Self::try_read)
+    /// while holding it. Dropping it hands whatever is still unread, and the end of the
+    /// connection, back to the owner (its readiness fd turns readable), so bytes this wait
+    /// took in are never stranded where only a reader that does not come would see them.
+    ///
+    /// # Errors
+    ///
+    /// A failed `poll`. Signals end the wait as [`ReadWaited::Interrupted`].
+    pub fn wait_readable(&self, also: BorrowedFd<'_>, timeout: Duration) -> io::Result<ReadWait> {
+        let deadline = Instant::now() + timeout;
+        let mut wait = ReadWait {
+            handle: self.clone(),
+            outcome: ReadWaited::Declined,
+        };
+        let mut d = self.lock();
+        if d.tenure_readable() {
+            wait.outcome = ReadWaited::Ready;
+            return Ok(wait);
+        }
+        let readiness = &self.shared.readiness;
+        if self.shared.owner_writes.load(Ordering::Acquire) || !d.begin_tenure(readiness) {
+            return Ok(wait);
+        }
+        let cq = readiness.cq_fd();
+        let result = loop {
+            if d.tenure_revoked() {
+                break Ok(ReadWaited::Declined);
+            }
+            if d.tenure_arm() {
+                break Ok(ReadWaited::Ready);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break Ok(ReadWaited::TimedOut);
+            }
+            drop(d);
+            let polled = crate::readiness::poll_two(cq, also.as_raw_fd(), deadline - now);
+            d = self.lock();
+            match polled {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                    break Ok(ReadWaited::Interrupted)
+                }
+                Err(e) => break Err(e),
+                Ok((cq_ready, also_ready)) => {
+                    if d.tenure_woke(cq_ready) {
+                        break Ok(ReadWaited::Ready);
+                    }
+                    if also_ready {
+                        break Ok(ReadWaited::Also);
+                    }
+                }
+            }
+        };
+        let owner_writes = self.shared.owner_writes.load(Ordering::Acquire);
+        d.end_tenure(readiness, owner_writes);
+        wait.outcome = result?;
+        Ok(wait)
+    }
+
     /// Writes as much of `buf` as the send buffer has room for now.
     ///
     /// # Errors
@@ -1302,6 +1393,50 @@ impl TryHandle {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
             pumped = true;
+        }
+    }
+}
+
+/// How a [`TryHandle::wait_readable`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReadWaited {
+    /// Bytes, the end or a failure are there: [`TryHandle::try_read`] says which.
+    Ready,
+    /// The other fd turned readable (or hung up, or failed).
+    Also,
+    /// The timeout passed.
+    TimedOut,
+    /// A signal interrupted the wait.
+    Interrupted,
+    /// The wait did not take the channel, or gave it back to the owner before anything
+    /// arrived: another thread is waiting in the owner's place, the owner is waiting to
+    /// write or went to sleep, or receives complete on the shared pool. Wait on the
+    /// readiness fd instead.
+    Declined,
+}
+
+/// The end of a [`TryHandle::wait_readable`]: how it ended, and, when dropped, the
+/// unread bytes and the end of the connection handed back to the owner.
+#[derive(Debug)]
+#[must_use = "read while holding it: dropping it hands the unread bytes to the owner"]
+pub struct ReadWait {
+    handle: TryHandle,
+    outcome: ReadWaited,
+}
+
+impl ReadWait {
+    /// How the wait ended.
+    pub fn outcome(&self) -> ReadWaited {
+        self.outcome
+    }
+}
+
+impl Drop for ReadWait {
+    fn drop(&mut self) {
+        let d = self.handle.lock();
+        if d.tenure_readable() {
+            self.handle.shared.readiness.notify();
         }
     }
 }

@@ -533,6 +533,11 @@ impl Stream {
             },
             Poll::Ready(_) => *mine = None,
         }
+        // A thread reading through a `TryHandle` in this stream's place must not take the
+        // credits a parked writer waits for (see `TryHandle::wait_readable`).
+        if !read {
+            io.stream.set_owner_writes(mine.is_some());
+        }
         result
     }
 }
