@@ -54,6 +54,12 @@ pub(crate) struct State {
     out_held: usize,
     /// Bytes the pump read from the stream and has not written to the program's socket.
     in_held: usize,
+    /// The pump read bytes from the stream since the program's socket and the pump's end
+    /// were last seen empty that way: until they are seen empty again, a direct read asks
+    /// the kernel (two `ioctl`s) whether bytes that came before are still queued there.
+    /// Only the pump puts bytes into the program's socket, and it counts each read here
+    /// first, under this lock: while this is false, those queues are known to be empty.
+    in_queued: bool,
     /// The program shut its write side (through this process's `shutdown`).
     write_shut: bool,
     /// The program shut its read side.
@@ -73,6 +79,7 @@ impl Direct {
                 pump_end: Some(pump_end),
                 out_held: 0,
                 in_held: 0,
+                in_queued: false,
                 write_shut: false,
                 read_shut: false,
             }),
@@ -227,6 +234,14 @@ impl State {
         }
     }
 
+    /// The pump read `n` bytes in direction `way`: it holds them until it wrote them on.
+    pub(crate) fn took(&mut self, way: Way, n: usize) {
+        *self.held(way) += n;
+        if matches!(way, Way::In) && n > 0 {
+            self.in_queued = true;
+        }
+    }
+
     /// The handle, when the program's fd `fd` may take the stream directly in direction
     /// `way` without passing bytes that came before: the pump carries the connection, that
     /// side is not shut down, the pump holds no bytes of that direction, and the kernel
@@ -234,20 +249,32 @@ impl State {
     /// that sends has nothing unsent, `SIOCOUTQ`; the side that receives nothing unread,
     /// `FIONREAD`: the accepting side's loopback TCP has bytes in flight that `FIONREAD`
     /// alone misses).
-    fn in_order(&self, fd: c_int, way: Way) -> Option<&trespass::TryHandle> {
-        let handle = self.handle.as_ref()?;
+    ///
+    /// Reading, the queues are asked only while the pump may have put bytes in them
+    /// ([`State::in_queued`]); writing, always (the program's own writes to its socket, and
+    /// a forked child's, reach it without this library seeing all of them).
+    fn in_order(&mut self, fd: c_int, way: Way) -> Option<&trespass::TryHandle> {
         let pump_end = self.pump_end.as_ref()?.as_raw_fd();
         let (shut, held, sender, receiver) = match way {
             Way::Out => (self.write_shut, self.out_held, fd, pump_end),
             Way::In => (self.read_shut, self.in_held, pump_end, fd),
         };
-        if shut || held > 0 {
+        if shut || held > 0 || self.handle.is_none() {
             return None;
         }
-        if queued(sender, SIOCOUTQ)? != 0 || queued(receiver, libc::FIONREAD as _)? != 0 {
-            return None;
+        let ask = match way {
+            Way::Out => true,
+            Way::In => self.in_queued,
+        };
+        if ask {
+            if queued(sender, SIOCOUTQ)? != 0 || queued(receiver, libc::FIONREAD as _)? != 0 {
+                return None;
+            }
+            if matches!(way, Way::In) {
+                self.in_queued = false;
+            }
         }
-        Some(handle)
+        self.handle.as_ref()
     }
 }
 
@@ -262,20 +289,11 @@ pub(crate) fn write(fd: c_int, bufs: &[IoSlice<'_>], flags: c_int) -> Option<usi
         return None;
     }
     let d = get(fd)?;
-    let s = d.lock();
+    let mut s = d.lock();
     let handle = s.in_order(fd, Way::Out)?;
-    let mut done = 0;
-    for b in bufs.iter().filter(|b| !b.is_empty()) {
-        match handle.try_write(b) {
-            Ok(n) => {
-                done += n;
-                if n < b.len() {
-                    break;
-                }
-            }
-            Err(_) => break,
-        }
-    }
+    // One write for all of `bufs` (a `writev` of a header and a body goes out as one RDMA
+    // WRITE, as TCP would send it as one segment), as much as there is room for.
+    let done = handle.try_write_vectored(bufs).unwrap_or(0);
     if done > 0 {
         count(Event::WriteDirect);
     }
@@ -311,7 +329,7 @@ fn read_or(fd: c_int, bufs: &mut [IoSliceMut<'_>], flags: c_int) -> Option<Read>
         return None;
     }
     let d = get(fd)?;
-    let s = d.lock();
+    let mut s = d.lock();
     let handle = s.in_order(fd, Way::In)?;
     let mut done = 0;
     let mut empty = false;

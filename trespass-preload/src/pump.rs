@@ -354,7 +354,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for Held<'_, R> {
         let before = buf.filled().len();
         let r = Pin::new(&mut this.inner).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = r {
-            *s.held(this.way) += buf.filled().len() - before;
+            s.took(this.way, buf.filled().len() - before);
         }
         r
     }

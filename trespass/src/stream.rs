@@ -1215,6 +1215,41 @@ fn write_staging(d: &mut Driver, buf: &[u8]) -> io::Result<Option<usize>> {
     Ok(Some(n))
 }
 
+/// Copies as much of `bufs` as the send window has room for into the send buffer and
+/// commits it, without posting: the bytes copied.
+fn stage_vectored(d: &mut Driver, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+    let mut done = 0;
+    for b in bufs {
+        let mut off = 0;
+        while off < b.len() {
+            let (offset, room) = d.conn.send_window();
+            if room == 0 {
+                return Ok(done);
+            }
+            let n = (b.len() - off).min(room as usize);
+            let staged = d
+                .staging_mut()
+                .write_at(offset as usize, &b[off..off + n])
+                .map_err(|e| io_err(Error::verbs("copying into the send buffer", e)))
+                .and_then(|()| {
+                    d.conn
+                        .commit_send(n as u32, false)
+                        .map_err(|e| io_err(e.into()))
+                });
+            match staged {
+                Ok(()) => {}
+                // What was committed before goes out: say so, not the error (the next call
+                // sees it), or the caller would write those bytes again.
+                Err(_) if done > 0 => return Ok(done),
+                Err(e) => return Err(e),
+            }
+            off += n;
+            done += n;
+        }
+    }
+    Ok(done)
+}
+
 /// When nothing is unread: `Some(Ok)` at end of stream, `Some(Err)` when the connection
 /// failed, `None` while more may come.
 fn read_end(d: &Driver) -> Option<io::Result<()>> {
@@ -1370,6 +1405,33 @@ impl TryHandle {
         d.end_tenure(readiness, owner_writes);
         wait.outcome = result?;
         Ok(wait)
+    }
+
+    /// Writes as much of `bufs`, in order, as the send buffer has room for now, and posts
+    /// it at once: bytes that arrive in several buffers leave as one write where they fit,
+    /// as a `writev` on a TCP socket leaves as one segment.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_write`](Self::try_write).
+    pub fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        if bufs.iter().all(|b| b.is_empty()) {
+            return Ok(0);
+        }
+        let mut d = self.lock();
+        let mut pumped = false;
+        loop {
+            write_check(&d)?;
+            let n = stage_vectored(&mut d, bufs)?;
+            if n > 0 {
+                d.flush_posts();
+                return Ok(n);
+            }
+            if pumped || !d.pump_fast(Instant::now()) {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            pumped = true;
+        }
     }
 
     /// Writes as much of `buf` as the send buffer has room for now.

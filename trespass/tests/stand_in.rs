@@ -319,3 +319,57 @@ fn an_owner_waiting_for_room_gets_its_credits_while_a_reader_stands_in() {
     drop(client);
     owner.thread.join().expect("the owner");
 }
+
+#[test]
+fn vectored_writes_through_a_handle_keep_every_byte_in_order_across_the_buffer_end() {
+    let Some(ip) =
+        test_ip("vectored_writes_through_a_handle_keep_every_byte_in_order_across_the_buffer_end")
+    else {
+        return;
+    };
+    const LEN: usize = 3 * 1024 * 1024;
+    let (owner, mut client) = owner(SocketAddr::new(ip, 7723), 0);
+    let reader = thread::spawn(move || {
+        let mut got = vec![0u8; LEN];
+        client.read_exact(&mut got).expect("the bytes");
+        assert!(
+            got == common::pattern(0, LEN),
+            "the bytes came out of order"
+        );
+        client
+    });
+    let data = common::pattern(0, LEN);
+    let (mut off, mut calls, mut i) = (0usize, 0u64, 0usize);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while off < LEN {
+        assert!(Instant::now() < deadline, "stalled at {off} of {LEN}");
+        // Three pieces of changing sizes (one of them empty now and then), so that the
+        // pieces straddle the end of the send buffer in every way.
+        let a = (i * 7919) % 5000;
+        let b = (i * 104_729) % 300;
+        let end = |n: usize| (off + n).min(LEN);
+        let (p1, p2) = (end(a), end(a + b));
+        let p3 = end(a + b + 20_000);
+        let bufs = [
+            io::IoSlice::new(&data[off..p1]),
+            io::IoSlice::new(&data[p1..p2]),
+            io::IoSlice::new(&data[p2..p3]),
+        ];
+        match owner.handle.try_write_vectored(&bufs) {
+            Ok(n) => {
+                assert!(n <= p3 - off, "wrote {n} of {}", p3 - off);
+                off += n;
+                calls += 1;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                thread::sleep(Duration::from_micros(200))
+            }
+            Err(e) => panic!("at {off}: {e}"),
+        }
+        i += 1;
+    }
+    let client = reader.join().expect("the reader");
+    println!("{LEN} bytes in {calls} vectored writes");
+    drop(client);
+    owner.thread.join().expect("the owner");
+}
