@@ -32,7 +32,7 @@ use crate::loan::Loan;
 use crate::pool::{Mailbox, Pool};
 use crate::readiness::{Notifier, Readiness, Woke};
 use crate::spin::Spin;
-use crate::wire::{Hello, Lend, LEND_LEN};
+use crate::wire::{Control, Hello, Imm, Lend, LEND_LEN};
 
 /// The wr_id of every receive: sends count up from 0 and never reach it.
 pub(crate) const RECV_WR_ID: u64 = u64::MAX;
@@ -312,6 +312,17 @@ pub(crate) fn completion(status: WcStatus) -> Completion {
     }
 }
 
+/// Whether a write with immediate `imm` brings the peer something to read (bytes, a
+/// message's end, the end of the stream): those are posted solicited, so that a reader
+/// waiting for them can arm its completion queue for solicited completions alone and sleep
+/// through credit updates, keep-alive probes and its own send completions.
+fn carries_data(imm: u32) -> bool {
+    matches!(
+        Imm::decode(imm),
+        Ok(Imm::Data { .. } | Imm::Control(Control::Fin))
+    )
+}
+
 /// One live connection: its resources and its protocol core.
 pub(crate) struct Driver {
     /// Drops first: the QP is destroyed before the loans below are deregistered, so no
@@ -569,6 +580,11 @@ impl Driver {
                     }
                 }
             };
+            let flags = if !t.plain && carries_data(t.imm) {
+                flags | SendFlags::SOLICITED
+            } else {
+                flags
+            };
             let wr = batch.wr(t.wr_id, flags);
             let _ = if t.plain {
                 wr.rdma_write(rkey, raddr, data)
@@ -673,7 +689,11 @@ impl Driver {
     /// completion that came before the arming raises no event). True when bytes or the end
     /// are there now, so that it must not sleep.
     pub(crate) fn tenure_arm(&mut self) -> bool {
-        if let Err(e) = self.res.cq.req_notify(false) {
+        // Solicited only: the peer's writes of bytes and its end of stream are solicited
+        // (see `carries_data`), its credit updates, keep-alive probes and this side's own
+        // send completions are not, and do not wake a thread that waits for bytes. (Errors
+        // raise an event either way.)
+        if let Err(e) = self.res.cq.req_notify(true) {
             self.conn
                 .on_local_error(format!("arming the completion queue failed: {e}"));
             return true;
@@ -933,5 +953,43 @@ impl Driver {
             v.set_len(len as usize)
         };
         Ok(Some(v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_what_a_reader_waits_for_is_posted_solicited() {
+        for (imm, solicited) in [
+            (
+                Imm::Data {
+                    len: 64,
+                    msg: false,
+                    eom: false,
+                },
+                true,
+            ),
+            (
+                Imm::Data {
+                    len: 0,
+                    msg: true,
+                    eom: true,
+                },
+                true,
+            ),
+            (Imm::Control(Control::Fin), true),
+            (Imm::CreditBytes(4096), false),
+            (Imm::CreditRecvs(3), false),
+            (Imm::Control(Control::Ping), false),
+            (Imm::Control(Control::Pong), false),
+            (Imm::Control(Control::Lend), false),
+            (Imm::Control(Control::Return), false),
+        ] {
+            assert_eq!(carries_data(imm.encode()), solicited, "{imm:?}");
+        }
+        // An immediate that does not decode is not solicited (it is never posted).
+        assert!(!carries_data(u32::MAX));
     }
 }
