@@ -1353,6 +1353,31 @@ impl TryHandle {
     /// connection, back to the owner (its readiness fd turns readable), so bytes this wait
     /// took in are never stranded where only a reader that does not come would see them.
     ///
+    /// ```no_run
+    /// use std::io::ErrorKind;
+    /// use std::os::fd::AsFd;
+    /// use std::time::Duration;
+    ///
+    /// # fn demo(handle: &trespass::TryHandle, other: &std::net::TcpStream) -> std::io::Result<usize> {
+    /// let mut buf = [0u8; 4096];
+    /// // The last wait lives until the read after it is done: dropping it hands what that
+    /// // read leaves to the owner.
+    /// let mut _wait = None;
+    /// loop {
+    ///     match handle.try_read(&mut buf) {
+    ///         Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+    ///         done => return done,
+    ///     }
+    ///     _wait = None;
+    ///     let wait = handle.wait_readable(other.as_fd(), Duration::from_millis(20))?;
+    ///     if wait.outcome() == trespass::ReadWaited::Declined {
+    ///         // Wait on `handle.as_fd()` (shared with the owner) instead.
+    ///     }
+    ///     _wait = Some(wait);
+    /// }
+    /// # }
+    /// ```
+    ///
     /// # Errors
     ///
     /// A failed `poll`. Signals end the wait as [`ReadWaited::Interrupted`].
