@@ -686,9 +686,9 @@ impl Driver {
     }
 
     /// Before the holder sleeps on the channel: arms the CQ and pumps once more (a
-    /// completion that came before the arming raises no event). True when bytes or the end
-    /// are there now, so that it must not sleep.
-    pub(crate) fn tenure_arm(&mut self) -> bool {
+    /// completion that came before the arming raises no event). A failed arming is the
+    /// connection's error, which the holder then sees, as it sees bytes that came.
+    pub(crate) fn tenure_arm(&mut self) {
         // Solicited only: the peer's writes of bytes and its end of stream are solicited
         // (see `carries_data`), its credit updates, keep-alive probes and this side's own
         // send completions are not, and do not wake a thread that waits for bytes. (Errors
@@ -696,20 +696,18 @@ impl Driver {
         if let Err(e) = self.res.cq.req_notify(true) {
             self.conn
                 .on_local_error(format!("arming the completion queue failed: {e}"));
-            return true;
+            return;
         }
         self.pump_fast(Instant::now());
-        self.readable()
     }
 
     /// After the holder's sleep: takes the channel's event if the sleep saw one (and the
-    /// channel is still the holder's), and pumps. True when bytes or the end are there.
-    pub(crate) fn tenure_woke(&mut self, cq: bool) -> bool {
+    /// channel is still the holder's), and pumps.
+    pub(crate) fn tenure_woke(&mut self, cq: bool) {
         if cq && !self.tenure.revoked {
             let _ = self.res.comp_channel.try_get_cq_event();
         }
         self.pump_fast(Instant::now());
-        self.readable()
     }
 
     /// The holder is done: unless the owner took it back already, the CQ is armed again
@@ -753,16 +751,6 @@ impl Driver {
                 ));
             }
         }
-    }
-
-    /// Bytes, the end or a failure are there for a reader.
-    pub(crate) fn tenure_readable(&self) -> bool {
-        self.readable()
-    }
-
-    fn readable(&self) -> bool {
-        let c = &self.conn;
-        c.has_unread() || c.is_eof() || c.error().is_some() || c.broken().is_some()
     }
 
     /// Waits until `ready(core)` holds or `deadline` passes (false then): pumps, spins for

@@ -1116,7 +1116,6 @@ fn nonzero_timeout(timeout: Option<Duration>, which: &str) -> io::Result<Option<
 
 /// True when a read (`read`) or a write on `c` would not block: bytes or the end are there,
 /// or room in the send buffer, or the connection failed.
-#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
 fn ready_for(d: &Driver, want: Want) -> bool {
     let c = &d.conn;
     let ready = match want {
@@ -1388,7 +1387,7 @@ impl TryHandle {
             outcome: ReadWaited::Declined,
         };
         let mut d = self.lock();
-        if d.tenure_readable() {
+        if ready_for(&d, Want::Read) {
             wait.outcome = ReadWaited::Ready;
             return Ok(wait);
         }
@@ -1401,7 +1400,8 @@ impl TryHandle {
             if d.tenure_revoked() {
                 break Ok(ReadWaited::Declined);
             }
-            if d.tenure_arm() {
+            d.tenure_arm();
+            if ready_for(&d, Want::Read) {
                 break Ok(ReadWaited::Ready);
             }
             let now = Instant::now();
@@ -1417,7 +1417,8 @@ impl TryHandle {
                 }
                 Err(e) => break Err(e),
                 Ok((cq_ready, also_ready)) => {
-                    if d.tenure_woke(cq_ready) {
+                    d.tenure_woke(cq_ready);
+                    if ready_for(&d, Want::Read) {
                         break Ok(ReadWaited::Ready);
                     }
                     if also_ready {
@@ -1443,13 +1444,27 @@ impl TryHandle {
         if bufs.iter().all(|b| b.is_empty()) {
             return Ok(0);
         }
+        self.try_staging(|d| {
+            let n = stage_vectored(d, bufs)?;
+            if n == 0 {
+                return Ok(None);
+            }
+            d.flush_posts();
+            Ok(Some(n))
+        })
+    }
+
+    /// The writes' loop: `stage` copies what fits (`None`: no room); with no room, one pump
+    /// (completions may free some) and one more try, else `WouldBlock`.
+    fn try_staging(
+        &self,
+        mut stage: impl FnMut(&mut Driver) -> io::Result<Option<usize>>,
+    ) -> io::Result<usize> {
         let mut d = self.lock();
         let mut pumped = false;
         loop {
             write_check(&d)?;
-            let n = stage_vectored(&mut d, bufs)?;
-            if n > 0 {
-                d.flush_posts();
+            if let Some(n) = stage(&mut d)? {
                 return Ok(n);
             }
             if pumped || !d.pump_fast(Instant::now()) {
@@ -1469,18 +1484,7 @@ impl TryHandle {
         if buf.is_empty() {
             return Ok(0);
         }
-        let mut d = self.lock();
-        let mut pumped = false;
-        loop {
-            write_check(&d)?;
-            if let Some(n) = write_staging(&mut d, buf)? {
-                return Ok(n);
-            }
-            if pumped || !d.pump_fast(Instant::now()) {
-                return Err(io::ErrorKind::WouldBlock.into());
-            }
-            pumped = true;
-        }
+        self.try_staging(|d| write_staging(d, buf))
     }
 }
 
@@ -1522,7 +1526,7 @@ impl ReadWait {
 impl Drop for ReadWait {
     fn drop(&mut self) {
         let d = self.handle.lock();
-        if d.tenure_readable() {
+        if ready_for(&d, Want::Read) {
             self.handle.shared.readiness.notify();
         }
     }
