@@ -60,6 +60,15 @@ pub(crate) struct State {
     /// Only the pump puts bytes into the program's socket, and it counts each read here
     /// first, under this lock: while this is false, those queues are known to be empty.
     in_queued: bool,
+    /// A poll or epoll wait told the program this stream has bytes (`wait`): the program's
+    /// next read of it, or its next such wait, hands what is still unread to the pump.
+    lent: bool,
+    /// A read of the program's went to the kernel while bytes a wait reported were in the
+    /// stream (a flag the kernel answers, such as `MSG_PEEK`): the pump carries them into
+    /// the socket, and waits do not report this stream's bytes again until it has taken some
+    /// (else a program whose reads all go to the kernel would be told "readable" forever
+    /// while its socket stays empty).
+    no_report: bool,
     /// The program shut its write side (through this process's `shutdown`).
     write_shut: bool,
     /// The program shut its read side.
@@ -80,6 +89,8 @@ impl Direct {
                 out_held: 0,
                 in_held: 0,
                 in_queued: false,
+                lent: false,
+                no_report: false,
                 write_shut: false,
                 read_shut: false,
             }),
@@ -239,6 +250,7 @@ impl State {
         *self.held(way) += n;
         if matches!(way, Way::In) && n > 0 {
             self.in_queued = true;
+            self.no_report = false;
         }
     }
 
@@ -325,11 +337,34 @@ pub(crate) fn read(fd: c_int, bufs: &mut [IoSliceMut<'_>], flags: c_int) -> Read
 }
 
 fn read_or(fd: c_int, bufs: &mut [IoSliceMut<'_>], flags: c_int) -> Option<Read> {
+    let d = get(fd)?;
+    let mut s = d.lock();
+    let lent = std::mem::take(&mut s.lent);
+    let read = read_locked(&d, &mut s, fd, bufs, flags);
+    if lent {
+        if let Some(handle) = s.handle.as_ref() {
+            // What a wait reported had its read: what this one left goes to the pump. A read
+            // the kernel answers comes after the hand-back (the pump carries the bytes into
+            // the socket), and waits leave this stream's bytes to the kernel until then.
+            handle.hand_back();
+            if read.is_none() {
+                s.no_report = true;
+            }
+        }
+    }
+    read
+}
+
+fn read_locked(
+    d: &Direct,
+    s: &mut State,
+    fd: c_int,
+    bufs: &mut [IoSliceMut<'_>],
+    flags: c_int,
+) -> Option<Read> {
     if flags & !PLAIN != 0 {
         return None;
     }
-    let d = get(fd)?;
-    let mut s = d.lock();
     let handle = s.in_order(fd, Way::In)?;
     let mut done = 0;
     let mut empty = false;
@@ -360,6 +395,74 @@ fn read_or(fd: c_int, bufs: &mut [IoSliceMut<'_>], flags: c_int) -> Option<Read>
             ready: Arc::clone(&d.ready),
         })
     })
+}
+
+/// A stream a poll or epoll wait may wait on in the pump's place, and report bytes of.
+pub(crate) struct Watched {
+    pub(crate) direct: Arc<Direct>,
+    pub(crate) handle: trespass::TryHandle,
+}
+
+/// `fd`'s stream, when a wait may report its bytes as the socket's: this process's pump
+/// carries it, its read side is open, and its reads have not turned to the kernel since a
+/// wait last reported bytes (see [`State::no_report`]).
+pub(crate) fn watched(fd: c_int) -> Option<Watched> {
+    let d = get(fd)?;
+    let s = d.lock();
+    if s.read_shut || s.no_report {
+        return None;
+    }
+    let handle = s.handle.clone()?;
+    drop(s);
+    Some(Watched { direct: d, handle })
+}
+
+/// Streams a wait reported bytes of, until a read or the next wait takes them back.
+static LENT: Mutex<Vec<Arc<Direct>>> = Mutex::new(Vec::new());
+static LENT_N: AtomicUsize = AtomicUsize::new(0);
+
+impl Watched {
+    /// A wait is about to tell the program this stream has bytes: they stay in the stream
+    /// for the program's read, which takes them directly (see [`read`]), until its next
+    /// read or wait.
+    pub(crate) fn lend(&self) {
+        let mut s = self.direct.lock();
+        if s.lent {
+            return;
+        }
+        s.lent = true;
+        drop(s);
+        let mut l = LENT.lock().unwrap_or_else(|p| p.into_inner());
+        l.push(Arc::clone(&self.direct));
+        LENT_N.store(l.len(), Ordering::Release);
+    }
+}
+
+/// A new wait begins: streams an earlier wait reported that have had no read since hand
+/// what is unread to the pump (so bytes never wait in the stream for a read that does not
+/// come, whatever the program waits in next), but for those in `keep`, which this wait
+/// looks at itself.
+pub(crate) fn hand_back_lent(keep: &[&Watched]) {
+    if LENT_N.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let lent = {
+        let mut l = LENT.lock().unwrap_or_else(|p| p.into_inner());
+        LENT_N.store(0, Ordering::Release);
+        std::mem::take(&mut *l)
+    };
+    for d in lent {
+        let mut s = d.lock();
+        if !std::mem::take(&mut s.lent) {
+            continue;
+        }
+        if keep.iter().any(|w| Arc::ptr_eq(&w.direct, &d)) {
+            continue;
+        }
+        if let Some(h) = s.handle.as_ref() {
+            h.hand_back();
+        }
+    }
 }
 
 /// What a blocking read's wait on the program's socket and the stream came to.

@@ -16,7 +16,7 @@ use libc::{sockaddr, sockaddr_storage, socklen_t};
 use crate::pending::{no_device, note_failure};
 use crate::stats::{count, Event};
 use crate::table::{self, Conn, Entry};
-use crate::{addr, direct, internal, pending, pump, real};
+use crate::{addr, direct, internal, pending, pump, real, wait};
 
 fn set_errno(e: c_int) {
     // SAFETY: __errno_location returns this thread's errno.
@@ -473,6 +473,7 @@ pub unsafe extern "C" fn accept4(
 
 /// Forgets `fd` before it is closed or replaced; stops listening for RDMA with its last fd.
 fn forget(fd: c_int) {
+    wait::forget(fd);
     direct::remove(fd);
     if let Some(id) = table::remove(fd) {
         pump::stop_listening(id);
@@ -1324,4 +1325,264 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
     }
     // SAFETY: the caller's arguments.
     unsafe { real::shutdown(fd, how) }
+}
+
+/// Whether poll and epoll waits may stand in for the pump (`TRESPASS_PRELOAD_STAND_IN`).
+fn waits_stand_in() -> bool {
+    !internal::get() && crate::config().tenure
+}
+
+/// Runs a wait's part in the pump's place (see `wait`) with cancellation held off and the
+/// library's own calls going straight through; a panic leaves the whole wait to the
+/// kernel, with the program's timeout.
+fn in_place(timeout: Option<Duration>, f: impl FnOnce() -> wait::Done) -> wait::Done {
+    held_off(|| internal::with(|| std::panic::catch_unwind(AssertUnwindSafe(f))))
+        .unwrap_or(wait::Done::Kernel(timeout))
+}
+
+/// A wait's result: the count, or -1 with its errno.
+fn waited(n: c_int, e: c_int) -> c_int {
+    if n < 0 {
+        set_errno(e);
+    }
+    n
+}
+
+/// A timeout in milliseconds as a duration (`None`: negative, no limit).
+fn ms_timeout(ms: c_int) -> Option<Duration> {
+    (ms >= 0).then(|| Duration::from_millis(ms as u64))
+}
+
+/// A `timespec` timeout as a duration (`None`: null, no limit; a malformed one is left to
+/// the kernel, which refuses it).
+///
+/// # Safety
+///
+/// `ts` is null or valid for reading.
+unsafe fn ts_timeout(ts: *const libc::timespec) -> Result<Option<Duration>, ()> {
+    if ts.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: the caller's promise.
+    let t = unsafe { *ts };
+    if t.tv_sec < 0 || !(0..1_000_000_000).contains(&t.tv_nsec) {
+        return Err(());
+    }
+    Ok(Some(Duration::new(t.tv_sec as u64, t.tv_nsec as u32)))
+}
+
+fn timespec(d: Duration) -> libc::timespec {
+    libc::timespec {
+        tv_sec: d.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(d.subsec_nanos()),
+    }
+}
+
+/// epoll_ctl(2): the registrations of carried connections (and connects in progress) are
+/// kept, for epoll waits to stand in for the pump (see `wait`).
+///
+/// # Safety
+///
+/// epoll_ctl(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn epoll_ctl(
+    epfd: c_int,
+    op: c_int,
+    fd: c_int,
+    event: *mut libc::epoll_event,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    let r = unsafe { real::epoll_ctl(epfd, op, fd, event) };
+    if r == 0 && waits_stand_in() {
+        let ev = (op != libc::EPOLL_CTL_DEL && !event.is_null()).then(|| {
+            // SAFETY: for ADD and MOD, `event` is valid for reading (the kernel read it).
+            let e = unsafe { *event };
+            (e.events, e.u64)
+        });
+        entry(|| {
+            keep_errno(|| {
+                let known = matches!(table::get(fd), Some(Entry::Conn(_) | Entry::Pending(_)));
+                wait::registered(epfd, op, fd, ev, known);
+            });
+            0
+        });
+    }
+    r
+}
+
+/// epoll_wait(2): may wait on carried connections' streams in the pump's place (see
+/// `wait`).
+///
+/// # Safety
+///
+/// epoll_wait(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn epoll_wait(
+    epfd: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    timeout: c_int,
+) -> c_int {
+    // SAFETY: the caller's arguments; a null mask is epoll_wait's meaning.
+    unsafe { epoll_pwait(epfd, events, max, timeout, std::ptr::null()) }
+}
+
+/// epoll_pwait(2): as [`epoll_wait`].
+///
+/// # Safety
+///
+/// epoll_pwait(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn epoll_pwait(
+    epfd: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    timeout: c_int,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    if direct::any() && max > 0 && !events.is_null() && waits_stand_in() {
+        let t = ms_timeout(timeout);
+        // SAFETY: the caller's promise: `events` has room for `max` events.
+        match in_place(t, || unsafe { wait::epoll(epfd, events, max, t, mask) }) {
+            wait::Done::Result(n, e) => return waited(n, e),
+            wait::Done::Kernel(left) => {
+                // SAFETY: the caller's arguments, with what is left of its timeout.
+                return unsafe { real::epoll_pwait(epfd, events, max, wait::millis(left), mask) };
+            }
+        }
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::epoll_pwait(epfd, events, max, timeout, mask) }
+}
+
+/// The program's pollfd array, when a wait may stand in for the pump on it.
+///
+/// # Safety
+///
+/// `fds` is valid for `n` pollfds (poll's contract), or `n` is 0.
+unsafe fn poll_slice<'a>(fds: *mut libc::pollfd, n: libc::nfds_t) -> Option<&'a mut [libc::pollfd]> {
+    if !direct::any() || fds.is_null() || n == 0 || n > 1 << 20 || !waits_stand_in() {
+        return None;
+    }
+    // SAFETY: the caller's promise.
+    Some(unsafe { std::slice::from_raw_parts_mut(fds, n as usize) })
+}
+
+/// poll(2): may wait on carried connections' streams in the pump's place (see `wait`).
+///
+/// # Safety
+///
+/// poll(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int {
+    // SAFETY: the caller's promise.
+    if let Some(slice) = unsafe { poll_slice(fds, n) } {
+        let t = ms_timeout(timeout);
+        match in_place(t, || wait::poll(slice, t, std::ptr::null())) {
+            wait::Done::Result(r, e) => return waited(r, e),
+            wait::Done::Kernel(left) => {
+                // SAFETY: the caller's arguments, with what is left of its timeout.
+                return unsafe { real::poll(fds, n, wait::millis(left)) };
+            }
+        }
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::poll(fds, n, timeout) }
+}
+
+/// `__poll_chk`: poll(2) as programs built with `_FORTIFY_SOURCE` call it; as [`poll`] when
+/// the array is as large as the caller says (else the C library's check fails it).
+///
+/// # Safety
+///
+/// poll(2)'s contract, `size` the array's size in bytes.
+#[no_mangle]
+pub unsafe extern "C" fn __poll_chk(
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+    timeout: c_int,
+    size: usize,
+) -> c_int {
+    if (n as u128) * (size_of::<libc::pollfd>() as u128) <= size as u128 {
+        // SAFETY: the caller's arguments, checked as the C library checks them.
+        return unsafe { poll(fds, n, timeout) };
+    }
+    // SAFETY: the caller's arguments: the C library reports the overflow.
+    unsafe { real::__poll_chk(fds, n, timeout, size) }
+}
+
+/// ppoll(2): as [`poll`], with the caller's signal mask.
+///
+/// # Safety
+///
+/// ppoll(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn ppoll(
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+    ts: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    // SAFETY: the caller's promises.
+    if let (Some(slice), Ok(t)) = unsafe { (poll_slice(fds, n), ts_timeout(ts)) } {
+        match in_place(t, || wait::poll(slice, t, mask)) {
+            wait::Done::Result(r, e) => return waited(r, e),
+            wait::Done::Kernel(left) => {
+                let left = left.map(timespec);
+                let p = left.as_ref().map_or(std::ptr::null(), |t| t as *const _);
+                // SAFETY: the caller's arguments, with what is left of its timeout.
+                return unsafe { real::ppoll(fds, n, p, mask) };
+            }
+        }
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::ppoll(fds, n, ts, mask) }
+}
+
+/// Before a wait the library does not stand in for: what an earlier poll or epoll wait
+/// reported and the program has not read goes to the pump, so this wait sees it in the
+/// socket (see `wait`).
+fn before_kernel_wait() {
+    if direct::any() && !internal::get() {
+        let _ = held_off(|| {
+            internal::with(|| std::panic::catch_unwind(|| direct::hand_back_lent(&[])))
+        });
+    }
+}
+
+/// select(2): the kernel's, after [`before_kernel_wait`].
+///
+/// # Safety
+///
+/// select(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn select(
+    n: c_int,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+    timeout: *mut libc::timeval,
+) -> c_int {
+    before_kernel_wait();
+    // SAFETY: the caller's arguments.
+    unsafe { real::select(n, r, w, e, timeout) }
+}
+
+/// pselect(2): the kernel's, after [`before_kernel_wait`].
+///
+/// # Safety
+///
+/// pselect(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn pselect(
+    n: c_int,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+    timeout: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    before_kernel_wait();
+    // SAFETY: the caller's arguments.
+    unsafe { real::pselect(n, r, w, e, timeout, mask) }
 }

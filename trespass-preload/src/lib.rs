@@ -51,6 +51,7 @@ mod pump;
 mod real;
 mod stats;
 mod table;
+mod wait;
 
 use std::cell::RefCell;
 use std::sync::{MutexGuard, OnceLock};

@@ -111,6 +111,20 @@ real! {
     fn shutdown(fd: c_int, how: c_int) -> c_int;
     /// setsockopt(2).
     fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int;
+    /// epoll_ctl(2).
+    fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut libc::epoll_event) -> c_int;
+    /// epoll_pwait(2).
+    fn epoll_pwait(epfd: c_int, events: *mut libc::epoll_event, max: c_int, timeout: c_int, mask: *const libc::sigset_t) -> c_int;
+    /// poll(2).
+    fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int;
+    /// ppoll(2).
+    fn ppoll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: *const libc::timespec, mask: *const libc::sigset_t) -> c_int;
+    /// `__poll_chk`, poll(2) with `_FORTIFY_SOURCE`'s check of the array's size.
+    fn __poll_chk(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int, size: usize) -> c_int;
+    /// select(2).
+    fn select(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, timeout: *mut libc::timeval) -> c_int;
+    /// pselect(2).
+    fn pselect(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, timeout: *const libc::timespec, mask: *const libc::sigset_t) -> c_int;
 }
 
 /// fcntl(2) and fcntl64, which C declares variadic: the one optional argument (an int, a

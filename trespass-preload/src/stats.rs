@@ -44,9 +44,11 @@ pub(crate) enum Event {
     /// A blocking direct read that waited on the stream in the pump's place and was woken
     /// by bytes (or the end).
     ReadStoodIn,
+    /// A poll or epoll wait, standing in for the pump, reported a stream's bytes.
+    WaitStoodIn,
 }
 
-const EVENTS: [(Event, &str); 16] = [
+const EVENTS: [(Event, &str); 17] = [
     (Event::ConnectRdma, "connect_rdma"),
     (Event::ConnectTcpRule, "connect_tcp_rule"),
     (Event::ConnectTcpRefused, "connect_tcp_refused"),
@@ -63,6 +65,7 @@ const EVENTS: [(Event, &str); 16] = [
     (Event::WriteDirect, "write_direct"),
     (Event::ReadDirect, "read_direct"),
     (Event::ReadStoodIn, "read_stood_in"),
+    (Event::WaitStoodIn, "wait_stood_in"),
 ];
 
 #[allow(clippy::declare_interior_mutable_const)] // the initialiser of the array below

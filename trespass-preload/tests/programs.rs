@@ -137,14 +137,67 @@ fn poll_select_and_epoll_programs_run_unchanged() {
             (Run::preloaded(stats.clone()).pp(&args), stats)
         })
         .collect();
+    let mut stood_in = Vec::new();
     for (i, (c, stats)) in clients.into_iter().enumerate() {
         let out = ok(c, &format!("client {i}"));
         assert_eq!(field(&out, "round_trips"), "200", "{out}");
         assert_counters(&stats, &[("connect_rdma", 1)]);
+        stood_in.push(counters(&stats)[0]["wait_stood_in"]);
     }
     let served = ok(srv, "the epoll server");
     assert!(served.contains("served 3 connections"), "{served}");
     assert_counters(&s_stats, &[("listen_rdma", 1), ("accept_rdma", 3)]);
+    // The poll client's waits and the edge-triggered epoll server's stand in for the pump
+    // (`select` is the kernel's; the blocking client makes no such wait): the bytes they
+    // report are read from the stream, not copied into the socket first.
+    let served_in = counters(&s_stats)[0]["wait_stood_in"];
+    assert!(
+        stood_in[0] > 0 && stood_in[1] == 0 && stood_in[2] == 0 && served_in > 0,
+        "waits in the pump's place (poll, select, blocking clients; server): {stood_in:?} {served_in}"
+    );
+}
+
+/// A level-triggered epoll client (one connection, its fd modified before every wait, as
+/// `--epoll` does) whose waits stand in for the pump: every round trip's bytes arrive and
+/// most waits report them from the stream; with the switch off, none do.
+#[test]
+fn epoll_waits_stand_in_for_the_pump() {
+    let Some(ip) = test_ip("epoll_waits_stand_in_for_the_pump") else {
+        return;
+    };
+    let dir = scratch("epoll-stand-in");
+    let host = ip.to_string();
+    for on in [true, false] {
+        let s_stats = dir.join(format!("server-{on}.stats"));
+        let c_stats = dir.join(format!("client-{on}.stats"));
+        let switch = if on { "on" } else { "off" };
+        let (srv, port) = server(
+            &Run::preloaded(s_stats.clone()).env("TRESPASS_PRELOAD_STAND_IN", switch),
+            &dir,
+            &["--epoll"],
+        );
+        let port = port.to_string();
+        let client = Run::preloaded(c_stats.clone())
+            .env("TRESPASS_PRELOAD_STAND_IN", switch)
+            .pp(&[
+                "client", "--host", &host, "--port", &port, "--iters", "300", "--size", "3000",
+                "--epoll",
+            ]);
+        let out = ok(client, "the epoll client");
+        assert_eq!(field(&out, "round_trips"), "300", "{out}");
+        ok(srv, "the epoll server");
+        let (c, s) = (&counters(&c_stats)[0], &counters(&s_stats)[0]);
+        if on {
+            assert!(
+                c["wait_stood_in"] >= 150 && s["wait_stood_in"] >= 150,
+                "fewer than half the round trips' waits stood in: {c:?} {s:?}"
+            );
+        } else {
+            assert_eq!((c["wait_stood_in"], s["wait_stood_in"]), (0, 0), "{c:?} {s:?}");
+        }
+        let line = out.lines().find(|l| l.starts_with("round_trips="));
+        println!("stand-in {switch}: {}", line.unwrap_or_default());
+    }
 }
 
 /// A connect on a non-blocking socket that returns `EINPROGRESS` (the wait for the RDMA

@@ -92,6 +92,7 @@ fn client_rdma_or_refused(cs: &Path) -> (u64, u64) {
                 | "write_direct"
                 | "read_direct"
                 | "read_stood_in"
+                | "wait_stood_in"
         ) || *v == 0),
         "{c:?}"
     );

@@ -162,9 +162,15 @@ impl Readiness {
         self.ctl(libc::EPOLL_CTL_ADD, self.cq, Woke::CQ)
     }
 
-    /// The completion channel's fd, for a thread that waits on it directly.
-    pub(crate) fn cq_fd(&self) -> RawFd {
-        self.cq
+    /// The completion channel's fd, for a thread that waits on it directly, borrowed for as
+    /// long as this lives.
+    pub(crate) fn cq_borrowed(&self) -> BorrowedFd<'_> {
+        // SAFETY: `cq` is the connection's completion channel, owned by its resources. The
+        // one caller of `new` outside the unit tests (`Resources::into_driver`) passes the
+        // channel of the resources that become the driver beside this `Readiness` in the
+        // stream's `Shared`, which keeps both until it drops; so the channel stays open for
+        // any borrow of `self`. (The unit tests' channels outlive their `Readiness`.)
+        unsafe { BorrowedFd::borrow_raw(self.cq) }
     }
 
     /// Waits until one of the fds is readable or `timeout` passes (`None`: no limit), and

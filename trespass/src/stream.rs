@@ -1386,39 +1386,35 @@ impl TryHandle {
             handle: self.clone(),
             outcome: ReadWaited::Declined,
         };
-        let mut d = self.lock();
-        if ready_for(&d, Want::Read) {
+        if ready_for(&self.lock(), Want::Read) {
             wait.outcome = ReadWaited::Ready;
             return Ok(wait);
         }
-        let readiness = &self.shared.readiness;
-        if self.shared.owner_writes.load(Ordering::Acquire) || !d.begin_tenure(readiness) {
+        let Some(mut standing) = self.stand_in() else {
             return Ok(wait);
-        }
-        let cq = readiness.cq_fd();
+        };
         let result = loop {
-            if d.tenure_revoked() {
-                break Ok(ReadWaited::Declined);
-            }
-            d.tenure_arm();
-            if ready_for(&d, Want::Read) {
-                break Ok(ReadWaited::Ready);
+            match standing.arm() {
+                Standing::Revoked => break Ok(ReadWaited::Declined),
+                Standing::Ready => break Ok(ReadWaited::Ready),
+                Standing::Waiting => {}
             }
             let now = Instant::now();
             if now >= deadline {
                 break Ok(ReadWaited::TimedOut);
             }
-            drop(d);
-            let polled = crate::readiness::poll_two(cq, also.as_raw_fd(), deadline - now);
-            d = self.lock();
+            let polled = crate::readiness::poll_two(
+                standing.as_fd().as_raw_fd(),
+                also.as_raw_fd(),
+                deadline - now,
+            );
             match polled {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {
                     break Ok(ReadWaited::Interrupted)
                 }
                 Err(e) => break Err(e),
                 Ok((cq_ready, also_ready)) => {
-                    d.tenure_woke(cq_ready);
-                    if ready_for(&d, Want::Read) {
+                    if standing.woke(cq_ready) == Standing::Ready {
                         break Ok(ReadWaited::Ready);
                     }
                     if also_ready {
@@ -1427,10 +1423,53 @@ impl TryHandle {
                 }
             }
         };
-        let owner_writes = self.shared.owner_writes.load(Ordering::Acquire);
-        d.end_tenure(readiness, owner_writes);
+        drop(standing);
         wait.outcome = result?;
         Ok(wait)
+    }
+
+    /// Begins a wait in the owner's place that the caller drives with its own `poll`, for
+    /// a caller that waits on several streams (or on many fds) at once: what
+    /// [`wait_readable`](Self::wait_readable) does for one stream and one other fd.
+    ///
+    /// While the returned [`StandIn`] lives, this stream's completions wake whoever polls
+    /// [its fd](StandIn::as_fd) (for `POLLIN`) and not the owner. Before each sleep call
+    /// [`arm`](StandIn::arm), after it [`woke`](StandIn::woke); drop it when the wait is
+    /// over, which gives the stream back to the owner. Unlike [`ReadWait`], dropping it
+    /// does not hand unread bytes to the owner: a caller that reports them to a reader
+    /// calls [`hand_back`](Self::hand_back) once that reader had its chance (after its
+    /// read, or when it turned elsewhere), so that bytes are never stranded.
+    ///
+    /// `None` when the wait cannot begin: another thread is waiting in the owner's place,
+    /// the owner is waiting to write, or receives complete on the shared pool. Wait on the
+    /// [readiness fd](AsFd) then.
+    pub fn stand_in(&self) -> Option<StandIn> {
+        let mut d = self.lock();
+        if self.shared.owner_writes.load(Ordering::Acquire)
+            || !d.begin_tenure(&self.shared.readiness)
+        {
+            return None;
+        }
+        Some(StandIn {
+            handle: self.clone(),
+        })
+    }
+
+    /// Whether [`try_read`](Self::try_read) would return bytes now (not the end, not a
+    /// failure: those the owner carries).
+    pub fn has_bytes(&self) -> bool {
+        let d = self.lock();
+        d.conn.has_unread() && !at_lent(&d)
+    }
+
+    /// Gives what a reader left to the owner: when bytes, the end or a failure are there,
+    /// the owner's [readiness fd](AsFd) turns readable, so it carries them on. What
+    /// dropping a [`ReadWait`] does; for callers of [`stand_in`](Self::stand_in).
+    pub fn hand_back(&self) {
+        let d = self.lock();
+        if ready_for(&d, Want::Read) {
+            self.shared.readiness.notify();
+        }
     }
 
     /// Writes as much of `bufs`, in order, as the send buffer has room for now, and posts
@@ -1525,10 +1564,74 @@ impl ReadWait {
 
 impl Drop for ReadWait {
     fn drop(&mut self) {
-        let d = self.handle.lock();
-        if ready_for(&d, Want::Read) {
-            self.handle.shared.readiness.notify();
+        self.handle.hand_back();
+    }
+}
+
+/// A wait in a stream owner's place, driven by the caller's own `poll`: see
+/// [`TryHandle::stand_in`].
+#[derive(Debug)]
+#[must_use = "dropping it gives the stream back to the owner at once"]
+pub struct StandIn {
+    handle: TryHandle,
+}
+
+/// Where a [`StandIn`] stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Standing {
+    /// Bytes, the end or a failure are there: [`TryHandle::try_read`] says which.
+    Ready,
+    /// Nothing yet: poll [`StandIn::as_fd`].
+    Waiting,
+    /// The owner took the stream back (it went to sleep): its completions wake the owner
+    /// again, who carries what comes. Stop polling this stream's fd.
+    Revoked,
+}
+
+impl StandIn {
+    /// Before a sleep: arms the completion queue and looks once more (a completion that came
+    /// before the arming raises no event).
+    pub fn arm(&mut self) -> Standing {
+        let mut d = self.handle.lock();
+        if d.tenure_revoked() {
+            return Standing::Revoked;
         }
+        d.tenure_arm();
+        if ready_for(&d, Want::Read) {
+            Standing::Ready
+        } else {
+            Standing::Waiting
+        }
+    }
+
+    /// After a sleep: takes the completion event if the sleep saw one on [this
+    /// fd](Self::as_fd) (`event`), and looks.
+    pub fn woke(&mut self, event: bool) -> Standing {
+        let mut d = self.handle.lock();
+        d.tenure_woke(event);
+        if ready_for(&d, Want::Read) {
+            Standing::Ready
+        } else if d.tenure_revoked() {
+            Standing::Revoked
+        } else {
+            Standing::Waiting
+        }
+    }
+}
+
+impl AsFd for StandIn {
+    /// The stream's completion channel: readable (`POLLIN`) when a completion came.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.handle.shared.readiness.cq_borrowed()
+    }
+}
+
+impl Drop for StandIn {
+    fn drop(&mut self) {
+        let mut d = self.handle.lock();
+        let owner_writes = self.handle.shared.owner_writes.load(Ordering::Acquire);
+        d.end_tenure(&self.handle.shared.readiness, owner_writes);
     }
 }
 

@@ -363,6 +363,7 @@ pub fn assert_counters(stats: &Path, expect: &[(&str, u64)]) {
             "write_direct",
             "read_direct",
             "read_stood_in",
+            "wait_stood_in",
         ];
         if named.is_none() && incidental.contains(&k.as_str()) {
             continue;

@@ -1,0 +1,453 @@
+//! poll and epoll waits in the pump's place.
+//!
+//! A program that waits in `poll`, `ppoll`, `epoll_wait` or `epoll_pwait` for a carried
+//! connection to turn readable would, left to the kernel, wake only after the pump woke,
+//! read the stream and copied the bytes into its socket: two threads woken and a copy per
+//! arrival. When the wait's set holds at most [`MAX_STANDING`] carried connections that it
+//! watches for reading, the waiting thread instead takes those streams' completion channels
+//! from the pump ([`trespass::TryHandle::stand_in`]) and sleeps on them beside the program's
+//! own fds (for epoll, beside the epoll fd itself). An arrival wakes the program's thread
+//! alone; the wait reports the connection readable as the kernel would have (`POLLIN`, or
+//! `EPOLLIN` with the data the program registered), and the program's read that follows
+//! takes the bytes from the stream directly (`direct`).
+//!
+//! What keeps the kernel's meaning:
+//!
+//! - Everything else is the kernel's: the other fds, writability, hang-ups and errors, and
+//!   bytes the pump did copy into the socket, are what the kernel's call says about them (for
+//!   epoll, the kernel's own call on the set, with a zero timeout, after the wait).
+//! - A stream's bytes are reported only while it has some (level-triggered; an
+//!   edge-triggered program reads until `EAGAIN`, which leaves none), never its end or a
+//!   failure: the pump carries those into the socket, where the kernel reports them.
+//! - Bytes a wait reported stay in the stream until the program's next read of that fd or
+//!   its next wait of any kind (`select` and `pselect` included): then whatever is unread
+//!   goes to the pump, which copies it into the socket as before (`direct::hand_back_lent`).
+//!   A read the kernel answers (`MSG_PEEK`, ...) hands them over first and keeps waits from
+//!   reporting that stream until the pump took them.
+//! - The stand-in lasts at most [`BOUND_MS`] of a wait: past it, the kernel's call waits
+//!   for the rest of the program's timeout (the pump carries the streams again), so a
+//!   thread cancellation, which is held off while the library works, acts within that bound.
+//! - Not stood in for: sets with more carried connections than [`MAX_STANDING`] (arming and
+//!   handing back each stream on every wait would cost more than the pump's copy), epoll
+//!   registrations with `EPOLLONESHOT` or `EPOLLEXCLUSIVE`, an epoll set the library did not
+//!   see built (`epoll_ctl` calls it did not interpose, another process's changes to a
+//!   shared set), a stream another thread already waits on, and forked children: each is the
+//!   kernel's wait, as before.
+
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use trespass::{StandIn, Standing};
+
+use crate::direct::{self, Watched};
+use crate::stats::{count, Event};
+
+/// The most carried connections one wait stands in for.
+pub(crate) const MAX_STANDING: usize = 4;
+
+/// The longest part of one wait spent in the pump's place.
+pub(crate) const BOUND_MS: u64 = 20;
+
+/// An epoll registration of a connection the library knows.
+#[derive(Clone, Copy)]
+struct Reg {
+    events: u32,
+    data: u64,
+}
+
+/// Per epoll fd, the registrations of fds the library carries (or was connecting) when they
+/// were added or modified.
+static REGS: Mutex<Option<HashMap<c_int, HashMap<c_int, Reg>>>> = Mutex::new(None);
+/// Entries of `REGS`: nothing is looked up while it is 0.
+static REGS_N: AtomicUsize = AtomicUsize::new(0);
+
+fn with_regs<R>(f: impl FnOnce(&mut HashMap<c_int, HashMap<c_int, Reg>>) -> R) -> R {
+    let mut g = REGS.lock().unwrap_or_else(|p| p.into_inner());
+    let m = g.get_or_insert_with(HashMap::new);
+    let r = f(m);
+    REGS_N.store(m.values().map(HashMap::len).sum(), Ordering::Release);
+    r
+}
+
+/// A successful `epoll_ctl(epfd, op, fd, event)`: keeps the registration when the library
+/// knows `fd` (`known`), forgets it otherwise.
+pub(crate) fn registered(epfd: c_int, op: c_int, fd: c_int, event: Option<(u32, u64)>, known: bool) {
+    match (op, event) {
+        (libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD, Some((events, data))) if known => {
+            with_regs(|m| m.entry(epfd).or_default().insert(fd, Reg { events, data }));
+        }
+        _ => {
+            if REGS_N.load(Ordering::Acquire) != 0 {
+                with_regs(|m| {
+                    if let Some(set) = m.get_mut(&epfd) {
+                        set.remove(&fd);
+                        if set.is_empty() {
+                            m.remove(&epfd);
+                        }
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// `fd` is closed (or replaced by `dup2`): its registrations go (the kernel drops them when
+/// the last fd of the file closes; a number used again must not inherit them), and so does
+/// its set if it is an epoll fd.
+pub(crate) fn forget(fd: c_int) {
+    if REGS_N.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    with_regs(|m| {
+        m.remove(&fd);
+        m.retain(|_, set| {
+            set.remove(&fd);
+            !set.is_empty()
+        });
+    });
+}
+
+/// The streams of `epfd`'s set an epoll wait may stand in for, with their registrations;
+/// `None` when it should not (none, too many, or a registration it cannot keep the meaning
+/// of).
+fn epoll_watched(epfd: c_int) -> Option<Vec<(Watched, Reg)>> {
+    if REGS_N.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let regs: Vec<(c_int, Reg)> = {
+        let g = REGS.lock().unwrap_or_else(|p| p.into_inner());
+        let set = g.as_ref()?.get(&epfd)?;
+        if set.len() > MAX_STANDING {
+            return None;
+        }
+        set.iter().map(|(fd, r)| (*fd, *r)).collect()
+    };
+    let mut out = Vec::with_capacity(regs.len());
+    for (fd, reg) in regs {
+        if reg.events & (libc::EPOLLONESHOT | libc::EPOLLEXCLUSIVE) as u32 != 0 {
+            return None;
+        }
+        if reg.events & (libc::EPOLLIN | libc::EPOLLRDNORM) as u32 == 0 {
+            continue;
+        }
+        if let Some(w) = direct::watched(fd) {
+            out.push((w, reg));
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// What the part of a wait in the pump's place came to. Whatever it was, the streams are
+/// the owner's again when it returns.
+pub(crate) enum Outcome {
+    /// Which of the watched streams have bytes to report, and whether the program's fds
+    /// (for epoll, the epoll fd) may have something: the kernel's call, with no wait, says.
+    Look { ready: Vec<bool>, others: bool },
+    /// The program's fds were polled together with the streams' channels: `revents` are
+    /// set on the program's entries; these streams have bytes.
+    Polled { ready: Vec<bool> },
+    /// A signal interrupted it (`EINTR`), or the poll failed with this errno.
+    Failed(c_int),
+    /// Nothing within the bound: the kernel's wait, for what is left of this timeout
+    /// (`None`: no limit).
+    Kernel(Option<Duration>),
+}
+
+/// Which streams have bytes now.
+fn with_bytes(watched: &[&Watched]) -> Vec<bool> {
+    watched.iter().map(|w| w.handle.has_bytes()).collect()
+}
+
+/// Where one stand-in is, after `arm` or `woke`: `None` when it is over (the owner took the
+/// stream back, or the connection ended: the pump carries the end into the socket).
+fn step(watched: &Watched, standing: Standing, ready: &mut bool) -> Option<()> {
+    match standing {
+        Standing::Waiting => Some(()),
+        Standing::Ready if watched.handle.has_bytes() => {
+            *ready = true;
+            Some(())
+        }
+        _ => None,
+    }
+}
+
+/// Waits, for at most `timeout` (`None`: no limit), in the pump's place until `until` at
+/// the latest, until one of `watched` has bytes or one of the program's `fds` is ready,
+/// polling both (the program's entries first, with `mask` as `ppoll`'s signal mask).
+fn stand_in(
+    watched: &[&Watched],
+    fds: &mut [libc::pollfd],
+    timeout: Option<Duration>,
+    until: Instant,
+    mask: *const libc::sigset_t,
+) -> Outcome {
+    let start = Instant::now();
+    let ready = with_bytes(watched);
+    if ready.iter().any(|r| *r) || timeout == Some(Duration::ZERO) {
+        return Outcome::Look {
+            ready,
+            others: true,
+        };
+    }
+    let mut ins: Vec<Option<StandIn>> = watched.iter().map(|w| w.handle.stand_in()).collect();
+    let mut all = Vec::with_capacity(fds.len() + ins.len());
+    loop {
+        let mut ready = vec![false; watched.len()];
+        for (i, s) in ins.iter_mut().enumerate() {
+            if let Some(si) = s {
+                if step(watched[i], si.arm(), &mut ready[i]).is_none() {
+                    *s = None;
+                }
+            }
+        }
+        if ready.iter().any(|r| *r) {
+            return Outcome::Look {
+                ready,
+                others: true,
+            };
+        }
+        let left = timeout.map(|t| t.saturating_sub(start.elapsed()));
+        if left == Some(Duration::ZERO) {
+            return Outcome::Look {
+                ready,
+                others: false,
+            };
+        }
+        let in_place = until.saturating_duration_since(Instant::now());
+        if ins.iter().all(Option::is_none) || in_place.is_zero() {
+            return Outcome::Kernel(left);
+        }
+        let wait = left.map_or(in_place, |l| l.min(in_place));
+        all.clear();
+        all.extend_from_slice(fds);
+        let mine: Vec<usize> = (0..ins.len()).filter(|i| ins[*i].is_some()).collect();
+        for &i in &mine {
+            let fd = ins[i].as_ref().map_or(-1, |s| s.as_fd().as_raw_fd());
+            all.push(libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        let ts = libc::timespec {
+            tv_sec: wait.as_secs() as libc::time_t,
+            tv_nsec: libc::c_long::from(wait.subsec_nanos()),
+        };
+        // SAFETY: `all` holds `all.len()` valid pollfds for the call; `ts` and `mask` (null
+        // or the program's signal mask) are valid for it.
+        let r = unsafe {
+            crate::real::ppoll(all.as_mut_ptr(), all.len() as libc::nfds_t, &ts, mask)
+        };
+        if r < 0 {
+            return Outcome::Failed(errno());
+        }
+        for (k, &i) in mine.iter().enumerate() {
+            let event = all[fds.len() + k].revents != 0;
+            if let Some(si) = ins[i].as_mut() {
+                if step(watched[i], si.woke(event), &mut ready[i]).is_none() {
+                    ins[i] = None;
+                }
+            }
+        }
+        let others = all[..fds.len()].iter().any(|p| p.revents != 0);
+        if others || ready.iter().any(|r| *r) {
+            for (p, q) in fds.iter_mut().zip(&all) {
+                p.revents = q.revents;
+            }
+            return Outcome::Polled { ready };
+        }
+    }
+}
+
+fn errno() -> c_int {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+/// After a wait: the streams it reported keep their bytes for the program's read; the
+/// others go back to the pump with whatever came while the wait had them (`ready`: `None`
+/// for none reported).
+fn settle(watched: &[&Watched], reported: Option<&[bool]>) {
+    let mut any = false;
+    for (i, w) in watched.iter().enumerate() {
+        if reported.is_some_and(|r| r[i]) {
+            w.lend();
+            any = true;
+        } else {
+            w.handle.hand_back();
+        }
+    }
+    if any {
+        count(Event::WaitStoodIn);
+    }
+}
+
+/// Milliseconds for the kernel's wait (-1: no limit), rounded up.
+pub(crate) fn millis(left: Option<Duration>) -> c_int {
+    left.map_or(-1, |l| {
+        c_int::try_from(l.as_micros().div_ceil(1000)).unwrap_or(c_int::MAX)
+    })
+}
+
+/// What a wait in the pump's place leaves the interposed call to do.
+pub(crate) enum Done {
+    /// The kernel's wait, for this long (`None`: no limit): the library did not stand in,
+    /// or nothing came within [`BOUND_MS`].
+    Kernel(Option<Duration>),
+    /// The call's result: a count, or -1 with this errno.
+    Result(c_int, c_int),
+}
+
+/// The program's `epoll_wait(epfd, events, max, timeout)` (or `epoll_pwait` with `mask`).
+///
+/// # Safety
+///
+/// `events` is valid for writing `max` events, and `max` > 0 (epoll_wait's contract,
+/// checked by the caller for `max`).
+pub(crate) unsafe fn epoll(
+    epfd: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    timeout: Option<Duration>,
+    mask: *const libc::sigset_t,
+) -> Done {
+    let Some(watched) = epoll_watched(epfd) else {
+        direct::hand_back_lent(&[]);
+        return Done::Kernel(timeout);
+    };
+    let ws: Vec<&Watched> = watched.iter().map(|(w, _)| w).collect();
+    direct::hand_back_lent(&ws);
+    let start = Instant::now();
+    let until = start + Duration::from_millis(BOUND_MS);
+    let mut fds = [libc::pollfd {
+        fd: epfd,
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    loop {
+        let left = timeout.map(|t| t.saturating_sub(start.elapsed()));
+        fds[0].revents = 0;
+        let (ready, others) = match stand_in(&ws, &mut fds, left, until, mask) {
+            Outcome::Look { ready, others } => (ready, others),
+            Outcome::Polled { ready } => (ready, fds[0].revents != 0),
+            Outcome::Failed(e) => {
+                settle(&ws, None);
+                return Done::Result(-1, e);
+            }
+            Outcome::Kernel(left) => {
+                settle(&ws, None);
+                return Done::Kernel(left);
+            }
+        };
+        let mut n = 0;
+        if others {
+            // SAFETY: the caller's promise for `events` and `max`; no wait (timeout 0).
+            n = unsafe { crate::real::epoll_pwait(epfd, events, max, 0, std::ptr::null()) };
+            if n < 0 {
+                settle(&ws, None);
+                return Done::Result(-1, errno());
+            }
+        }
+        let mut reported = vec![false; ws.len()];
+        for (i, (_, reg)) in watched.iter().enumerate() {
+            if !ready[i] {
+                continue;
+            }
+            let flags = reg.events & (libc::EPOLLIN | libc::EPOLLRDNORM) as u32;
+            // SAFETY: the first `n` events are the kernel's, within the caller's array.
+            let have = unsafe { std::slice::from_raw_parts_mut(events, n as usize) };
+            if let Some(e) = have.iter_mut().find(|e| ({ e.u64 }) == reg.data) {
+                e.events |= flags;
+            } else if n < max {
+                // SAFETY: `n` < `max`: within the caller's array.
+                unsafe {
+                    events.add(n as usize).write(libc::epoll_event {
+                        events: flags,
+                        u64: reg.data,
+                    });
+                }
+                n += 1;
+            } else {
+                continue;
+            }
+            reported[i] = true;
+        }
+        settle(&ws, Some(&reported));
+        if n > 0 || timeout.is_some_and(|t| start.elapsed() >= t) {
+            return Done::Result(n, 0);
+        }
+    }
+}
+
+/// The program's `poll(fds, timeout)` (or `ppoll` with `mask`).
+pub(crate) fn poll(
+    fds: &mut [libc::pollfd],
+    timeout: Option<Duration>,
+    mask: *const libc::sigset_t,
+) -> Done {
+    let mut watched: Vec<(usize, Watched)> = Vec::new();
+    if direct::any() {
+        for (i, p) in fds.iter().enumerate() {
+            if p.fd < 0 || p.events & (libc::POLLIN | libc::POLLRDNORM) == 0 {
+                continue;
+            }
+            if let Some(w) = direct::watched(p.fd) {
+                if watched.len() == MAX_STANDING {
+                    watched.clear();
+                    break;
+                }
+                watched.push((i, w));
+            }
+        }
+    }
+    if watched.is_empty() {
+        direct::hand_back_lent(&[]);
+        return Done::Kernel(timeout);
+    }
+    let ws: Vec<&Watched> = watched.iter().map(|(_, w)| w).collect();
+    direct::hand_back_lent(&ws);
+    let start = Instant::now();
+    let until = start + Duration::from_millis(BOUND_MS);
+    loop {
+        let left = timeout.map(|t| t.saturating_sub(start.elapsed()));
+        for p in fds.iter_mut() {
+            p.revents = 0;
+        }
+        let (ready, others) = match stand_in(&ws, fds, left, until, mask) {
+            Outcome::Look { ready, others } => (ready, others),
+            Outcome::Polled { ready } => (ready, false),
+            Outcome::Failed(e) => {
+                settle(&ws, None);
+                return Done::Result(-1, e);
+            }
+            Outcome::Kernel(left) => {
+                settle(&ws, None);
+                return Done::Kernel(left);
+            }
+        };
+        if others {
+            // SAFETY: `fds` is valid for the call; no wait (timeout 0).
+            let r = unsafe { crate::real::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
+            if r < 0 {
+                settle(&ws, None);
+                return Done::Result(-1, errno());
+            }
+        }
+        for (k, (i, _)) in watched.iter().enumerate() {
+            if ready[k] {
+                let p = &mut fds[*i];
+                p.revents |= p.events & (libc::POLLIN | libc::POLLRDNORM);
+            }
+        }
+        settle(&ws, Some(&ready));
+        let n = fds.iter().filter(|p| p.revents != 0).count() as c_int;
+        if n > 0 || timeout.is_some_and(|t| start.elapsed() >= t) {
+            return Done::Result(n, 0);
+        }
+    }
+}
