@@ -1460,7 +1460,10 @@ pub unsafe extern "C" fn epoll_pwait(
 /// # Safety
 ///
 /// `fds` is valid for `n` pollfds (poll's contract), or `n` is 0.
-unsafe fn poll_slice<'a>(fds: *mut libc::pollfd, n: libc::nfds_t) -> Option<&'a mut [libc::pollfd]> {
+unsafe fn poll_slice<'a>(
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+) -> Option<&'a mut [libc::pollfd]> {
     if !direct::any() || fds.is_null() || n == 0 || n > 1 << 20 || !waits_stand_in() {
         return None;
     }

@@ -75,7 +75,13 @@ fn with_regs<R>(f: impl FnOnce(&mut HashMap<c_int, HashMap<c_int, Reg>>) -> R) -
 
 /// A successful `epoll_ctl(epfd, op, fd, event)`: keeps the registration when the library
 /// knows `fd` (`known`), forgets it otherwise.
-pub(crate) fn registered(epfd: c_int, op: c_int, fd: c_int, event: Option<(u32, u64)>, known: bool) {
+pub(crate) fn registered(
+    epfd: c_int,
+    op: c_int,
+    fd: c_int,
+    event: Option<(u32, u64)>,
+    known: bool,
+) {
     match (op, event) {
         (libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD, Some((events, data))) if known => {
             with_regs(|m| m.entry(epfd).or_default().insert(fd, Reg { events, data }));
@@ -239,9 +245,8 @@ fn stand_in(
         };
         // SAFETY: `all` holds `all.len()` valid pollfds for the call; `ts` and `mask` (null
         // or the program's signal mask) are valid for it.
-        let r = unsafe {
-            crate::real::ppoll(all.as_mut_ptr(), all.len() as libc::nfds_t, &ts, mask)
-        };
+        let r =
+            unsafe { crate::real::ppoll(all.as_mut_ptr(), all.len() as libc::nfds_t, &ts, mask) };
         if r < 0 {
             return Outcome::Failed(errno());
         }

@@ -193,11 +193,51 @@ fn epoll_waits_stand_in_for_the_pump() {
                 "fewer than half the round trips' waits stood in: {c:?} {s:?}"
             );
         } else {
-            assert_eq!((c["wait_stood_in"], s["wait_stood_in"]), (0, 0), "{c:?} {s:?}");
+            assert_eq!(
+                (c["wait_stood_in"], s["wait_stood_in"]),
+                (0, 0),
+                "{c:?} {s:?}"
+            );
         }
         let line = out.lines().find(|l| l.starts_with("round_trips="));
         println!("stand-in {switch}: {}", line.unwrap_or_default());
     }
+}
+
+/// Bytes a poll or epoll wait reported from the stream (not the socket) stay reachable by
+/// whatever the program does next: after a read of one byte, a `select` (the kernel's) sees
+/// the rest; after no read at all, a `select` sees them all; a `MSG_PEEK` (which the kernel
+/// answers) after a `poll` sees them. Each wait is bounded at 5 s in the program, so bytes
+/// left in the stream where only a reader that does not come would see them fail it.
+#[test]
+fn bytes_a_wait_reported_reach_every_later_wait_read_and_peek() {
+    let Some(ip) = test_ip("bytes_a_wait_reported_reach_every_later_wait_read_and_peek") else {
+        return;
+    };
+    let dir = scratch("handoffs");
+    let host = ip.to_string();
+    let (s_stats, c_stats) = (dir.join("server.stats"), dir.join("client.stats"));
+    let (srv, port) = server(&Run::preloaded(s_stats.clone()), &dir, &[]);
+    let port = port.to_string();
+    let client = Run::preloaded(c_stats.clone()).pp(&[
+        "client",
+        "--host",
+        &host,
+        "--port",
+        &port,
+        "--handoffs",
+        "--iters",
+        "300",
+    ]);
+    let out = ok(client, "the handoffs client");
+    assert!(out.contains("handoffs=300"), "{out}");
+    ok(srv, "the server");
+    assert_counters(&c_stats, &[("connect_rdma", 1)]);
+    let c = &counters(&c_stats)[0];
+    assert!(
+        c["wait_stood_in"] >= 100,
+        "the waits did not report from the stream: {c:?}"
+    );
 }
 
 /// A connect on a non-blocking socket that returns `EINPROGRESS` (the wait for the RDMA

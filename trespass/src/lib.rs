@@ -68,6 +68,4 @@ pub mod wire;
 pub use config::Config;
 pub use error::{Error, Fault, LendError};
 pub use signals::leave_signals_to_the_application;
-pub use stream::{
-    Listener, ReadWait, ReadWaited, StandIn, Standing, Stream, TryHandle, MAX_LENT,
-};
+pub use stream::{Listener, ReadWait, ReadWaited, StandIn, Standing, Stream, TryHandle, MAX_LENT};

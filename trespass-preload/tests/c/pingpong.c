@@ -59,6 +59,16 @@
  * with EPIPE; then the server's end reads as 0. It prints "edges rcvtimeo=EAGAIN eintr=5
  * epipe=EPIPE eof=0", or what differed ("edges: ...", exit 1).
  *
+ * client --handoffs makes --iters rounds (at most 300) of 1000 bytes on a connected, blocking
+ * socket, in turn: the echo seen readable by epoll_wait, one byte of it read, the rest waited
+ * for with select(); the echo seen readable by epoll_wait, none of it read, then all of it
+ * waited for with select(); the echo seen readable by poll(), then peeked at with
+ * recv(MSG_PEEK | MSG_DONTWAIT) (waiting in poll() between tries) until the peek sees all of
+ * it, then read. Every wait is bounded by 5 s: a wait that ends with nothing prints
+ * "handoffs: <round>: <what> saw nothing within 5 s" (exit 1). A preload that reports bytes
+ * from somewhere other than the socket must still let every later wait, read and peek see
+ * them. It prints "handoffs=<N>", then the echoed bytes are checked like the round trips'.
+ *
  * server --fork (not with --epoll) forks a child per connection: the child closes the listening
  * socket, echoes the connection as the plain server does and exits 0 (1 on any error); the parent
  * closes its copy and accepts the next. After --count connections it waits for every child, fails
@@ -145,7 +155,7 @@ enum { OPT_BIND, OPT_PORT, OPT_HOST, OPT_PATH, OPT_COUNT, OPT_EPOLL, OPT_PORT_FI
        OPT_ITERS, OPT_POLL, OPT_SELECT, OPT_SHORT, OPT_STREAM, OPT_FORK, OPT_EXEC,
        OPT_THREADS_CLOSE, OPT_FD, OPT_BACKLOG, OPT_ACCEPT_AFTER, OPT_SINK, OPT_SEND_EXIT,
        OPT_CONNECT_TIMEOUT, OPT_FCNTL_DUP, OPT_RCVTIMEO, OPT_MIXED, OPT_THREADS_CANCEL, OPT_CONNECT_CANCEL,
-       OPT_EDGES };
+       OPT_EDGES, OPT_HANDOFFS };
 #define SEEN(o, opt) ((o)->seen & (1u << (opt)))
 
 struct opts {
@@ -289,6 +299,7 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 		{ "--threads-cancel", OPT_THREADS_CANCEL, 0, CLIENT },
 		{ "--connect-cancel", OPT_CONNECT_CANCEL, 0, CLIENT },
 		{ "--edges", OPT_EDGES, 0, CLIENT },
+		{ "--handoffs", OPT_HANDOFFS, 0, CLIENT },
 		{ "--fd", OPT_FD, 1, CLIENT_FD },
 		{ "--backlog", OPT_BACKLOG, 1, STREAM_SERVERS },
 		{ "--accept-after", OPT_ACCEPT_AFTER, 1, STREAM_SERVERS },
@@ -1301,6 +1312,97 @@ __attribute__((noreturn)) static void run_edges(int fd) {
 	exit(0);
 }
 
+/* Waits at most 5 s in poll() (io IO_POLL), select() (IO_SELECT) or a one-descriptor epoll
+ * set (IO_EPOLL, the set `ep`) for fd to be readable; exits 1 if it is not. */
+static void handoff_wait(int fd, int ep, enum io_mode io, unsigned long long round,
+			 const char *what) {
+	int r;
+	do {
+		if (io == IO_EPOLL) {
+			struct epoll_event ev;
+			r = epoll_wait(ep, &ev, 1, 5000);
+		} else if (io == IO_SELECT) {
+			fd_set rd;
+			struct timeval tv = { 5, 0 };
+			FD_ZERO(&rd);
+			FD_SET(fd, &rd);
+			r = select(fd + 1, &rd, NULL, NULL, &tv);
+		} else {
+			struct pollfd p = { .fd = fd, .events = POLLIN };
+			r = poll(&p, 1, 5000);
+		}
+	} while (r < 0 && errno == EINTR);
+	if (r < 0) die("handoffs: wait");
+	if (r == 0) {
+		printf("handoffs: %llu: %s saw nothing within 5 s\n", round, what);
+		fflush(stdout);
+		exit(1);
+	}
+}
+
+/* Reads what is there now (MSG_DONTWAIT) into buf[*got..size]; 0 when nothing was. */
+static size_t handoff_take(int fd, char *buf, size_t *got, size_t size, int flags) {
+	ssize_t n = recv(fd, buf + *got, size - *got, flags | MSG_DONTWAIT);
+	if (n < 0 && again(errno)) return 0;
+	if (n < 0) die("handoffs: recv");
+	if (n == 0) fail(1, "handoffs: the server ended the connection");
+	if (!(flags & MSG_PEEK)) *got += (size_t)n;
+	return (size_t)n;
+}
+
+/* --handoffs: see the header comment. */
+static void run_handoffs(int fd, unsigned long long rounds) {
+	enum { SIZE = 1000 };
+	char msg[SIZE], in[SIZE];
+	struct epoll_event ev = { .events = EPOLLIN };
+	int ep = epoll_create1(EPOLL_CLOEXEC);
+	if (ep < 0) die("epoll_create1");
+	ev.data.fd = fd;
+	if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0) die("epoll_ctl ADD");
+	if (rounds > 300) rounds = 300;
+	for (unsigned long long i = 0; i < rounds; i++) {
+		size_t got = 0;
+		for (size_t k = 0; k < SIZE; k++) msg[k] = (char)mix(i * SIZE + k);
+		for (size_t off = 0; off < SIZE;) {
+			ssize_t w = write(fd, msg + off, SIZE - off);
+			if (w < 0 && errno == EINTR) continue;
+			if (w < 0) die("handoffs: write");
+			off += (size_t)w;
+		}
+		switch (i % 3) {
+		case 0: /* epoll, one byte, then select for the rest */
+			handoff_wait(fd, ep, IO_EPOLL, i, "epoll_wait");
+			while (!handoff_take(fd, in, &got, 1, 0))
+				handoff_wait(fd, ep, IO_EPOLL, i, "epoll_wait");
+			break;
+		case 1: /* epoll, nothing read, then select */
+			handoff_wait(fd, ep, IO_EPOLL, i, "epoll_wait");
+			break;
+		default: { /* poll, then peeks until all of it shows */
+			size_t seen = 0;
+			double deadline = now() + 5.0;
+			handoff_wait(fd, ep, IO_POLL, i, "poll");
+			while ((seen = handoff_take(fd, in, &got, SIZE, MSG_PEEK)) < SIZE) {
+				if (now() > deadline) {
+					printf("handoffs: %llu: MSG_PEEK saw %zu of %d bytes within 5 s\n",
+					       i, seen, SIZE);
+					fflush(stdout);
+					exit(1);
+				}
+				handoff_wait(fd, ep, IO_POLL, i, "poll before a peek");
+			}
+			break;
+		}
+		}
+		while (got < SIZE)
+			if (!handoff_take(fd, in, &got, SIZE, 0))
+				handoff_wait(fd, ep, IO_SELECT, i, "select");
+		check(in, msg, SIZE, i);
+	}
+	if (close(ep) < 0) die("close");
+	printf("handoffs=%llu\n", rounds);
+}
+
 static void run_client(const struct opts *o) {
 	struct target t;
 	int fd;
@@ -1377,6 +1479,7 @@ static void run_client(const struct opts *o) {
 	if (SEEN(o, OPT_THREADS_CLOSE)) run_threads_close(fd);
 	if (SEEN(o, OPT_THREADS_CANCEL)) run_threads_cancel(fd);
 	if (SEEN(o, OPT_EDGES)) run_edges(fd);
+	if (SEEN(o, OPT_HANDOFFS)) run_handoffs(fd, o->iters);
 	round_trips(fd, o->io, o->size, o->iters);
 	report_resources("");
 }
