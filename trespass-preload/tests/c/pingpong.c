@@ -1374,9 +1374,12 @@ static void run_handoffs(int fd, unsigned long long rounds) {
 			handoff_wait(fd, ep, IO_EPOLL, i, "epoll_wait");
 			while (!handoff_take(fd, in, &got, 1, 0))
 				handoff_wait(fd, ep, IO_EPOLL, i, "epoll_wait");
+			/* The rest (or what comes of it) must wake the kernel's select. */
+			handoff_wait(fd, ep, IO_SELECT, i, "select after a one-byte read");
 			break;
 		case 1: /* epoll, nothing read, then select */
 			handoff_wait(fd, ep, IO_EPOLL, i, "epoll_wait");
+			handoff_wait(fd, ep, IO_SELECT, i, "select after epoll_wait");
 			break;
 		default: { /* poll, then peeks until all of it shows */
 			size_t seen = 0;
