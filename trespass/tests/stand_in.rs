@@ -1,4 +1,5 @@
-//! Device tests of a reader that waits in the owner's place (`TryHandle::wait_readable`):
+//! Device tests of a reader that waits in the owner's place (`TryHandle::wait_readable`, and
+//! `TryHandle::stand_in` driven by the test's own poll):
 //! the owner is the tokio front end on its own thread (as trespass-preload's pump is), the
 //! reader a plain thread with a `TryHandle`. Without a device each test prints `skipped:
 //! <reason>`; with `RDMA_TEST_DEVICE` set a missing device is a failure.
@@ -370,6 +371,97 @@ fn vectored_writes_through_a_handle_keep_every_byte_in_order_across_the_buffer_e
     }
     let client = reader.join().expect("the reader");
     println!("{LEN} bytes in {calls} vectored writes");
+    drop(client);
+    owner.thread.join().expect("the owner");
+}
+
+/// Polls `fd` for `POLLIN` for at most `ms`; whether it turned readable.
+fn readable_within(fd: std::os::fd::BorrowedFd<'_>, ms: i32) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    let r = unsafe { libc::poll(&mut p, 1, ms) };
+    r > 0 && p.revents != 0
+}
+
+/// A caller's own poll driving a `StandIn` (the preload's poll and epoll waits): one at a
+/// time per stream, the completion wakes the holder's poll, the bytes stay in the stream
+/// when it ends (for the reader it reports them to), and `hand_back` gives what is left to
+/// the owner.
+#[test]
+fn a_stand_in_driven_by_the_callers_poll_excludes_others_and_hands_back_on_request() {
+    let Some(ip) =
+        test_ip("a_stand_in_driven_by_the_callers_poll_excludes_others_and_hands_back_on_request")
+    else {
+        return;
+    };
+    let (owner, mut client) = owner(SocketAddr::new(ip, 7724), 0);
+    let handle = owner.handle.clone();
+    thread::sleep(Duration::from_millis(200));
+    let mut first = handle.stand_in().expect("the first stand-in begins");
+    assert!(
+        handle.stand_in().is_none(),
+        "a second stand-in began while the first holds the stream"
+    );
+    assert_eq!(first.arm(), trespass::Standing::Waiting);
+    assert!(!handle.has_bytes());
+    client.write_all(&[0xa5; 100]).expect("the first bytes");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let event = readable_within(first.as_fd(), 100);
+        match first.woke(event) {
+            trespass::Standing::Ready => break,
+            trespass::Standing::Waiting => {}
+            other => panic!("the stand-in ended as {other:?}"),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the completion never woke the stand-in's poll"
+        );
+        if first.arm() == trespass::Standing::Ready {
+            break;
+        }
+    }
+    assert!(handle.has_bytes());
+    let mut buf = [0u8; 100];
+    let n = handle
+        .try_read(&mut buf)
+        .expect("the bytes the stand-in saw");
+    assert_eq!(&buf[..n], &[0xa5; 100][..n]);
+    drop(first);
+
+    // Free again; this time the bytes are left unread when the stand-in ends, and handed
+    // back on request: the owner reads them.
+    let mut second = handle.stand_in().expect("a stand-in after the first ended");
+    let rest = 100 - n;
+    client.write_all(&[0x3c; 50]).expect("the second bytes");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while second.arm() != trespass::Standing::Ready {
+        let event = readable_within(second.as_fd(), 100);
+        if second.woke(event) == trespass::Standing::Ready {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the second bytes never came");
+    }
+    drop(second);
+    handle.hand_back();
+    let mut theirs = 0;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while theirs < rest + 50 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let b = owner.got.recv_timeout(left).unwrap_or_else(|_| {
+            panic!(
+                "the owner got {theirs} of {} bytes handed back within 10 s",
+                rest + 50
+            )
+        });
+        theirs += b.len();
+    }
+    assert_eq!(theirs, rest + 50);
     drop(client);
     owner.thread.join().expect("the owner");
 }
