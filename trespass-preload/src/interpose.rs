@@ -1455,6 +1455,38 @@ pub unsafe extern "C" fn epoll_pwait(
     unsafe { real::epoll_pwait(epfd, events, max, timeout, mask) }
 }
 
+/// epoll_pwait2(2): as [`epoll_pwait`], its timeout a `timespec`.
+///
+/// # Safety
+///
+/// epoll_pwait2(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn epoll_pwait2(
+    epfd: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    timeout: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    if direct::any() && max > 0 && !events.is_null() && waits_stand_in() {
+        // SAFETY: the caller's promise for `timeout`.
+        if let Ok(t) = unsafe { ts_timeout(timeout) } {
+            // SAFETY: the caller's promise: `events` has room for `max` events.
+            match in_place(t, || unsafe { wait::epoll(epfd, events, max, t, mask) }) {
+                wait::Done::Result(n, e) => return waited(n, e),
+                wait::Done::Kernel(left) => {
+                    let left = left.map(timespec);
+                    let p = left.as_ref().map_or(std::ptr::null(), |t| t as *const _);
+                    // SAFETY: the caller's arguments, with what is left of its timeout.
+                    return unsafe { real::epoll_pwait2(epfd, events, max, p, mask) };
+                }
+            }
+        }
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::epoll_pwait2(epfd, events, max, timeout, mask) }
+}
+
 /// The program's pollfd array, when a wait may stand in for the pump on it.
 ///
 /// # Safety
@@ -1553,7 +1585,35 @@ fn before_kernel_wait() {
     }
 }
 
-/// select(2): the kernel's, after [`before_kernel_wait`].
+/// A `timeval` timeout as a duration (`None`: null, no limit; `Err`: malformed, for the
+/// kernel to refuse).
+///
+/// # Safety
+///
+/// `tv` is null or valid for reading.
+unsafe fn tv_timeout(tv: *const libc::timeval) -> Result<Option<Duration>, ()> {
+    if tv.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: the caller's promise.
+    let t = unsafe { *tv };
+    if t.tv_sec < 0 || !(0..1_000_000).contains(&t.tv_usec) {
+        return Err(());
+    }
+    Ok(Some(Duration::new(
+        t.tv_sec as u64,
+        t.tv_usec as u32 * 1000,
+    )))
+}
+
+/// Whether a select of `n` fds may stand in for the pump (see `wait::select`).
+fn select_stands_in(n: c_int) -> bool {
+    direct::any() && (0..=libc::FD_SETSIZE as c_int).contains(&n) && waits_stand_in()
+}
+
+/// select(2): as a poll of the same fds, which may wait on carried connections' streams in
+/// the pump's place (see `wait`), when it watches one for reading; else the kernel's, after
+/// [`before_kernel_wait`]. Like Linux's, it leaves the time not waited in `timeout`.
 ///
 /// # Safety
 ///
@@ -1566,12 +1626,46 @@ pub unsafe extern "C" fn select(
     e: *mut libc::fd_set,
     timeout: *mut libc::timeval,
 ) -> c_int {
+    // SAFETY: the caller's promise for `timeout`.
+    if let (true, Ok(t)) = (select_stands_in(n), unsafe { tv_timeout(timeout) }) {
+        let start = std::time::Instant::now();
+        // SAFETY: the caller's promises; `n` is at most FD_SETSIZE.
+        let done = in_place_or_not(t, || unsafe {
+            wait::select(n, r, w, e, t, std::ptr::null())
+        });
+        let left = |t: Option<Duration>| t.map(|t| t.saturating_sub(start.elapsed()));
+        let write_left = |d: Option<Duration>| {
+            if let Some(d) = d {
+                // SAFETY: `timeout` is non-null here (a limit was read from it), and writable
+                // (select's contract: Linux writes what is left into it).
+                unsafe {
+                    *timeout = libc::timeval {
+                        tv_sec: d.as_secs() as libc::time_t,
+                        tv_usec: d.subsec_micros() as libc::suseconds_t,
+                    };
+                }
+            }
+        };
+        match done {
+            Some(wait::Done::Result(k, err)) => {
+                write_left(left(t));
+                return waited(k, err);
+            }
+            Some(wait::Done::Kernel(rest)) => {
+                write_left(rest);
+                // SAFETY: the caller's arguments, its timeout now what is left of it.
+                return unsafe { real::select(n, r, w, e, timeout) };
+            }
+            None => {}
+        }
+    }
     before_kernel_wait();
     // SAFETY: the caller's arguments.
     unsafe { real::select(n, r, w, e, timeout) }
 }
 
-/// pselect(2): the kernel's, after [`before_kernel_wait`].
+/// pselect(2): as [`select`], with the caller's signal mask (and its timeout left as it
+/// is, as pselect does).
 ///
 /// # Safety
 ///
@@ -1585,7 +1679,30 @@ pub unsafe extern "C" fn pselect(
     timeout: *const libc::timespec,
     mask: *const libc::sigset_t,
 ) -> c_int {
+    // SAFETY: the caller's promise for `timeout`.
+    if let (true, Ok(t)) = (select_stands_in(n), unsafe { ts_timeout(timeout) }) {
+        // SAFETY: the caller's promises; `n` is at most FD_SETSIZE.
+        match in_place_or_not(t, || unsafe { wait::select(n, r, w, e, t, mask) }) {
+            Some(wait::Done::Result(k, err)) => return waited(k, err),
+            Some(wait::Done::Kernel(rest)) => {
+                let rest = rest.map(timespec);
+                let p = rest.as_ref().map_or(std::ptr::null(), |t| t as *const _);
+                // SAFETY: the caller's arguments, with what is left of its timeout.
+                return unsafe { real::pselect(n, r, w, e, p, mask) };
+            }
+            None => {}
+        }
+    }
     before_kernel_wait();
     // SAFETY: the caller's arguments.
     unsafe { real::pselect(n, r, w, e, timeout, mask) }
+}
+
+/// [`in_place`] for a wait that may decide not to stand in (`None`).
+fn in_place_or_not(
+    timeout: Option<Duration>,
+    f: impl FnOnce() -> Option<wait::Done>,
+) -> Option<wait::Done> {
+    held_off(|| internal::with(|| std::panic::catch_unwind(AssertUnwindSafe(f))))
+        .unwrap_or(Some(wait::Done::Kernel(timeout)))
 }

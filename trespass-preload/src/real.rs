@@ -115,6 +115,8 @@ real! {
     fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut libc::epoll_event) -> c_int;
     /// epoll_pwait(2).
     fn epoll_pwait(epfd: c_int, events: *mut libc::epoll_event, max: c_int, timeout: c_int, mask: *const libc::sigset_t) -> c_int;
+    /// epoll_pwait2(2) (glibc 2.35 and later; looked up only when a program calls it).
+    fn epoll_pwait2(epfd: c_int, events: *mut libc::epoll_event, max: c_int, timeout: *const libc::timespec, mask: *const libc::sigset_t) -> c_int;
     /// poll(2).
     fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int;
     /// ppoll(2).

@@ -456,3 +456,88 @@ pub(crate) fn poll(
         }
     }
 }
+
+/// The program's `select(n, r, w, e, timeout)` (or `pselect` with `mask`), as a `poll` of
+/// the same fds when one of those it watches for reading is a carried connection's; `None`
+/// when none is (the kernel's call then). What a `select` reports follows the kernel's
+/// rules: readable on `POLLIN`, `POLLHUP` or `POLLERR`, writable on `POLLOUT` or
+/// `POLLERR`, exceptional on `POLLPRI`; an fd that is not open fails the call with `EBADF`.
+///
+/// # Safety
+///
+/// `r`, `w` and `e` are null or valid fd sets for `n` fds (select's contract), and `n` is
+/// at most `FD_SETSIZE`.
+pub(crate) unsafe fn select(
+    n: c_int,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+    timeout: Option<Duration>,
+    mask: *const libc::sigset_t,
+) -> Option<Done> {
+    // Each set is non-null where used and valid for `n` fds, and each fd is below `n`,
+    // itself at most FD_SETSIZE: the caller's promise, on which every FD_* call relies.
+    let isset = |set: *mut libc::fd_set, fd: c_int| {
+        // SAFETY: as just said.
+        !set.is_null() && unsafe { libc::FD_ISSET(fd, set) }
+    };
+    let mut fds = Vec::new();
+    let mut carried = false;
+    for fd in 0..n {
+        let events = if isset(r, fd) { libc::POLLIN } else { 0 }
+            | if isset(w, fd) { libc::POLLOUT } else { 0 }
+            | if isset(e, fd) { libc::POLLPRI } else { 0 };
+        if events == 0 {
+            continue;
+        }
+        carried |= events & libc::POLLIN != 0 && direct::watched(fd).is_some();
+        fds.push(libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        });
+    }
+    if !carried {
+        return None;
+    }
+    let (count, errno) = match poll(&mut fds, timeout, mask) {
+        Done::Result(count, errno) => (count, errno),
+        kernel => return Some(kernel),
+    };
+    if count < 0 {
+        return Some(Done::Result(count, errno));
+    }
+    if fds.iter().any(|p| p.revents & libc::POLLNVAL != 0) {
+        return Some(Done::Result(-1, libc::EBADF));
+    }
+    for set in [r, w, e] {
+        if !set.is_null() {
+            // SAFETY: as above.
+            unsafe { libc::FD_ZERO(set) };
+        }
+    }
+    let mut bits = 0;
+    for p in &fds {
+        let ready = [
+            (
+                r,
+                libc::POLLIN,
+                libc::POLLIN | libc::POLLRDNORM | libc::POLLHUP | libc::POLLERR,
+            ),
+            (
+                w,
+                libc::POLLOUT,
+                libc::POLLOUT | libc::POLLWRNORM | libc::POLLERR,
+            ),
+            (e, libc::POLLPRI, libc::POLLPRI),
+        ];
+        for (set, asked, shows) in ready {
+            if p.events & asked != 0 && p.revents & shows != 0 {
+                // SAFETY: as above.
+                unsafe { libc::FD_SET(p.fd, set) };
+                bits += 1;
+            }
+        }
+    }
+    Some(Done::Result(bits, 0))
+}

@@ -61,13 +61,15 @@
  *
  * client --handoffs makes --iters rounds (at most 300) of 1000 bytes on a connected, blocking
  * socket, in turn: the echo seen readable by epoll_wait, one byte of it read, the rest waited
- * for with select(); the echo seen readable by epoll_wait, none of it read, then all of it
- * waited for with select(); the echo seen readable by poll(), then peeked at with
- * recv(MSG_PEEK | MSG_DONTWAIT) (waiting in poll() between tries) until the peek sees all of
- * it, then read. Every wait is bounded by 5 s: a wait that ends with nothing prints
+ * for in a second epoll set that watches the socket with EPOLLONESHOT (re-armed each time);
+ * the echo seen readable by epoll_wait, none of it read, then waited for in the one-shot
+ * set; the echo seen readable by poll(), then peeked at with recv(MSG_PEEK | MSG_DONTWAIT)
+ * (waiting in poll() between tries) until the peek sees all of it. The rest of each echo is
+ * read with select() waits. Every wait is bounded by 5 s: one that ends with nothing prints
  * "handoffs: <round>: <what> saw nothing within 5 s" (exit 1). A preload that reports bytes
  * from somewhere other than the socket must still let every later wait, read and peek see
- * them. It prints "handoffs=<N>", then the echoed bytes are checked like the round trips'.
+ * them (a one-shot registration is one such a preload may leave to the kernel). It prints
+ * "handoffs=<N>"; every echoed byte is checked.
  *
  * server --fork (not with --epoll) forks a child per connection: the child closes the listening
  * socket, echoes the connection as the plain server does and exits 0 (1 on any error); the parent
@@ -1340,6 +1342,14 @@ static void handoff_wait(int fd, int ep, enum io_mode io, unsigned long long rou
 	}
 }
 
+/* handoff_wait in the one-shot set `ep`, re-armed first. */
+static void handoff_oneshot(int fd, int ep, unsigned long long round, const char *what) {
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT };
+	ev.data.fd = fd;
+	if (epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev) < 0) die("epoll_ctl MOD");
+	handoff_wait(fd, ep, IO_EPOLL, round, what);
+}
+
 /* Reads what is there now (MSG_DONTWAIT) into buf[*got..size]; 0 when nothing was. */
 static size_t handoff_take(int fd, char *buf, size_t *got, size_t size, int flags) {
 	ssize_t n = recv(fd, buf + *got, size - *got, flags | MSG_DONTWAIT);
@@ -1359,6 +1369,10 @@ static void run_handoffs(int fd, unsigned long long rounds) {
 	if (ep < 0) die("epoll_create1");
 	ev.data.fd = fd;
 	if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0) die("epoll_ctl ADD");
+	int once = epoll_create1(EPOLL_CLOEXEC);
+	if (once < 0) die("epoll_create1");
+	ev.events = EPOLLIN | EPOLLONESHOT;
+	if (epoll_ctl(once, EPOLL_CTL_ADD, fd, &ev) < 0) die("epoll_ctl ADD");
 	if (rounds > 300) rounds = 300;
 	for (unsigned long long i = 0; i < rounds; i++) {
 		size_t got = 0;
@@ -1370,16 +1384,16 @@ static void run_handoffs(int fd, unsigned long long rounds) {
 			off += (size_t)w;
 		}
 		switch (i % 3) {
-		case 0: /* epoll, one byte, then select for the rest */
+		case 0: /* epoll, one byte, then the one-shot set for the rest */
 			handoff_wait(fd, ep, IO_EPOLL, i, "epoll_wait");
 			while (!handoff_take(fd, in, &got, 1, 0))
 				handoff_wait(fd, ep, IO_EPOLL, i, "epoll_wait");
-			/* The rest (or what comes of it) must wake the kernel's select. */
-			handoff_wait(fd, ep, IO_SELECT, i, "select after a one-byte read");
+			/* The rest (or what comes of it) must wake the one-shot set. */
+			handoff_oneshot(fd, once, i, "a one-shot epoll_wait after a one-byte read");
 			break;
-		case 1: /* epoll, nothing read, then select */
+		case 1: /* epoll, nothing read, then the one-shot set */
 			handoff_wait(fd, ep, IO_EPOLL, i, "epoll_wait");
-			handoff_wait(fd, ep, IO_SELECT, i, "select after epoll_wait");
+			handoff_oneshot(fd, once, i, "a one-shot epoll_wait after epoll_wait");
 			break;
 		default: { /* poll, then peeks until all of it shows */
 			size_t seen = 0;
@@ -1402,7 +1416,7 @@ static void run_handoffs(int fd, unsigned long long rounds) {
 				handoff_wait(fd, ep, IO_SELECT, i, "select");
 		check(in, msg, SIZE, i);
 	}
-	if (close(ep) < 0) die("close");
+	if (close(ep) < 0 || close(once) < 0) die("close");
 	printf("handoffs=%llu\n", rounds);
 }
 
