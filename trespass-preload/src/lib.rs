@@ -26,12 +26,14 @@
 //!   otherwise they are the kernel's calls on the socket, which the pump carries. Interposed
 //!   are `connect`, `listen`, `accept`, `accept4`, `close`, `shutdown`, `dup`, `dup2`,
 //!   `dup3`, `fcntl` and `fcntl64` (their `F_DUPFD` copies), `getpeername`, `getsockname`,
-//!   `getsockopt` and `setsockopt`, the data calls for their shortcut, and `sendto`,
+//!   `getsockopt` and `setsockopt`, the data calls for their shortcut, `sendto`,
 //!   `sendmsg`, `recvfrom` and `recvmsg` with an address (which a TCP connection ignores and
-//!   a socket pair would not).
+//!   a socket pair would not), and `poll`, `ppoll`, `select`, `pselect`, `epoll_ctl` and the
+//!   `epoll_wait` family, whose waits on a few carried connections take the streams'
+//!   wake-ups from the pump and report their bytes without the pump's copy (see `wait`).
 //!
 //! The environment (`TRESPASS_PRELOAD`, `_PORTS`, `_NETS`, `_TIMEOUT_MS`, `_CONNECT_WAIT_MS`,
-//! `_BUSY_POLL_US`, `_DIRECT`, `_STATS`, `_LOG`)
+//! `_BUSY_POLL_US`, `_DIRECT`, `_STAND_IN`, `_STATS`, `_LOG`)
 //! is described in the crate's README.
 
 // The unit tests build without the interposed functions (below), which leaves their callees
