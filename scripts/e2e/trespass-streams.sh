@@ -126,8 +126,13 @@ peer_dies() {
     # Not under timeout: the signal must reach the program itself (the trap and the kill
     # below end it).
     "$bin" idle "$SERVER_IP:$port" --keepalive 1 >"$work/c$port.log" 2>&1 &
-    local cli=$!
-    sleep 2
+    local cli=$! waited=0
+    # Connected once the server says so (at most 5 s), then a moment for its read to begin.
+    while ! grep -q '^connection from' "$work/s$port.log" 2>/dev/null && [ "$waited" -lt 50 ]; do
+        sleep 0.1
+        waited=$((waited + 1))
+    done
+    sleep 0.3
     local t0=$SECONDS
     kill "-$sig" "$cli"
     wait_exit "$SRV" "$limit" || rc=$?

@@ -90,7 +90,13 @@ wait_cm_listen "$port" 30 || fail "the server never listened"
 # idle client's own failure is seen through its exit (it exits 1 with the error).
 timeout -k 5 60 "$bin" idle "$SERVER_IP:$port" --keepalive 1 >"$work/down-c.log" 2>&1 &
 cli=$!
-sleep 2
+# Connected once the server says so (at most 5 s), then a moment for its read to begin.
+waited=0
+while ! grep -q '^connection from' "$work/down-s.log" 2>/dev/null && [ "$waited" -lt 50 ]; do
+    sleep 0.1
+    waited=$((waited + 1))
+done
+sleep 0.3
 scripts/link down >/dev/null || fail "scripts/link down failed"
 t0=$SECONDS
 while kill -0 "$srv" 2>/dev/null && [ $((SECONDS - t0)) -lt 10 ]; do sleep 0.2; done

@@ -265,7 +265,9 @@ pub fn ok(child: Child, what: &str) -> String {
 
 /// Waits until something listens on TCP `port` (any address), from /proc/net/tcp{,6}: a
 /// probe connection would be one of the program's clients. An rsocket listener is no kernel
-/// socket, so under librspreload this waits a fixed 3 s (or until the server exits).
+/// socket, so under librspreload this waits a fixed 3 s (or until the server exits: an
+/// rdma_cm listener shows before redis-server aborts under librspreload, which these 3 s
+/// see, where a client started at once would wait out its bound).
 pub fn wait_listening(port: u16, child: &mut Child, via: Via) {
     let start = Instant::now();
     if via == Via::Rsocket {
