@@ -421,6 +421,23 @@ pub(crate) fn watched(fd: c_int) -> Option<Watched> {
 static LENT: Mutex<Vec<Arc<Direct>>> = Mutex::new(Vec::new());
 static LENT_N: AtomicUsize = AtomicUsize::new(0);
 
+/// The lent list's lock, held across `fork` (see `before_fork`).
+pub(crate) type LentGuard = MutexGuard<'static, Vec<Arc<Direct>>>;
+
+/// Takes the lent list's lock, for the fork handlers.
+pub(crate) fn lock_lent() -> LentGuard {
+    LENT.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// In a forked child: the parent's lent streams are not this process's to hand back (their
+/// other references live in the parent's threads, which the child does not have), so they
+/// are forgotten, as the registry's copies are.
+pub(crate) fn forget_lent_in_child() {
+    let lent = std::mem::take(&mut *lock_lent());
+    LENT_N.store(0, Ordering::Release);
+    std::mem::forget(lent);
+}
+
 impl Watched {
     /// A wait is about to tell the program this stream has bytes: they stay in the stream
     /// for the program's read, which takes them directly (see [`read`]), until its next
@@ -452,6 +469,10 @@ pub(crate) fn hand_back_lent(keep: &[&Watched]) {
         std::mem::take(&mut *l)
     };
     for d in lent {
+        if d.owner != std::process::id() {
+            std::mem::forget(d);
+            continue;
+        }
         let mut s = d.lock();
         if !std::mem::take(&mut s.lent) {
             continue;

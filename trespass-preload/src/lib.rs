@@ -135,6 +135,8 @@ type Held = (
     MutexGuard<'static, Option<pump::Pump>>,
     MutexGuard<'static, Option<table::Tables>>,
     MutexGuard<'static, Option<direct::Registry>>,
+    wait::RegsGuard,
+    direct::LentGuard,
 );
 
 thread_local! {
@@ -145,7 +147,13 @@ thread_local! {
 /// Takes the library's locks before `fork`, so that the child's copies are not held by a
 /// thread it does not have (a child that closes a socket would wait for it forever).
 extern "C" fn before_fork() {
-    let held = (pump::lock(), table::lock(), direct::lock());
+    let held = (
+        pump::lock(),
+        table::lock(),
+        direct::lock(),
+        wait::lock_regs(),
+        direct::lock_lent(),
+    );
     HELD.with(|h| *h.borrow_mut() = Some(held));
 }
 
@@ -157,6 +165,7 @@ extern "C" fn after_fork() {
 /// counts what that process did.
 extern "C" fn in_child() {
     after_fork();
+    direct::forget_lent_in_child();
     stats::reset();
 }
 

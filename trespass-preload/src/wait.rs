@@ -54,7 +54,7 @@ pub(crate) const BOUND_MS: u64 = 20;
 
 /// An epoll registration of a connection the library knows.
 #[derive(Clone, Copy)]
-struct Reg {
+pub(crate) struct Reg {
     events: u32,
     data: u64,
 }
@@ -64,6 +64,16 @@ struct Reg {
 static REGS: Mutex<Option<HashMap<c_int, HashMap<c_int, Reg>>>> = Mutex::new(None);
 /// Entries of `REGS`: nothing is looked up while it is 0.
 static REGS_N: AtomicUsize = AtomicUsize::new(0);
+
+/// The registrations' lock, held across `fork` (see `before_fork`): a child's `epoll_ctl`
+/// must not find it held by a thread it does not have.
+pub(crate) type RegsGuard =
+    std::sync::MutexGuard<'static, Option<HashMap<c_int, HashMap<c_int, Reg>>>>;
+
+/// Takes the registrations' lock, for the fork handlers.
+pub(crate) fn lock_regs() -> RegsGuard {
+    REGS.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 fn with_regs<R>(f: impl FnOnce(&mut HashMap<c_int, HashMap<c_int, Reg>>) -> R) -> R {
     let mut g = REGS.lock().unwrap_or_else(|p| p.into_inner());
