@@ -1,6 +1,7 @@
-//! poll and epoll waits in the pump's place.
+//! poll, select and epoll waits in the pump's place.
 //!
-//! A program that waits in `poll`, `ppoll`, `epoll_wait` or `epoll_pwait` for a carried
+//! A program that waits in `poll`, `ppoll`, `select`, `pselect` (both as a poll of the same
+//! fds), `epoll_wait`, `epoll_pwait` or `epoll_pwait2` for a carried
 //! connection to turn readable would, left to the kernel, wake only after the pump woke,
 //! read the stream and copied the bytes into its socket: two threads woken and a copy per
 //! arrival. When the wait's set holds at most [`MAX_STANDING`] carried connections that it
@@ -20,7 +21,7 @@
 //!   edge-triggered program reads until `EAGAIN`, which leaves none), never its end or a
 //!   failure: the pump carries those into the socket, where the kernel reports them.
 //! - Bytes a wait reported stay in the stream until the program's next read of that fd or
-//!   its next wait of any kind (`select` and `pselect` included): then whatever is unread
+//!   its next wait the library sees (one it leaves to the kernel included): then whatever is unread
 //!   goes to the pump, which copies it into the socket as before (`direct::hand_back_lent`).
 //!   A read the kernel answers (`MSG_PEEK`, ...) hands them over first and keeps waits from
 //!   reporting that stream until the pump took them.
@@ -159,7 +160,7 @@ fn epoll_watched(epfd: c_int) -> Option<Vec<(Watched, Reg)>> {
 
 /// What the part of a wait in the pump's place came to. Whatever it was, the streams are
 /// the owner's again when it returns.
-pub(crate) enum Outcome {
+enum Outcome {
     /// Which of the watched streams have bytes to report, and whether the program's fds
     /// (for epoll, the epoll fd) may have something: the kernel's call, with no wait, says.
     Look { ready: Vec<bool>, others: bool },
@@ -178,16 +179,17 @@ fn with_bytes(watched: &[&Watched]) -> Vec<bool> {
     watched.iter().map(|w| w.handle.has_bytes()).collect()
 }
 
-/// Where one stand-in is, after `arm` or `woke`: `None` when it is over (the owner took the
-/// stream back, or the connection ended: the pump carries the end into the socket).
-fn step(watched: &Watched, standing: Standing, ready: &mut bool) -> Option<()> {
+/// Whether one stand-in goes on, after `arm` or `woke` said `standing`: not when it is
+/// over (the owner took the stream back, or the connection ended: the pump carries the end
+/// into the socket). Sets `ready` when the stream has bytes.
+fn goes_on(watched: &Watched, standing: Standing, ready: &mut bool) -> bool {
     match standing {
-        Standing::Waiting => Some(()),
+        Standing::Waiting => true,
         Standing::Ready if watched.handle.has_bytes() => {
             *ready = true;
-            Some(())
+            true
         }
-        _ => None,
+        _ => false,
     }
 }
 
@@ -215,7 +217,7 @@ fn stand_in(
         let mut ready = vec![false; watched.len()];
         for (i, s) in ins.iter_mut().enumerate() {
             if let Some(si) = s {
-                if step(watched[i], si.arm(), &mut ready[i]).is_none() {
+                if !goes_on(watched[i], si.arm(), &mut ready[i]) {
                     *s = None;
                 }
             }
@@ -263,7 +265,7 @@ fn stand_in(
         for (k, &i) in mine.iter().enumerate() {
             let event = all[fds.len() + k].revents != 0;
             if let Some(si) = ins[i].as_mut() {
-                if step(watched[i], si.woke(event), &mut ready[i]).is_none() {
+                if !goes_on(watched[i], si.woke(event), &mut ready[i]) {
                     ins[i] = None;
                 }
             }

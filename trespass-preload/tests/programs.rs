@@ -204,6 +204,33 @@ fn epoll_waits_stand_in_for_the_pump() {
     }
 }
 
+/// Answers that come later than a wait stands in for the pump (20 ms) reach the program
+/// through the kernel's wait that takes over: an epoll and a poll client against a server
+/// that waits 50 ms before each echo make every round trip, every byte checked.
+#[test]
+fn answers_later_than_the_stand_in_lasts_reach_the_kernels_wait() {
+    let Some(ip) = test_ip("answers_later_than_the_stand_in_lasts_reach_the_kernels_wait") else {
+        return;
+    };
+    let dir = scratch("slow-answers");
+    let host = ip.to_string();
+    for mode in ["--epoll", "--poll", "--select"] {
+        let (s_stats, c_stats) = (
+            dir.join(format!("server{mode}.stats")),
+            dir.join(format!("client{mode}.stats")),
+        );
+        let (srv, port) = server(&Run::preloaded(s_stats), &dir, &["--echo-delay", "50"]);
+        let port = port.to_string();
+        let client = Run::preloaded(c_stats.clone()).pp(&[
+            "client", "--host", &host, "--port", &port, "--iters", "20", "--size", "500", mode,
+        ]);
+        let out = ok(client, &format!("the {mode} client"));
+        assert_eq!(field(&out, "round_trips"), "20", "{out}");
+        ok(srv, "the slow server");
+        assert_counters(&c_stats, &[("connect_rdma", 1)]);
+    }
+}
+
 /// Bytes a poll or epoll wait reported from the stream (not the socket) stay reachable by
 /// whatever the program does next: after a read of one byte, a wait the library leaves to
 /// the kernel (an `EPOLLONESHOT` registration) sees the rest; after no read at all, that wait

@@ -40,6 +40,7 @@
  * udp-client waits at most 5 s for the echo of one datagram. A server's
  * --backlog sets listen()'s backlog (default 128) and --accept-after MS makes it wait that long
  * after listening before its first accept, so that connections pile up beyond the backlog.
+ * server --echo-delay MS waits MS milliseconds before writing each echo (of each read).
  * server --sink reads each connection to its end, checking every byte against the pattern
  * client --send-exit N writes (N bytes, then exit(0) at once: no shutdown, close or wait), and
  * echoes nothing; its "served" line counts the bytes. With --mixed (on either side) each
@@ -157,7 +158,7 @@ enum { OPT_BIND, OPT_PORT, OPT_HOST, OPT_PATH, OPT_COUNT, OPT_EPOLL, OPT_PORT_FI
        OPT_ITERS, OPT_POLL, OPT_SELECT, OPT_SHORT, OPT_STREAM, OPT_FORK, OPT_EXEC,
        OPT_THREADS_CLOSE, OPT_FD, OPT_BACKLOG, OPT_ACCEPT_AFTER, OPT_SINK, OPT_SEND_EXIT,
        OPT_CONNECT_TIMEOUT, OPT_FCNTL_DUP, OPT_RCVTIMEO, OPT_MIXED, OPT_THREADS_CANCEL, OPT_CONNECT_CANCEL,
-       OPT_EDGES, OPT_HANDOFFS };
+       OPT_EDGES, OPT_HANDOFFS, OPT_ECHO_DELAY };
 #define SEEN(o, opt) ((o)->seen & (1u << (opt)))
 
 struct opts {
@@ -168,6 +169,7 @@ struct opts {
 	int backlog; /* --backlog; 0: 128 */
 	unsigned long long send_exit; /* --send-exit: bytes to write before exiting at once */
 	unsigned long long accept_after_ms; /* --accept-after: wait before the first accept */
+	unsigned long long echo_delay_ms; /* --echo-delay: wait before each echo */
 	int connect_timeout_ms; /* --connect-timeout: bound on a connect in progress; 0: none */
 	int rcvtimeo_ms; /* --rcvtimeo: SO_RCVTIMEO and TCP_NODELAY set before connect; 0: not */
 	char *argv0; /* for --exec */
@@ -305,6 +307,7 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 		{ "--fd", OPT_FD, 1, CLIENT_FD },
 		{ "--backlog", OPT_BACKLOG, 1, STREAM_SERVERS },
 		{ "--accept-after", OPT_ACCEPT_AFTER, 1, STREAM_SERVERS },
+		{ "--echo-delay", OPT_ECHO_DELAY, 1, SERVER },
 		{ "--sink", OPT_SINK, 0, SERVER },
 		{ "--send-exit", OPT_SEND_EXIT, 1, CLIENT },
 		{ "--connect-timeout", OPT_CONNECT_TIMEOUT, 1, CLIENT },
@@ -357,6 +360,9 @@ static void parse_args(int argc, char **argv, struct opts *o) {
 		case OPT_BACKLOG: o->backlog = (int)parse_num("--backlog", val, 1, 65535); break;
 		case OPT_ACCEPT_AFTER:
 			o->accept_after_ms = parse_num("--accept-after", val, 0, 3600000);
+			break;
+		case OPT_ECHO_DELAY:
+			o->echo_delay_ms = parse_num("--echo-delay", val, 0, 60000);
 			break;
 		case OPT_STREAM: {
 			char *end;
@@ -573,6 +579,8 @@ static int accept_one(int lfd) {
  * bytes echoed. */
 /* --sink: the server checks and counts what it reads and echoes nothing. */
 static int sink_mode;
+/* server --echo-delay: milliseconds to wait before each echo. */
+static long echo_delay_ms;
 /* --mixed: each read or write is the next of several calls in turn. */
 static int mixed_mode;
 
@@ -656,6 +664,7 @@ static unsigned long long echo_conn(int fd, char *buf) {
 			bytes += (unsigned long long)n;
 			continue;
 		}
+		if (echo_delay_ms) sleep_ms(echo_delay_ms);
 		for (ssize_t off = 0, w; off < n; off += w)
 			if ((w = write(fd, buf + off, (size_t)(n - off))) < 0) {
 				if (errno != EINTR) die("write");
@@ -809,6 +818,7 @@ static unsigned long long serve_epoll(int lfd, unsigned long long count, int *ep
 static void run_server(const struct opts *o) {
 	int lfd = open_server(o, SOCK_STREAM), ep = -1;
 	sink_mode = SEEN(o, OPT_SINK) != 0;
+	echo_delay_ms = (long)o->echo_delay_ms;
 	mixed_mode = SEEN(o, OPT_MIXED) != 0;
 	if (o->accept_after_ms) {
 		/* Connections pile up in the backlog (and beyond it) meanwhile. */
