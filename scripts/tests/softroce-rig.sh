@@ -81,10 +81,25 @@ else
         echo "skipped: no network namespace here (unshare -n not permitted) for the offline check"
     fi
     # A caller that gives up on the rig (its own `timeout`, a kill) takes the guest with it.
+    # The caller is killed once the guest runs the command (it writes "started" into the run's
+    # control directory just before), not after a fixed wait; the guest must be gone 10 s on.
     check "killing the rig's caller ends its guest" 0 '^guest gone$' sh -c '
         tmp=$(mktemp -d)
-        TMPDIR=$tmp timeout -s TERM 25 '"$rig"' run -- sleep 300
-        sleep 3
+        TMPDIR=$tmp '"$rig"' run -- sleep 300 &
+        caller=$!
+        i=0
+        while [ "$i" -lt 600 ] && ! ls "$tmp"/softroce-run.*/started >/dev/null 2>&1; do
+            sleep 0.1
+            i=$((i + 1))
+        done
+        [ "$i" -lt 600 ] || echo "the guest did not start its command within 60 s"
+        kill -TERM "$caller"
+        wait "$caller"
+        i=0
+        while [ "$i" -lt 100 ] && pgrep -f "path=$tmp/softroce-run" >/dev/null; do
+            sleep 0.1
+            i=$((i + 1))
+        done
         if pgrep -f "path=$tmp/softroce-run" >/dev/null; then
             echo "the guest still runs after its caller was killed"
             pkill -f "path=$tmp/softroce-run"
