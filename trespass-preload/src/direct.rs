@@ -417,6 +417,46 @@ pub(crate) fn watched(fd: c_int) -> Option<Watched> {
     Some(Watched { direct: d, handle })
 }
 
+/// The streams among `fds` (each with the caller's index for it) a wait may report bytes
+/// of, as [`watched`] says of each, looked up under one lock of the registry; `None` when
+/// more than `max` of them are this process's carried connections (the wait is then the
+/// kernel's) or none is.
+pub(crate) fn watched_among(
+    fds: impl Iterator<Item = (usize, c_int)>,
+    max: usize,
+) -> Option<Vec<(usize, Watched)>> {
+    if FDS.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let me = std::process::id();
+    let mut found = Vec::new();
+    {
+        let r = lock();
+        let r = r.as_ref()?;
+        for (i, fd) in fds {
+            if let Some(d) = r.fds.get(&fd).filter(|d| d.owner == me) {
+                if found.len() == max {
+                    return None;
+                }
+                found.push((i, Arc::clone(d)));
+            }
+        }
+    }
+    let out: Vec<(usize, Watched)> = found
+        .into_iter()
+        .filter_map(|(i, d)| {
+            let s = d.lock();
+            if s.read_shut || s.no_report {
+                return None;
+            }
+            let handle = s.handle.clone()?;
+            drop(s);
+            Some((i, Watched { direct: d, handle }))
+        })
+        .collect();
+    (!out.is_empty()).then_some(out)
+}
+
 /// Streams a wait reported bytes of, until a read or the next wait takes them back.
 static LENT: Mutex<Vec<Arc<Direct>>> = Mutex::new(Vec::new());
 static LENT_N: AtomicUsize = AtomicUsize::new(0);

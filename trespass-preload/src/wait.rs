@@ -407,25 +407,15 @@ pub(crate) fn poll(
     timeout: Option<Duration>,
     mask: *const libc::sigset_t,
 ) -> Done {
-    let mut watched: Vec<(usize, Watched)> = Vec::new();
-    if direct::any() {
-        for (i, p) in fds.iter().enumerate() {
-            if p.fd < 0 || p.events & (libc::POLLIN | libc::POLLRDNORM) == 0 {
-                continue;
-            }
-            if let Some(w) = direct::watched(p.fd) {
-                if watched.len() == MAX_STANDING {
-                    watched.clear();
-                    break;
-                }
-                watched.push((i, w));
-            }
-        }
-    }
-    if watched.is_empty() {
+    let reading = fds
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.fd >= 0 && p.events & (libc::POLLIN | libc::POLLRDNORM) != 0)
+        .map(|(i, p)| (i, p.fd));
+    let Some(watched) = direct::watched_among(reading, MAX_STANDING) else {
         direct::hand_back_lent(&[]);
         return Done::Kernel(timeout);
-    }
+    };
     let ws: Vec<&Watched> = watched.iter().map(|(_, w)| w).collect();
     direct::hand_back_lent(&ws);
     let start = Instant::now();
@@ -470,8 +460,9 @@ pub(crate) fn poll(
 }
 
 /// The program's `select(n, r, w, e, timeout)` (or `pselect` with `mask`), as a `poll` of
-/// the same fds when one of those it watches for reading is a carried connection's; `None`
-/// when none is (the kernel's call then). What a `select` reports follows the kernel's
+/// the same fds (which stands in for the pump when one it watches for reading is a carried
+/// connection's, and is the kernel's call otherwise); `None` when it watches none for
+/// reading (the kernel's `select` then). What a `select` reports follows the kernel's
 /// rules: readable on `POLLIN`, `POLLHUP` or `POLLERR`, writable on `POLLOUT` or
 /// `POLLERR`, exceptional on `POLLPRI`; an fd that is not open fails the call with `EBADF`.
 ///
@@ -494,7 +485,6 @@ pub(crate) unsafe fn select(
         !set.is_null() && unsafe { libc::FD_ISSET(fd, set) }
     };
     let mut fds = Vec::new();
-    let mut carried = false;
     for fd in 0..n {
         let events = if isset(r, fd) { libc::POLLIN } else { 0 }
             | if isset(w, fd) { libc::POLLOUT } else { 0 }
@@ -502,14 +492,13 @@ pub(crate) unsafe fn select(
         if events == 0 {
             continue;
         }
-        carried |= events & libc::POLLIN != 0 && direct::watched(fd).is_some();
         fds.push(libc::pollfd {
             fd,
             events,
             revents: 0,
         });
     }
-    if !carried {
+    if !fds.iter().any(|p| p.events & libc::POLLIN != 0) {
         return None;
     }
     let (count, errno) = match poll(&mut fds, timeout, mask) {
