@@ -407,7 +407,11 @@ pub(crate) struct Watched {
 /// carries it, its read side is open, and its reads have not turned to the kernel since a
 /// wait last reported bytes (see [`State::no_report`]).
 pub(crate) fn watched(fd: c_int) -> Option<Watched> {
-    let d = get(fd)?;
+    watch(get(fd)?)
+}
+
+/// `d`'s stream, as [`watched`] says.
+fn watch(d: Arc<Direct>) -> Option<Watched> {
     let s = d.lock();
     if s.read_shut || s.no_report {
         return None;
@@ -444,15 +448,7 @@ pub(crate) fn watched_among(
     }
     let out: Vec<(usize, Watched)> = found
         .into_iter()
-        .filter_map(|(i, d)| {
-            let s = d.lock();
-            if s.read_shut || s.no_report {
-                return None;
-            }
-            let handle = s.handle.clone()?;
-            drop(s);
-            Some((i, Watched { direct: d, handle }))
-        })
+        .filter_map(|(i, d)| Some((i, watch(d)?)))
         .collect();
     (!out.is_empty()).then_some(out)
 }

@@ -956,9 +956,16 @@ fn try_direct<R>(f: impl FnOnce() -> Option<R>) -> Option<R> {
     if internal::get() {
         return None;
     }
-    // Inside, the C library's calls that trespass makes (the provider's doorbell is a
-    // `write`) go straight through.
-    held_off(|| internal::with(|| std::panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or(None)))
+    library_part(None, f)
+}
+
+/// Runs a part of a call that the library does itself: with thread cancellation held off
+/// (see [`held_off`]) and the C library's calls that trespass makes going straight through
+/// (the provider's doorbell is a `write`, the waits' poll is a `ppoll`); `on_panic` if it
+/// panicked.
+fn library_part<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
+    held_off(|| internal::with(|| std::panic::catch_unwind(AssertUnwindSafe(f))))
+        .unwrap_or(on_panic)
 }
 
 /// The program's buffers as slices.
@@ -1336,8 +1343,7 @@ fn waits_stand_in() -> bool {
 /// library's own calls going straight through; a panic leaves the whole wait to the
 /// kernel, with the program's timeout.
 fn in_place(timeout: Option<Duration>, f: impl FnOnce() -> wait::Done) -> wait::Done {
-    held_off(|| internal::with(|| std::panic::catch_unwind(AssertUnwindSafe(f))))
-        .unwrap_or(wait::Done::Kernel(timeout))
+    library_part(wait::Done::Kernel(timeout), f)
 }
 
 /// A wait's result: the count, or -1 with its errno.
@@ -1579,9 +1585,7 @@ pub unsafe extern "C" fn ppoll(
 /// socket (see `wait`).
 fn before_kernel_wait() {
     if direct::any() && !internal::get() {
-        let _ = held_off(|| {
-            internal::with(|| std::panic::catch_unwind(|| direct::hand_back_lent(&[])))
-        });
+        library_part((), || direct::hand_back_lent(&[]));
     }
 }
 
@@ -1703,6 +1707,5 @@ fn in_place_or_not(
     timeout: Option<Duration>,
     f: impl FnOnce() -> Option<wait::Done>,
 ) -> Option<wait::Done> {
-    held_off(|| internal::with(|| std::panic::catch_unwind(AssertUnwindSafe(f))))
-        .unwrap_or(Some(wait::Done::Kernel(timeout)))
+    library_part(Some(wait::Done::Kernel(timeout)), f)
 }

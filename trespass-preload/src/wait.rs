@@ -338,39 +338,21 @@ pub(crate) unsafe fn epoll(
         return Done::Kernel(timeout);
     };
     let ws: Vec<&Watched> = watched.iter().map(|(w, _)| w).collect();
-    direct::hand_back_lent(&ws);
-    let start = Instant::now();
-    let until = start + Duration::from_millis(BOUND_MS);
     let mut fds = [libc::pollfd {
         fd: epfd,
         events: libc::POLLIN,
         revents: 0,
     }];
-    loop {
-        let left = timeout.map(|t| t.saturating_sub(start.elapsed()));
-        fds[0].revents = 0;
-        let (ready, others) = match stand_in(&ws, &mut fds, left, until, mask) {
-            Outcome::Look { ready, others } => (ready, others),
-            Outcome::Polled { ready } => (ready, fds[0].revents != 0),
-            Outcome::Failed(e) => {
-                settle(&ws, None);
-                return Done::Result(-1, e);
-            }
-            Outcome::Kernel(left) => {
-                settle(&ws, None);
-                return Done::Kernel(left);
-            }
-        };
+    wait_loop(&ws, &mut fds, timeout, mask, |fds, ready, others| {
         let mut n = 0;
-        if others {
+        if others || fds[0].revents != 0 {
             // SAFETY: the caller's promise for `events` and `max`; no wait (timeout 0).
             n = unsafe { crate::real::epoll_pwait(epfd, events, max, 0, std::ptr::null()) };
             if n < 0 {
-                settle(&ws, None);
-                return Done::Result(-1, errno());
+                return Err(errno());
             }
         }
-        let mut reported = vec![false; ws.len()];
+        let mut reported = vec![false; ready.len()];
         for (i, (_, reg)) in watched.iter().enumerate() {
             if !ready[i] {
                 continue;
@@ -394,7 +376,53 @@ pub(crate) unsafe fn epoll(
             }
             reported[i] = true;
         }
-        settle(&ws, Some(&reported));
+        Ok((n, reported))
+    })
+}
+
+/// The loop the poll and epoll waits share, after the streams in `ws` were chosen: hands
+/// back what earlier waits reported (but these streams), stands in (see [`stand_in`]) over
+/// `ws` and the program's `fds`, then `look(fds, ready, others)` makes the kernel's no-wait
+/// call on the program's fds where they may have something (`others`, or their `revents`),
+/// adds the streams with bytes (`ready`), and says how many entries it reports and which
+/// streams it told of (or the errno of a failed call). The streams it told of keep their
+/// bytes for the program's read, the others go back to the pump; it goes again while
+/// nothing was reported and the timeout has not passed.
+fn wait_loop(
+    ws: &[&Watched],
+    fds: &mut [libc::pollfd],
+    timeout: Option<Duration>,
+    mask: *const libc::sigset_t,
+    mut look: impl FnMut(&mut [libc::pollfd], &[bool], bool) -> Result<(c_int, Vec<bool>), c_int>,
+) -> Done {
+    direct::hand_back_lent(ws);
+    let start = Instant::now();
+    let until = start + Duration::from_millis(BOUND_MS);
+    loop {
+        let left = timeout.map(|t| t.saturating_sub(start.elapsed()));
+        for p in fds.iter_mut() {
+            p.revents = 0;
+        }
+        let (ready, others) = match stand_in(ws, fds, left, until, mask) {
+            Outcome::Look { ready, others } => (ready, others),
+            Outcome::Polled { ready } => (ready, false),
+            Outcome::Failed(e) => {
+                settle(ws, None);
+                return Done::Result(-1, e);
+            }
+            Outcome::Kernel(left) => {
+                settle(ws, None);
+                return Done::Kernel(left);
+            }
+        };
+        let (n, reported) = match look(fds, &ready, others) {
+            Ok(looked) => looked,
+            Err(e) => {
+                settle(ws, None);
+                return Done::Result(-1, e);
+            }
+        };
+        settle(ws, Some(&reported));
         if n > 0 || timeout.is_some_and(|t| start.elapsed() >= t) {
             return Done::Result(n, 0);
         }
@@ -417,32 +445,12 @@ pub(crate) fn poll(
         return Done::Kernel(timeout);
     };
     let ws: Vec<&Watched> = watched.iter().map(|(_, w)| w).collect();
-    direct::hand_back_lent(&ws);
-    let start = Instant::now();
-    let until = start + Duration::from_millis(BOUND_MS);
-    loop {
-        let left = timeout.map(|t| t.saturating_sub(start.elapsed()));
-        for p in fds.iter_mut() {
-            p.revents = 0;
-        }
-        let (ready, others) = match stand_in(&ws, fds, left, until, mask) {
-            Outcome::Look { ready, others } => (ready, others),
-            Outcome::Polled { ready } => (ready, false),
-            Outcome::Failed(e) => {
-                settle(&ws, None);
-                return Done::Result(-1, e);
-            }
-            Outcome::Kernel(left) => {
-                settle(&ws, None);
-                return Done::Kernel(left);
-            }
-        };
+    wait_loop(&ws, fds, timeout, mask, |fds, ready, others| {
         if others {
             // SAFETY: `fds` is valid for the call; no wait (timeout 0).
             let r = unsafe { crate::real::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
             if r < 0 {
-                settle(&ws, None);
-                return Done::Result(-1, errno());
+                return Err(errno());
             }
         }
         for (k, (i, _)) in watched.iter().enumerate() {
@@ -451,12 +459,9 @@ pub(crate) fn poll(
                 p.revents |= p.events & (libc::POLLIN | libc::POLLRDNORM);
             }
         }
-        settle(&ws, Some(&ready));
         let n = fds.iter().filter(|p| p.revents != 0).count() as c_int;
-        if n > 0 || timeout.is_some_and(|t| start.elapsed() >= t) {
-            return Done::Result(n, 0);
-        }
-    }
+        Ok((n, ready.to_vec()))
+    })
 }
 
 /// The program's `select(n, r, w, e, timeout)` (or `pselect` with `mask`), as a `poll` of
