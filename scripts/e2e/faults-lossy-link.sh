@@ -86,10 +86,31 @@ under() {
         echo "skipped: $fault: rc_pingpong against ibv_rc_pingpong (no closing handshake: a dropped last ACK fails it in any stack)"
         ;;
     *)
-    if timed run_pair "wait_tcp_listen $stride_port 30" \
-        ibv_rc_pingpong -d "$SERVER_DEVICE" -g "$SERVER_GID_INDEX" -s 4096 -n "$pp_n" -c \
-        -p "$stride_port" -- \
-        "$ours" -d "$dev" -g "$gid" -s 4096 -n "$pp_n" -c -p "$stride_port" "$SERVER_ADDR"; then
+    # The same race, rarely, under faults that drop nothing: SoftRoCE posts a message's
+    # completion before it sends the message's ACK, so a client that exits at once can
+    # destroy its QP before that ACK leaves, and the server then waits as above. A server
+    # that hangs after a client that did every iteration is given one more run (at a new
+    # port); any other failure, or a second hang, fails the row.
+    local try ok=no PEER_TIMEOUT=30
+    for try in 1 2; do
+        if timed run_pair "wait_tcp_listen $stride_port 30" \
+            ibv_rc_pingpong -d "$SERVER_DEVICE" -g "$SERVER_GID_INDEX" -s 4096 -n "$pp_n" -c \
+            -p "$stride_port" -- \
+            "$ours" -d "$dev" -g "$gid" -s 4096 -n "$pp_n" -c -p "$stride_port" "$SERVER_ADDR"
+        then
+            ok=yes
+            break
+        fi
+        stride_port=$((stride_port + 1))
+        if [ "$try" = 1 ] && [ "$PAIR_CLIENT_RC" = 0 ] && [ "$PAIR_SERVER_RC" = 124 ] &&
+            grep -q "^$pp_n iters in " "$PAIR_DIR/client.log"; then
+            echo "  note: $fault: ibv_rc_pingpong hung after our client's $pp_n iterations" \
+                "(the last ACK never left: see above); once more"
+            continue
+        fi
+        break
+    done
+    if [ "$ok" = yes ]; then
         t_pp=$TOOK
         must_say "$PAIR_DIR/client.log" "^$pp_n iters in " "$fault: rc_pingpong's $pp_n iterations"
         must_not_say "$PAIR_DIR/server.log" 'invalid data' "$fault: ibv_rc_pingpong's page check"

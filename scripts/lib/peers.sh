@@ -66,10 +66,12 @@ show_log() {
 # command (e.g. "wait_tcp_listen 18515 30"), runs the client, then waits for the server, and
 # prints both outputs. Each side runs under `timeout`. Fails, naming the side, when either side
 # fails or the server never got ready; a server left waiting by a failed client is killed.
-# Leaves the logs in PAIR_DIR/{server,client}.log, complete when it returns.
+# Leaves the logs in PAIR_DIR/{server,client}.log, complete when it returns, and the sides'
+# exit statuses in PAIR_CLIENT_RC and PAIR_SERVER_RC (empty when the client never ran).
 run_pair() {
     local ready=$1
     shift
+    PAIR_CLIENT_RC='' PAIR_SERVER_RC=''
     local server=() client=()
     while [ $# -gt 0 ] && [ "$1" != -- ]; do server+=("$1"); shift; done
     [ $# -gt 0 ] || { echo "run_pair: no -- between server and client" >&2; return 2; }
@@ -97,6 +99,7 @@ run_pair() {
     wait "$server_pid" || server_rc=$?
     show_log server "$PAIR_DIR/server.log"
     show_log client "$PAIR_DIR/client.log"
+    PAIR_CLIENT_RC=$client_rc PAIR_SERVER_RC=$server_rc
     if [ "$client_rc" -ne 0 ] || [ "$server_rc" -ne 0 ]; then
         echo "  FAIL: client exited $client_rc, server exited $server_rc" \
             "(124: ran past ${PEER_TIMEOUT} s)" >&2
