@@ -398,31 +398,69 @@ fn read_locked(
 }
 
 /// A stream a poll or epoll wait may wait on in the pump's place, and report bytes of.
+#[derive(Clone)]
 pub(crate) struct Watched {
     pub(crate) direct: Arc<Direct>,
     pub(crate) handle: trespass::TryHandle,
 }
 
-/// `fd`'s stream, when a wait may report its bytes as the socket's: this process's pump
+/// `d`'s stream, when a wait may report its bytes as the socket's: this process's pump
 /// carries it, its read side is open, and its reads have not turned to the kernel since a
 /// wait last reported bytes (see [`State::no_report`]).
-pub(crate) fn watched(fd: c_int) -> Option<Watched> {
-    watch(get(fd)?)
+fn watch(d: Arc<Direct>) -> Option<Watched> {
+    watch_or_later(d)?.ok()
 }
 
-/// `d`'s stream, as [`watched`] says.
-fn watch(d: Arc<Direct>) -> Option<Watched> {
+/// `d`'s stream as [`watched_or_later`] says.
+fn watch_or_later(d: Arc<Direct>) -> Option<Result<Watched, ()>> {
     let s = d.lock();
-    if s.read_shut || s.no_report {
+    if s.read_shut {
         return None;
     }
     let handle = s.handle.clone()?;
+    if s.no_report {
+        return Some(Err(()));
+    }
     drop(s);
-    Some(Watched { direct: d, handle })
+    Some(Ok(Watched { direct: d, handle }))
+}
+
+/// `fd`'s stream as [`watch`] says, or `Err` when only its `no_report` keeps a wait from
+/// reporting it now (which the pump's next read of it clears).
+pub(crate) fn watched_or_later(fd: c_int) -> Option<Result<Watched, ()>> {
+    watch_or_later(get(fd)?)
+}
+
+/// The direct path of the program's `fd`, when this process's pump carries it.
+pub(crate) fn carried(fd: c_int) -> Option<Arc<Direct>> {
+    get(fd)
+}
+
+/// The direct paths of those of `fds` this process's pump carries, looked up under one
+/// lock of the registry.
+pub(crate) fn carried_among(fds: impl Iterator<Item = c_int>) -> Vec<Arc<Direct>> {
+    if FDS.load(Ordering::Acquire) == 0 {
+        return Vec::new();
+    }
+    let me = std::process::id();
+    let r = lock();
+    let Some(r) = r.as_ref() else {
+        return Vec::new();
+    };
+    fds.filter_map(|fd| r.fds.get(&fd).filter(|d| d.owner == me).cloned())
+        .collect()
+}
+
+impl Watched {
+    /// Whether a wait may report this stream's bytes now (as [`watch`] says).
+    pub(crate) fn reportable(&self) -> bool {
+        let s = self.direct.lock();
+        !s.read_shut && !s.no_report && s.handle.is_some()
+    }
 }
 
 /// The streams among `fds` (each with the caller's index for it) a wait may report bytes
-/// of, as [`watched`] says of each, looked up under one lock of the registry; `None` when
+/// of, as [`watch`] says of each, looked up under one lock of the registry; `None` when
 /// more than `max` of them are this process's carried connections (the wait is then the
 /// kernel's) or none is.
 pub(crate) fn watched_among(
@@ -493,9 +531,9 @@ impl Watched {
 
 /// A new wait begins: streams an earlier wait reported that have had no read since hand
 /// what is unread to the pump (so bytes never wait in the stream for a read that does not
-/// come, whatever the program waits in next), but for those in `keep`, which this wait
+/// come, whatever the program waits in next), but for those `keep` picks, which this wait
 /// looks at itself.
-pub(crate) fn hand_back_lent(keep: &[&Watched]) {
+pub(crate) fn hand_back_lent(keep: impl Fn(&Arc<Direct>) -> bool) {
     if LENT_N.load(Ordering::Acquire) == 0 {
         return;
     }
@@ -513,7 +551,7 @@ pub(crate) fn hand_back_lent(keep: &[&Watched]) {
         if !std::mem::take(&mut s.lent) {
             continue;
         }
-        if keep.iter().any(|w| Arc::ptr_eq(&w.direct, &d)) {
+        if keep(&d) {
             continue;
         }
         if let Some(h) = s.handle.as_ref() {

@@ -2,6 +2,7 @@
 //! may cross into C: a panic becomes `EIO`) and goes straight to the C library when called
 //! from inside the library itself.
 
+use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::size_of;
@@ -16,7 +17,7 @@ use libc::{sockaddr, sockaddr_storage, socklen_t};
 use crate::pending::{no_device, note_failure};
 use crate::stats::{count, Event};
 use crate::table::{self, Conn, Entry};
-use crate::{addr, direct, internal, pending, pump, real, wait};
+use crate::{addr, direct, internal, parked, pending, pump, real, wait};
 
 fn set_errno(e: c_int) {
     // SAFETY: __errno_location returns this thread's errno.
@@ -473,6 +474,7 @@ pub unsafe extern "C" fn accept4(
 
 /// Forgets `fd` before it is closed or replaced; stops listening for RDMA with its last fd.
 fn forget(fd: c_int) {
+    parked::forget(fd);
     wait::forget(fd);
     direct::remove(fd);
     if let Some(id) = table::remove(fd) {
@@ -1139,7 +1141,14 @@ fn read_direct(fd: c_int, bufs: &mut [IoSliceMut<'_>], flags: c_int) -> Option<i
         loop {
             let on = match direct::read(fd, bufs, flags) {
                 direct::Read::Bytes(n) => return Some(n as isize),
-                direct::Read::Kernel => return None,
+                direct::Read::Kernel => {
+                    if parked::any() && flags & libc::MSG_DONTWAIT == 0 && !direct::nonblocking(fd)
+                    {
+                        // The kernel's read may wait: the pump must carry what comes.
+                        parked::release_fd(fd);
+                    }
+                    return None;
+                }
                 direct::Read::Empty(on) => on,
             };
             _waited = None;
@@ -1155,6 +1164,8 @@ fn read_direct(fd: c_int, bufs: &mut [IoSliceMut<'_>], flags: c_int) -> Option<i
                     libc::sched_yield();
                 },
             }
+            // A set that holds the stream would take the arrivals this wait is for.
+            parked::release_fd(fd);
             let (waited, held) = direct::wait(fd, &on);
             _waited = held;
             match waited {
@@ -1416,8 +1427,8 @@ pub unsafe extern "C" fn epoll_ctl(
     r
 }
 
-/// epoll_wait(2): may wait on carried connections' streams in the pump's place (see
-/// `wait`).
+/// epoll_wait(2): carried connections' streams may be held in the pump's place (see
+/// `parked`).
 ///
 /// # Safety
 ///
@@ -1446,19 +1457,12 @@ pub unsafe extern "C" fn epoll_pwait(
     timeout: c_int,
     mask: *const libc::sigset_t,
 ) -> c_int {
-    if direct::any() && max > 0 && !events.is_null() && waits_stand_in() {
-        let t = ms_timeout(timeout);
-        // SAFETY: the caller's promise: `events` has room for `max` events.
-        match in_place(t, || unsafe { wait::epoll(epfd, events, max, t, mask) }) {
-            wait::Done::Result(n, e) => return waited(n, e),
-            wait::Done::Kernel(left) => {
-                // SAFETY: the caller's arguments, with what is left of its timeout.
-                return unsafe { real::epoll_pwait(epfd, events, max, wait::millis(left), mask) };
-            }
-        }
-    }
-    // SAFETY: the caller's arguments.
-    unsafe { real::epoll_pwait(epfd, events, max, timeout, mask) }
+    // SAFETY: the caller's arguments, with what is left of its timeout.
+    let call = |t: Option<Duration>| unsafe {
+        real::epoll_pwait(epfd, events, max, wait::millis(t), mask)
+    };
+    // SAFETY: the caller's promise for `events` and `max`.
+    unsafe { epoll_waited(epfd, events, max, ms_timeout(timeout), call) }
 }
 
 /// epoll_pwait2(2): as [`epoll_pwait`], its timeout a `timespec`.
@@ -1474,23 +1478,99 @@ pub unsafe extern "C" fn epoll_pwait2(
     timeout: *const libc::timespec,
     mask: *const libc::sigset_t,
 ) -> c_int {
-    if direct::any() && max > 0 && !events.is_null() && waits_stand_in() {
-        // SAFETY: the caller's promise for `timeout`.
-        if let Ok(t) = unsafe { ts_timeout(timeout) } {
-            // SAFETY: the caller's promise: `events` has room for `max` events.
-            match in_place(t, || unsafe { wait::epoll(epfd, events, max, t, mask) }) {
-                wait::Done::Result(n, e) => return waited(n, e),
-                wait::Done::Kernel(left) => {
-                    let left = left.map(timespec);
-                    let p = left.as_ref().map_or(std::ptr::null(), |t| t as *const _);
-                    // SAFETY: the caller's arguments, with what is left of its timeout.
-                    return unsafe { real::epoll_pwait2(epfd, events, max, p, mask) };
-                }
+    // SAFETY: the caller's promise for `timeout`.
+    let Ok(t) = (unsafe { ts_timeout(timeout) }) else {
+        // SAFETY: the caller's arguments (a malformed timeout is the kernel's to refuse).
+        return unsafe { real::epoll_pwait2(epfd, events, max, timeout, mask) };
+    };
+    let call = |t: Option<Duration>| {
+        let left = t.map(timespec);
+        let p = left.as_ref().map_or(std::ptr::null(), |t| t as *const _);
+        // SAFETY: the caller's arguments, with what is left of its timeout.
+        unsafe { real::epoll_pwait2(epfd, events, max, p, mask) }
+    };
+    // SAFETY: the caller's promise for `events` and `max`.
+    unsafe { epoll_waited(epfd, events, max, t, call) }
+}
+
+thread_local! {
+    /// The looks of this thread's epoll waits that are in the kernel's call (a signal
+    /// handler's wait may come on top of one): kept here, not in the waiting frame.
+    static LOOKS: Cell<Vec<parked::Look>> = const { Cell::new(Vec::new()) };
+}
+
+/// Keeps `look` for the kernel's call; says whether it has streams to report already.
+fn stash(look: parked::Look) -> bool {
+    let ready = look.has_ready();
+    LOOKS.with(|c| {
+        let mut v = c.take();
+        v.push(look);
+        c.set(v);
+    });
+    ready
+}
+
+/// The look [`stash`] kept last.
+fn unstash() -> Option<parked::Look> {
+    LOOKS.with(|c| {
+        let mut v = c.take();
+        let look = v.pop();
+        c.set(v);
+        look
+    })
+}
+
+/// The program's epoll wait on `epfd` for at most `timeout` (`None`: no limit), whose
+/// kernel call `call(timeout)` makes: the streams of `epfd`'s set are held in the pump's
+/// place and looked at before and after the kernel's call, which is made here, outside the
+/// library's part (so a thread cancellation acts in it as it would without the library);
+/// the library's own events never reach the program (a call that had only those waits
+/// again, for what is left of the timeout).
+///
+/// # Safety
+///
+/// `events` is valid for writing `max` events when `max` > 0 (epoll_wait's contract).
+unsafe fn epoll_waited(
+    epfd: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    timeout: Option<Duration>,
+    call: impl Fn(Option<Duration>) -> c_int,
+) -> c_int {
+    if internal::get() || max <= 0 || events.is_null() {
+        return call(timeout);
+    }
+    let hold = direct::any() && waits_stand_in();
+    if !hold && !parked::tokens() {
+        return call(timeout);
+    }
+    let start = std::time::Instant::now();
+    loop {
+        let left = timeout.map(|t| t.saturating_sub(start.elapsed()));
+        let ready = hold && library_part(false, || stash(parked::before(epfd)));
+        // Nothing with a destructor lives in this frame across the kernel's call (the look
+        // waits in `LOOKS`), so a thread cancellation's unwinding may pass through it.
+        let n = call(if ready { Some(Duration::ZERO) } else { left });
+        if n < 0 {
+            let e = io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO);
+            if hold {
+                library_part((), || drop(unstash()));
             }
+            set_errno(e);
+            return -1;
+        }
+        let m = library_part(n, || {
+            let look = if hold { unstash() } else { None };
+            // SAFETY: the kernel wrote the first `n` events of the caller's array, which
+            // has room for `max`.
+            unsafe { parked::after(look.unwrap_or_else(parked::Look::none), events, n, max) }
+        });
+        if m > 0 || n == 0 || left.is_some_and(|l| l.is_zero()) {
+            return m;
         }
     }
-    // SAFETY: the caller's arguments.
-    unsafe { real::epoll_pwait2(epfd, events, max, timeout, mask) }
 }
 
 /// The program's pollfd array, when a wait may stand in for the pump on it.
@@ -1585,7 +1665,7 @@ pub unsafe extern "C" fn ppoll(
 /// socket (see `wait`).
 fn before_kernel_wait() {
     if direct::any() && !internal::get() {
-        library_part((), || direct::hand_back_lent(&[]));
+        library_part((), || direct::hand_back_lent(|_| false));
     }
 }
 

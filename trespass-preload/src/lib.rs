@@ -29,8 +29,10 @@
 //!   `getsockopt` and `setsockopt`, the data calls for their shortcut, `sendto`,
 //!   `sendmsg`, `recvfrom` and `recvmsg` with an address (which a TCP connection ignores and
 //!   a socket pair would not), and `poll`, `ppoll`, `select`, `pselect`, `epoll_ctl` and the
-//!   `epoll_wait` family, whose waits on a few carried connections take the streams'
-//!   wake-ups from the pump and report their bytes without the pump's copy (see `wait`).
+//!   `epoll_wait` family, whose waits take carried connections' wake-ups from the pump and
+//!   report their bytes without the pump's copy: an epoll set keeps its connections' streams
+//!   from one wait to the next, however many (see `parked`); a poll or select takes those of
+//!   a few for the length of one wait (see `wait`).
 //!
 //! The environment (`TRESPASS_PRELOAD`, `_PORTS`, `_NETS`, `_TIMEOUT_MS`, `_CONNECT_WAIT_MS`,
 //! `_BUSY_POLL_US`, `_DIRECT`, `_STAND_IN`, `_STATS`, `_LOG`)
@@ -48,6 +50,7 @@ mod direct;
 #[cfg(not(test))]
 #[allow(unreachable_pub)] // reached by symbol name, from C
 mod interpose;
+mod parked;
 mod pending;
 mod pump;
 mod real;
@@ -137,6 +140,7 @@ type Held = (
     MutexGuard<'static, Option<direct::Registry>>,
     wait::RegsGuard,
     direct::LentGuard,
+    parked::SetsGuard,
 );
 
 thread_local! {
@@ -153,6 +157,7 @@ extern "C" fn before_fork() {
         direct::lock(),
         wait::lock_regs(),
         direct::lock_lent(),
+        parked::lock_sets(),
     );
     HELD.with(|h| *h.borrow_mut() = Some(held));
 }
@@ -166,6 +171,7 @@ extern "C" fn after_fork() {
 extern "C" fn in_child() {
     after_fork();
     direct::forget_lent_in_child();
+    parked::forget_in_child();
     stats::reset();
 }
 

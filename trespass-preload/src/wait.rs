@@ -1,50 +1,47 @@
-//! poll, select and epoll waits in the pump's place.
+//! poll and select waits in the pump's place, and the epoll registrations the library
+//! keeps (for `parked`, which holds epoll sets' streams).
 //!
-//! A program that waits in `poll`, `ppoll`, `select`, `pselect` (both as a poll of the same
-//! fds), `epoll_wait`, `epoll_pwait` or `epoll_pwait2` for a carried
-//! connection to turn readable would, left to the kernel, wake only after the pump woke,
-//! read the stream and copied the bytes into its socket: two threads woken and a copy per
-//! arrival. When the wait's set holds at most [`MAX_STANDING`] carried connections that it
-//! watches for reading, the waiting thread instead takes those streams' completion channels
-//! from the pump ([`trespass::TryHandle::stand_in`]) and sleeps on them beside the program's
-//! own fds (for epoll, beside the epoll fd itself). An arrival wakes the program's thread
-//! alone; the wait reports the connection readable as the kernel would have (`POLLIN`, or
-//! `EPOLLIN` with the data the program registered), and the program's read that follows
-//! takes the bytes from the stream directly (`direct`).
+//! A program that waits in `poll`, `ppoll`, `select` or `pselect` (both as a poll of the
+//! same fds) for a carried connection to turn readable would, left to the kernel, wake only
+//! after the pump woke, read the stream and copied the bytes into its socket: two threads
+//! woken and a copy per arrival. When the wait watches at most [`MAX_STANDING`] carried
+//! connections for reading, the waiting thread instead takes those streams' completion
+//! channels from the pump ([`trespass::TryHandle::stand_in`]) and sleeps on them beside the
+//! program's own fds. An arrival wakes the program's thread alone; the wait reports the
+//! connection readable as the kernel would have (`POLLIN`), and the program's read that
+//! follows takes the bytes from the stream directly (`direct`). (A poll has no identity
+//! from one call to the next, so each takes the streams and gives them back; an epoll set
+//! keeps them across waits: see `parked`.)
 //!
 //! What keeps the kernel's meaning:
 //!
 //! - Everything else is the kernel's: the other fds, writability, hang-ups and errors, and
-//!   bytes the pump did copy into the socket, are what the kernel's call says about them (for
-//!   epoll, the kernel's own call on the set, with a zero timeout, after the wait).
-//! - A stream's bytes are reported only while it has some (level-triggered; an
-//!   edge-triggered program reads until `EAGAIN`, which leaves none), never its end or a
-//!   failure: the pump carries those into the socket, where the kernel reports them.
+//!   bytes the pump did copy into the socket, are what the kernel's call says about them.
+//! - A stream's bytes are reported only while it has some (level-triggered), never its end
+//!   or a failure: the pump carries those into the socket, where the kernel reports them.
 //! - Bytes a wait reported stay in the stream until the program's next read of that fd or
-//!   its next wait the library sees (one it leaves to the kernel included): then whatever is unread
-//!   goes to the pump, which copies it into the socket as before (`direct::hand_back_lent`).
-//!   A read the kernel answers (`MSG_PEEK`, ...) hands them over first and keeps waits from
-//!   reporting that stream until the pump took them.
+//!   its next wait the library sees (one it leaves to the kernel included): then whatever is
+//!   unread goes to the pump, which copies it into the socket as before
+//!   (`direct::hand_back_lent`). A read the kernel answers (`MSG_PEEK`, ...) hands them over
+//!   first and keeps waits from reporting that stream until the pump took them.
 //! - The stand-in lasts at most [`BOUND_MS`] of a wait: past it, the kernel's call waits
 //!   for the rest of the program's timeout (the pump carries the streams again), so a
 //!   thread cancellation, which is held off while the library works, acts within that bound.
-//! - Not stood in for: sets with more carried connections than [`MAX_STANDING`] (arming and
-//!   handing back each stream on every wait would cost more than the pump's copy), epoll
-//!   registrations with `EPOLLONESHOT` or `EPOLLEXCLUSIVE`, an epoll set the library did not
-//!   see built (`epoll_ctl` calls it did not interpose, another process's changes to a
-//!   shared set), a stream another thread already waits on, and forked children: each is the
-//!   kernel's wait, as before.
+//! - Not stood in for: waits on more carried connections than [`MAX_STANDING`] (taking and
+//!   giving back each stream on every wait would cost more than the pump's copy), a stream
+//!   another thread already waits on, and forked children: each is the kernel's wait, as
+//!   before. An epoll set that holds a stream such a wait watches gives it back first.
 
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::os::fd::{AsFd, AsRawFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use trespass::{StandIn, Standing};
 
-use crate::direct::{self, Watched};
+use crate::direct::{self, Direct, Watched};
 use crate::stats::{count, Event};
 
 /// The most carried connections one wait stands in for.
@@ -56,31 +53,43 @@ pub(crate) const BOUND_MS: u64 = 20;
 /// An epoll registration of a connection the library knows.
 #[derive(Clone, Copy)]
 pub(crate) struct Reg {
-    events: u32,
-    data: u64,
+    pub(crate) events: u32,
+    pub(crate) data: u64,
 }
 
-/// Per epoll fd, the registrations of fds the library carries (or was connecting) when they
-/// were added or modified.
-static REGS: Mutex<Option<HashMap<c_int, HashMap<c_int, Reg>>>> = Mutex::new(None);
+/// One epoll set's registrations of fds the library carries (or was connecting) when they
+/// were added or modified, and a number that changes with every change to them.
+#[derive(Default)]
+pub(crate) struct SetRegs {
+    regs: HashMap<c_int, Reg>,
+    generation: u64,
+}
+
+/// Per epoll fd, its registrations of known fds.
+static REGS: Mutex<Option<HashMap<c_int, SetRegs>>> = Mutex::new(None);
 /// Entries of `REGS`: nothing is looked up while it is 0.
 static REGS_N: AtomicUsize = AtomicUsize::new(0);
+/// The last generation given to a set's registrations (each change takes the next).
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+fn next_generation() -> u64 {
+    GENERATION.fetch_add(1, Ordering::Relaxed) + 1
+}
 
 /// The registrations' lock, held across `fork` (see `before_fork`): a child's `epoll_ctl`
 /// must not find it held by a thread it does not have.
-pub(crate) type RegsGuard =
-    std::sync::MutexGuard<'static, Option<HashMap<c_int, HashMap<c_int, Reg>>>>;
+pub(crate) type RegsGuard = std::sync::MutexGuard<'static, Option<HashMap<c_int, SetRegs>>>;
 
 /// Takes the registrations' lock, for the fork handlers.
 pub(crate) fn lock_regs() -> RegsGuard {
     REGS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn with_regs<R>(f: impl FnOnce(&mut HashMap<c_int, HashMap<c_int, Reg>>) -> R) -> R {
-    let mut g = REGS.lock().unwrap_or_else(|p| p.into_inner());
+fn with_regs<R>(f: impl FnOnce(&mut HashMap<c_int, SetRegs>) -> R) -> R {
+    let mut g = lock_regs();
     let m = g.get_or_insert_with(HashMap::new);
     let r = f(m);
-    REGS_N.store(m.values().map(HashMap::len).sum(), Ordering::Release);
+    REGS_N.store(m.values().map(|s| s.regs.len()).sum(), Ordering::Release);
     r
 }
 
@@ -95,14 +104,20 @@ pub(crate) fn registered(
 ) {
     match (op, event) {
         (libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD, Some((events, data))) if known => {
-            with_regs(|m| m.entry(epfd).or_default().insert(fd, Reg { events, data }));
+            with_regs(|m| {
+                let set = m.entry(epfd).or_default();
+                set.regs.insert(fd, Reg { events, data });
+                set.generation = next_generation();
+            });
         }
         _ => {
             if REGS_N.load(Ordering::Acquire) != 0 {
                 with_regs(|m| {
                     if let Some(set) = m.get_mut(&epfd) {
-                        set.remove(&fd);
-                        if set.is_empty() {
+                        if set.regs.remove(&fd).is_some() {
+                            set.generation = next_generation();
+                        }
+                        if set.regs.is_empty() {
                             m.remove(&epfd);
                         }
                     }
@@ -122,47 +137,78 @@ pub(crate) fn forget(fd: c_int) {
     with_regs(|m| {
         m.remove(&fd);
         m.retain(|_, set| {
-            set.remove(&fd);
-            !set.is_empty()
+            if set.regs.remove(&fd).is_some() {
+                set.generation = next_generation();
+            }
+            !set.regs.is_empty()
         });
     });
 }
 
-/// The streams of `epfd`'s set an epoll wait may stand in for, with their registrations;
-/// `None` when it should not (none, too many, or a registration it cannot keep the meaning
-/// of).
-fn epoll_watched(epfd: c_int) -> Option<Vec<(Watched, Reg)>> {
+/// What [`regs_of`] found: the streams an epoll wait may hold in the pump's place, each
+/// with a registration of it that watches for reading, and whether some stream was left out
+/// for now (its bytes went to the kernel's reads: see `direct`'s `no_report`).
+pub(crate) type Holdable = (Vec<(Watched, Reg)>, bool);
+
+/// The registrations of `epfd`'s set: their generation, and what a wait may hold (see
+/// `parked`); `None` when it may hold nothing: no carried connection is watched for
+/// reading, or a registration it cannot keep the meaning of (`EPOLLONESHOT`,
+/// `EPOLLEXCLUSIVE`) is there.
+pub(crate) fn regs_of(epfd: c_int) -> (u64, Option<Holdable>) {
     if REGS_N.load(Ordering::Acquire) == 0 {
-        return None;
+        return (0, None);
     }
-    let regs: Vec<(c_int, Reg)> = {
-        let g = REGS.lock().unwrap_or_else(|p| p.into_inner());
-        let set = g.as_ref()?.get(&epfd)?;
-        if set.len() > MAX_STANDING {
-            return None;
-        }
-        set.iter().map(|(fd, r)| (*fd, *r)).collect()
+    let (generation, regs): (u64, Vec<(c_int, Reg)>) = {
+        let g = lock_regs();
+        let Some(set) = g.as_ref().and_then(|m| m.get(&epfd)) else {
+            return (0, None);
+        };
+        (
+            set.generation,
+            set.regs.iter().map(|(fd, r)| (*fd, *r)).collect(),
+        )
     };
     let mut out = Vec::with_capacity(regs.len());
+    let mut later = false;
     for (fd, reg) in regs {
         if reg.events & (libc::EPOLLONESHOT | libc::EPOLLEXCLUSIVE) as u32 != 0 {
-            return None;
+            return (generation, None);
         }
         if reg.events & (libc::EPOLLIN | libc::EPOLLRDNORM) as u32 == 0 {
             continue;
         }
-        if let Some(w) = direct::watched(fd) {
-            out.push((w, reg));
+        match direct::watched_or_later(fd) {
+            Some(Ok(w)) => out.push((w, reg)),
+            Some(Err(())) => later = true,
+            None => {}
         }
     }
-    (!out.is_empty()).then_some(out)
+    if out.is_empty() && !later {
+        return (generation, None);
+    }
+    (generation, Some((out, later)))
+}
+
+/// The streams of the carried connections registered in `epfd`'s set (for any event).
+pub(crate) fn carried_in(epfd: c_int) -> Vec<Arc<Direct>> {
+    if REGS_N.load(Ordering::Acquire) == 0 {
+        return Vec::new();
+    }
+    let fds: Vec<c_int> = {
+        let g = lock_regs();
+        match g.as_ref().and_then(|m| m.get(&epfd)) {
+            Some(set) => set.regs.keys().copied().collect(),
+            None => return Vec::new(),
+        }
+    };
+    direct::carried_among(fds.into_iter())
 }
 
 /// What the part of a wait in the pump's place came to. Whatever it was, the streams are
 /// the owner's again when it returns.
 enum Outcome {
     /// Which of the watched streams have bytes to report, and whether the program's fds
-    /// (for epoll, the epoll fd) may have something: the kernel's call, with no wait, says.
+    /// may have something: the kernel's call, with no wait, says.
     Look { ready: Vec<bool>, others: bool },
     /// The program's fds were polled together with the streams' channels: `revents` are
     /// set on the program's entries; these streams have bytes.
@@ -320,67 +366,7 @@ pub(crate) enum Done {
     Result(c_int, c_int),
 }
 
-/// The program's `epoll_wait(epfd, events, max, timeout)` (or `epoll_pwait` with `mask`).
-///
-/// # Safety
-///
-/// `events` is valid for writing `max` events, and `max` > 0 (epoll_wait's contract,
-/// checked by the caller for `max`).
-pub(crate) unsafe fn epoll(
-    epfd: c_int,
-    events: *mut libc::epoll_event,
-    max: c_int,
-    timeout: Option<Duration>,
-    mask: *const libc::sigset_t,
-) -> Done {
-    let Some(watched) = epoll_watched(epfd) else {
-        direct::hand_back_lent(&[]);
-        return Done::Kernel(timeout);
-    };
-    let ws: Vec<&Watched> = watched.iter().map(|(w, _)| w).collect();
-    let mut fds = [libc::pollfd {
-        fd: epfd,
-        events: libc::POLLIN,
-        revents: 0,
-    }];
-    wait_loop(&ws, &mut fds, timeout, mask, |fds, ready, others| {
-        let mut n = 0;
-        if others || fds[0].revents != 0 {
-            // SAFETY: the caller's promise for `events` and `max`; no wait (timeout 0).
-            n = unsafe { crate::real::epoll_pwait(epfd, events, max, 0, std::ptr::null()) };
-            if n < 0 {
-                return Err(errno());
-            }
-        }
-        let mut reported = vec![false; ready.len()];
-        for (i, (_, reg)) in watched.iter().enumerate() {
-            if !ready[i] {
-                continue;
-            }
-            let flags = reg.events & (libc::EPOLLIN | libc::EPOLLRDNORM) as u32;
-            // SAFETY: the first `n` events are the kernel's, within the caller's array.
-            let have = unsafe { std::slice::from_raw_parts_mut(events, n as usize) };
-            if let Some(e) = have.iter_mut().find(|e| ({ e.u64 }) == reg.data) {
-                e.events |= flags;
-            } else if n < max {
-                // SAFETY: `n` < `max`: within the caller's array.
-                unsafe {
-                    events.add(n as usize).write(libc::epoll_event {
-                        events: flags,
-                        u64: reg.data,
-                    });
-                }
-                n += 1;
-            } else {
-                continue;
-            }
-            reported[i] = true;
-        }
-        Ok((n, reported))
-    })
-}
-
-/// The loop the poll and epoll waits share, after the streams in `ws` were chosen: hands
+/// The poll wait's loop, after the streams in `ws` were chosen: hands
 /// back what earlier waits reported (but these streams), stands in (see [`stand_in`]) over
 /// `ws` and the program's `fds`, then `look(fds, ready, others)` makes the kernel's no-wait
 /// call on the program's fds where they may have something (`others`, or their `revents`),
@@ -395,7 +381,7 @@ fn wait_loop(
     mask: *const libc::sigset_t,
     mut look: impl FnMut(&mut [libc::pollfd], &[bool], bool) -> Result<(c_int, Vec<bool>), c_int>,
 ) -> Done {
-    direct::hand_back_lent(ws);
+    direct::hand_back_lent(|d| ws.iter().any(|w| Arc::ptr_eq(&w.direct, d)));
     let start = Instant::now();
     let until = start + Duration::from_millis(BOUND_MS);
     loop {
@@ -440,8 +426,14 @@ pub(crate) fn poll(
         .enumerate()
         .filter(|(_, p)| p.fd >= 0 && p.events & (libc::POLLIN | libc::POLLRDNORM) != 0)
         .map(|(i, p)| (i, p.fd));
+    if crate::parked::any() {
+        // Sets that hold streams this poll watches give them back: the pump serves this
+        // wait (or the wait stands in for it below).
+        let carried = direct::carried_among(fds.iter().filter(|p| p.fd >= 0).map(|p| p.fd));
+        crate::parked::release(&carried, None);
+    }
     let Some(watched) = direct::watched_among(reading, MAX_STANDING) else {
-        direct::hand_back_lent(&[]);
+        direct::hand_back_lent(|_| false);
         return Done::Kernel(timeout);
     };
     let ws: Vec<&Watched> = watched.iter().map(|(_, w)| w).collect();

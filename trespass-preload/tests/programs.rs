@@ -204,6 +204,69 @@ fn epoll_waits_stand_in_for_the_pump() {
     }
 }
 
+/// An epoll set of many carried connections keeps their streams from one wait to the next:
+/// the edge-triggered server serves 10 clients at once from one set (10 connections and the
+/// listener), every byte of every echo checked by its client, and its waits report the
+/// streams' bytes themselves (none with the switch off).
+#[test]
+fn an_epoll_set_of_many_connections_holds_their_streams() {
+    let Some(ip) = test_ip("an_epoll_set_of_many_connections_holds_their_streams") else {
+        return;
+    };
+    const CLIENTS: usize = 10;
+    let dir = scratch("epoll-many");
+    let host = ip.to_string();
+    for on in [true, false] {
+        let switch = if on { "on" } else { "off" };
+        let s_stats = dir.join(format!("server-{switch}.stats"));
+        let c_stats = dir.join(format!("clients-{switch}.stats"));
+        let _ = std::fs::remove_file(&c_stats);
+        let count = CLIENTS.to_string();
+        let (srv, port) = server(
+            &Run::preloaded(s_stats.clone()).env("TRESPASS_PRELOAD_STAND_IN", switch),
+            &dir,
+            &["--epoll", "--count", &count],
+        );
+        let port = port.to_string();
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|i| {
+                let io = ["--epoll", "--poll", "--select"][i % 3];
+                Run::preloaded(c_stats.clone())
+                    .env("TRESPASS_PRELOAD_STAND_IN", switch)
+                    .pp(&[
+                        "client", "--host", &host, "--port", &port, "--iters", "100", "--size",
+                        "3000", io,
+                    ])
+            })
+            .collect();
+        for (i, c) in clients.into_iter().enumerate() {
+            let out = ok(c, &format!("client {i}"));
+            assert_eq!(field(&out, "round_trips"), "100", "{out}");
+        }
+        let out = ok(srv, "the epoll server");
+        assert!(
+            out.contains(&format!("served {CLIENTS} connections")),
+            "{out}"
+        );
+        let s = &counters(&s_stats)[0];
+        assert_eq!(s["accept_rdma"], CLIENTS as u64, "{s:?}");
+        if on {
+            assert!(
+                s["wait_stood_in"] >= 100,
+                "the server's waits reported the streams' bytes {} times in {} round trips",
+                s["wait_stood_in"],
+                CLIENTS * 100
+            );
+        } else {
+            assert_eq!(s["wait_stood_in"], 0, "{s:?}");
+        }
+        println!(
+            "stand-in {switch}: the server's waits reported streams {} times, read {} times directly",
+            s["wait_stood_in"], s["read_direct"]
+        );
+    }
+}
+
 /// Answers that come later than a wait stands in for the pump (20 ms) reach the program
 /// through the kernel's wait that takes over: an epoll and a poll client against a server
 /// that waits 50 ms before each echo make every round trip, every byte checked.

@@ -1605,6 +1605,23 @@ impl StandIn {
         }
     }
 
+    /// Where it stands now, without a system call: for a caller that keeps a stand-in
+    /// across several of its own waits and arms it only after an event (an armed completion
+    /// queue raises one event for the first completion that carries bytes or the end; until
+    /// then there is nothing new to look for). Bytes that came before the last arming, and
+    /// were not read since, show as [`Standing::Ready`]; a stream the owner took back as
+    /// [`Standing::Revoked`].
+    pub fn standing(&self) -> Standing {
+        let d = self.handle.lock();
+        if ready_for(&d, Want::Read) {
+            Standing::Ready
+        } else if d.tenure_revoked() {
+            Standing::Revoked
+        } else {
+            Standing::Waiting
+        }
+    }
+
     /// After a sleep: takes the completion event if the sleep saw one on [this
     /// fd](Self::as_fd) (`event`), and looks.
     pub fn woke(&mut self, event: bool) -> Standing {

@@ -408,6 +408,7 @@ fn a_stand_in_driven_by_the_callers_poll_excludes_others_and_hands_back_on_reque
         "a second stand-in began while the first holds the stream"
     );
     assert_eq!(first.arm(), trespass::Standing::Waiting);
+    assert_eq!(first.standing(), trespass::Standing::Waiting);
     assert!(!handle.has_bytes());
     client.write_all(&[0xa5; 100]).expect("the first bytes");
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -427,11 +428,21 @@ fn a_stand_in_driven_by_the_callers_poll_excludes_others_and_hands_back_on_reque
         }
     }
     assert!(handle.has_bytes());
+    assert_eq!(first.standing(), trespass::Standing::Ready);
     let mut buf = [0u8; 100];
     let n = handle
         .try_read(&mut buf)
         .expect("the bytes the stand-in saw");
     assert_eq!(&buf[..n], &[0xa5; 100][..n]);
+    assert_eq!(
+        first.standing(),
+        if n == 100 {
+            trespass::Standing::Waiting
+        } else {
+            trespass::Standing::Ready
+        },
+        "after a read of {n} of the 100 bytes"
+    );
     drop(first);
 
     // Free again; this time the bytes are left unread when the stand-in ends, and handed

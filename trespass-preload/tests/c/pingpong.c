@@ -65,7 +65,10 @@
  * for in a second epoll set that watches the socket with EPOLLONESHOT (re-armed each time);
  * the echo seen readable by epoll_wait, none of it read, then waited for in the one-shot
  * set; the echo seen readable by poll(), then peeked at with recv(MSG_PEEK | MSG_DONTWAIT)
- * (waiting in poll() between tries) until the peek sees all of it. The rest of each echo is
+ * (waiting in poll() between tries) until the peek sees all of it; an epoll_wait with no
+ * timeout before the message is written (which finds nothing), then blocking reads of the
+ * echo (SO_RCVTIMEO 5 s: one that times out prints "a blocking read after epoll_wait saw
+ * nothing within 5 s", exit 1). The rest of each echo is
  * read with select() waits. Every wait is bounded by 5 s: one that ends with nothing prints
  * "handoffs: <round>: <what> saw nothing within 5 s" (exit 1). A preload that reports bytes
  * from somewhere other than the socket must still let every later wait, read and peek see
@@ -1383,17 +1386,27 @@ static void run_handoffs(int fd, unsigned long long rounds) {
 	if (once < 0) die("epoll_create1");
 	ev.events = EPOLLIN | EPOLLONESHOT;
 	if (epoll_ctl(once, EPOLL_CTL_ADD, fd, &ev) < 0) die("epoll_ctl ADD");
+	struct timeval bound = { 5, 0 };
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound) < 0)
+		die("setsockopt SO_RCVTIMEO");
 	if (rounds > 300) rounds = 300;
 	for (unsigned long long i = 0; i < rounds; i++) {
 		size_t got = 0;
 		for (size_t k = 0; k < SIZE; k++) msg[k] = (char)mix(i * SIZE + k);
+		if (i % 4 == 3) {
+			/* An epoll_wait that finds nothing yet, before the write. */
+			int r;
+			do r = epoll_wait(ep, &ev, 1, 0);
+			while (r < 0 && errno == EINTR);
+			if (r < 0) die("handoffs: epoll_wait");
+		}
 		for (size_t off = 0; off < SIZE;) {
 			ssize_t w = write(fd, msg + off, SIZE - off);
 			if (w < 0 && errno == EINTR) continue;
 			if (w < 0) die("handoffs: write");
 			off += (size_t)w;
 		}
-		switch (i % 3) {
+		switch (i % 4) {
 		case 0: /* epoll, one byte, then the one-shot set for the rest */
 			handoff_wait(fd, ep, IO_EPOLL, i, "epoll_wait");
 			while (!handoff_take(fd, in, &got, 1, 0))
@@ -1405,7 +1418,22 @@ static void run_handoffs(int fd, unsigned long long rounds) {
 			handoff_wait(fd, ep, IO_EPOLL, i, "epoll_wait");
 			handoff_oneshot(fd, once, i, "a one-shot epoll_wait after epoll_wait");
 			break;
-		default: { /* poll, then peeks until all of it shows */
+		case 3: /* blocking reads (SO_RCVTIMEO 5 s) after the empty epoll_wait */
+			while (got < SIZE) {
+				ssize_t n = read(fd, in + got, SIZE - got);
+				if (n < 0 && errno == EINTR) continue;
+				if (n < 0 && again(errno)) {
+					printf("handoffs: %llu: a blocking read after epoll_wait saw "
+					       "nothing within 5 s\n", i);
+					fflush(stdout);
+					exit(1);
+				}
+				if (n < 0) die("handoffs: read");
+				if (n == 0) fail(1, "handoffs: the server ended the connection");
+				got += (size_t)n;
+			}
+			break;
+		case 2: { /* poll, then peeks until all of it shows */
 			size_t seen = 0;
 			double deadline = now() + 5.0;
 			handoff_wait(fd, ep, IO_POLL, i, "poll");
