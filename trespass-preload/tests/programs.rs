@@ -324,6 +324,10 @@ fn bytes_a_wait_reported_reach_every_later_wait_read_and_peek() {
     ok(srv, "the server");
     assert_counters(&c_stats, &[("connect_rdma", 1)]);
     let c = &counters(&c_stats)[0];
+    println!(
+        "handoffs: waits reported from the stream {} times, blocking reads stood in {} times",
+        c["wait_stood_in"], c["read_stood_in"]
+    );
     assert!(
         c["wait_stood_in"] >= 100,
         "the waits did not report from the stream: {c:?}"
