@@ -67,11 +67,11 @@ fn is_token(data: u64) -> bool {
 /// until then no wait has events to take out.
 static TOKENS: AtomicBool = AtomicBool::new(false);
 
-/// A stream a set holds, with the program's registrations of it in that set.
+/// A stream a set holds, with the program's registrations of it in that set (by fd).
 struct Held {
     watched: Watched,
     stand_in: StandIn,
-    regs: Vec<Reg>,
+    regs: Vec<(c_int, Reg)>,
     /// Its completion queue was armed after its last event: nothing new comes without
     /// another event.
     armed: bool,
@@ -155,14 +155,15 @@ impl Parked {
     /// Follows the set's registrations (`want`, at `generation`): lets go of streams no
     /// longer watched for reading, takes the new ones from the pump. Returns the streams it
     /// could not take (another set holds them, or their owner is waiting to write).
-    fn follow(&mut self, want: Vec<(Watched, Reg)>, generation: u64) -> Vec<Arc<Direct>> {
-        let mut groups: HashMap<u64, (Watched, Vec<Reg>)> = HashMap::with_capacity(want.len());
-        for (w, r) in want {
+    fn follow(&mut self, want: Vec<(Watched, c_int, Reg)>, generation: u64) -> Vec<Arc<Direct>> {
+        let mut groups: HashMap<u64, (Watched, Vec<(c_int, Reg)>)> =
+            HashMap::with_capacity(want.len());
+        for (w, fd, r) in want {
             groups
                 .entry(key(&w.direct))
                 .or_insert_with(|| (w, Vec::new()))
                 .1
-                .push(r);
+                .push((fd, r));
         }
         let mut i = 0;
         while i < self.held.len() {
@@ -303,10 +304,10 @@ impl Drop for Parked {
     }
 }
 
-/// A held stream with bytes, and the registrations to report them under.
+/// A held stream with bytes, and the registrations (by fd) to report them under.
 pub(crate) struct Ready {
     watched: Watched,
-    regs: Vec<Reg>,
+    regs: Vec<(c_int, Reg)>,
 }
 
 type Sets = HashMap<c_int, Arc<Mutex<Parked>>>;
@@ -441,7 +442,7 @@ pub(crate) fn before(epfd: c_int) -> Look {
                 release(
                     &want
                         .iter()
-                        .map(|(w, _)| Arc::clone(&w.direct))
+                        .map(|(w, _, _)| Arc::clone(&w.direct))
                         .collect::<Vec<_>>(),
                     None,
                 );
@@ -525,9 +526,14 @@ pub(crate) unsafe fn after(
     }
     let mut count_now = kept as c_int;
     let mut reported = false;
+    let epfd = look.set.as_ref().map(|(epfd, _)| *epfd);
     for r in &ready {
         let mut told = false;
-        for reg in &r.regs {
+        for (fd, reg) in &r.regs {
+            // Not a registration another thread removed or changed meanwhile.
+            if !epfd.is_some_and(|e| crate::wait::still_registered(e, *fd, reg.data)) {
+                continue;
+            }
             let flags = reg.events & (libc::EPOLLIN | libc::EPOLLRDNORM) as u32;
             // SAFETY: the first `count_now` events are initialised, within the array.
             let have = unsafe { std::slice::from_raw_parts_mut(events, count_now as usize) };
@@ -556,4 +562,54 @@ pub(crate) unsafe fn after(
         count(Event::WaitStoodIn);
     }
     count_now
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(data: u64) -> libc::epoll_event {
+        libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: data,
+        }
+    }
+
+    #[test]
+    fn the_librarys_events_never_reach_the_program() {
+        TOKENS.store(true, Ordering::Release);
+        let mut events = [
+            ev(7),
+            ev(token(12)),
+            ev(0x7472_736f << 32),
+            ev(token(40)),
+            ev(9),
+        ];
+        // SAFETY: five initialised events in an array of five.
+        let n = unsafe { after(Look::none(), events.as_mut_ptr(), 5, 5) };
+        assert_eq!(n, 3);
+        let kept: Vec<u64> = events[..3].iter().map(|e| e.u64).collect();
+        // The program's own data, in the kernel's order; a high half one off the library's
+        // is the program's.
+        assert_eq!(kept, [7, 0x7472_736f << 32, 9]);
+    }
+
+    #[test]
+    fn a_wait_with_only_the_librarys_events_reports_nothing() {
+        TOKENS.store(true, Ordering::Release);
+        let mut events = [ev(token(3)), ev(token(4))];
+        // SAFETY: two initialised events in an array of two.
+        let n = unsafe { after(Look::none(), events.as_mut_ptr(), 2, 2) };
+        assert_eq!(n, 0);
+    }
+
+    #[test]
+    fn tokens_carry_the_shadows_fd_under_the_librarys_high_half() {
+        assert!(is_token(token(0)));
+        assert!(is_token(token(c_int::MAX)));
+        assert_eq!(token(5) & 0xffff_ffff, 5);
+        assert!(!is_token(5));
+        assert!(!is_token(u64::MAX));
+        assert!(!is_token(((TOKEN_HIGH >> 32) ^ 1) << 32));
+    }
 }

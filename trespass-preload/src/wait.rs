@@ -148,7 +148,7 @@ pub(crate) fn forget(fd: c_int) {
 /// What [`regs_of`] found: the streams an epoll wait may hold in the pump's place, each
 /// with a registration of it that watches for reading, and whether some stream was left out
 /// for now (its bytes went to the kernel's reads: see `direct`'s `no_report`).
-pub(crate) type Holdable = (Vec<(Watched, Reg)>, bool);
+pub(crate) type Holdable = (Vec<(Watched, c_int, Reg)>, bool);
 
 /// The registrations of `epfd`'s set: their generation, and what a wait may hold (see
 /// `parked`); `None` when it may hold nothing: no carried connection is watched for
@@ -178,7 +178,7 @@ pub(crate) fn regs_of(epfd: c_int) -> (u64, Option<Holdable>) {
             continue;
         }
         match direct::watched_or_later(fd) {
-            Some(Ok(w)) => out.push((w, reg)),
+            Some(Ok(w)) => out.push((w, fd, reg)),
             Some(Err(())) => later = true,
             None => {}
         }
@@ -187,6 +187,19 @@ pub(crate) fn regs_of(epfd: c_int) -> (u64, Option<Holdable>) {
         return (generation, None);
     }
     (generation, Some((out, later)))
+}
+
+/// Whether `fd` is registered in `epfd`'s set now, for reading, with `data`: an epoll wait
+/// reports a held stream only then (another thread may have removed or changed the
+/// registration while the wait was in the kernel; the kernel's own events keep that rule).
+pub(crate) fn still_registered(epfd: c_int, fd: c_int, data: u64) -> bool {
+    let g = lock_regs();
+    g.as_ref()
+        .and_then(|m| m.get(&epfd))
+        .and_then(|set| set.regs.get(&fd))
+        .is_some_and(|r| {
+            r.data == data && r.events & (libc::EPOLLIN | libc::EPOLLRDNORM) as u32 != 0
+        })
 }
 
 /// The streams of the carried connections registered in `epfd`'s set (for any event).
