@@ -190,7 +190,8 @@ pub(crate) fn any() -> bool {
     FDS.load(Ordering::Relaxed) != 0
 }
 
-fn get(fd: c_int) -> Option<Arc<Direct>> {
+/// The direct path of the program's `fd`, when this process's pump carries it.
+pub(crate) fn get(fd: c_int) -> Option<Arc<Direct>> {
     if FDS.load(Ordering::Acquire) == 0 {
         return None;
     }
@@ -414,26 +415,32 @@ fn watch(d: Arc<Direct>) -> Option<Watched> {
 /// `d`'s stream as [`watched_or_later`] says.
 fn watch_or_later(d: Arc<Direct>) -> Option<Result<Watched, ()>> {
     let s = d.lock();
-    if s.read_shut {
-        return None;
-    }
+    let reportable = s.reportable()?;
     let handle = s.handle.clone()?;
-    if s.no_report {
-        return Some(Err(()));
-    }
     drop(s);
-    Some(Ok(Watched { direct: d, handle }))
+    Some(if reportable {
+        Ok(Watched { direct: d, handle })
+    } else {
+        Err(())
+    })
+}
+
+impl State {
+    /// Whether a wait may report this stream's bytes now: `None` when never again (the pump
+    /// stopped carrying, or the read side is shut), `Some(false)` while its reads go to the
+    /// kernel (see [`State::no_report`]).
+    fn reportable(&self) -> Option<bool> {
+        if self.read_shut || self.handle.is_none() {
+            return None;
+        }
+        Some(!self.no_report)
+    }
 }
 
 /// `fd`'s stream as [`watch`] says, or `Err` when only its `no_report` keeps a wait from
 /// reporting it now (which the pump's next read of it clears).
 pub(crate) fn watched_or_later(fd: c_int) -> Option<Result<Watched, ()>> {
     watch_or_later(get(fd)?)
-}
-
-/// The direct path of the program's `fd`, when this process's pump carries it.
-pub(crate) fn carried(fd: c_int) -> Option<Arc<Direct>> {
-    get(fd)
 }
 
 /// The direct paths of those of `fds` this process's pump carries, looked up under one
@@ -454,8 +461,7 @@ pub(crate) fn carried_among(fds: impl Iterator<Item = c_int>) -> Vec<Arc<Direct>
 impl Watched {
     /// Whether a wait may report this stream's bytes now (as [`watch`] says).
     pub(crate) fn reportable(&self) -> bool {
-        let s = self.direct.lock();
-        !s.read_shut && !s.no_report && s.handle.is_some()
+        self.direct.lock().reportable() == Some(true)
     }
 }
 

@@ -48,7 +48,7 @@ use trespass::{StandIn, Standing};
 
 use crate::direct::{self, Direct, Watched};
 use crate::stats::{count, Event};
-use crate::wait::Reg;
+use crate::wait::{Reg, Regs};
 
 /// The high half of the data with which a set's shadow is registered in the program's set
 /// ("trsp"); its low half is the shadow's fd. Events with this high half are the library's:
@@ -381,7 +381,7 @@ pub(crate) fn release_fd(fd: c_int) {
     if !any() {
         return;
     }
-    if let Some(d) = direct::carried(fd) {
+    if let Some(d) = direct::get(fd) {
         release(&[d], None);
     }
 }
@@ -400,7 +400,8 @@ pub(crate) fn forget(fd: c_int) {
 /// What an epoll wait found before the kernel's call: the set it waits with, if any, and
 /// the streams with bytes now.
 pub(crate) struct Look {
-    set: Option<(c_int, Arc<Mutex<Parked>>)>,
+    /// The program's epoll fd, the token of its set's shadow, and the set.
+    set: Option<(c_int, u64, Arc<Mutex<Parked>>)>,
     ready: Vec<Ready>,
 }
 
@@ -423,29 +424,38 @@ impl Look {
 /// waits reported and was not read (but this set's), follows the set's registrations (a
 /// set is made at its first wait), and looks for held streams with bytes.
 pub(crate) fn before(epfd: c_int) -> Look {
-    let (generation, holdable) = crate::wait::regs_of(epfd);
-    let Some((want, later)) = holdable else {
-        // Not a set this library can hold streams for: the kernel's wait, which the pump
-        // must serve for every carried connection in it.
-        if any() {
-            drop(remove(epfd));
-            release(&crate::wait::carried_in(epfd), None);
-        }
-        direct::hand_back_lent(|_| false);
-        return Look::none();
-    };
     let existing = lock_sets().as_ref().and_then(|s| s.get(&epfd).cloned());
+    // The registrations are looked at stream by stream only when they changed since the
+    // set followed them (or it was told to look again).
+    let known = existing.as_ref().and_then(|s| {
+        let p = lock_set(s);
+        (!p.dirty).then_some(p.generation)
+    });
+    let (generation, regs) = crate::wait::regs_of(epfd, known);
+    let (want, later) = match regs {
+        Regs::Unchanged => (None, false),
+        Regs::Holdable(want, later) => (Some(want), later),
+        Regs::None => {
+            // Not a set this library can hold streams for: the kernel's wait, which the
+            // pump must serve for every carried connection in it.
+            if any() {
+                drop(remove(epfd));
+                release(&crate::wait::carried_in(epfd), None);
+            }
+            direct::hand_back_lent(|_| false);
+            return Look::none();
+        }
+    };
     let set = match existing {
         Some(set) => set,
         None => {
             let Some(p) = Parked::new(epfd) else {
-                release(
-                    &want
-                        .iter()
-                        .map(|(w, _, _)| Arc::clone(&w.direct))
-                        .collect::<Vec<_>>(),
-                    None,
-                );
+                let streams: Vec<Arc<Direct>> = want
+                    .iter()
+                    .flatten()
+                    .map(|(w, _, _)| Arc::clone(&w.direct))
+                    .collect();
+                release(&streams, None);
                 direct::hand_back_lent(|_| false);
                 return Look::none();
             };
@@ -458,15 +468,17 @@ pub(crate) fn before(epfd: c_int) -> Look {
         }
     };
     let mut p = lock_set(&set);
-    let declined = if p.generation != generation || p.dirty {
-        let declined = p.follow(want, generation);
-        p.dirty |= later;
-        declined
-    } else {
-        Vec::new()
+    let declined = match want {
+        Some(want) => {
+            let declined = p.follow(want, generation);
+            p.dirty |= later;
+            declined
+        }
+        None => Vec::new(),
     };
     direct::hand_back_lent(|d| p.held.iter().any(|h| Arc::ptr_eq(&h.watched.direct, d)));
     let ready = p.look(false);
+    let own = token(p.shadow);
     drop(p);
     if !declined.is_empty() {
         // Another set holds them (the program waits here now), or their owner is about to
@@ -474,7 +486,7 @@ pub(crate) fn before(epfd: c_int) -> Look {
         release(&declined, Some(epfd));
     }
     Look {
-        set: Some((epfd, set)),
+        set: Some((epfd, own, set)),
         ready,
     }
 }
@@ -500,11 +512,12 @@ pub(crate) unsafe fn after(
     if n > 0 {
         // SAFETY: the caller's promise: the first `n` events are initialised.
         let have = unsafe { std::slice::from_raw_parts_mut(events, n as usize) };
-        let own = look.set.as_ref().map(|(_, s)| token(lock_set(s).shadow));
+        let own = look.set.as_ref().map(|(_, own, _)| *own);
+        let tokens = TOKENS.load(Ordering::Acquire);
         for i in 0..have.len() {
             let e = have[i];
             let data = e.u64;
-            if TOKENS.load(Ordering::Acquire) && is_token(data) {
+            if tokens && is_token(data) {
                 fired |= Some(data) == own;
                 continue;
             }
@@ -513,7 +526,7 @@ pub(crate) unsafe fn after(
         }
     }
     if fired {
-        if let Some((_, set)) = &look.set {
+        if let Some((_, _, set)) = &look.set {
             for r in lock_set(set).look(true) {
                 if !ready
                     .iter()
@@ -526,7 +539,7 @@ pub(crate) unsafe fn after(
     }
     let mut count_now = kept as c_int;
     let mut reported = false;
-    let epfd = look.set.as_ref().map(|(epfd, _)| *epfd);
+    let epfd = look.set.as_ref().map(|(epfd, _, _)| *epfd);
     for r in &ready {
         let mut told = false;
         for (fd, reg) in &r.regs {

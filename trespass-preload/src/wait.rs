@@ -145,24 +145,34 @@ pub(crate) fn forget(fd: c_int) {
     });
 }
 
-/// What [`regs_of`] found: the streams an epoll wait may hold in the pump's place, each
-/// with a registration of it that watches for reading, and whether some stream was left out
-/// for now (its bytes went to the kernel's reads: see `direct`'s `no_report`).
-pub(crate) type Holdable = (Vec<(Watched, c_int, Reg)>, bool);
+/// What [`regs_of`] found in an epoll set's registrations.
+pub(crate) enum Regs {
+    /// Nothing a wait may hold: no carried connection is watched for reading, or a
+    /// registration it cannot keep the meaning of (`EPOLLONESHOT`, `EPOLLEXCLUSIVE`) is there.
+    None,
+    /// The registrations are still at the generation the caller knows.
+    Unchanged,
+    /// The streams a wait may hold in the pump's place, each with a registration of it that
+    /// watches for reading, and whether some stream was left out for now (its bytes went to
+    /// the kernel's reads: see `direct`'s `no_report`).
+    Holdable(Vec<(Watched, c_int, Reg)>, bool),
+}
 
 /// The registrations of `epfd`'s set: their generation, and what a wait may hold (see
-/// `parked`); `None` when it may hold nothing: no carried connection is watched for
-/// reading, or a registration it cannot keep the meaning of (`EPOLLONESHOT`,
-/// `EPOLLEXCLUSIVE`) is there.
-pub(crate) fn regs_of(epfd: c_int) -> (u64, Option<Holdable>) {
+/// `parked`); [`Regs::Unchanged`], without looking at the streams, when the generation is
+/// `known`.
+pub(crate) fn regs_of(epfd: c_int, known: Option<u64>) -> (u64, Regs) {
     if REGS_N.load(Ordering::Acquire) == 0 {
-        return (0, None);
+        return (0, Regs::None);
     }
     let (generation, regs): (u64, Vec<(c_int, Reg)>) = {
         let g = lock_regs();
         let Some(set) = g.as_ref().and_then(|m| m.get(&epfd)) else {
-            return (0, None);
+            return (0, Regs::None);
         };
+        if known == Some(set.generation) {
+            return (set.generation, Regs::Unchanged);
+        }
         (
             set.generation,
             set.regs.iter().map(|(fd, r)| (*fd, *r)).collect(),
@@ -172,7 +182,7 @@ pub(crate) fn regs_of(epfd: c_int) -> (u64, Option<Holdable>) {
     let mut later = false;
     for (fd, reg) in regs {
         if reg.events & (libc::EPOLLONESHOT | libc::EPOLLEXCLUSIVE) as u32 != 0 {
-            return (generation, None);
+            return (generation, Regs::None);
         }
         if reg.events & (libc::EPOLLIN | libc::EPOLLRDNORM) as u32 == 0 {
             continue;
@@ -184,9 +194,9 @@ pub(crate) fn regs_of(epfd: c_int) -> (u64, Option<Holdable>) {
         }
     }
     if out.is_empty() && !later {
-        return (generation, None);
+        return (generation, Regs::None);
     }
-    (generation, Some((out, later)))
+    (generation, Regs::Holdable(out, later))
 }
 
 /// Whether `fd` is registered in `epfd`'s set now, for reading, with `data`: an epoll wait

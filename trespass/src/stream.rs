@@ -1612,14 +1612,7 @@ impl StandIn {
     /// were not read since, show as [`Standing::Ready`]; a stream the owner took back as
     /// [`Standing::Revoked`].
     pub fn standing(&self) -> Standing {
-        let d = self.handle.lock();
-        if ready_for(&d, Want::Read) {
-            Standing::Ready
-        } else if d.tenure_revoked() {
-            Standing::Revoked
-        } else {
-            Standing::Waiting
-        }
+        standing(&self.handle.lock())
     }
 
     /// After a sleep: takes the completion event if the sleep saw one on [this
@@ -1627,13 +1620,19 @@ impl StandIn {
     pub fn woke(&mut self, event: bool) -> Standing {
         let mut d = self.handle.lock();
         d.tenure_woke(event);
-        if ready_for(&d, Want::Read) {
-            Standing::Ready
-        } else if d.tenure_revoked() {
-            Standing::Revoked
-        } else {
-            Standing::Waiting
-        }
+        standing(&d)
+    }
+}
+
+/// Where a stand-in on `d` stands: bytes (or the end, or a failure) first, then whether the
+/// owner took the stream back.
+fn standing(d: &Driver) -> Standing {
+    if ready_for(d, Want::Read) {
+        Standing::Ready
+    } else if d.tenure_revoked() {
+        Standing::Revoked
+    } else {
+        Standing::Waiting
     }
 }
 
