@@ -166,7 +166,9 @@ impl Config {
     /// at the sleeping level, twice as long), and short of the millisecond waits of a
     /// stream's bulk transfer there, whose spinning took the CPU the emulated device needs
     /// (`docs/trespass-perf.md`, "The spin limit"). A host whose wake-up costs microseconds
-    /// loses little by sleeping; a lower limit there saves CPU. The tokio front end's
+    /// loses little by sleeping; a lower limit there saves CPU, as it does for a program of
+    /// many blocking threads per core (a thread per connection), where one thread's spin is
+    /// time the others wait. The tokio front end's
     /// default is 250 µs (longer limits cost it bandwidth, measured in the same place), and
     /// it adapts only while its runtime has no more tasks alive than worker threads, unless
     /// the stream's `set_busy_poll_max` fixes the choice (a runtime thread may serve many
