@@ -264,11 +264,7 @@ impl Resources {
             res: self,
             conn,
             wcs: vec![WorkCompletion::default(); POLL_BATCH],
-            spin: Spin::new(
-                config.busy_poll,
-                config.busy_poll_max.unwrap_or(crate::config::BUSY_POLL_MAX),
-            ),
-            spin_max_set: config.busy_poll_max.is_some(),
+            spin: Spin::new(config.busy_poll, config.busy_poll_max),
             disconnected: false,
             local,
             remote,
@@ -335,8 +331,6 @@ pub(crate) struct Driver {
     pub(crate) conn: Connection,
     wcs: Vec<WorkCompletion>,
     spin: Spin,
-    /// Whether the configuration set the spin's limit (else each front end has its own).
-    spin_max_set: bool,
     disconnected: bool,
     pub(crate) local: Option<SocketAddr>,
     pub(crate) remote: Option<SocketAddr>,
@@ -392,12 +386,6 @@ impl Driver {
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn spin(&self) -> Spin {
         self.spin
-    }
-
-    /// Whether the configuration set the spin's limit ([`crate::Config::busy_poll_max`]).
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(crate) fn spin_max_set(&self) -> bool {
-        self.spin_max_set
     }
 
     /// One round: every completion and rdma_cm event that is waiting, the timers, then the

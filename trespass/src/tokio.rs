@@ -40,8 +40,8 @@
 //! server with many mostly idle connections on one thread: there every spin is time the other
 //! connections wait.
 //!
-//! The blocking calls' adaptive spin (as long as waits keep ending while spinning; here up to
-//! [`BUSY_POLL_MAX`], 250 µs, unless [`Config::busy_poll_max`] sets the limit) pays where a stream has its thread to itself (one connection
+//! The blocking calls' adaptive spin (up to [`Config::busy_poll_max`], as long as waits
+//! keep ending while spinning) pays where a stream has its thread to itself (one connection
 //! per current-thread runtime: a 64-byte ping-pong's median half round trip went from 193 to
 //! 105 µs in the SoftRoCE guest) and costs where a thread serves several (8 connections on 2
 //! runtime threads fell from about 4300 to 2800 round trips per second, the p99 from 4.8 to
@@ -102,13 +102,6 @@ use sideway::rdmacm::{CmError, Event, EventChannel, EventType};
 use crate::config::Config;
 use crate::error::{Error, LendError};
 use crate::spin::Spin;
-
-/// The adaptive spin's limit on this front end when [`Config::busy_poll_max`] is not set:
-/// 250 µs. The blocking calls' 750 µs halved their small round trips in the SoftRoCE guest;
-/// here it gained less at 8 B to 4 KiB (this front end's waits found each other at 250 µs
-/// already) and cost 8 to 24 % of the bandwidth from 4 KiB up and 30 % of the 1 MiB round
-/// trip (`docs/trespass-perf.md`, "The spin limit").
-pub const BUSY_POLL_MAX: Duration = Duration::from_micros(250);
 use crate::stream::{
     cm, connect_reply, connect_routed, connect_start, handshake_accept, Request, Want,
 };
@@ -200,13 +193,9 @@ impl Stream {
     /// out of resources) or duplicated.
     pub fn from_std(mut stream: crate::Stream) -> io::Result<Stream> {
         stream.set_nonblocking(true)?;
-        // The busy poll and the adaptation's limit carry over (the limit this front end's
-        // own default unless the configuration set it); whether a wait adapts depends on how
-        // crowded the runtime is (see the module's "How it waits").
-        let mut spin = stream.spin();
-        if !stream.spin_max_set() {
-            spin.set_max(BUSY_POLL_MAX);
-        }
+        // The busy poll and the adaptation's limit carry over; whether a wait adapts depends
+        // on how crowded the runtime is (see the module's "How it waits").
+        let spin = stream.spin();
         let uncrowded = Some(::tokio::runtime::Handle::current().metrics());
         let fd = Borrowed(stream.as_raw_fd());
         // SAFETY: the fd is the stream's readiness fd, which the stream owns and closes only
