@@ -166,8 +166,8 @@ impl Job {
 pub const DEFAULT_JOBS: &str = "stream-lat,messages-lat,spin-lat,tokio-lat,tokio-adaptive-lat,\
                                 rdma-io-lat,verbs-lat,rsocket-lat,tcp-lat,stream-bw,spin-bw,\
                                 tokio-bw,tokio-adaptive-bw,rdma-io-bw,verbs-bw,rsocket-bw,tcp-bw";
-/// The adaptive spin's limit of the `tokio-adaptive` jobs, in microseconds: the blocking
-/// calls' default (`Config::busy_poll_max`).
+/// The adaptive spin's limit of the `tokio-adaptive` jobs, in microseconds: the tokio front
+/// end's default (`trespass::tokio::BUSY_POLL_MAX`).
 pub const TOKIO_ADAPTIVE_MAX_US: u64 = 250;
 /// The busy poll of the `spin` jobs, in microseconds (trespass's longest, one second): a
 /// blocking call spins through every round trip of this guest instead of sleeping on the

@@ -43,13 +43,17 @@ pub struct Config {
     pub(crate) max_inline: u32,
     pub(crate) keepalive: Option<Duration>,
     pub(crate) busy_poll: Duration,
-    pub(crate) busy_poll_max: Duration,
+    /// `None`: the front end's default ([`BUSY_POLL_MAX`] for the blocking calls).
+    pub(crate) busy_poll_max: Option<Duration>,
     pub(crate) connect_timeout: Duration,
     pub(crate) linger: Duration,
     pub(crate) retry_count: u8,
     pub(crate) backlog: u16,
     pub(crate) shared_receive_queue: Option<u32>,
 }
+
+/// The adaptive spin's limit of the blocking calls when [`Config::busy_poll_max`] is not set.
+pub(crate) const BUSY_POLL_MAX: Duration = Duration::from_micros(750);
 
 impl Default for Config {
     fn default() -> Self {
@@ -63,7 +67,7 @@ impl Default for Config {
             max_inline: 64,
             keepalive: Some(Duration::from_secs(30)),
             busy_poll: Duration::from_micros(20),
-            busy_poll_max: Duration::from_micros(250),
+            busy_poll_max: None,
             connect_timeout: Duration::from_secs(10),
             linger: Duration::from_secs(10),
             retry_count: 7,
@@ -153,20 +157,30 @@ impl Config {
     /// (within this limit) before sleeping, since waking from the completion channel costs
     /// more than such a wait. After 8 waits in a row that had to sleep (an idle or slow
     /// peer) it spins only [`busy_poll`](Self::busy_poll), and one wait in 16 spins the whole
-    /// limit to see whether the peer is quick again. Default 250 µs; a limit at or below
-    /// `busy_poll` turns the adaptation off.
+    /// limit to see whether the peer is quick again. A limit at or below `busy_poll` turns
+    /// the adaptation off.
     ///
-    /// Where a wake-up is slow, two sides of a ping-pong that both slept may not find each
-    /// other again within 250 µs (each side's wait holds the other's wake-up): a connection
-    /// with a core to itself then gains from a longer limit (in the SoftRoCE guest, 750 µs
-    /// halved 8 B to 4 KiB round trips and kept the bandwidth). Many blocking threads per
-    /// core lose from it, since one thread's spin is time the others wait (8 connections, a
-    /// thread each, on 2 vCPUs: a third fewer round trips at 750 µs). `docs/trespass-perf.md`,
-    /// "The spin limit", has the numbers. The tokio front end adapts only while its
-    /// runtime has no more tasks alive than worker threads, unless the stream's
-    /// `set_busy_poll_max` fixes the choice (a runtime thread may serve many connections).
+    /// Default 750 µs for the blocking calls, in a read that waits for an answer (one that
+    /// begins after this side wrote since its last read wait): long enough for the two sides
+    /// of a ping-pong that both slept to find each other again where a wake-up is slow (each
+    /// side's wait then holds the other's wake-up; in the SoftRoCE guest 250 µs left small
+    /// round trips at the sleeping level, twice as long). Every other wait (a reader of a
+    /// bulk transfer, a writer waiting for room) spins at most a third of the limit: there
+    /// the spin took the CPU the emulated device needs to move the bytes. And a blocking
+    /// wait adapts only while no more threads of the process wait in trespass's blocking
+    /// calls than half its cores (counted when the wait begins; else it spins just
+    /// `busy_poll`): many blocking threads per core lose from long spins, since one thread's
+    /// spin is time the others wait. `docs/trespass-perf.md`, "The spin limit", has the
+    /// numbers. A host whose wake-up costs microseconds loses little by sleeping; a lower
+    /// limit there saves CPU.
+    ///
+    /// The tokio front end's default is 250 µs (longer limits cost it bandwidth, measured in
+    /// the same place), and it adapts only while its runtime has no more tasks alive than
+    /// worker threads, unless the stream's `set_busy_poll_max` fixes the choice (a runtime
+    /// thread may serve many connections); setting the limit here sets it for both front
+    /// ends.
     pub fn busy_poll_max(&mut self, d: Duration) -> &mut Self {
-        self.busy_poll_max = d;
+        self.busy_poll_max = Some(d);
         self
     }
 

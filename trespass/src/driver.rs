@@ -264,7 +264,12 @@ impl Resources {
             res: self,
             conn,
             wcs: vec![WorkCompletion::default(); POLL_BATCH],
-            spin: Spin::new(config.busy_poll, config.busy_poll_max),
+            spin: Spin::new(
+                config.busy_poll,
+                config.busy_poll_max.unwrap_or(crate::config::BUSY_POLL_MAX),
+            ),
+            spin_max_set: config.busy_poll_max.is_some(),
+            answers: crate::spin::Answers::default(),
             disconnected: false,
             local,
             remote,
@@ -331,6 +336,10 @@ pub(crate) struct Driver {
     pub(crate) conn: Connection,
     wcs: Vec<WorkCompletion>,
     spin: Spin,
+    /// Whether the configuration set the spin's limit (else each front end has its own).
+    spin_max_set: bool,
+    /// Which read waits wait for an answer ([`Self::awaits_answer`]).
+    answers: crate::spin::Answers,
     disconnected: bool,
     pub(crate) local: Option<SocketAddr>,
     pub(crate) remote: Option<SocketAddr>,
@@ -386,6 +395,12 @@ impl Driver {
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn spin(&self) -> Spin {
         self.spin
+    }
+
+    /// Whether the configuration set the spin's limit ([`crate::Config::busy_poll_max`]).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn spin_max_set(&self) -> bool {
+        self.spin_max_set
     }
 
     /// One round: every completion and rdma_cm event that is waiting, the timers, then the
@@ -753,18 +768,29 @@ impl Driver {
         }
     }
 
+    /// Whether a read wait beginning now waits for an answer: this side committed bytes
+    /// since the last read wait began (a request before its reply; see `spin::Answers`).
+    pub(crate) fn awaits_answer(&mut self) -> bool {
+        self.answers.read_wait(self.conn.committed())
+    }
+
     /// Waits until `ready(core)` holds or `deadline` passes (false then): pumps, spins for
     /// the busy-poll time, then sleeps on the readiness fd until a completion, an rdma_cm
-    /// event or the core's next timer.
+    /// event or the core's next timer. `answer`: the wait is for an answer (see
+    /// [`awaits_answer`](Self::awaits_answer)), which may spin the adaptive spin's whole limit.
     pub(crate) fn wait_until(
         &mut self,
         readiness: &Readiness,
         deadline: Option<Instant>,
+        answer: bool,
         ready: impl Fn(&Connection) -> bool,
     ) -> Result<bool, Error> {
         let done = |c: &Connection| ready(c) || c.error().is_some() || c.broken().is_some();
         let started = Instant::now();
         let mut slept = false;
+        // Counted among the process's waiting threads until this returns; with more of them
+        // than half the cores, a long spin is time the others wait (spin.rs).
+        let waiter = crate::spin::WAITING.enter(crate::spin::spinners());
         // Completions only: rdma_cm's channel and the timers are looked at before sleeping
         // (prepare_sleep) and after waking. Reading the channel costs a system call, an
         // allocation and a free even when it is empty, on every wait of a ping-pong; a
@@ -783,8 +809,10 @@ impl Driver {
             let spin_end = now
                 + if slept {
                     Duration::ZERO
+                } else if waiter.uncrowded() {
+                    self.spin.time_for(answer)
                 } else {
-                    self.spin.time()
+                    self.spin.min()
                 };
             let mut progressed = false;
             while Instant::now() < spin_end {
@@ -820,7 +848,7 @@ impl Driver {
             self.conn.shutdown_write();
             // Lent buffers stay readable until the peer returns them: it may still be
             // fetching what it was sent.
-            let _ = self.wait_until(readiness, Some(Instant::now() + linger), |c| {
+            let _ = self.wait_until(readiness, Some(Instant::now() + linger), false, |c| {
                 c.fin_done() && c.lent_outstanding() == 0
             });
         }

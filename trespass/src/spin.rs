@@ -7,7 +7,25 @@
 //! within the limit; after [`MISSES_TO_IDLE`] waits in a row that slept it spins only the
 //! minimum, except every [`PROBE_EVERY`]th wait, which spins the whole limit to find out
 //! whether the peer has become quick again.
+//!
+//! The blocking calls spin up to the whole limit only in a wait for an answer: a read that
+//! begins after this side wrote since its last read wait, as in a request and its reply.
+//! Other waits (a reader of a bulk transfer waiting for the next piece, a writer waiting for
+//! room) spin at most [`OTHER_WAITS`]'s fraction of it: each of those ends sooner when it
+//! spins, but where the device is emulated on the same cores, the spin takes the CPU that
+//! moves the bytes.
+//!
+//! A long spin pays only while the waiting thread has a core to itself: where more threads
+//! wait in the blocking calls than there are cores for them, one thread's spin is time the
+//! others wait for a core (the tokio front end asks its runtime the same question). So a
+//! blocking wait adapts only while the [`Crowd`] of waiting threads is no larger than
+//! [`spinners`], half the cores the process may run on (the other half for a peer on the
+//! same host, whose waits this process cannot count, and for the device's interrupts), and
+//! spins just the minimum otherwise.
 
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// Waits in a row that had to sleep before the policy stops spinning long.
@@ -15,6 +33,11 @@ pub(crate) const MISSES_TO_IDLE: u32 = 8;
 
 /// While idle, one wait in this many spins the whole limit.
 pub(crate) const PROBE_EVERY: u32 = 16;
+
+/// The blocking calls' waits that do not wait for an answer (a reader that has not written
+/// since its last wait, a writer waiting for room) spin at most this fraction of the limit:
+/// the waits of a bulk transfer, whose spinning takes the CPU an emulated device needs.
+pub(crate) const OTHER_WAITS: u32 = 3;
 
 /// The spin policy of one connection.
 #[derive(Debug, Clone, Copy)]
@@ -60,25 +83,38 @@ impl Spin {
     }
 
     /// The least a wait spins.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn min(&self) -> Duration {
         self.min
     }
 
-    /// How long the next wait spins.
+    /// How long the next wait spins, within the whole limit.
     pub(crate) fn time(&self) -> Duration {
-        if self.max <= self.min {
+        self.time_within(self.max)
+    }
+
+    /// How long the next wait of the blocking calls spins: within the whole limit when it
+    /// waits for an answer (a read after this side wrote), else within [`OTHER_WAITS`] of it.
+    pub(crate) fn time_for(&self, answer: bool) -> Duration {
+        if answer {
+            self.time_within(self.max)
+        } else {
+            self.time_within(self.max / OTHER_WAITS)
+        }
+    }
+
+    fn time_within(&self, max: Duration) -> Duration {
+        if max <= self.min {
             return self.min;
         }
         if self.misses >= MISSES_TO_IDLE || self.caught_ns == 0 {
             // Idle, or nothing learned yet: probe now and then.
             return if self.waits % PROBE_EVERY == 0 {
-                self.max
+                max
             } else {
                 self.min
             };
         }
-        (Duration::from_nanos(self.caught_ns) * 2).clamp(self.min, self.max)
+        (Duration::from_nanos(self.caught_ns) * 2).clamp(self.min, max)
     }
 
     /// A wait ended after `took`; `slept` when it slept on the completion channel.
@@ -96,6 +132,94 @@ impl Spin {
             (self.caught_ns.saturating_mul(7) / 8).saturating_add(ns / 8)
         };
     }
+}
+
+/// Tells a wait for an answer from the others: a read wait that begins after this side
+/// committed bytes since the last read wait began (a request, then the wait for its reply).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Answers {
+    /// The connection's committed bytes when the last read wait began.
+    committed: u64,
+}
+
+impl Answers {
+    /// A read wait begins, `committed` bytes committed so far on the connection: whether it
+    /// waits for an answer. Each call starts a new count, so the waits for the rest of a long
+    /// answer are not.
+    pub(crate) fn read_wait(&mut self, committed: u64) -> bool {
+        let answer = committed != self.committed;
+        self.committed = committed;
+        answer
+    }
+}
+
+/// How many threads wait in the blocking calls right now: the process's count is
+/// [`WAITING`]; each wait holds a [`Waiter`] from its start to its end.
+#[derive(Debug)]
+pub(crate) struct Crowd {
+    waiting: AtomicUsize,
+}
+
+/// The threads of this process waiting in a blocking call of trespass.
+pub(crate) static WAITING: Crowd = Crowd::new();
+
+impl Crowd {
+    pub(crate) const fn new() -> Crowd {
+        Crowd {
+            waiting: AtomicUsize::new(0),
+        }
+    }
+
+    /// Counts the calling thread as waiting until the [`Waiter`] is dropped; the waiter says
+    /// whether, with it, no more threads wait than `spinners`.
+    pub(crate) fn enter(&self, spinners: usize) -> Waiter<'_> {
+        // Relaxed: the count steers a heuristic and orders no other memory.
+        let now = self.waiting.fetch_add(1, Ordering::Relaxed) + 1;
+        Waiter {
+            crowd: self,
+            uncrowded: now <= spinners,
+        }
+    }
+
+    /// Threads counted as waiting.
+    #[cfg(test)]
+    fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+}
+
+/// One waiting thread of a [`Crowd`].
+#[derive(Debug)]
+pub(crate) struct Waiter<'a> {
+    crowd: &'a Crowd,
+    uncrowded: bool,
+}
+
+impl Waiter<'_> {
+    /// Whether, when this wait began, no more threads waited than may spin long at once:
+    /// then it may spin as long as the adaptive policy says.
+    pub(crate) fn uncrowded(&self) -> bool {
+        self.uncrowded
+    }
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        self.crowd.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// How many waiting threads may spin long at once: half the threads this process may run
+/// at once (its CPU affinity and cgroup quota, as [`std::thread::available_parallelism`]
+/// reads them, once; 1 when it cannot tell), rounded down, so none on one core.
+pub(crate) fn spinners() -> usize {
+    static SPINNERS: OnceLock<usize> = OnceLock::new();
+    *SPINNERS.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map(NonZeroUsize::get)
+            .unwrap_or(1)
+            / 2
+    })
 }
 
 #[cfg(test)]
@@ -157,5 +281,86 @@ mod tests {
         assert_eq!(s.time(), 5 * US);
         s.record(2 * US, false);
         assert_eq!(s.time(), 5 * US);
+    }
+
+    #[test]
+    fn a_wait_adapts_only_while_no_more_threads_wait_than_may_spin() {
+        let crowd = Crowd::new();
+        let first = crowd.enter(2);
+        let second = crowd.enter(2);
+        assert!(first.uncrowded() && second.uncrowded());
+        let third = crowd.enter(2);
+        assert!(
+            !third.uncrowded(),
+            "three waiting threads where two may spin"
+        );
+        assert_eq!(crowd.waiting(), 3);
+        drop(first);
+        drop(third);
+        assert_eq!(crowd.waiting(), 1, "a wait that ends leaves the count");
+        assert!(crowd.enter(2).uncrowded());
+        drop(second);
+        assert_eq!(crowd.waiting(), 0);
+        // Threads waiting at once, each counted while it waits.
+        let barrier = std::sync::Barrier::new(4);
+        std::thread::scope(|s| {
+            let seen: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        let w = crowd.enter(2);
+                        barrier.wait();
+                        let n = crowd.waiting();
+                        barrier.wait();
+                        (w.uncrowded(), n)
+                    })
+                })
+                .collect();
+            let seen: Vec<_> = seen.into_iter().map(|h| h.join().unwrap()).collect();
+            assert!(seen.iter().all(|&(_, n)| n == 4));
+            assert_eq!(seen.iter().filter(|&&(u, _)| u).count(), 2);
+        });
+        assert_eq!(crowd.waiting(), 0);
+    }
+
+    #[test]
+    fn half_the_cores_may_spin_long() {
+        let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+        assert_eq!(spinners(), cores / 2);
+        // On one core no wait adapts: the first waiter is already a crowd.
+        assert!(!Crowd::new().enter(0).uncrowded());
+    }
+
+    #[test]
+    fn waits_that_are_not_for_an_answer_spin_a_third_of_the_limit() {
+        let mut s = Spin::new(20 * US, 750 * US);
+        assert_eq!(
+            s.time_for(true),
+            750 * US,
+            "the first wait probes the limit"
+        );
+        assert_eq!(s.time_for(false), 250 * US, "or a third of it");
+        for _ in 0..64 {
+            s.record(200 * US, false);
+        }
+        assert_eq!(s.time_for(true), 400 * US);
+        assert_eq!(s.time_for(false), 250 * US);
+        assert_eq!(s.time(), s.time_for(true));
+        // A third of the limit at or below the minimum: the minimum.
+        let low = Spin::new(20 * US, 50 * US);
+        assert_eq!(low.time_for(false), 20 * US);
+    }
+
+    #[test]
+    fn a_read_wait_after_a_write_waits_for_an_answer_and_no_other() {
+        let mut a = Answers::default();
+        // A server's first wait, before it wrote anything: not an answer.
+        assert!(!a.read_wait(0));
+        // Request and reply: each read wait after a write is one, the next piece's not.
+        assert!(a.read_wait(100));
+        assert!(!a.read_wait(100), "the rest of a long answer");
+        assert!(a.read_wait(164));
+        // A bulk reader that never writes: none.
+        let mut bulk = Answers::default();
+        assert!((0..10).all(|_| !bulk.read_wait(0)));
     }
 }

@@ -591,6 +591,12 @@ impl Stream {
         self.lock().spin()
     }
 
+    /// Whether the configuration set the spin's limit.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn spin_max_set(&self) -> bool {
+        self.lock().spin_max_set()
+    }
+
     fn deadline(&self, timeout: Option<Duration>) -> Option<Instant> {
         timeout.map(|t| Instant::now() + t)
     }
@@ -608,16 +614,17 @@ impl Stream {
     }
 
     /// Waits until `ready`, or fails with `TimedOut` once `deadline` passed (the `which`
-    /// timeout, `timeout`, set it).
+    /// timeout, `timeout`, set it); `answer` as [`Driver::wait_until`]'s.
     fn wait(
         &self,
         d: &mut Driver,
         deadline: Option<Instant>,
+        answer: bool,
         which: &'static str,
         timeout: Option<Duration>,
         ready: impl Fn(&Connection) -> bool,
     ) -> io::Result<()> {
-        if d.wait_until(&self.shared.readiness, deadline, ready)
+        if d.wait_until(&self.shared.readiness, deadline, answer, ready)
             .map_err(io_err)?
         {
             return Ok(());
@@ -643,7 +650,9 @@ impl Stream {
         if !d.conn.nodelay() {
             d.conn.flush();
         }
-        self.wait(d, deadline, "read", self.read_timeout, |c| {
+        // A read after this side wrote waits for an answer: the adaptive spin's whole limit.
+        let answer = d.awaits_answer();
+        self.wait(d, deadline, answer, "read", self.read_timeout, |c| {
             c.has_unread() || c.is_eof()
         })
     }
@@ -658,7 +667,7 @@ impl Stream {
             }
             return Err(e);
         }
-        self.wait(d, deadline, "write", self.write_timeout, |c| {
+        self.wait(d, deadline, false, "write", self.write_timeout, |c| {
             c.is_writable()
         })
     }
@@ -702,7 +711,7 @@ impl Stream {
         }
         write_check(&d)?;
         while !d.conn.is_writable() {
-            self.wait(&mut d, deadline, "write", self.write_timeout, |c| {
+            self.wait(&mut d, deadline, false, "write", self.write_timeout, |c| {
                 c.is_writable()
             })?;
             write_check(&d)?;
@@ -730,7 +739,7 @@ impl Stream {
                 }
                 continue;
             }
-            if let Err(e) = self.wait(&mut d, deadline, "write", self.write_timeout, |c| {
+            if let Err(e) = self.wait(&mut d, deadline, false, "write", self.write_timeout, |c| {
                 c.is_writable()
             }) {
                 if e.kind() == io::ErrorKind::TimedOut {
@@ -866,7 +875,9 @@ impl Stream {
                 }
                 return Err(e);
             }
-            self.wait(d, deadline, "read", self.read_timeout, |c| c.fetch_done())?;
+            self.wait(d, deadline, false, "read", self.read_timeout, |c| {
+                c.fetch_done()
+            })?;
         }
     }
 
@@ -940,7 +951,14 @@ impl Stream {
                 }
                 return Err(LendError::new(e, Some(buf)));
             }
-            if let Err(e) = self.wait(&mut d, deadline, "write", self.write_timeout, lend_room) {
+            if let Err(e) = self.wait(
+                &mut d,
+                deadline,
+                false,
+                "write",
+                self.write_timeout,
+                lend_room,
+            ) {
                 return Err(LendError::new(e, Some(buf)));
             }
         }
@@ -1020,7 +1038,7 @@ impl Stream {
                 return Err(e);
             }
             let seen = d.conn.returned_total();
-            self.wait(&mut d, deadline, "write", self.write_timeout, |c| {
+            self.wait(&mut d, deadline, false, "write", self.write_timeout, |c| {
                 c.returned_total() > seen
             })?;
         }

@@ -40,16 +40,17 @@
 //! server with many mostly idle connections on one thread: there every spin is time the other
 //! connections wait.
 //!
-//! The blocking calls' adaptive spin (up to [`Config::busy_poll_max`], as long as waits
-//! keep ending while spinning) pays where a stream has its thread to itself (one connection
-//! per current-thread runtime: a 64-byte ping-pong's median half round trip went from 193 to
-//! 105 µs in the SoftRoCE guest) and costs where a thread serves several (8 connections on 2
-//! runtime threads fell from about 4300 to 2800 round trips per second, the p99 from 4.8 to
-//! 20 ms: one connection's spin is time the others wait). So by default a wait adapts only
-//! while its runtime has no more tasks alive than worker threads (tokio's runtime metrics,
-//! read when a wait begins), and spins just the busy poll otherwise;
-//! [`Stream::set_busy_poll_max`] makes the choice fixed (a limit at or below the busy poll:
-//! never adapt; above it: always).
+//! The blocking calls' adaptive spin (as long as waits keep ending while spinning; here up to
+//! [`BUSY_POLL_MAX`], 250 µs, unless [`Config::busy_poll_max`] sets the limit) pays where a
+//! stream has its thread to itself (one connection per current-thread runtime: a 64-byte
+//! ping-pong's median half round trip went from 193 to 105 µs in the SoftRoCE guest) and
+//! costs where a thread serves several (8 connections on 2 runtime threads fell from about
+//! 4300 to 2800 round trips per second, the p99 from 4.8 to 20 ms: one connection's spin is
+//! time the others wait). So by default a wait adapts only while its runtime has no more
+//! tasks alive than worker threads (tokio's runtime metrics, read when a wait begins), and
+//! spins just the busy poll otherwise (the blocking calls count their waiting threads to the
+//! same end); [`Stream::set_busy_poll_max`] makes the choice fixed (a limit at or below the
+//! busy poll: never adapt; above it: always).
 //!
 //! Connecting and the server side of the handshake block for up to a round trip through
 //! rdma_cm (at most the connect timeout); both run on tokio's blocking pool
@@ -105,6 +106,13 @@ use crate::spin::Spin;
 use crate::stream::{
     cm, connect_reply, connect_routed, connect_start, handshake_accept, Request, Want,
 };
+
+/// The adaptive spin's limit on this front end when [`Config::busy_poll_max`] is not set:
+/// 250 µs. The blocking calls' 750 µs halved their small round trips in the SoftRoCE guest;
+/// here it gained less at 8 B to 4 KiB (this front end's waits found each other at 250 µs
+/// already) and cost 8 to 24 % of the bandwidth from 4 KiB up and 30 % of the 1 MiB round
+/// trip (`docs/trespass-perf.md`, "The spin limit").
+pub const BUSY_POLL_MAX: Duration = Duration::from_micros(250);
 
 /// The least a read asks for when nothing is unread yet (see `poll_read`).
 const MIN_READ: usize = 16 * 1024;
@@ -193,9 +201,13 @@ impl Stream {
     /// out of resources) or duplicated.
     pub fn from_std(mut stream: crate::Stream) -> io::Result<Stream> {
         stream.set_nonblocking(true)?;
-        // The busy poll and the adaptation's limit carry over; whether a wait adapts depends
-        // on how crowded the runtime is (see the module's "How it waits").
-        let spin = stream.spin();
+        // The busy poll and the adaptation's limit carry over (the limit this front end's
+        // own default unless the configuration set it); whether a wait adapts depends on how
+        // crowded the runtime is (see the module's "How it waits").
+        let mut spin = stream.spin();
+        if !stream.spin_max_set() {
+            spin.set_max(BUSY_POLL_MAX);
+        }
         let uncrowded = Some(::tokio::runtime::Handle::current().metrics());
         let fd = Borrowed(stream.as_raw_fd());
         // SAFETY: the fd is the stream's readiness fd, which the stream owns and closes only

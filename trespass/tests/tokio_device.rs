@@ -47,10 +47,20 @@ fn tokio_copy_echoes_a_stream_larger_than_every_buffer() {
         return;
     };
     run(Duration::from_secs(120), async move {
-        let (mut server, mut client) = pair(ip, 7701, &common::small_config()).await;
-        // The busy poll and the adaptive spin's limit carry over from the configuration.
+        // The server's configuration sets the adaptive spin's limit; the client's does not.
+        let mut limited = common::small_config();
+        limited.busy_poll_max(Duration::from_micros(600));
+        let addr = SocketAddr::new(ip, 7701);
+        let listener = Listener::bind_with(&limited, addr).await.expect("bind");
+        let connect = tokio::spawn(Stream::connect_with(&common::small_config(), addr));
+        let (mut server, _) = listener.accept().await.expect("accept");
+        let mut client = connect.await.expect("connect task").expect("connect");
+        // The busy poll carries over from the configuration; the limit is this front end's
+        // own (not the blocking calls' 750 us) unless the configuration set one.
         assert_eq!(client.busy_poll(), Duration::from_micros(20));
+        assert_eq!(client.busy_poll_max(), trespass::tokio::BUSY_POLL_MAX);
         assert_eq!(client.busy_poll_max(), Duration::from_micros(250));
+        assert_eq!(server.busy_poll_max(), Duration::from_micros(600));
         client.set_busy_poll_max(Duration::from_micros(100));
         assert_eq!(client.busy_poll_max(), Duration::from_micros(100));
         let echo = tokio::spawn(async move {

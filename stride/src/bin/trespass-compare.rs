@@ -517,7 +517,8 @@ fn notes(a: &RunArgs, dev: &Device, jobs: &[Job]) -> Vec<String> {
              ({}), the jobs' order rotated by one from round to round. Iterations per size, \
              the same for every program: latency {} round trips, clamped to 50..1000; \
              bandwidth {} messages, clamped to 32..5000. Every program at its defaults \
-             (trespass: busy poll at least 20 usec, adaptive up to 250, nodelay on, 256 KiB \
+             (trespass: busy poll at least 20 usec, adaptive up to 750 in a read after a write, 250 \
+             otherwise and on tokio, nodelay on, 256 KiB \
              ring; stride-perf: perftest's; \
              rstream: non-blocking calls, spinning), except the spin jobs: trespass with \
              --busy-poll-us {SPIN_BUSY_POLL_US} on both sides.",

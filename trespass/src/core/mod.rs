@@ -556,6 +556,12 @@ impl Connection {
         Ok(())
     }
 
+    /// Bytes the application committed since the connection began (stream bytes and
+    /// messages' bytes, lent ones' descriptors included).
+    pub fn committed(&self) -> u64 {
+        self.app_tail
+    }
+
     /// Shuts the write side down: once every committed byte is posted, a FIN follows.
     pub fn shutdown_write(&mut self) {
         self.fin_wanted = true;
