@@ -160,7 +160,9 @@ pub(crate) struct Crowd {
     waiting: AtomicUsize,
 }
 
-/// The threads of this process waiting in a blocking call of trespass.
+/// The threads of this process waiting in a blocking call of trespass. (A child forked
+/// while threads of its parent waited inherits their count without the threads: it only
+/// spins less than it could.)
 pub(crate) static WAITING: Crowd = Crowd::new();
 
 impl Crowd {
