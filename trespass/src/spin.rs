@@ -119,14 +119,24 @@ impl Spin {
 
     /// A wait ended after `took`; `slept` when it slept on the completion channel.
     pub(crate) fn record(&mut self, took: Duration, slept: bool) {
+        self.record_wait(took, slept, false);
+    }
+
+    /// [`record`](Self::record) for the blocking calls, which say whether the wait was for an
+    /// answer: one caught after answers that slept starts the average again from its own
+    /// length, since the average missed them and no longer says how long this peer takes
+    /// to answer. (Other waits, a bulk transfer's, keep the moving average: starting it
+    /// again from one quick piece there would spin the next slow ones longer for nothing.)
+    pub(crate) fn record_wait(&mut self, took: Duration, slept: bool, answer: bool) {
         self.waits = self.waits.wrapping_add(1);
         if slept {
             self.misses = self.misses.saturating_add(1);
             return;
         }
+        let after_miss = answer && self.misses > 0;
         self.misses = 0;
         let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
-        self.caught_ns = if self.caught_ns == 0 {
+        self.caught_ns = if self.caught_ns == 0 || after_miss {
             ns.max(1)
         } else {
             (self.caught_ns.saturating_mul(7) / 8).saturating_add(ns / 8)
@@ -364,5 +374,28 @@ mod tests {
         // A bulk reader that never writes: none.
         let mut bulk = Answers::default();
         assert!((0..10).all(|_| !bulk.read_wait(0)));
+    }
+
+    #[test]
+    fn a_peer_that_became_slower_is_caught_again_at_its_new_pace() {
+        let mut s = Spin::new(20 * US, 750 * US);
+        for _ in 0..64 {
+            s.record(40 * US, false);
+        }
+        assert_eq!(s.time(), 80 * US);
+        // The peer now answers in 300 us: every wait sleeps until the idle mode's probe
+        // catches one, whose length is the new average (not an eighth of the way to it).
+        let mut waits = s;
+        while waits.time() != 750 * US {
+            waits.record_wait(Duration::from_millis(1), true, true);
+        }
+        let mut answers = waits;
+        answers.record_wait(300 * US, false, true);
+        assert_eq!(answers.time(), 600 * US);
+        answers.record_wait(300 * US, false, true);
+        assert_eq!(answers.time(), 600 * US, "and it holds");
+        // Waits that are not for an answer keep the moving average: an eighth of the way.
+        waits.record_wait(300 * US, false, false);
+        assert_eq!(waits.time(), 2 * (40 * US * 7 / 8 + 300 * US / 8));
     }
 }
