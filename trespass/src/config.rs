@@ -157,8 +157,9 @@ impl Config {
     /// (within this limit) before sleeping, since waking from the completion channel costs
     /// more than such a wait. After 8 waits in a row that had to sleep (an idle or slow
     /// peer) it spins only [`busy_poll`](Self::busy_poll), and one wait in 16 spins the whole
-    /// limit to see whether the peer is quick again. A limit at or below `busy_poll` turns
-    /// the adaptation off.
+    /// limit to see whether the peer is quick again (in the blocking calls, a wait for an
+    /// answer caught after such sleeps starts the average again from its own length). A
+    /// limit at or below `busy_poll` turns the adaptation off.
     ///
     /// Default 750 µs for the blocking calls, in a read that waits for an answer (one that
     /// begins after this side wrote since its last read wait): long enough for the two sides

@@ -6,7 +6,9 @@
 //! the wake-up, not the peer): while such waits come, it spins up to twice their average,
 //! within the limit; after [`MISSES_TO_IDLE`] waits in a row that slept it spins only the
 //! minimum, except every [`PROBE_EVERY`]th wait, which spins the whole limit to find out
-//! whether the peer has become quick again.
+//! whether the peer has become quick again. The average moves an eighth of the way with each
+//! caught wait, but in the blocking calls a wait for an answer caught after answers that
+//! slept starts it again from its own length: the waits it missed were longer than it said.
 //!
 //! The blocking calls spin up to the whole limit only in a wait for an answer: a read that
 //! begins after this side wrote since its last read wait, as in a request and its reply.
