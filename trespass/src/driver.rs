@@ -68,6 +68,12 @@ enum Receives {
 /// Completions polled per call.
 const POLL_BATCH: usize = 32;
 
+/// How long a busy poll runs before it reads rdma_cm's channel too, and how often after
+/// that ([`Driver::spin_for_progress`]): the longest a spin goes on after the peer
+/// disconnected. Far above an answer's spin (at most `BUSY_POLL_MAX` by default), so that
+/// a ping-pong's waits never pay the read's system call.
+pub(crate) const CM_LOOK: Duration = Duration::from_millis(1);
+
 /// RDMA READs a connection may have outstanding, each way (rdma_cm's initiator depth and
 /// responder resources), lowered to what the device allows: enough to keep a fetch's
 /// 1 MiB READs flowing. A device that allows none does not lend.
@@ -627,6 +633,52 @@ impl Driver {
         progress
     }
 
+    /// Busy-polls until `end` for anything that moves the connection: true as soon as a
+    /// round made progress (completions were taken and what they allow posted, as
+    /// [`pump_fast`](Self::pump_fast) does), false when `end` came first.
+    ///
+    /// A round with an empty completion queue posts nothing and takes no returns: while
+    /// this holds the connection nothing but a completion changes what the core would post
+    /// (the application's writes and flushes post before they return, and timers run only
+    /// in [`pump`](Self::pump)), so an idle round is one poll of the queue and one look at
+    /// the clock. Once a spin has run [`CM_LOOK`], and every `CM_LOOK` after that,
+    /// rdma_cm's channel is read too: a peer that left (its disconnect) ends the spin then,
+    /// not when a long busy poll runs out. A spin for an answer within the default limits
+    /// never gets that far, and never pays for the read.
+    ///
+    /// No `PAUSE` (`std::hint::spin_loop`) between rounds, as perftest's and rsocket's
+    /// polling loops have none: a round is a whole poll of the queue, not a load in a tight
+    /// loop, and a pause (about 140 cycles on recent x86 cores) would only make the next
+    /// look later. Under QEMU's software emulation it costs far more (every `PAUSE` leaves
+    /// the translated code for the emulator's main loop and its global lock): a spinning
+    /// round trip of 8 and 64 bytes took 0.88-0.90 of the time without it in the SoftRoCE
+    /// guest (docs/trespass-perf.md, "The spin's rounds").
+    pub(crate) fn spin_for_progress(&mut self, end: Instant) -> bool {
+        let mut cm_look: Option<Instant> = None;
+        loop {
+            let now = Instant::now();
+            if now >= end {
+                return false;
+            }
+            if self.poll_cq(now, false) {
+                self.take_returns();
+                self.post();
+                self.disconnect_if_failed();
+                return true;
+            }
+            match cm_look {
+                None => cm_look = Some(now + CM_LOOK),
+                Some(at) if now >= at => {
+                    cm_look = Some(now + CM_LOOK);
+                    if self.poll_cm() {
+                        return true;
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+    }
+
     /// Posts what the core has to post (after the application committed bytes).
     pub(crate) fn flush_posts(&mut self) {
         self.post();
@@ -814,15 +866,7 @@ impl Driver {
                 } else {
                     self.spin.min()
                 };
-            let mut progressed = false;
-            while Instant::now() < spin_end {
-                if self.pump_fast(Instant::now()) {
-                    progressed = true;
-                    break;
-                }
-                std::hint::spin_loop();
-            }
-            if progressed {
+            if self.spin_for_progress(spin_end) {
                 continue;
             }
             if self.prepare_sleep(readiness) {

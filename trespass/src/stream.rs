@@ -1071,17 +1071,16 @@ impl Stream {
             return false;
         }
         let mut drv = self.lock();
-        let end = Instant::now() + d;
+        let start = Instant::now();
+        let end = start + d;
+        drv.pump_fast(start);
         loop {
-            let now = Instant::now();
-            drv.pump_fast(now);
             if ready_for(&drv, want) {
                 return true;
             }
-            if now >= end {
+            if !drv.spin_for_progress(end) {
                 return false;
             }
-            std::hint::spin_loop();
         }
     }
 

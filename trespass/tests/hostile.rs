@@ -120,6 +120,11 @@ impl Liar {
         }
     }
 
+    /// Disconnects without a FIN, as a process that dies does (its NIC's DREQ).
+    fn disconnect(&self) {
+        self._id.disconnect().unwrap();
+    }
+
     /// The immediate of its `n`th receive's completion (`None` on a failure or none).
     fn recv(&mut self, n: u64) -> Option<u32> {
         self.waiter
@@ -663,4 +668,47 @@ fn a_returned_buffers_key_opens_nothing() {
     );
     returned_tx.send(()).unwrap();
     let _fetcher = fetcher.join().unwrap();
+}
+
+/// A peer that disconnects without a FIN while this side's read busy-polls (here for a
+/// minute) ends the read with a reset about when rdma_cm says so: a spin that has run a
+/// millisecond reads rdma_cm's channel every millisecond, instead of meeting the event
+/// only when the spin runs out and the wait prepares to sleep.
+#[test]
+fn a_disconnect_ends_a_long_busy_poll_at_once() {
+    let Some(ip) = common::test_ip("a_disconnect_ends_a_long_busy_poll_at_once") else {
+        return;
+    };
+    let addr = SocketAddr::new(ip, 7634);
+    let spin = Duration::from_secs(60);
+    let mut config = Config::new();
+    config
+        .ring_size(RING)
+        .keepalive(None)
+        .busy_poll(spin)
+        .busy_poll_max(spin);
+    let listener = config.bind(addr).unwrap();
+    let (reading, read_begins) = std::sync::mpsc::channel::<()>();
+    let liar = thread::spawn(move || {
+        let liar = Liar::connect(addr);
+        read_begins.recv().unwrap();
+        // Well into the read's spin, past its first look at rdma_cm's channel.
+        thread::sleep(Duration::from_millis(300));
+        liar.disconnect();
+        liar
+    });
+    let (mut victim, _) = listener.accept().unwrap();
+    reading.send(()).unwrap();
+    let start = std::time::Instant::now();
+    let err = victim.read(&mut [0u8; 16]).unwrap_err();
+    let took = start.elapsed();
+    let _liar = liar.join().unwrap();
+    assert_eq!(err.kind(), io::ErrorKind::ConnectionReset, "{err}");
+    // The disconnect comes after 300 ms; the spin would run for 60 s. A bound far from
+    // both: the emulated guest's rdma_cm may take a while to deliver the event.
+    assert!(
+        took < Duration::from_secs(20),
+        "the read spun {took:?} after the peer disconnected (busy poll {spin:?})"
+    );
+    println!("the read ended {took:?} after it began: {err}");
 }
