@@ -17,7 +17,7 @@
 //! | `trespass-lent` | the same with `--lend` (lend_msg / reclaim, zero-copy both ways) | `stride-perf stream bw --lend` |
 //! | `trespass-spin` | `stream lat` with `--busy-poll-us 1000000` on both sides | `stream bw` likewise |
 //! | `trespass-tokio` | `stream lat` with `--tokio` on both sides (the tokio front end) | `stream bw` likewise |
-//! | `trespass-tokio-adaptive` | the same with `--busy-poll-max-us 250` on both sides | likewise |
+//! | `trespass-tokio-adaptive` | the same with `--busy-poll-max-us 750` on both sides | likewise |
 //! | `rdma-io` | `rdma-io-stream client ADDR lat` (the rdma-io crate's tokio stream, the same ping-pong), mean | `rdma-io-stream client ADDR bw` |
 //! | `verbs` | `stride-perf send lat` (SEND/RECV ping-pong), t_avg | `stride-perf write bw` |
 //! | `rsocket` | `rstream -S size -C 1 -I iters`: usec/xfer | `rstream -S size -C iters -I 1`: size / usec/xfer |
@@ -168,7 +168,7 @@ pub const DEFAULT_JOBS: &str = "stream-lat,messages-lat,spin-lat,tokio-lat,tokio
                                 tokio-bw,tokio-adaptive-bw,rdma-io-bw,verbs-bw,rsocket-bw,tcp-bw";
 /// The adaptive spin's limit of the `tokio-adaptive` jobs, in microseconds: the tokio front
 /// end's default (`trespass::tokio::BUSY_POLL_MAX`).
-pub const TOKIO_ADAPTIVE_MAX_US: u64 = 250;
+pub const TOKIO_ADAPTIVE_MAX_US: u64 = 750;
 /// The busy poll of the `spin` jobs, in microseconds (trespass's longest, one second): a
 /// blocking call spins through every round trip of this guest instead of sleeping on the
 /// completion channel, as `stride-perf` and `rstream` always do.

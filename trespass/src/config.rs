@@ -43,7 +43,7 @@ pub struct Config {
     pub(crate) max_inline: u32,
     pub(crate) keepalive: Option<Duration>,
     pub(crate) busy_poll: Duration,
-    /// `None`: the front end's default ([`BUSY_POLL_MAX`] for the blocking calls).
+    /// `None`: the default, [`BUSY_POLL_MAX`], for both front ends.
     pub(crate) busy_poll_max: Option<Duration>,
     pub(crate) connect_timeout: Duration,
     pub(crate) linger: Duration,
@@ -52,7 +52,7 @@ pub struct Config {
     pub(crate) shared_receive_queue: Option<u32>,
 }
 
-/// The adaptive spin's limit of the blocking calls when [`Config::busy_poll_max`] is not set.
+/// The adaptive spin's limit of both front ends when [`Config::busy_poll_max`] is not set.
 pub(crate) const BUSY_POLL_MAX: Duration = Duration::from_micros(750);
 
 impl Default for Config {
@@ -157,11 +157,11 @@ impl Config {
     /// (within this limit) before sleeping, since waking from the completion channel costs
     /// more than such a wait. After 8 waits in a row that had to sleep (an idle or slow
     /// peer) it spins only [`busy_poll`](Self::busy_poll), and one wait in 16 spins the whole
-    /// limit to see whether the peer is quick again (in the blocking calls, a wait for an
-    /// answer caught after such sleeps starts the average again from its own length). A
-    /// limit at or below `busy_poll` turns the adaptation off.
+    /// limit to see whether the peer is quick again (a wait for an answer caught after such
+    /// sleeps starts the average again from its own length). A limit at or below
+    /// `busy_poll` turns the adaptation off.
     ///
-    /// Default 750 µs for the blocking calls, in a read that waits for an answer (one that
+    /// Default 750 µs, in a read that waits for an answer (one that
     /// begins after this side wrote since its last read wait): long enough for the two sides
     /// of a ping-pong that both slept to find each other again where a wake-up is slow (each
     /// side's wait then holds the other's wake-up; in the SoftRoCE guest 250 µs left small
@@ -175,11 +175,11 @@ impl Config {
     /// numbers. A host whose wake-up costs microseconds loses little by sleeping; a lower
     /// limit there saves CPU.
     ///
-    /// The tokio front end's default is 250 µs (longer limits cost it bandwidth, measured in
-    /// the same place), and it adapts only while its runtime has no more tasks alive than
-    /// worker threads, unless the stream's `set_busy_poll_max` fixes the choice (a runtime
-    /// thread may serve many connections); setting the limit here sets it for both front
-    /// ends.
+    /// The tokio front end uses the same limit the same way (the whole of it for an answer,
+    /// a third for other waits), but adapts only while its runtime has no more tasks alive
+    /// than worker threads instead of counting threads, unless the stream's
+    /// `set_busy_poll_max` fixes the choice (a runtime thread may serve many connections);
+    /// setting the limit here sets it for both front ends.
     pub fn busy_poll_max(&mut self, d: Duration) -> &mut Self {
         self.busy_poll_max = Some(d);
         self

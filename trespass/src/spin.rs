@@ -7,10 +7,10 @@
 //! within the limit; after [`MISSES_TO_IDLE`] waits in a row that slept it spins only the
 //! minimum, except every [`PROBE_EVERY`]th wait, which spins the whole limit to find out
 //! whether the peer has become quick again. The average moves an eighth of the way with each
-//! caught wait, but in the blocking calls a wait for an answer caught after answers that
-//! slept starts it again from its own length: the waits it missed were longer than it said.
+//! caught wait, but a wait for an answer caught after answers that slept starts it again from
+//! its own length: the waits it missed were longer than it said.
 //!
-//! The blocking calls spin up to the whole limit only in a wait for an answer: a read that
+//! Both front ends spin up to the whole limit only in a wait for an answer: a read that
 //! begins after this side wrote since its last read wait, as in a request and its reply.
 //! Other waits (a reader of a bulk transfer waiting for the next piece, a writer waiting for
 //! room) spin at most [`OTHER_WAITS`]'s fraction of it: each of those ends sooner when it
@@ -36,7 +36,7 @@ pub(crate) const MISSES_TO_IDLE: u32 = 8;
 /// While idle, one wait in this many spins the whole limit.
 pub(crate) const PROBE_EVERY: u32 = 16;
 
-/// The blocking calls' waits that do not wait for an answer (a reader that has not written
+/// Waits that do not wait for an answer (a reader that has not written
 /// since its last wait, a writer waiting for room) spin at most this fraction of the limit:
 /// the waits of a bulk transfer, whose spinning takes the CPU an emulated device needs.
 pub(crate) const OTHER_WAITS: u32 = 3;
@@ -89,12 +89,14 @@ impl Spin {
         self.min
     }
 
-    /// How long the next wait spins, within the whole limit.
+    /// How long the next wait spins, within the whole limit (the tests' shorthand for
+    /// [`time_for`](Self::time_for) of an answer).
+    #[cfg(test)]
     pub(crate) fn time(&self) -> Duration {
         self.time_within(self.max)
     }
 
-    /// How long the next wait of the blocking calls spins: within the whole limit when it
+    /// How long the next wait spins: within the whole limit when it
     /// waits for an answer (a read after this side wrote), else within [`OTHER_WAITS`] of it.
     pub(crate) fn time_for(&self, answer: bool) -> Duration {
         if answer {
@@ -119,15 +121,17 @@ impl Spin {
         (Duration::from_nanos(self.caught_ns) * 2).clamp(self.min, max)
     }
 
-    /// A wait ended after `took`; `slept` when it slept on the completion channel.
+    /// A wait other than an answer's ended after `took`; `slept` when it slept on the
+    /// completion channel (the tests' shorthand for [`record_wait`](Self::record_wait)).
+    #[cfg(test)]
     pub(crate) fn record(&mut self, took: Duration, slept: bool) {
         self.record_wait(took, slept, false);
     }
 
-    /// [`record`](Self::record) for the blocking calls, which say whether the wait was for an
-    /// answer: one caught after answers that slept starts the average again from its own
-    /// length, since the average missed them and no longer says how long this peer takes
-    /// to answer. (Other waits, a bulk transfer's, keep the moving average: starting it
+    /// A wait ended after `took`; `slept` when it slept on the completion channel; `answer`
+    /// when it waited for an answer: one caught after answers that slept starts the average
+    /// again from its own length, since the average missed them and no longer says how long
+    /// this peer takes to answer. (Other waits, a bulk transfer's, keep the moving average: starting it
     /// again from one quick piece there would spin the next slow ones longer for nothing.)
     pub(crate) fn record_wait(&mut self, took: Duration, slept: bool, answer: bool) {
         self.waits = self.waits.wrapping_add(1);

@@ -591,6 +591,13 @@ impl Stream {
         self.lock().spin()
     }
 
+    /// Whether a read wait beginning now waits for an answer (see `Driver::awaits_answer`):
+    /// each call starts a new count, as each blocking read wait does.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn awaits_answer(&self) -> bool {
+        self.lock().awaits_answer()
+    }
+
     /// Whether the configuration set the spin's limit.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn spin_max_set(&self) -> bool {

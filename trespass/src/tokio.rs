@@ -40,8 +40,9 @@
 //! server with many mostly idle connections on one thread: there every spin is time the other
 //! connections wait.
 //!
-//! The blocking calls' adaptive spin (as long as waits keep ending while spinning; here up to
-//! [`BUSY_POLL_MAX`], 250 µs, unless [`Config::busy_poll_max`] sets the limit) pays where a
+//! The blocking calls' adaptive spin (as long as waits keep ending while spinning; up to
+//! [`BUSY_POLL_MAX`], 750 µs, in a read that waits for an answer and a third of it in other
+//! waits, unless [`Config::busy_poll_max`] sets the limit) pays where a
 //! stream has its thread to itself (one connection per current-thread runtime: a 64-byte
 //! ping-pong's median half round trip went from 193 to 105 µs in the SoftRoCE guest) and
 //! costs where a thread serves several (8 connections on 2 runtime threads fell from about
@@ -108,11 +109,13 @@ use crate::stream::{
 };
 
 /// The adaptive spin's limit on this front end when [`Config::busy_poll_max`] is not set:
-/// 250 µs. The blocking calls' 750 µs halved their small round trips in the SoftRoCE guest;
-/// here it gained less at 8 B to 4 KiB (this front end's waits found each other at 250 µs
-/// already) and cost 8 to 24 % of the bandwidth from 4 KiB up and 30 % of the 1 MiB round
-/// trip (`docs/trespass-perf.md`, "The spin limit").
-pub const BUSY_POLL_MAX: Duration = Duration::from_micros(250);
+/// 750 µs, the blocking calls' own, and used as they use it: the whole limit only for a read
+/// that waits for an answer (one that begins after this side wrote since its last read
+/// wait), a third of it (250 µs) for every other wait, so that a bulk transfer's waits spin
+/// no longer than before. This front end used to spin at most 250 µs in every wait: 750 µs
+/// in every wait had cost it 8 to 24 % of its bandwidth from 4 KiB up in the SoftRoCE guest
+/// (`docs/trespass-async.md`, "The answers' limit on tokio", has the numbers of both).
+pub const BUSY_POLL_MAX: Duration = crate::config::BUSY_POLL_MAX;
 
 /// The least a read asks for when nothing is unread yet (see `poll_read`).
 const MIN_READ: usize = 16 * 1024;
@@ -497,17 +500,21 @@ impl Stream {
             // on makes it readable, and the reactor sees that. A new wait spins as long as
             // the adaptive policy says (the blocking calls' policy, spin.rs), and teaches it
             // how it ended; a woken one that must wait again spins only the minimum.
+            // A read that begins after this side wrote waits for an answer: the whole limit
+            // (and a catch after misses restarts the average), as in the blocking calls;
+            // every other wait a third of it.
+            let answer = read && !waiting && io.stream.awaits_answer();
             let (d, learn) = if waiting {
                 (spin.min(), false)
             } else if adapt {
-                (spin.time(), true)
+                (spin.time_for(answer), true)
             } else {
                 (spin.min(), true)
             };
             let started = std::time::Instant::now();
             if io.stream.spin_until_ready(d, want) {
                 if learn {
-                    spin.record(started.elapsed(), false);
+                    spin.record_wait(started.elapsed(), false, answer);
                 }
                 continue;
             }
@@ -518,7 +525,7 @@ impl Stream {
                 Poll::Ready(Err(e)) => break Poll::Ready(Err(e)),
                 Poll::Pending => {
                     if learn {
-                        spin.record(started.elapsed(), true);
+                        spin.record_wait(started.elapsed(), true, answer);
                     }
                     break Poll::Pending;
                 }

@@ -73,7 +73,7 @@ struct RunArgs {
     /// Jobs, comma-separated CASE-TEST: CASE one of stream, messages, spin, tokio,
     /// tokio-adaptive (trespass: stream bytes, messages, stream bytes with --busy-poll-us
     /// 1000000 on both sides, stream bytes through the tokio front end on both sides, the
-    /// same with its adaptive spin fixed on by --busy-poll-max-us 250), rdma-io (the rdma-io
+    /// same with its adaptive spin fixed on by --busy-poll-max-us 750), rdma-io (the rdma-io
     /// crate's tokio stream, benches/rdma-io-stream), verbs (stride-perf send lat / write
     /// bw), rsocket (rstream), tcp (rstream -T s); TEST lat or bw.
     #[arg(long, default_value = DEFAULT_JOBS)]
@@ -518,7 +518,7 @@ fn notes(a: &RunArgs, dev: &Device, jobs: &[Job]) -> Vec<String> {
              the same for every program: latency {} round trips, clamped to 50..1000; \
              bandwidth {} messages, clamped to 32..5000. Every program at its defaults \
              (trespass: busy poll at least 20 usec, adaptive up to 750 in a read after a write, 250 \
-             otherwise and on tokio, nodelay on, 256 KiB \
+             otherwise, nodelay on, 256 KiB \
              ring; stride-perf: perftest's; \
              rstream: non-blocking calls, spinning), except the spin jobs: trespass with \
              --busy-poll-us {SPIN_BUSY_POLL_US} on both sides.",
