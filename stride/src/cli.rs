@@ -635,9 +635,9 @@ pub struct StreamArgs {
     /// The limit of trespass's adaptive spin, in microseconds (0 to 1000000; 0 turns the
     /// adaptation off; default: trespass's, 750): while a connection's waits typically end
     /// within half of it, a wait spins up to twice their average before sleeping (within a
-    /// third of it except in a read after this side wrote). Each side sets its own. With --tokio it also fixes whether the spin adapts
-    /// (without it, the tokio front end adapts while its runtime is not crowded, as here it
-    /// never is).
+    /// third of it except in a read after this side wrote). Each side sets its own. With
+    /// --tokio it also fixes whether the spin adapts (without it, the tokio front end adapts
+    /// while its runtime is not crowded, as here it never is).
     #[arg(long = "busy-poll-max-us", value_name = "USEC",
           value_parser = clap::value_parser!(u64).range(0..=STREAM_MAX_BUSY_POLL_US))]
     pub busy_poll_max_us: Option<u64>,

@@ -274,7 +274,6 @@ impl Resources {
                 config.busy_poll,
                 config.busy_poll_max.unwrap_or(crate::config::BUSY_POLL_MAX),
             ),
-            spin_max_set: config.busy_poll_max.is_some(),
             answers: crate::spin::Answers::default(),
             disconnected: false,
             local,
@@ -342,8 +341,6 @@ pub(crate) struct Driver {
     pub(crate) conn: Connection,
     wcs: Vec<WorkCompletion>,
     spin: Spin,
-    /// Whether the configuration set the spin's limit (else each front end has its own).
-    spin_max_set: bool,
     /// Which read waits wait for an answer ([`Self::awaits_answer`]).
     answers: crate::spin::Answers,
     disconnected: bool,
@@ -401,12 +398,6 @@ impl Driver {
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn spin(&self) -> Spin {
         self.spin
-    }
-
-    /// Whether the configuration set the spin's limit ([`crate::Config::busy_poll_max`]).
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(crate) fn spin_max_set(&self) -> bool {
-        self.spin_max_set
     }
 
     /// One round: every completion and rdma_cm event that is waiting, the timers, then the
@@ -626,11 +617,17 @@ impl Driver {
     /// The hot path's round: completions, then posts; no rdma_cm event and no timer (those
     /// come with [`pump`](Self::pump) whenever a wait wakes up).
     pub(crate) fn pump_fast(&mut self, now: Instant) -> bool {
-        let mut progress = self.poll_cq(now, false);
+        let polled = self.poll_cq(now, false);
+        self.after_poll() || polled
+    }
+
+    /// What follows a poll of the completion queue: the returned buffers taken, what the
+    /// core has to post posted, a failed connection disconnected. True when it posted.
+    fn after_poll(&mut self) -> bool {
         self.take_returns();
-        progress |= self.post();
+        let posted = self.post();
         self.disconnect_if_failed();
-        progress
+        posted
     }
 
     /// Busy-polls until `end` for anything that moves the connection: true as soon as a
@@ -661,9 +658,7 @@ impl Driver {
                 return false;
             }
             if self.poll_cq(now, false) {
-                self.take_returns();
-                self.post();
-                self.disconnect_if_failed();
+                self.after_poll();
                 return true;
             }
             match cm_look {

@@ -131,8 +131,9 @@ impl Spin {
     /// A wait ended after `took`; `slept` when it slept on the completion channel; `answer`
     /// when it waited for an answer: one caught after answers that slept starts the average
     /// again from its own length, since the average missed them and no longer says how long
-    /// this peer takes to answer. (Other waits, a bulk transfer's, keep the moving average: starting it
-    /// again from one quick piece there would spin the next slow ones longer for nothing.)
+    /// this peer takes to answer. (Other waits, a bulk transfer's, keep the moving average:
+    /// starting it again from one quick piece there would spin the next slow ones longer
+    /// for nothing.)
     pub(crate) fn record_wait(&mut self, took: Duration, slept: bool, answer: bool) {
         self.waits = self.waits.wrapping_add(1);
         if slept {

@@ -598,12 +598,6 @@ impl Stream {
         self.lock().awaits_answer()
     }
 
-    /// Whether the configuration set the spin's limit.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(crate) fn spin_max_set(&self) -> bool {
-        self.lock().spin_max_set()
-    }
-
     fn deadline(&self, timeout: Option<Duration>) -> Option<Instant> {
         timeout.map(|t| Instant::now() + t)
     }

@@ -204,13 +204,10 @@ impl Stream {
     /// out of resources) or duplicated.
     pub fn from_std(mut stream: crate::Stream) -> io::Result<Stream> {
         stream.set_nonblocking(true)?;
-        // The busy poll and the adaptation's limit carry over (the limit this front end's
-        // own default unless the configuration set it); whether a wait adapts depends on how
+        // The busy poll and the adaptation's limit carry over (the configuration's, or
+        // BUSY_POLL_MAX, the same for both front ends); whether a wait adapts depends on how
         // crowded the runtime is (see the module's "How it waits").
-        let mut spin = stream.spin();
-        if !stream.spin_max_set() {
-            spin.set_max(BUSY_POLL_MAX);
-        }
+        let spin = stream.spin();
         let uncrowded = Some(::tokio::runtime::Handle::current().metrics());
         let fd = Borrowed(stream.as_raw_fd());
         // SAFETY: the fd is the stream's readiness fd, which the stream owns and closes only
