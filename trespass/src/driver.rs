@@ -639,9 +639,10 @@ impl Driver {
     /// (the application's writes and flushes post before they return, and timers run only
     /// in [`pump`](Self::pump)), so an idle round is one poll of the queue and one look at
     /// the clock. Once a spin has run [`CM_LOOK`], and every `CM_LOOK` after that,
-    /// rdma_cm's channel is read too: a peer that left (its disconnect) ends the spin then,
-    /// not when a long busy poll runs out. A spin for an answer within the default limits
-    /// never gets that far, and never pays for the read.
+    /// rdma_cm's channel is read and the core's timers run too: a peer that left (its
+    /// disconnect) ends the spin then, and a silent one is probed and declared dead on
+    /// keep-alive's schedule, not when a long busy poll runs out. A spin for an answer within
+    /// the default limits never gets that far, and never pays for the read.
     ///
     /// No `PAUSE` (`std::hint::spin_loop`) between rounds, as perftest's and rsocket's
     /// polling loops have none: a round is a whole poll of the queue, not a load in a tight
@@ -665,7 +666,13 @@ impl Driver {
                 None => cm_look = Some(now + CM_LOOK),
                 Some(at) if now >= at => {
                     cm_look = Some(now + CM_LOOK);
-                    if self.poll_cm() {
+                    let mut progress = self.poll_cm();
+                    if self.conn.poll_timeout().is_some_and(|t| now >= t) {
+                        self.conn.handle_timeout(now);
+                        progress = true;
+                    }
+                    if progress {
+                        self.after_poll();
                         return true;
                     }
                 }
@@ -846,7 +853,7 @@ impl Driver {
         self.pump_fast(started);
         loop {
             if done(&self.conn) {
-                self.spin.record_wait(started.elapsed(), slept, answer);
+                self.spin.record_wait(started.elapsed(), slept);
                 return Ok(true);
             }
             let now = Instant::now();
@@ -861,6 +868,8 @@ impl Driver {
                 } else {
                     self.spin.min()
                 };
+            // A busy poll set longer than the caller's timeout spins only until the timeout.
+            let spin_end = deadline.map_or(spin_end, |d| spin_end.min(d));
             if self.spin_for_progress(spin_end) {
                 continue;
             }

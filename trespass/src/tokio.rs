@@ -38,7 +38,10 @@
 //! [`Config::busy_poll`] of the connection, 20 µs): a peer that answers sooner than a
 //! wake-up through the reactor costs no system call. Turn it off (`Duration::ZERO`) for a
 //! server with many mostly idle connections on one thread: there every spin is time the other
-//! connections wait.
+//! connections wait. A spin holds its runtime thread, timers included: a `tokio::time`
+//! timeout around a read fires no sooner than the read's spin ends, so keep a busy poll set
+//! by hand well below the timeouts that must hold. (The connection's own keep-alive runs
+//! during a long spin.)
 //!
 //! The blocking calls' adaptive spin (as long as waits keep ending while spinning; up to
 //! [`BUSY_POLL_MAX`], 750 µs, in a read that waits for an answer and a third of it in other
@@ -497,9 +500,8 @@ impl Stream {
             // on makes it readable, and the reactor sees that. A new wait spins as long as
             // the adaptive policy says (the blocking calls' policy, spin.rs), and teaches it
             // how it ended; a woken one that must wait again spins only the minimum.
-            // A read that begins after this side wrote waits for an answer: the whole limit
-            // (and a catch after misses restarts the average), as in the blocking calls;
-            // every other wait a third of it.
+            // A read that begins after this side wrote waits for an answer: the whole limit,
+            // as in the blocking calls; every other wait a third of it.
             let answer = read && !waiting && io.stream.awaits_answer();
             let (d, learn) = if waiting {
                 (spin.min(), false)
@@ -511,7 +513,7 @@ impl Stream {
             let started = std::time::Instant::now();
             if io.stream.spin_until_ready(d, want) {
                 if learn {
-                    spin.record_wait(started.elapsed(), false, answer);
+                    spin.record_wait(started.elapsed(), false);
                 }
                 continue;
             }
@@ -522,7 +524,7 @@ impl Stream {
                 Poll::Ready(Err(e)) => break Poll::Ready(Err(e)),
                 Poll::Pending => {
                     if learn {
-                        spin.record_wait(started.elapsed(), true, answer);
+                        spin.record_wait(started.elapsed(), true);
                     }
                     break Poll::Pending;
                 }

@@ -712,3 +712,90 @@ fn a_disconnect_ends_a_long_busy_poll_at_once() {
     );
     println!("the read ended {took:?} after it began: {err}");
 }
+
+/// A peer whose process stops answering (its QP stays up: the NIC still acknowledges, as
+/// for a process under SIGSTOP) while this side's read busy-polls for a minute: keep-alive
+/// probes it and declares it dead on its own schedule (about two periods), during the spin.
+/// The spin runs the core's timers each time it looks at rdma_cm's channel, instead of
+/// only when it runs out and the wait prepares to sleep.
+#[test]
+fn a_silent_peer_is_declared_dead_during_a_long_busy_poll() {
+    let Some(ip) = common::test_ip("a_silent_peer_is_declared_dead_during_a_long_busy_poll") else {
+        return;
+    };
+    let addr = SocketAddr::new(ip, 7635);
+    let spin = Duration::from_secs(60);
+    let period = Duration::from_millis(500);
+    let mut config = Config::new();
+    config
+        .ring_size(RING)
+        .keepalive(Some(period))
+        .busy_poll(spin)
+        .busy_poll_max(spin);
+    let listener = config.bind(addr).unwrap();
+    let (done, read_done) = std::sync::mpsc::channel::<()>();
+    // The liar connects and then says nothing, its receives posted and its QP up, until
+    // the read has ended.
+    let liar = thread::spawn(move || {
+        let liar = Liar::connect(addr);
+        read_done.recv().unwrap();
+        liar
+    });
+    let (mut victim, _) = listener.accept().unwrap();
+    let start = std::time::Instant::now();
+    let err = victim.read(&mut [0u8; 16]).unwrap_err();
+    let took = start.elapsed();
+    done.send(()).unwrap();
+    let _liar = liar.join().unwrap();
+    assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
+    assert!(err.to_string().contains("keep-alive"), "{err}");
+    // Two periods of keep-alive are a second; the spin would run for 60 s. A bound far from
+    // both, for the emulated guest.
+    assert!(
+        took < Duration::from_secs(20),
+        "the read spun {took:?} with a silent peer (keep-alive {period:?}, busy poll {spin:?})"
+    );
+    println!("the read ended {took:?} after it began: {err}");
+}
+
+/// A read timeout shorter than the busy poll ends the read when it runs out: the spin stops
+/// at the caller's deadline.
+#[test]
+fn a_read_timeout_ends_a_longer_busy_poll() {
+    let Some(ip) = common::test_ip("a_read_timeout_ends_a_longer_busy_poll") else {
+        return;
+    };
+    let addr = SocketAddr::new(ip, 7636);
+    let spin = Duration::from_secs(60);
+    let timeout = Duration::from_millis(300);
+    let mut config = Config::new();
+    config
+        .ring_size(RING)
+        .keepalive(None)
+        .busy_poll(spin)
+        .busy_poll_max(spin);
+    let listener = config.bind(addr).unwrap();
+    let (done, read_done) = std::sync::mpsc::channel::<()>();
+    let liar = thread::spawn(move || {
+        let liar = Liar::connect(addr);
+        read_done.recv().unwrap();
+        liar
+    });
+    let (mut victim, _) = listener.accept().unwrap();
+    victim.set_read_timeout(Some(timeout)).unwrap();
+    let start = std::time::Instant::now();
+    let err = victim.read(&mut [0u8; 16]).unwrap_err();
+    let took = start.elapsed();
+    done.send(()).unwrap();
+    let _liar = liar.join().unwrap();
+    assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
+    assert!(
+        took >= timeout,
+        "the read timed out after {took:?}, before {timeout:?}"
+    );
+    assert!(
+        took < Duration::from_secs(20),
+        "the read spun {took:?} past its timeout of {timeout:?} (busy poll {spin:?})"
+    );
+    println!("the read timed out after {took:?}: {err}");
+}
