@@ -651,8 +651,9 @@ pub struct StreamArgs {
 
     /// Drive each connection through trespass's tokio front end (trespass::tokio::Stream)
     /// instead of the blocking calls: each connection's thread runs a current-thread tokio
-    /// runtime of its own (the per-core mode) and every read and write awaits in its
-    /// reactor. Each side sets its own.
+    /// runtime of its own (the per-core mode), every read and write awaits in its reactor,
+    /// and the measured loop runs as one future (as an application's task would). Each
+    /// side sets its own.
     #[arg(long = "tokio")]
     pub tokio: bool,
 

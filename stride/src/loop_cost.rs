@@ -311,11 +311,15 @@ pub enum Test {
     /// trespass's stream with its default, adaptive busy poll, which sleeps on the
     /// completion channel when a wait outlasts the spin: how the sleeps change the count.
     AdaptiveLat,
+    /// trespass's tokio front end (`stride-perf stream lat --tokio`: each call a
+    /// current-thread runtime's `block_on` of the async call under a timeout), spinning on
+    /// its waits: what the async path adds to the blocking one.
+    TokioLat,
 }
 
 impl Test {
     /// Every test, in the order `--help` lists them.
-    pub const ALL: [Test; 7] = [
+    pub const ALL: [Test; 8] = [
         Test::WriteLat,
         Test::SendLat,
         Test::ReadLat,
@@ -323,6 +327,7 @@ impl Test {
         Test::StreamLat,
         Test::MessagesLat,
         Test::AdaptiveLat,
+        Test::TokioLat,
     ];
 
     /// The name a row uses (`write_lat`, `stream_lat`, ...).
@@ -335,6 +340,7 @@ impl Test {
             Test::StreamLat => "stream_lat",
             Test::MessagesLat => "messages_lat",
             Test::AdaptiveLat => "adaptive_lat",
+            Test::TokioLat => "tokio_lat",
         }
     }
 
@@ -345,7 +351,7 @@ impl Test {
                 &[Tool::Perftest, Tool::Stride]
             }
             Test::StreamLat => &[Tool::Trespass, Tool::Rsocket],
-            Test::MessagesLat | Test::AdaptiveLat => &[Tool::Trespass],
+            Test::MessagesLat | Test::AdaptiveLat | Test::TokioLat => &[Tool::Trespass],
         }
     }
 }
@@ -566,6 +572,9 @@ fn command(row: Row, tool: Tool, n: u64, port: u16, h: &Hosts) -> Run {
             let mut common = words(&["-s", &size, "-n", &n_s, "-p", &port_s]);
             if row.test == Test::MessagesLat {
                 common.push("--messages".into());
+            }
+            if row.test == Test::TokioLat {
+                common.push("--tokio".into());
             }
             if row.test != Test::AdaptiveLat {
                 let spin = SPIN_BUSY_POLL_US.to_string();
@@ -911,6 +920,23 @@ mod tests {
         );
         assert_eq!(runs[3].profile, "trespass-adaptive_lat-64-20.out");
         assert_eq!(label(rows[1], Tool::Trespass), "trespass adaptive_lat 64 B");
+    }
+
+    #[test]
+    fn the_tokio_row_runs_both_sides_on_tokio_spinning() {
+        let rows = parse_rows(&["tokio_lat:64"]).unwrap();
+        let runs = plan(&rows, 10, 20, 1, &hosts());
+        assert_eq!(runs.len(), 2, "trespass only, twice");
+        for run in &runs {
+            for side in [&run.server, &run.client] {
+                let line = side.join(" ");
+                assert!(
+                    line.contains(" --tokio --busy-poll-us 1000000 --busy-poll-max-us 0"),
+                    "{line}"
+                );
+            }
+        }
+        assert_eq!(runs[1].profile, "trespass-tokio_lat-64-20.out");
     }
 
     #[test]

@@ -16,8 +16,12 @@
 //! The client's last line is `rdma-io-stream result: ...` (what trespass-compare reads).
 //! Both sides run on a current-thread tokio runtime, as `stride-perf stream --tokio` does.
 //! Exit status: 0 on success, 1 when the run failed (the message says how), 2 for a usage
-//! error. Every call is bounded by a 60 s timeout.
+//! error. Every call is bounded by a 60 s timeout: in the measured loops, as in
+//! `stride-perf stream --tokio`, by one timer for the whole loop that fails it when 60 s
+//! pass without an iteration ending (no timer and no label per call, which would be
+//! measured too).
 
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -92,6 +96,28 @@ async fn step<T, E: std::fmt::Display>(
     }
 }
 
+/// The measured loop `f`, run to its end; it fails when a whole [`STEP`] passes without
+/// `progress` (the iterations it finished) moving.
+async fn looped(
+    progress: &Cell<u64>,
+    f: impl std::future::Future<Output = Result<(), String>>,
+) -> Result<(), String> {
+    let mut f = std::pin::pin!(f);
+    let mut seen = progress.get();
+    loop {
+        match tokio::time::timeout(STEP, f.as_mut()).await {
+            Ok(r) => return r,
+            Err(_) if progress.get() == seen => {
+                return Err(format!(
+                    "iteration {seen}: nothing happened for {} s",
+                    STEP.as_secs()
+                ))
+            }
+            Err(_) => seen = progress.get(),
+        }
+    }
+}
+
 type Stream = AsyncRdmaStream<SendRecvTransport>;
 
 /// Reads exactly `buf.len()` bytes (rdma-io's stream has inherent `read` and `write_all`,
@@ -119,29 +145,40 @@ async fn serve(a: &Args) -> Result<(), String> {
     let mut buf = vec![0u8; a.size.max(1 << 20)];
     match a.test {
         Test::Lat => {
-            for i in 0..a.iters {
-                step(
-                    &format!("round trip {i}: reading"),
-                    read_exact(&mut s, &mut buf[..a.size]),
-                )
-                .await?;
-                step(
-                    &format!("round trip {i}: echoing"),
-                    s.write_all(&buf[..a.size]),
-                )
-                .await?;
-            }
+            let progress = Cell::new(0);
+            looped(&progress, async {
+                for i in 0..a.iters {
+                    read_exact(&mut s, &mut buf[..a.size])
+                        .await
+                        .map_err(|e| format!("round trip {i}: reading: {e}"))?;
+                    s.write_all(&buf[..a.size])
+                        .await
+                        .map_err(|e| format!("round trip {i}: echoing: {e}"))?;
+                    progress.set(i + 1);
+                }
+                Ok(())
+            })
+            .await?;
         }
         Test::Bw => {
-            let mut left = a.size as u64 * a.iters;
-            while left > 0 {
-                let want = left.min(buf.len() as u64) as usize;
-                let got = step("reading", s.read(&mut buf[..want])).await?;
-                if got == 0 {
-                    return Err(format!("the client closed with {left} bytes to go"));
+            let progress = Cell::new(0);
+            looped(&progress, async {
+                let mut left = a.size as u64 * a.iters;
+                while left > 0 {
+                    let want = left.min(buf.len() as u64) as usize;
+                    let got = s
+                        .read(&mut buf[..want])
+                        .await
+                        .map_err(|e| format!("reading with {left} bytes to go: {e}"))?;
+                    if got == 0 {
+                        return Err(format!("the client closed with {left} bytes to go"));
+                    }
+                    left -= got as u64;
+                    progress.set(progress.get() + 1);
                 }
-                left -= got as u64;
-            }
+                Ok(())
+            })
+            .await?;
             step("answering", s.write_all(&[1])).await?;
         }
     }
@@ -164,20 +201,25 @@ async fn client(a: &Args) -> Result<(), String> {
     let line = match a.test {
         Test::Lat => {
             let mut half_rtts = Vec::with_capacity(a.iters as usize);
-            for i in 0..a.iters {
-                let t0 = Instant::now();
-                step(&format!("round trip {i}: writing"), s.write_all(&data)).await?;
-                step(
-                    &format!("round trip {i}: reading the echo"),
-                    read_exact(&mut s, &mut back),
-                )
-                .await?;
-                half_rtts.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
-                if back != data {
-                    return Err(format!(
-                        "round trip {i}: the echo differs from what was sent"
-                    ));
+            let progress = Cell::new(0);
+            looped(&progress, async {
+                for i in 0..a.iters {
+                    let t0 = Instant::now();
+                    s.write_all(&data)
+                        .await
+                        .map_err(|e| format!("round trip {i}: writing: {e}"))?;
+                    read_exact(&mut s, &mut back)
+                        .await
+                        .map_err(|e| format!("round trip {i}: reading the echo: {e}"))?;
+                    half_rtts.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+                    progress.set(i + 1);
                 }
+                Ok(())
+            })
+            .await?;
+            // The last echo, checked once (a check per round trip would be measured too).
+            if back != data {
+                return Err("the last echo differs from what was sent".into());
             }
             let mean = half_rtts.iter().sum::<f64>() / half_rtts.len() as f64;
             half_rtts.sort_by(f64::total_cmp);
@@ -189,9 +231,17 @@ async fn client(a: &Args) -> Result<(), String> {
         }
         Test::Bw => {
             let t0 = Instant::now();
-            for i in 0..a.iters {
-                step(&format!("message {i}: writing"), s.write_all(&data)).await?;
-            }
+            let progress = Cell::new(0);
+            looped(&progress, async {
+                for i in 0..a.iters {
+                    s.write_all(&data)
+                        .await
+                        .map_err(|e| format!("message {i}: writing: {e}"))?;
+                    progress.set(i + 1);
+                }
+                Ok(())
+            })
+            .await?;
             let mut answer = [0u8; 1];
             step(
                 "reading the server's answer",

@@ -16,8 +16,9 @@
 //! [`Stream::recv_msg`]) instead of stream bytes. `--connections N` opens N connections, one
 //! thread each, started together: latency samples are pooled, bandwidth is all bytes over
 //! the time from the common start to the last connection's end. `--tokio` runs the same
-//! loops (written once, over the calls of `conn::Conn`) through trespass's tokio front end:
-//! each connection's thread drives its stream through a current-thread runtime of its own.
+//! test (written once, over the calls of `conn::Conn`) through trespass's tokio front end:
+//! each connection's thread drives its stream through a current-thread runtime of its own,
+//! and each measured loop runs there as one future, as an application's task would.
 //!
 //! The client sets each size up over the connection itself: a request ([`Request`]) naming
 //! the test, the transfer mode, the size and the iterations, which the server checks against
@@ -145,14 +146,7 @@ fn recv(
 ) -> io::Result<()> {
     match transfer {
         Transfer::Stream => s.read_exact(buf),
-        Transfer::Messages | Transfer::Lent => match s.recv_msg(msg)? {
-            Some(n) if n == buf.len() => Ok(()),
-            Some(n) => Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("a message of {n} bytes where {} were expected", buf.len()),
-            )),
-            None => Err(io::ErrorKind::UnexpectedEof.into()),
-        },
+        Transfer::Messages | Transfer::Lent => conn::message_of(s.recv_msg(msg)?, buf.len()),
     }
 }
 
@@ -523,14 +517,20 @@ fn one_size(
             let clock = PostClock::start(tsc);
             let mut stamps = Vec::with_capacity(iters as usize + 1);
             let start = origin.elapsed().as_secs_f64();
-            for i in 0..iters {
+            if plan.transfer == Transfer::Lent {
+                for i in 0..iters {
+                    stamps.push(clock.now());
+                    send(s, &buf[..n], plan.transfer, &mut lender)
+                        .map_err(io_error(format_args!("round trip {i}: writing")))?;
+                    recv(s, &mut back[..n], msg, plan.transfer)
+                        .map_err(io_error(format_args!("round trip {i}: reading the echo")))?;
+                }
                 stamps.push(clock.now());
-                send(s, &buf[..n], plan.transfer, &mut lender)
-                    .map_err(io_error(format_args!("round trip {i}: writing")))?;
-                recv(s, &mut back[..n], msg, plan.transfer)
-                    .map_err(io_error(format_args!("round trip {i}: reading the echo")))?;
+            } else {
+                let messages = plan.transfer == Transfer::Messages;
+                let mut stamp = || stamps.push(clock.now());
+                s.ping(iters, &buf[..n], &mut back[..n], msg, messages, &mut stamp)?;
             }
-            stamps.push(clock.now());
             let end = origin.elapsed().as_secs_f64();
             lender
                 .drain(s)
@@ -545,14 +545,18 @@ fn one_size(
         }
         Test::Bw => {
             let start = origin.elapsed().as_secs_f64();
-            for i in 0..iters {
-                send(s, &buf[..n], plan.transfer, &mut lender)
-                    .map_err(io_error(format_args!("message {i}: writing")))?;
+            if plan.transfer == Transfer::Lent {
+                for i in 0..iters {
+                    send(s, &buf[..n], plan.transfer, &mut lender)
+                        .map_err(io_error(format_args!("message {i}: writing")))?;
+                }
+                let mut answer = [0u8; 1];
+                s.read_exact(&mut answer).map_err(io_error(
+                    "reading the server's answer after the last message",
+                ))?;
+            } else {
+                s.pour(iters, &buf[..n], plan.transfer == Transfer::Messages)?;
             }
-            let mut answer = [0u8; 1];
-            s.read_exact(&mut answer).map_err(io_error(
-                "reading the server's answer after the last message",
-            ))?;
             let end = origin.elapsed().as_secs_f64();
             lender
                 .drain(s)
@@ -705,62 +709,37 @@ fn serve_connection(
         }
         match req.test {
             Test::Lat => {
-                for i in 0..req.iterations {
-                    match req.transfer {
-                        Transfer::Stream => {
-                            s.read_exact(&mut buf[..n])
-                                .map_err(io_error(format_args!("round trip {i}: reading")))?;
-                            s.write_all(&buf[..n])
-                                .map_err(io_error(format_args!("round trip {i}: echoing")))?;
-                        }
-                        Transfer::Messages => {
-                            recv(&mut s, &mut buf[..n], &mut msg, Transfer::Messages)
-                                .map_err(io_error(format_args!("round trip {i}: reading")))?;
-                            s.send_msg(&msg)
-                                .map_err(io_error(format_args!("round trip {i}: echoing")))?;
-                        }
-                        Transfer::Lent => {
-                            // The message fetched into a buffer back from the client is
-                            // lent back as it is: no copy on this side either.
-                            let mut got = lender.target();
-                            recv(&mut s, &mut buf[..n], &mut got, Transfer::Lent)
-                                .map_err(io_error(format_args!("round trip {i}: reading")))?;
-                            lender
-                                .lend(&mut s, got)
-                                .map_err(io_error(format_args!("round trip {i}: echoing")))?;
-                        }
+                if req.transfer == Transfer::Lent {
+                    for i in 0..req.iterations {
+                        // The message fetched into a buffer back from the client is lent
+                        // back as it is: no copy on this side either.
+                        let mut got = lender.target();
+                        recv(&mut s, &mut buf[..n], &mut got, Transfer::Lent)
+                            .map_err(io_error(format_args!("round trip {i}: reading")))?;
+                        lender
+                            .lend(&mut s, got)
+                            .map_err(io_error(format_args!("round trip {i}: echoing")))?;
                     }
+                } else {
+                    let messages = req.transfer == Transfer::Messages;
+                    s.echo(req.iterations, &mut buf[..n], &mut msg, messages)?;
                 }
                 lender
                     .drain(&mut s)
                     .map_err(io_error("taking the lent echoes back"))?;
             }
             Test::Bw => {
-                match req.transfer {
-                    Transfer::Stream => {
-                        let mut left = req.size * req.iterations;
-                        while left > 0 {
-                            let want = (left.min(buf.len() as u64)) as usize;
-                            let got = s.read(&mut buf[..want]).map_err(io_error(format_args!(
-                                "reading with {left} bytes to go"
-                            )))?;
-                            if got == 0 {
-                                return Err(format!(
-                                    "the client closed the stream with {left} bytes to go"
-                                ));
-                            }
-                            left -= got as u64;
-                        }
+                if req.transfer == Transfer::Lent {
+                    for i in 0..req.iterations {
+                        recv(&mut s, &mut buf[..n], &mut msg, req.transfer)
+                            .map_err(io_error(format_args!("message {i}")))?;
                     }
-                    Transfer::Messages | Transfer::Lent => {
-                        for i in 0..req.iterations {
-                            recv(&mut s, &mut buf[..n], &mut msg, req.transfer)
-                                .map_err(io_error(format_args!("message {i}")))?;
-                        }
-                    }
+                    s.write_all(&[1])
+                        .map_err(io_error("answering the last message"))?;
+                } else {
+                    let messages = req.transfer == Transfer::Messages;
+                    s.drink(req.iterations, n, &mut buf, &mut msg, messages)?;
                 }
-                s.write_all(&[1])
-                    .map_err(io_error("answering the last message"))?;
             }
         }
         served.push((req.size, req.iterations));
