@@ -633,10 +633,9 @@ pub struct StreamArgs {
     pub busy_poll_us: Option<u64>,
 
     /// The limit of trespass's adaptive spin, in microseconds (0 to 1000000; 0 turns the
-    /// adaptation off; default: trespass's, 750): a read after this side wrote spins up to
-    /// all of it before sleeping, other waits up to twice the average of those that ended
-    /// while spinning, within a third of it; after 8 waits in a row that slept, only the
-    /// busy poll but for a probe now and then. Each side sets its own. With
+    /// adaptation off; default: trespass's, 750): while a connection's waits typically end
+    /// within half of it, a wait spins up to twice their average before sleeping (within a
+    /// third of it except in a read after this side wrote). Each side sets its own. With
     /// --tokio it also fixes whether the spin adapts (without it, the tokio front end adapts
     /// while its runtime is not crowded, as here it never is).
     #[arg(long = "busy-poll-max-us", value_name = "USEC",

@@ -154,22 +154,22 @@ impl Config {
         self
     }
 
-    /// The adaptive spin's limit. A read that waits for an answer (one that begins after
-    /// this side wrote since its last read wait) spins the whole limit before it sleeps:
-    /// the spin ends when the answer comes, and an answer that comes just after a shorter
-    /// spin would cost the round trip a wake-up from the completion channel. Every other
-    /// wait (a reader of a bulk transfer, a writer waiting for room) spins up to twice the
-    /// average of such waits that ended while spinning, within a third of the limit: there
-    /// the spin took the CPU the emulated device needs to move the bytes. After 8 waits in
-    /// a row that had to sleep (an idle or slow peer) a wait spins only
-    /// [`busy_poll`](Self::busy_poll), and one wait in 16 spins its whole limit to see
-    /// whether the peer is quick again. A limit at or below `busy_poll` turns the
-    /// adaptation off.
+    /// The adaptive spin's limit. A connection learns how long its waits take when they end
+    /// while it spins; while they keep doing so, a wait spins up to twice their average
+    /// (within this limit) before sleeping, since waking from the completion channel costs
+    /// more than such a wait. After 8 waits in a row that had to sleep (an idle or slow
+    /// peer) it spins only [`busy_poll`](Self::busy_poll), and one wait in 16 spins the whole
+    /// limit to see whether the peer is quick again (a wait for an answer caught after such
+    /// sleeps starts the average again from its own length). A limit at or below
+    /// `busy_poll` turns the adaptation off.
     ///
-    /// Default 750 µs: long enough for the two sides of a ping-pong that both slept to find
-    /// each other again where a wake-up is slow (each side's wait then holds the other's
-    /// wake-up; in the SoftRoCE guest 250 µs left small round trips at the sleeping level,
-    /// twice as long). And a blocking
+    /// Default 750 µs, in a read that waits for an answer (one that
+    /// begins after this side wrote since its last read wait): long enough for the two sides
+    /// of a ping-pong that both slept to find each other again where a wake-up is slow (each
+    /// side's wait then holds the other's wake-up; in the SoftRoCE guest 250 µs left small
+    /// round trips at the sleeping level, twice as long). Every other wait (a reader of a
+    /// bulk transfer, a writer waiting for room) spins at most a third of the limit: there
+    /// the spin took the CPU the emulated device needs to move the bytes. And a blocking
     /// wait adapts only while no more threads of the process wait in trespass's blocking
     /// calls than half its cores (counted when the wait begins; else it spins just
     /// `busy_poll`): many blocking threads per core lose from long spins, since one thread's

@@ -853,7 +853,7 @@ impl Driver {
         self.pump_fast(started);
         loop {
             if done(&self.conn) {
-                self.spin.record_wait(started.elapsed(), slept);
+                self.spin.record_wait(started.elapsed(), slept, answer);
                 return Ok(true);
             }
             let now = Instant::now();

@@ -2,18 +2,20 @@
 //! channel costs a system call and a scheduler round trip; when the peer typically answers
 //! sooner than that, spinning is both faster and cheaper.
 //!
-//! A wait for an answer (a read that begins after this side wrote since its last read
-//! wait, as in a request and its reply) spins the whole limit: the spin ends as soon as the
-//! answer comes, so spinning longer costs nothing when it comes, while an answer that comes
-//! just after a shorter spin costs the round trip a wake-up. Every other wait (a reader of a
-//! bulk transfer waiting for the next piece, a writer waiting for room) spins up to twice the
-//! average of such waits that ended while spinning (a wait that slept measures the wake-up,
-//! not the peer; the average moves an eighth of the way with each), within [`OTHER_WAITS`]'s
-//! fraction of the limit: each of those ends sooner when it spins, but where the device is
-//! emulated on the same cores, the spin takes the CPU that moves the bytes. After
-//! [`MISSES_TO_IDLE`] waits in a row that slept, any wait spins only the minimum, except
-//! every [`PROBE_EVERY`]th, which spins the whole limit (a third of it, outside answers) to
-//! find out whether the peer has become quick again.
+//! The policy learns only from waits that ended while spinning (a wait that slept measures
+//! the wake-up, not the peer): while such waits come, it spins up to twice their average,
+//! within the limit; after [`MISSES_TO_IDLE`] waits in a row that slept it spins only the
+//! minimum, except every [`PROBE_EVERY`]th wait, which spins the whole limit to find out
+//! whether the peer has become quick again. The average moves an eighth of the way with each
+//! caught wait, but a wait for an answer caught after answers that slept starts it again from
+//! its own length: the waits it missed were longer than it said.
+//!
+//! Both front ends spin up to the whole limit only in a wait for an answer: a read that
+//! begins after this side wrote since its last read wait, as in a request and its reply.
+//! Other waits (a reader of a bulk transfer waiting for the next piece, a writer waiting for
+//! room) spin at most [`OTHER_WAITS`]'s fraction of it: each of those ends sooner when it
+//! spins, but where the device is emulated on the same cores, the spin takes the CPU that
+//! moves the bytes.
 //!
 //! A long spin pays only while the waiting thread has a core to itself: where more threads
 //! wait in the blocking calls than there are cores for them, one thread's spin is time the
@@ -87,32 +89,29 @@ impl Spin {
         self.min
     }
 
-    /// How long the next wait for an answer spins (the tests' shorthand for
-    /// [`time_for`](Self::time_for)`(true)`).
+    /// How long the next wait spins, within the whole limit (the tests' shorthand for
+    /// [`time_for`](Self::time_for) of an answer).
     #[cfg(test)]
     pub(crate) fn time(&self) -> Duration {
-        self.time_for(true)
+        self.time_within(self.max)
     }
 
-    /// How long the next wait spins: the whole limit when it waits for an answer (a read
-    /// after this side wrote), else twice the average of the waits caught while spinning
-    /// within [`OTHER_WAITS`] of it; only the minimum while the peer looks idle, but for the
-    /// probes.
+    /// How long the next wait spins: within the whole limit when it
+    /// waits for an answer (a read after this side wrote), else within [`OTHER_WAITS`] of it.
     pub(crate) fn time_for(&self, answer: bool) -> Duration {
-        let max = if answer {
-            self.max
+        if answer {
+            self.time_within(self.max)
         } else {
-            self.max / OTHER_WAITS
-        };
+            self.time_within(self.max / OTHER_WAITS)
+        }
+    }
+
+    fn time_within(&self, max: Duration) -> Duration {
         if max <= self.min {
             return self.min;
         }
-        let idle = self.misses >= MISSES_TO_IDLE;
-        if answer && !idle {
-            return max;
-        }
-        if idle || self.caught_ns == 0 {
-            // Idle, or (outside answers) nothing learned yet: probe now and then.
+        if self.misses >= MISSES_TO_IDLE || self.caught_ns == 0 {
+            // Idle, or nothing learned yet: probe now and then.
             return if self.waits % PROBE_EVERY == 0 {
                 max
             } else {
@@ -122,16 +121,29 @@ impl Spin {
         (Duration::from_nanos(self.caught_ns) * 2).clamp(self.min, max)
     }
 
-    /// A wait ended after `took`; `slept` when it slept on the completion channel.
-    pub(crate) fn record_wait(&mut self, took: Duration, slept: bool) {
+    /// A wait other than an answer's ended after `took`; `slept` when it slept on the
+    /// completion channel (the tests' shorthand for [`record_wait`](Self::record_wait)).
+    #[cfg(test)]
+    pub(crate) fn record(&mut self, took: Duration, slept: bool) {
+        self.record_wait(took, slept, false);
+    }
+
+    /// A wait ended after `took`; `slept` when it slept on the completion channel; `answer`
+    /// when it waited for an answer: one caught after answers that slept starts the average
+    /// again from its own length, since the average missed them and no longer says how long
+    /// this peer takes to answer. (Other waits, a bulk transfer's, keep the moving average:
+    /// starting it again from one quick piece there would spin the next slow ones longer
+    /// for nothing.)
+    pub(crate) fn record_wait(&mut self, took: Duration, slept: bool, answer: bool) {
         self.waits = self.waits.wrapping_add(1);
         if slept {
             self.misses = self.misses.saturating_add(1);
             return;
         }
+        let after_miss = answer && self.misses > 0;
         self.misses = 0;
         let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
-        self.caught_ns = if self.caught_ns == 0 {
+        self.caught_ns = if self.caught_ns == 0 || after_miss {
             ns.max(1)
         } else {
             (self.caught_ns.saturating_mul(7) / 8).saturating_add(ns / 8)
@@ -237,99 +249,57 @@ mod tests {
 
     #[test]
     fn the_first_wait_probes_the_whole_limit() {
-        let s = Spin::new(20 * US, 750 * US);
-        assert_eq!(s.time(), 750 * US);
-        assert_eq!(s.time_for(false), 250 * US, "a third of it outside answers");
+        let s = Spin::new(20 * US, 250 * US);
+        assert_eq!(s.time(), 250 * US);
     }
 
     #[test]
-    fn other_waits_caught_while_spinning_set_the_spin_to_twice_their_average() {
-        let mut s = Spin::new(20 * US, 750 * US);
+    fn waits_caught_while_spinning_set_the_spin_to_twice_their_average() {
+        let mut s = Spin::new(20 * US, 250 * US);
         for _ in 0..64 {
-            s.record_wait(90 * US, false);
+            s.record(90 * US, false);
         }
-        assert_eq!(s.time_for(false), 180 * US);
-        assert_eq!(s.time(), 750 * US, "an answer's spin is the whole limit");
+        assert_eq!(s.time(), 180 * US);
         // Faster than half the minimum: the minimum.
-        let mut fast = Spin::new(20 * US, 750 * US);
-        fast.record_wait(3 * US, false);
-        assert_eq!(fast.time_for(false), 20 * US);
-        // Slower than half a third of the limit: a third of the limit.
-        let mut slow = Spin::new(20 * US, 750 * US);
-        slow.record_wait(200 * US, false);
-        assert_eq!(slow.time_for(false), 250 * US);
-        // The average moves an eighth of the way with each wait.
-        let mut slower = s;
-        slower.record_wait(26 * US, false);
-        assert_eq!(slower.time_for(false), 2 * (90 * US * 7 / 8 + 26 * US / 8));
-    }
-
-    #[test]
-    fn an_answer_spins_the_whole_limit_until_the_peer_looks_idle() {
-        let mut s = Spin::new(20 * US, 750 * US);
-        for _ in 0..64 {
-            s.record_wait(40 * US, false);
-        }
-        assert_eq!(s.time(), 750 * US, "not twice the average: the whole limit");
-        for _ in 0..MISSES_TO_IDLE - 1 {
-            s.record_wait(Duration::from_millis(5), true);
-        }
-        assert_eq!(s.time(), 750 * US, "a few sleeps do not make the peer idle");
-        s.record_wait(Duration::from_millis(5), true);
-        // Idle now: the minimum, with a probe of the whole limit every PROBE_EVERY waits.
-        let spins: Vec<Duration> = (0..PROBE_EVERY)
-            .map(|_| {
-                let t = s.time();
-                s.record_wait(Duration::from_millis(5), true);
-                t
-            })
-            .collect();
-        assert_eq!(spins.iter().filter(|&&t| t == 750 * US).count(), 1);
-        assert_eq!(spins.iter().filter(|&&t| t == 20 * US).count(), 15);
-        // A probe that catches the peer ends the idle mode.
-        s.record_wait(300 * US, false);
-        assert_eq!(s.time(), 750 * US);
+        let mut fast = Spin::new(20 * US, 250 * US);
+        fast.record(3 * US, false);
+        assert_eq!(fast.time(), 20 * US);
+        // Slower than half the limit: the limit.
+        let mut slow = Spin::new(20 * US, 250 * US);
+        slow.record(200 * US, false);
+        assert_eq!(slow.time(), 250 * US);
     }
 
     #[test]
     fn a_few_sleeps_do_not_forget_a_quick_peer_but_many_do() {
-        let mut s = Spin::new(20 * US, 750 * US);
-        s.record_wait(90 * US, false);
+        let mut s = Spin::new(20 * US, 250 * US);
+        s.record(90 * US, false);
         for _ in 0..MISSES_TO_IDLE - 1 {
-            s.record_wait(Duration::from_millis(5), true);
+            s.record(Duration::from_millis(5), true);
         }
-        assert_eq!(
-            s.time_for(false),
-            180 * US,
-            "still spinning for the quick peer"
-        );
-        s.record_wait(Duration::from_millis(5), true);
-        // Idle now: the minimum, with a probe of a third of the limit every PROBE_EVERY.
+        assert_eq!(s.time(), 180 * US, "still spinning for the quick peer");
+        s.record(Duration::from_millis(5), true);
+        // Idle now: the minimum, with a probe of the whole limit every PROBE_EVERY waits.
         let spins: Vec<Duration> = (0..PROBE_EVERY)
             .map(|_| {
-                let t = s.time_for(false);
-                s.record_wait(Duration::from_millis(5), true);
+                let t = s.time();
+                s.record(Duration::from_millis(5), true);
                 t
             })
             .collect();
         assert_eq!(spins.iter().filter(|&&t| t == 250 * US).count(), 1);
         assert_eq!(spins.iter().filter(|&&t| t == 20 * US).count(), 15);
         // A probe that catches the peer ends the idle mode.
-        s.record_wait(60 * US, false);
-        assert!(s.time_for(false) > 150 * US, "{:?}", s.time_for(false));
+        s.record(60 * US, false);
+        assert!(s.time() > 150 * US, "{:?}", s.time());
     }
 
     #[test]
     fn a_limit_at_or_below_the_minimum_turns_adaptation_off() {
         let mut s = Spin::new(5 * US, Duration::ZERO);
         assert_eq!(s.time(), 5 * US);
-        assert_eq!(s.time_for(false), 5 * US);
-        s.record_wait(2 * US, false);
+        s.record(2 * US, false);
         assert_eq!(s.time(), 5 * US);
-        // A third of the limit at or below the minimum: the minimum outside answers.
-        let low = Spin::new(20 * US, 50 * US);
-        assert_eq!(low.time_for(false), 20 * US);
-        assert_eq!(low.time(), 50 * US);
     }
 
     #[test]
@@ -380,6 +350,26 @@ mod tests {
     }
 
     #[test]
+    fn waits_that_are_not_for_an_answer_spin_a_third_of_the_limit() {
+        let mut s = Spin::new(20 * US, 750 * US);
+        assert_eq!(
+            s.time_for(true),
+            750 * US,
+            "the first wait probes the limit"
+        );
+        assert_eq!(s.time_for(false), 250 * US, "or a third of it");
+        for _ in 0..64 {
+            s.record(200 * US, false);
+        }
+        assert_eq!(s.time_for(true), 400 * US);
+        assert_eq!(s.time_for(false), 250 * US);
+        assert_eq!(s.time(), s.time_for(true));
+        // A third of the limit at or below the minimum: the minimum.
+        let low = Spin::new(20 * US, 50 * US);
+        assert_eq!(low.time_for(false), 20 * US);
+    }
+
+    #[test]
     fn a_read_wait_after_a_write_waits_for_an_answer_and_no_other() {
         let mut a = Answers::default();
         // A server's first wait, before it wrote anything: not an answer.
@@ -391,5 +381,28 @@ mod tests {
         // A bulk reader that never writes: none.
         let mut bulk = Answers::default();
         assert!((0..10).all(|_| !bulk.read_wait(0)));
+    }
+
+    #[test]
+    fn a_peer_that_became_slower_is_caught_again_at_its_new_pace() {
+        let mut s = Spin::new(20 * US, 750 * US);
+        for _ in 0..64 {
+            s.record(40 * US, false);
+        }
+        assert_eq!(s.time(), 80 * US);
+        // The peer now answers in 300 us: every wait sleeps until the idle mode's probe
+        // catches one, whose length is the new average (not an eighth of the way to it).
+        let mut waits = s;
+        while waits.time() != 750 * US {
+            waits.record_wait(Duration::from_millis(1), true, true);
+        }
+        let mut answers = waits;
+        answers.record_wait(300 * US, false, true);
+        assert_eq!(answers.time(), 600 * US);
+        answers.record_wait(300 * US, false, true);
+        assert_eq!(answers.time(), 600 * US, "and it holds");
+        // Waits that are not for an answer keep the moving average: an eighth of the way.
+        waits.record_wait(300 * US, false, false);
+        assert_eq!(waits.time(), 2 * (40 * US * 7 / 8 + 300 * US / 8));
     }
 }

@@ -500,8 +500,9 @@ impl Stream {
             // on makes it readable, and the reactor sees that. A new wait spins as long as
             // the adaptive policy says (the blocking calls' policy, spin.rs), and teaches it
             // how it ended; a woken one that must wait again spins only the minimum.
-            // A read that begins after this side wrote waits for an answer: the whole limit,
-            // as in the blocking calls; every other wait a third of it.
+            // A read that begins after this side wrote waits for an answer: the whole limit
+            // (and a catch after misses restarts the average), as in the blocking calls;
+            // every other wait a third of it.
             let answer = read && !waiting && io.stream.awaits_answer();
             let (d, learn) = if waiting {
                 (spin.min(), false)
@@ -513,7 +514,7 @@ impl Stream {
             let started = std::time::Instant::now();
             if io.stream.spin_until_ready(d, want) {
                 if learn {
-                    spin.record_wait(started.elapsed(), false);
+                    spin.record_wait(started.elapsed(), false, answer);
                 }
                 continue;
             }
@@ -524,7 +525,7 @@ impl Stream {
                 Poll::Ready(Err(e)) => break Poll::Ready(Err(e)),
                 Poll::Pending => {
                     if learn {
-                        spin.record_wait(started.elapsed(), true);
+                        spin.record_wait(started.elapsed(), true, answer);
                     }
                     break Poll::Pending;
                 }
