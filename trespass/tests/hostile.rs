@@ -670,6 +670,63 @@ fn a_returned_buffers_key_opens_nothing() {
     let _fetcher = fetcher.join().unwrap();
 }
 
+/// How long the long-spin tests' reads busy-poll: far beyond every bound they check.
+const LONG_SPIN: Duration = Duration::from_secs(60);
+
+/// A raw peer connected to a listener on `port` whose connections busy-poll for
+/// [`LONG_SPIN`] (keep-alive `keepalive`): the listener, the accepted stream, the sender of
+/// the signals the peer's thread may wait for ([`failed_read`] sends one as its read
+/// begins and one when it ended), and that thread, which connects and then runs `peer` with
+/// the signals' receiver.
+fn long_spin(
+    ip: IpAddr,
+    port: u16,
+    keepalive: Option<Duration>,
+    peer: impl FnOnce(Liar, std::sync::mpsc::Receiver<()>) -> Liar + Send + 'static,
+) -> (
+    Listener,
+    Stream,
+    std::sync::mpsc::Sender<()>,
+    thread::JoinHandle<Liar>,
+) {
+    let addr = SocketAddr::new(ip, port);
+    let mut config = Config::new();
+    config
+        .ring_size(RING)
+        .keepalive(keepalive)
+        .busy_poll(LONG_SPIN)
+        .busy_poll_max(LONG_SPIN);
+    let listener = config.bind(addr).unwrap();
+    let (signal, signalled) = std::sync::mpsc::channel::<()>();
+    let liar = thread::spawn(move || peer(Liar::connect(addr), signalled));
+    let (victim, _) = listener.accept().unwrap();
+    (listener, victim, signal, liar)
+}
+
+/// Reads from `victim` until the read fails, signalling `peer` as the read begins and when
+/// it ended, then takes the peer's thread back: the read's error and how long it took.
+fn failed_read(
+    victim: &mut Stream,
+    signal: std::sync::mpsc::Sender<()>,
+    peer: thread::JoinHandle<Liar>,
+) -> (io::Error, Duration) {
+    // A peer that no longer listens has dropped its receiver: nothing to tell it.
+    let _ = signal.send(());
+    let start = std::time::Instant::now();
+    let err = victim.read(&mut [0u8; 16]).unwrap_err();
+    let took = start.elapsed();
+    let _ = signal.send(());
+    let _liar = peer.join().unwrap();
+    (err, took)
+}
+
+/// A peer that says nothing, its receives posted and its QP up, until the read has ended.
+fn silent(liar: Liar, signals: std::sync::mpsc::Receiver<()>) -> Liar {
+    signals.recv().unwrap();
+    signals.recv().unwrap();
+    liar
+}
+
 /// A peer that disconnects without a FIN while this side's read busy-polls (here for a
 /// minute) ends the read with a reset about when rdma_cm says so: a spin that has run a
 /// millisecond reads rdma_cm's channel every millisecond, instead of meeting the event
@@ -679,36 +736,20 @@ fn a_disconnect_ends_a_long_busy_poll_at_once() {
     let Some(ip) = common::test_ip("a_disconnect_ends_a_long_busy_poll_at_once") else {
         return;
     };
-    let addr = SocketAddr::new(ip, 7634);
-    let spin = Duration::from_secs(60);
-    let mut config = Config::new();
-    config
-        .ring_size(RING)
-        .keepalive(None)
-        .busy_poll(spin)
-        .busy_poll_max(spin);
-    let listener = config.bind(addr).unwrap();
-    let (reading, read_begins) = std::sync::mpsc::channel::<()>();
-    let liar = thread::spawn(move || {
-        let liar = Liar::connect(addr);
+    let (_listener, mut victim, signal, liar) = long_spin(ip, 7634, None, |liar, read_begins| {
         read_begins.recv().unwrap();
         // Well into the read's spin, past its first look at rdma_cm's channel.
         thread::sleep(Duration::from_millis(300));
         liar.disconnect();
         liar
     });
-    let (mut victim, _) = listener.accept().unwrap();
-    reading.send(()).unwrap();
-    let start = std::time::Instant::now();
-    let err = victim.read(&mut [0u8; 16]).unwrap_err();
-    let took = start.elapsed();
-    let _liar = liar.join().unwrap();
+    let (err, took) = failed_read(&mut victim, signal, liar);
     assert_eq!(err.kind(), io::ErrorKind::ConnectionReset, "{err}");
     // The disconnect comes after 300 ms; the spin would run for 60 s. A bound far from
     // both: the emulated guest's rdma_cm may take a while to deliver the event.
     assert!(
         took < Duration::from_secs(20),
-        "the read spun {took:?} after the peer disconnected (busy poll {spin:?})"
+        "the read spun {took:?} after the peer disconnected (busy poll {LONG_SPIN:?})"
     );
     println!("the read ended {took:?} after it began: {err}");
 }
@@ -723,37 +764,16 @@ fn a_silent_peer_is_declared_dead_during_a_long_busy_poll() {
     let Some(ip) = common::test_ip("a_silent_peer_is_declared_dead_during_a_long_busy_poll") else {
         return;
     };
-    let addr = SocketAddr::new(ip, 7635);
-    let spin = Duration::from_secs(60);
     let period = Duration::from_millis(500);
-    let mut config = Config::new();
-    config
-        .ring_size(RING)
-        .keepalive(Some(period))
-        .busy_poll(spin)
-        .busy_poll_max(spin);
-    let listener = config.bind(addr).unwrap();
-    let (done, read_done) = std::sync::mpsc::channel::<()>();
-    // The liar connects and then says nothing, its receives posted and its QP up, until
-    // the read has ended.
-    let liar = thread::spawn(move || {
-        let liar = Liar::connect(addr);
-        read_done.recv().unwrap();
-        liar
-    });
-    let (mut victim, _) = listener.accept().unwrap();
-    let start = std::time::Instant::now();
-    let err = victim.read(&mut [0u8; 16]).unwrap_err();
-    let took = start.elapsed();
-    done.send(()).unwrap();
-    let _liar = liar.join().unwrap();
+    let (_listener, mut victim, signal, liar) = long_spin(ip, 7635, Some(period), silent);
+    let (err, took) = failed_read(&mut victim, signal, liar);
     assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
     assert!(err.to_string().contains("keep-alive"), "{err}");
     // Two periods of keep-alive are a second; the spin would run for 60 s. A bound far from
     // both, for the emulated guest.
     assert!(
         took < Duration::from_secs(20),
-        "the read spun {took:?} with a silent peer (keep-alive {period:?}, busy poll {spin:?})"
+        "the read spun {took:?} with a silent peer (keep-alive {period:?}, busy poll {LONG_SPIN:?})"
     );
     println!("the read ended {took:?} after it began: {err}");
 }
@@ -765,29 +785,10 @@ fn a_read_timeout_ends_a_longer_busy_poll() {
     let Some(ip) = common::test_ip("a_read_timeout_ends_a_longer_busy_poll") else {
         return;
     };
-    let addr = SocketAddr::new(ip, 7636);
-    let spin = Duration::from_secs(60);
     let timeout = Duration::from_millis(300);
-    let mut config = Config::new();
-    config
-        .ring_size(RING)
-        .keepalive(None)
-        .busy_poll(spin)
-        .busy_poll_max(spin);
-    let listener = config.bind(addr).unwrap();
-    let (done, read_done) = std::sync::mpsc::channel::<()>();
-    let liar = thread::spawn(move || {
-        let liar = Liar::connect(addr);
-        read_done.recv().unwrap();
-        liar
-    });
-    let (mut victim, _) = listener.accept().unwrap();
+    let (_listener, mut victim, signal, liar) = long_spin(ip, 7636, None, silent);
     victim.set_read_timeout(Some(timeout)).unwrap();
-    let start = std::time::Instant::now();
-    let err = victim.read(&mut [0u8; 16]).unwrap_err();
-    let took = start.elapsed();
-    done.send(()).unwrap();
-    let _liar = liar.join().unwrap();
+    let (err, took) = failed_read(&mut victim, signal, liar);
     assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
     assert!(
         took >= timeout,
@@ -795,7 +796,7 @@ fn a_read_timeout_ends_a_longer_busy_poll() {
     );
     assert!(
         took < Duration::from_secs(20),
-        "the read spun {took:?} past its timeout of {timeout:?} (busy poll {spin:?})"
+        "the read spun {took:?} past its timeout of {timeout:?} (busy poll {LONG_SPIN:?})"
     );
     println!("the read timed out after {took:?}: {err}");
 }
