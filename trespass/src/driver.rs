@@ -415,13 +415,20 @@ impl Driver {
         if woke.cm() {
             progress |= self.poll_cm();
         }
-        if self.conn.poll_timeout().is_some_and(|t| now >= t) {
-            self.conn.handle_timeout(now);
-            progress = true;
-        }
+        progress |= self.run_due_timers(now);
         progress |= self.post();
         self.disconnect_if_failed();
         progress
+    }
+
+    /// The core's timers (keep-alive's probe and verdict), when one is due at `now`: true
+    /// when one ran.
+    fn run_due_timers(&mut self, now: Instant) -> bool {
+        let due = self.conn.poll_timeout().is_some_and(|t| now >= t);
+        if due {
+            self.conn.handle_timeout(now);
+        }
+        due
     }
 
     /// A connection that failed (the peer lied, keep-alive ran out, a verb failed) is
@@ -666,12 +673,8 @@ impl Driver {
                 None => cm_look = Some(now + CM_LOOK),
                 Some(at) if now >= at => {
                     cm_look = Some(now + CM_LOOK);
-                    let mut progress = self.poll_cm();
-                    if self.conn.poll_timeout().is_some_and(|t| now >= t) {
-                        self.conn.handle_timeout(now);
-                        progress = true;
-                    }
-                    if progress {
+                    let cm = self.poll_cm();
+                    if self.run_due_timers(now) || cm {
                         self.after_poll();
                         return true;
                     }
